@@ -1356,10 +1356,14 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0):
     """Rank sessions for a query: [(session dict, score, stage, matches)], and whether more exist."""
     con = store.con
     need = offset + limit + 1
-    hits = []
+    hits, keys = [], set()
     try:
         for sid, score, stage in ranked_sessions(con, query, filters):
             s = session_row(con, sid)
+            key = (s["agent"], s["session_id"])
+            if key in keys:
+                continue  # one session stored twice (e.g. an agent's database and its older JSON files)
+            keys.add(key)
             matches = best_matches(con, s, query, filters)
             if filters.tools_only and not matches:
                 continue  # the words were in some tool call, but not in one of the asked-for tools
