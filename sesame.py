@@ -27,6 +27,7 @@ import re
 import sqlite3
 import sys
 import time
+import zlib
 
 __version__ = "0.1.0"
 
@@ -38,7 +39,7 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 # Bump SCHEMA_VERSION when the tables change: an older index is then rebuilt from the session files
 # (they are the source of truth), a newer one is refused rather than damaged.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Chunk kinds, and the FTS column of the per-session documents each kind is indexed in. The column
 # weights are the ranking policy: what the user and the assistant said outranks what tools printed,
@@ -66,10 +67,12 @@ FIELD_CAP = 8000
 CHUNK_CAP = 64000
 # A line longer than this is skipped and counted rather than read into memory.
 MAX_LINE_BYTES = 32 * 1024 * 1024
+# A tool call still without its result this many lines later is kept without output.
+PENDING_CALL_LINES = 2000
 
 DEFAULT_LIMIT = 10
 MATCHES_PER_SESSION = 3
-SNIPPET_TOKENS = 24
+SNIPPET_CHARS = 200
 # FTS5 private-use markers around matched words; replaced by colour or ** at output time.
 HL_OPEN, HL_CLOSE = "\x02", "\x03"
 
@@ -326,7 +329,14 @@ def iso(dt):
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (dt.microsecond // 1000)
 
 
+_CANONICAL_TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
+
+
 def norm_time(value):
+    """Any timestamp -> the stored ISO form, or None. The common case (already canonical, as pi and
+    Claude Code write it) is recognised without parsing: it is most of indexing's timestamps."""
+    if isinstance(value, str) and _CANONICAL_TS.match(value):
+        return value
     return iso(parse_time(value))
 
 
@@ -375,6 +385,8 @@ class Session:
         self.agent, self.session_id, self.path = agent, session_id, path
         self.cwd = self.name = self.created = self.modified = self.parent = None
         self.chunks = []
+        self.checkpoint = None   # resumable parsers: where to go on ({"offset", "seq", "state"})
+        self.complete = True     # False when a resumable parse stopped at its byte limit
 
     def add(self, kind, text, **kw):
         text = cap_text(text.strip(), CHUNK_CAP) if text else ""
@@ -593,6 +605,12 @@ class Parser:
 
     id = label = ""
     version = 1
+    # A resumable parser reads append-only files and can stop and restart at a "clean" line (one
+    # after which no chunk is waiting for more lines, e.g. a tool call for its result):
+    # parse(path, report, resume=checkpoint, limit=bytes) -> sessions whose `checkpoint` says where
+    # to go on. The indexer uses it both to read only the bytes appended since the last run and to
+    # read a huge file in slices of bounded memory; both give exactly what one full parse gives.
+    resumable = False
 
     def default_roots(self, env):
         return []
@@ -641,7 +659,14 @@ class PiParser(Parser):
         # belong to extensions (sub-agent artifacts) and are not sessions of their own.
         return walk_files(root, lambda n: n.endswith(".jsonl"), max_depth=1)
 
-    def parse(self, path, report):
+    resumable = True
+
+    def parse(self, path, report, resume=None, limit=None):
+        """Parse from the start, or from a checkpoint of an earlier parse (appended lines only).
+
+        Stops after `limit` bytes at the next clean line (see Parser.resumable) and always records
+        the last clean checkpoint in `s.checkpoint`.
+        """
         header = first_json_line(path)
         if not header or header.get("type") != "session" or not isinstance(header.get("id"), str):
             raise NotASessionFile("no pi session header")
@@ -649,39 +674,55 @@ class PiParser(Parser):
         s.cwd = header.get("cwd") if isinstance(header.get("cwd"), str) else None
         s.parent = header.get("parentSession") or header.get("branchedFrom")
         header_ts = norm_time(header.get("timestamp"))
-        calls = {}          # tool call id -> index of its chunk in s.chunks, to add the result
-        last_activity = None
-        seen_header = False
-        for _, e in iter_jsonl(path, report):
+        # State carried across checkpoints: the name so far and the latest user/assistant activity.
+        state = dict(resume["state"]) if resume else {"name": None, "last": None}
+        start = resume["offset"] if resume else 0
+        calls = {}          # tool call id -> (index of its chunk in s.chunks, name, args), until its result
+        pending_since = 0   # line number at which `calls` last became non-empty
+        checkpoint = (start, 0, dict(state))
+        s.complete = True
+        for line_no, (offset, e) in enumerate(iter_jsonl(path, report, start)):
             etype = e.get("type")
-            ts = norm_time(e.get("timestamp"))
-            if etype == "session" and not seen_header:
-                seen_header = True
-            elif etype == "message":
+            if etype == "message":
                 m = e.get("message")
                 if not isinstance(m, dict):
                     report.skip("malformed entry")
                     continue
                 role = m.get("role")
-                mts = norm_time(m.get("timestamp")) or ts
-                if role in ("user", "assistant") and mts and (last_activity is None or mts > last_activity):
-                    last_activity = mts
-                self._message(s, m, role, mts, calls, report)
+                ts = norm_time(e.get("timestamp"))
+                if role in ("user", "assistant"):
+                    mts = norm_time(m.get("timestamp")) or ts
+                    if mts and (state["last"] is None or mts > state["last"]):
+                        state["last"] = mts
+                had_calls = bool(calls)
+                self._message(s, m, role, ts, calls, report)
+                if calls and not had_calls:
+                    pending_since = line_no
             elif etype == "compaction" or etype == "branch_summary":
                 if isinstance(e.get("summary"), str):
-                    s.add("summary", e["summary"], role=etype, ts=ts)
+                    s.add("summary", e["summary"], role=etype, ts=norm_time(e.get("timestamp")))
             elif etype == "custom_message":
-                s.add("custom", text_of(e.get("content")), role="custom", ts=ts)
+                s.add("custom", text_of(e.get("content")), role="custom", ts=norm_time(e.get("timestamp")))
             elif etype == "session_info":
                 name = e.get("name")
                 if isinstance(name, str) and name.strip():
-                    s.name = name.strip()
+                    state["name"] = name.strip()
             elif etype in ("model_change", "thinking_level_change", "custom", "label", "session"):
                 pass  # settings and extension state: nothing a user would search for
             else:
                 report.skip("unknown entry type")
-        s.created = header_ts or (s.chunks[0].ts if s.chunks else None)
-        s.modified = last_activity or header_ts
+            if calls and line_no - pending_since > PENDING_CALL_LINES:
+                calls.clear()  # a call whose result never came: keep it without output
+            if not calls:
+                checkpoint = (offset, len(s.chunks), dict(state))
+                if limit and offset - start >= limit:
+                    s.complete = False
+                    break
+        offset, n_chunks, ck_state = checkpoint
+        s.checkpoint = {"offset": offset, "seq": (resume["seq"] if resume else 0) + n_chunks, "state": ck_state}
+        s.name = state["name"]
+        s.created = header_ts
+        s.modified = state["last"] or header_ts
         if s.created is None:
             s.created = s.modified = iso(datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc))
         return [s]
@@ -742,13 +783,16 @@ def shell_quote(s):
 # Index store: schema, connection settings, FTS5 probe
 # ==================================================================================================
 #
-# Two FTS5 indexes share one tokenizer (porter stemming over unicode61, diacritics folded):
-#   chunks_fts  one row per chunk, external content on `chunks`: finds the best matching messages
-#               of a session and builds snippets.
-#   docs_fts    one row per session "part" (consecutive chunks, up to PART_CHARS), contentless, with
-#               a column per kind of text: ranks whole sessions, so words spread over a session's
-#               messages count together, and the column weights rank talk above tool output.
-# Both need the exact old text to delete a row; it is rebuilt from `chunks` (see doc_columns).
+# The index is a plain table of chunks plus one FTS5 table that ranks sessions:
+#   chunks    every chunk of every session, in order (`seq`); the text is stored zlib-compressed
+#             when that saves space: it is read only to show snippets and sessions.
+#   docs_fts  one row per session "part" (consecutive chunks, up to PART_CHARS), contentless, with
+#             a column per kind of text. Ranking whole sessions this way lets words spread over a
+#             session's messages count together, and the column weights rank talk above tool output.
+#             A contentless row is deleted by giving FTS5 its exact old text, rebuilt from `chunks`
+#             (doc_columns serves both directions).
+# Snippets and best matching chunks are found in Python inside the best matching part (Matcher),
+# which costs far less than a second, per-chunk FTS index would at index time and on disk.
 # Only plain FTS5 features are used, so an index opens with any SQLite >= 3.31 (fts5.md §1).
 
 TOKENIZE = "porter unicode61 remove_diacritics 2"
@@ -757,22 +801,21 @@ SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE files(id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, parser TEXT NOT NULL,
     parser_version INTEGER, size INTEGER, mtime_ns INTEGER, status TEXT, reason TEXT,
-    skipped INTEGER DEFAULT 0, indexed_at TEXT);
+    skipped INTEGER DEFAULT 0, indexed_at TEXT, checkpoint TEXT);
 CREATE TABLE sessions(id INTEGER PRIMARY KEY, file_id INTEGER NOT NULL, agent TEXT NOT NULL,
     session_id TEXT NOT NULL, path TEXT, cwd TEXT, name TEXT, created TEXT, modified TEXT,
-    parent TEXT, chunk_count INTEGER, first_chunk INTEGER, last_chunk INTEGER);
+    parent TEXT, chunk_count INTEGER);
 CREATE INDEX sessions_file ON sessions(file_id);
 CREATE INDEX sessions_sid ON sessions(session_id);
 CREATE TABLE chunks(id INTEGER PRIMARY KEY, session INTEGER NOT NULL, seq INTEGER NOT NULL,
-    kind TEXT NOT NULL, role TEXT, tool TEXT, ts TEXT, text TEXT NOT NULL);
+    kind TEXT NOT NULL, role TEXT, tool TEXT, path TEXT, ts TEXT, text NOT NULL);
 CREATE INDEX chunks_session ON chunks(session, seq);
 CREATE TABLE docs(id INTEGER PRIMARY KEY, session INTEGER NOT NULL, first_seq INTEGER, last_seq INTEGER);
-CREATE INDEX docs_session ON docs(session);
+CREATE INDEX docs_session ON docs(session, first_seq);
 CREATE TABLE touched(session INTEGER NOT NULL, tool TEXT, path TEXT);
 CREATE INDEX touched_session ON touched(session);
-CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content='chunks', content_rowid='id', tokenize='%s');
 CREATE VIRTUAL TABLE docs_fts USING fts5(name, talk, tools, aside, content='', tokenize='%s');
-""" % (TOKENIZE, TOKENIZE)
+""" % TOKENIZE
 
 FTS_HASHSIZE = 16 * 1024 * 1024  # bigger in-memory batches before a flush: faster bulk builds
 
@@ -872,8 +915,7 @@ class Store:
             for stmt in SCHEMA.split(";"):
                 if stmt.strip():
                     con.execute(stmt)
-            for table in ("chunks_fts", "docs_fts"):
-                con.execute("INSERT INTO %s(%s, rank) VALUES('hashsize', %d)" % (table, table, FTS_HASHSIZE))
+            con.execute("INSERT INTO docs_fts(docs_fts, rank) VALUES('hashsize', %d)" % FTS_HASHSIZE)
             self.set_meta("schema_version", SCHEMA_VERSION)
             self.set_meta("created", iso(now_utc()))
 
@@ -881,7 +923,7 @@ class Store:
         rows = self.con.execute("SELECT type, name FROM sqlite_master WHERE type IN ('table','view') "
                                 "AND name NOT LIKE 'sqlite_%'").fetchall()
         # Dropping an FTS5 table drops its shadow tables; skip those to avoid dropping them twice.
-        virtual = [n for t, n in rows if n in ("chunks_fts", "docs_fts")]
+        virtual = [n for t, n in rows if n in ("chunks_fts", "docs_fts")]  # chunks_fts: schema 1
         for name in virtual:
             self.con.execute("DROP TABLE IF EXISTS %s" % name)
         for _, name in rows:
@@ -944,6 +986,17 @@ def now_utc():
 # ==================================================================================================
 
 
+COMPRESS_MIN = 200  # shorter texts are stored as they are: zlib would not make them smaller
+
+
+def pack(text):
+    return zlib.compress(text.encode("utf-8"), 6) if len(text) >= COMPRESS_MIN else text
+
+
+def unpack(value):
+    return zlib.decompress(value).decode("utf-8") if isinstance(value, bytes) else value
+
+
 def doc_columns(name, chunk_rows):
     """The text of one docs_fts row: (name, talk, tools, aside) from (kind, text) rows.
 
@@ -955,56 +1008,91 @@ def doc_columns(name, chunk_rows):
     return (name or "", "\n\n".join(cols["talk"]), "\n\n".join(cols["tools"]), "\n\n".join(cols["aside"]))
 
 
-def partition(lengths):
-    """Split consecutive chunk lengths into parts of at most PART_CHARS: [(first, last), ...]."""
-    parts, first, size = [], 0, 0
-    for i, n in enumerate(lengths):
-        if i > first and size + n > PART_CHARS:
-            parts.append((first, i - 1))
-            first, size = i, 0
-        size += n
-    if lengths:
-        parts.append((first, len(lengths) - 1))
-    return parts
+def _part_rows(con, sid, first, last):
+    return [(k, unpack(t)) for k, t in con.execute(
+        "SELECT kind, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? ORDER BY seq", (sid, first, last))]
+
+
+def delete_parts(con, sid, name, from_seq=0):
+    """Delete the session's parts that hold chunks from seq `from_seq` on (all parts by default)."""
+    for doc_id, first, last in con.execute(
+            "SELECT id, first_seq, last_seq FROM docs WHERE session=? AND (last_seq >= ? OR first_seq >= ?)",
+            (sid, from_seq, from_seq)).fetchall():
+        con.execute("INSERT INTO docs_fts(docs_fts, rowid, name, talk, tools, aside) VALUES('delete', ?, ?, ?, ?, ?)",
+                    (doc_id,) + doc_columns(name, _part_rows(con, sid, first, last)))
+        con.execute("DELETE FROM docs WHERE id=?", (doc_id,))
+
+
+def build_parts(con, sid, name, from_seq=0):
+    """Cut the session's chunks from `from_seq` on into parts of at most PART_CHARS and index them.
+
+    Parts are cut greedily from the session's first chunk, so starting again at the first chunk of
+    an existing part gives exactly the parts a full rebuild would: appends only touch the tail.
+    """
+    part, size, first = [], 0, from_seq
+    rows = con.execute("SELECT seq, kind, text FROM chunks WHERE session=? AND seq >= ? ORDER BY seq",
+                       (sid, from_seq)).fetchall()
+
+    def flush(last):
+        doc = con.execute("INSERT INTO docs(session, first_seq, last_seq) VALUES(?,?,?)", (sid, first, last)).lastrowid
+        con.execute("INSERT INTO docs_fts(rowid, name, talk, tools, aside) VALUES(?,?,?,?,?)",
+                    (doc,) + doc_columns(name, part))
+
+    last = from_seq - 1
+    for seq, kind, text in rows:
+        text = unpack(text)
+        if part and size + len(text) > PART_CHARS:
+            flush(last)
+            part, size, first = [], 0, seq
+        part.append((kind, text))
+        size += len(text)
+        last = seq
+    if part or from_seq == 0:
+        flush(last)  # a session without chunks still gets a part, so that its name is searchable
 
 
 def delete_sessions(con, session_ids):
-    """Remove sessions with their chunks and both FTS rows (old text rebuilt from `chunks`)."""
+    """Remove sessions with their chunks and their ranking rows."""
     for sid in session_ids:
         row = con.execute("SELECT name FROM sessions WHERE id=?", (sid,)).fetchone()
         if row is None:
             continue
-        for doc_id, first, last in con.execute("SELECT id, first_seq, last_seq FROM docs WHERE session=?",
-                                               (sid,)).fetchall():
-            rows = con.execute("SELECT kind, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? ORDER BY seq",
-                               (sid, first, last)).fetchall()
-            con.execute("INSERT INTO docs_fts(docs_fts, rowid, name, talk, tools, aside) VALUES('delete', ?, ?, ?, ?, ?)",
-                        (doc_id,) + doc_columns(row[0], rows))
-        con.execute("INSERT INTO chunks_fts(chunks_fts, rowid, text) SELECT 'delete', id, text FROM chunks WHERE session=?",
-                    (sid,))
-        for table, col in (("chunks", "session"), ("docs", "session"), ("touched", "session"), ("sessions", "id")):
+        delete_parts(con, sid, row[0])
+        for table, col in (("chunks", "session"), ("touched", "session"), ("sessions", "id")):
             con.execute("DELETE FROM %s WHERE %s=?" % (table, col), (sid,))
 
 
-def insert_session(con, file_id, s):
-    """Write one parsed session: its row, its chunks, and both FTS indexes."""
-    cur = con.execute(
-        "INSERT INTO sessions(file_id, agent, session_id, path, cwd, name, created, modified, parent, chunk_count) "
-        "VALUES(?,?,?,?,?,?,?,?,?,?)",
-        (file_id, s.agent, s.session_id, s.path, s.cwd, s.name, s.created, s.modified, s.parent, len(s.chunks)))
-    sid = cur.lastrowid
-    con.executemany("INSERT INTO chunks(session, seq, kind, role, tool, ts, text) VALUES(?,?,?,?,?,?,?)",
-                    [(sid, i, c.kind, c.role, c.tool, c.ts, c.text) for i, c in enumerate(s.chunks)])
-    lo, hi = con.execute("SELECT min(id), max(id) FROM chunks WHERE session=?", (sid,)).fetchone()
-    con.execute("UPDATE sessions SET first_chunk=?, last_chunk=? WHERE id=?", (lo, hi, sid))
-    con.execute("INSERT INTO chunks_fts(rowid, text) SELECT id, text FROM chunks WHERE session=?", (sid,))
-    touched = sorted({(c.tool, c.path) for c in s.chunks if c.kind == "tool"}, key=lambda t: (t[0] or "", t[1] or ""))
-    con.executemany("INSERT INTO touched(session, tool, path) VALUES(?,?,?)", [(sid, t, p) for t, p in touched])
-    for first, last in partition([len(c.text) for c in s.chunks]) or [(0, -1)]:
-        doc = con.execute("INSERT INTO docs(session, first_seq, last_seq) VALUES(?,?,?)", (sid, first, last)).lastrowid
-        cols = doc_columns(s.name, [(c.kind, c.text) for c in s.chunks[first:last + 1]])
-        con.execute("INSERT INTO docs_fts(rowid, name, talk, tools, aside) VALUES(?,?,?,?,?)", (doc,) + cols)
-    return len(s.chunks)
+def write_session(con, file_id, s, existing=None, from_seq=0):
+    """Write a parsed session, or (existing = its row id) replace its chunks from seq `from_seq` on.
+
+    Returns the session's row id. Only the parts from the one holding `from_seq` are rebuilt, and
+    all of them when the name changed (the name is indexed with every part).
+    """
+    meta = (s.agent, s.session_id, s.path, s.cwd, s.name, s.created, s.modified, s.parent)
+    if existing is None:
+        sid = con.execute("INSERT INTO sessions(file_id, agent, session_id, path, cwd, name, created, modified, "
+                          "parent, chunk_count) VALUES(?,?,?,?,?,?,?,?,?,0)", (file_id,) + meta).lastrowid
+        part_from = 0
+    else:
+        sid = existing
+        old_name = con.execute("SELECT name FROM sessions WHERE id=?", (sid,)).fetchone()[0]
+        row = con.execute("SELECT max(first_seq) FROM docs WHERE session=? AND first_seq <= ?", (sid, from_seq)).fetchone()
+        part_from = 0 if old_name != s.name or row[0] is None else row[0]
+        delete_parts(con, sid, old_name, part_from)
+        con.execute("DELETE FROM chunks WHERE session=? AND seq >= ?", (sid, from_seq))
+        con.execute("UPDATE sessions SET agent=?, session_id=?, path=?, cwd=?, name=?, created=?, modified=?, parent=? "
+                    "WHERE id=?", meta + (sid,))
+    con.executemany("INSERT INTO chunks(session, seq, kind, role, tool, path, ts, text) VALUES(?,?,?,?,?,?,?,?)",
+                    [(sid, from_seq + i, c.kind, c.role, c.tool, c.path, c.ts, pack(c.text))
+                     for i, c in enumerate(s.chunks)])
+    con.execute("UPDATE sessions SET chunk_count=? WHERE id=?", (from_seq + len(s.chunks), sid))
+    build_parts(con, sid, s.name, part_from)
+    touched = {(c.tool, c.path) for c in s.chunks if c.kind == "tool"}
+    if existing is not None:
+        touched -= set(con.execute("SELECT tool, path FROM touched WHERE session=?", (sid,)).fetchall())
+    con.executemany("INSERT INTO touched(session, tool, path) VALUES(?,?,?)",
+                    [(sid, t, p) for t, p in sorted(touched, key=lambda x: (x[0] or "", x[1] or ""))])
+    return sid
 
 
 class IndexSummary:
@@ -1056,21 +1144,47 @@ def discover(sources, summary):
 
 BATCH_BYTES = 16 * 1024 * 1024   # commit after this much session data: bounded loss on interruption
 BATCH_FILES = 500
+SLICE_BYTES = 8 * 1024 * 1024    # a resumable file is parsed this much at a time: bounded memory
+TAIL_CHECK = 1024                # bytes before a checkpoint that must be unchanged to resume there
 
 
-def run_index(store, sources, full=False, progress=None):
-    """Bring the index up to date with the sources. Files whose size and mtime are unchanged are not
-    read; changed ones are re-parsed; vanished ones are removed. Work is committed in batches, so an
-    interrupted run leaves a consistent index and the next run carries on."""
-    t0 = time.monotonic()
-    summary = IndexSummary()
-    if full:
-        store.reset()
-    con = store.con
+class Batch:
+    """One open write transaction, committed every BATCH_BYTES of input or BATCH_FILES files.
+
+    Whatever is committed is consistent (files rows are written with their sessions), so an
+    interrupted run loses at most the open batch, and the next run picks up from there.
+    """
+
+    def __init__(self, store):
+        self.store, self.bytes, self.files = store, 0, 0
+        self.con = store.con
+        self.con.execute("BEGIN IMMEDIATE")
+
+    def done(self, nbytes, files=0):
+        self.bytes += nbytes
+        self.files += files
+        if self.bytes >= BATCH_BYTES or self.files >= BATCH_FILES:
+            self.commit()
+            self.con.execute("BEGIN IMMEDIATE")
+
+    def commit(self):
+        self.store.set_meta("last_index", iso(now_utc()))
+        self.con.execute("COMMIT")
+        self.bytes = self.files = 0
+
+    def rollback(self):
+        try:
+            self.con.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+
+def plan_index(store, sources, summary):
+    """Compare the files on disk with the index: (files to read [(path, parser, stat, row)], rows gone)."""
     files = discover(sources, summary)
     summary.seen = len(files)
-    known = {row[1]: row for row in con.execute(
-        "SELECT id, path, parser, parser_version, size, mtime_ns, status FROM files")}
+    known = {row[1]: row for row in store.con.execute(
+        "SELECT id, path, parser, parser_version, size, mtime_ns, checkpoint FROM files")}
     todo = []
     for path, parser, st in files:
         row = known.get(path)
@@ -1080,69 +1194,122 @@ def run_index(store, sources, full=False, progress=None):
         else:
             todo.append((path, parser, st, row))
     present = {path for path, _, _ in files}
-    gone = [row for path, row in known.items() if path not in present]
-    if gone:
-        with store.transaction():
-            for row in gone:
-                delete_sessions(con, [r[0] for r in con.execute("SELECT id FROM sessions WHERE file_id=?", (row[0],))])
-                con.execute("DELETE FROM files WHERE id=?", (row[0],))
-        summary.removed = len(gone)
+    return todo, [row for path, row in known.items() if path not in present]
+
+
+def run_index(store, sources, full=False, progress=None):
+    """Bring the index up to date with the sources. Files whose size and mtime are unchanged are not
+    read; files that only grew are read from where the last run stopped; other changed files are
+    re-parsed; vanished ones are removed."""
+    t0 = time.monotonic()
+    summary = IndexSummary()
+    if full:
+        store.reset()
+    todo, gone = plan_index(store, sources, summary)
     total_bytes = sum(st.st_size for _, _, st, _ in todo) or 1
-    done_bytes = 0
-    i = 0
-    while i < len(todo):
-        batch_bytes = 0
-        with store.transaction():
-            while i < len(todo):
-                path, parser, st, row = todo[i]
-                i += 1
-                batch_bytes += st.st_size
-                index_file(con, path, parser, st, row, summary)
-                if batch_bytes >= BATCH_BYTES or (i % BATCH_FILES) == 0:
-                    break
-            store.set_meta("last_index", iso(now_utc()))
-        done_bytes += batch_bytes
-        if progress:
-            progress(i, len(todo), done_bytes, total_bytes, time.monotonic() - t0)
-    if not todo and not gone:
-        with store.transaction():
-            store.set_meta("last_index", iso(now_utc()))
+    batch = Batch(store)
+    try:
+        for row in gone:
+            delete_sessions(store.con, [r[0] for r in store.con.execute("SELECT id FROM sessions WHERE file_id=?", (row[0],))])
+            store.con.execute("DELETE FROM files WHERE id=?", (row[0],))
+        summary.removed = len(gone)
+        done_bytes = 0
+        for n, (path, parser, st, row) in enumerate(todo, 1):
+            index_file(batch, path, parser, st, row, summary)
+            batch.done(0, files=1)
+            done_bytes += st.st_size
+            if progress:
+                progress(n, len(todo), done_bytes, total_bytes, time.monotonic() - t0)
+        batch.commit()
+    except BaseException:
+        batch.rollback()
+        raise
     summary.seconds = time.monotonic() - t0
     return summary
 
 
-def index_file(con, path, parser, st, row, summary):
-    """Parse one file and replace what the index held for it. A bad file is reported, never fatal,
-    and a file that cannot be read now keeps whatever was indexed from it before."""
-    report = ParseReport()
+def _fingerprint(path, offset):
+    """Hashes of the file's first bytes and of the bytes just before `offset`: if both are unchanged,
+    the file only grew since that offset was indexed."""
+    with open(path, "rb") as f:
+        head = f.read(min(TAIL_CHECK, offset))
+        f.seek(max(0, offset - TAIL_CHECK))
+        tail = f.read(min(TAIL_CHECK, offset))
+    return hashlib.sha1(head).hexdigest()[:16] + hashlib.sha1(tail).hexdigest()[:16]
+
+
+def _resume_point(path, parser, st, row):
+    """The checkpoint to go on from when the file only grew since it was indexed, else None."""
+    if row is None or not parser.resumable or not row[6] or row[2] != parser.id or row[3] != parser.version:
+        return None
     try:
-        sessions = parser.parse(path, report)
-        status, reason = "ok", None
-    except NotASessionFile as e:
-        sessions, status, reason = [], "skipped", "not a %s session file (%s)" % (parser.label, e)
-    except OSError as e:
-        summary.problem(path, "cannot read: %s" % (e.strerror or e))
-        return
-    except Exception as e:  # a parser bug must not stop the run; the file is reported instead
-        summary.problem(path, "%s parser failed: %s: %s" % (parser.id, type(e).__name__, e))
-        return
+        ck = json.loads(row[6])
+        if st.st_size >= ck["offset"] and _fingerprint(path, ck["offset"]) == ck["fingerprint"]:
+            return ck
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def index_file(batch, path, parser, st, row, summary):
+    """Parse one file and replace (or extend) what the index held for it.
+
+    A bad file is reported, never fatal, and a file that cannot be read now keeps whatever was
+    indexed from it before. Resumable files are read from their last checkpoint when they only grew,
+    and in slices of SLICE_BYTES, each slice committed like an append.
+    """
+    con = batch.con
+    report = ParseReport()
+    resume = _resume_point(path, parser, st, row)
+    file_id = row[0] if row else None
+    existing = None
+    if resume and file_id is not None:
+        r = con.execute("SELECT id FROM sessions WHERE file_id=?", (file_id,)).fetchone()
+        existing = r[0] if r else None
+    fresh = resume is None
+    while True:
+        try:
+            if parser.resumable:
+                sessions = parser.parse(path, report, resume=resume, limit=SLICE_BYTES)
+            else:
+                sessions = parser.parse(path, report)
+            status, reason = "ok", None
+        except NotASessionFile as e:
+            sessions, status, reason = [], "skipped", "not a %s session file (%s)" % (parser.label, e)
+        except OSError as e:
+            summary.problem(path, "cannot read: %s" % (e.strerror or e))
+            return
+        except Exception as e:  # a parser bug must not stop the run; the file is reported instead
+            summary.problem(path, "%s parser failed: %s: %s" % (parser.id, type(e).__name__, e))
+            return
+        if fresh and file_id is not None:
+            delete_sessions(con, [r[0] for r in con.execute("SELECT id FROM sessions WHERE file_id=?", (file_id,))])
+        fresh = False
+        if file_id is None:
+            file_id = con.execute("INSERT INTO files(path, parser) VALUES(?, ?)", (path, parser.id)).lastrowid
+        for s in sessions:
+            from_seq = resume["seq"] if resume else 0
+            existing = write_session(con, file_id, s, existing=existing if resume else None, from_seq=from_seq)
+            summary.chunks += len(s.chunks)
+        complete = all(s.complete for s in sessions)
+        checkpoint = None
+        if parser.resumable and sessions:
+            ck = sessions[0].checkpoint
+            checkpoint = dict(ck, fingerprint=_fingerprint(path, ck["offset"]))
+        # An unfinished file keeps size -1: the next run sees it as changed and resumes it.
+        con.execute("UPDATE files SET parser=?, parser_version=?, size=?, mtime_ns=?, status=?, reason=?, skipped=?, "
+                    "indexed_at=?, checkpoint=? WHERE id=?",
+                    (parser.id, parser.version, st.st_size if complete else -1, st.st_mtime_ns, status, reason,
+                     report.skipped_lines, iso(now_utc()), json.dumps(checkpoint) if checkpoint else None, file_id))
+        read_to = checkpoint["offset"] if checkpoint else st.st_size
+        batch.done(read_to - (resume["offset"] if resume else 0))
+        if complete:
+            break
+        resume = checkpoint
     if reason:
         summary.problem(path, reason)
-    if row is not None:
-        delete_sessions(con, [r[0] for r in con.execute("SELECT id FROM sessions WHERE file_id=?", (row[0],))])
-        file_id = row[0]
-        con.execute("UPDATE files SET parser=?, parser_version=?, size=?, mtime_ns=?, status=?, reason=?, skipped=?, "
-                    "indexed_at=? WHERE id=?", (parser.id, parser.version, st.st_size, st.st_mtime_ns, status,
-                                                reason, report.skipped_lines, iso(now_utc()), file_id))
-    else:
-        file_id = con.execute(
-            "INSERT INTO files(path, parser, parser_version, size, mtime_ns, status, reason, skipped, indexed_at) "
-            "VALUES(?,?,?,?,?,?,?,?,?)", (path, parser.id, parser.version, st.st_size, st.st_mtime_ns, status, reason,
-                                          report.skipped_lines, iso(now_utc()))).lastrowid
-    for s in sessions:
-        summary.chunks += insert_session(con, file_id, s)
-        summary.sessions += 1
     summary.indexed += 1
+    summary.sessions += len(sessions)
     summary.skipped_lines += report.skipped_lines
 
 
@@ -1209,6 +1376,7 @@ class Query:
     def __init__(self, text):
         self.text = text
         self.terms, self.excluded = [], []
+        self.words = []  # (text, is_prefix) of each term, for Matcher
         clean = re.sub(r"[\x00-\x1f\x7f]", " ", text)
         for m in re.finditer(r'(-?)"([^"]*)"|(\S+)', clean):
             if m.group(3) is None:
@@ -1227,7 +1395,9 @@ class Query:
             target = self.excluded if neg else self.terms
             if term not in target:
                 target.append(term)
-        self.terms = self.terms[:MAX_QUERY_TERMS]
+                if not neg:
+                    self.words.append((core, prefix))
+        self.terms, self.words = self.terms[:MAX_QUERY_TERMS], self.words[:MAX_QUERY_TERMS]
         if not self.terms:
             raise UsageError("nothing to search for in %r: give at least one word%s"
                              % (text, " that is not excluded" if self.excluded else ""))
@@ -1243,8 +1413,81 @@ class Query:
             out.append(" OR ".join(t))
         return out
 
-    def any_term(self):
-        return " OR ".join(self.terms)
+
+
+# Common English endings, stripped from query words so that Matcher finds the forms the porter
+# stemmer conflates in the index ("tests" -> "test" finds "testing"). Longest first.
+_SUFFIXES = ("ations", "ation", "ments", "ment", "ness", "ings", "ing", "ies", "ied", "ers", "er", "ed",
+             "es", "ly", "s")
+
+
+class Matcher:
+    """Finds query words inside chunk text, to pick a session's best chunks and cut snippets.
+
+    Ranking is FTS5's job; this only has to point at the right place, so it mimics the tokenizer
+    roughly: case-insensitive, tokens of letters and digits, words matched from their start with
+    any ending (a cheap stand-in for porter stemming), phrases as token sequences.
+    """
+
+    TOKEN = r"[^\W_]"
+
+    def __init__(self, query):
+        self.patterns = []
+        for core, prefix in query.words:
+            tokens = re.findall(r"[^\W_]+", core.lower())
+            if not tokens:
+                continue
+            parts = [re.escape(self._stem(t)) for t in tokens]
+            pat = "(?<!%s)%s%s*" % (self.TOKEN, "[\\W_]+".join(parts), self.TOKEN)
+            self.patterns.append(re.compile(pat, re.IGNORECASE))
+
+    @staticmethod
+    def _stem(token):
+        for suffix in _SUFFIXES:
+            if token.endswith(suffix) and len(token) - len(suffix) >= 3:
+                return token[:-len(suffix)]
+        return token
+
+    def spans(self, text):
+        """[(start, end, term index)] of every match, in order."""
+        out = []
+        for i, pat in enumerate(self.patterns):
+            out.extend((m.start(), m.end(), i) for m in pat.finditer(text))
+        out.sort()
+        return out
+
+    def score(self, text):
+        """Distinct query words found, then (a little) how often: a chunk with more words wins."""
+        spans = self.spans(text)
+        if not spans:
+            return 0.0, spans
+        distinct = len({i for _, _, i in spans})
+        return distinct + min(len(spans), 20) / 100.0, spans
+
+    @staticmethod
+    def snippet(text, spans, width=SNIPPET_CHARS):
+        """A window of about `width` characters around the densest cluster of matches, matches marked."""
+        best, best_n = spans[0][0], 0
+        for start, _, _ in spans[:200]:
+            n = len({i for s, _, i in spans if start - width // 3 <= s <= start + 2 * width // 3})
+            if n > best_n:
+                best, best_n = start, n
+        lo = max(0, best - width // 3)
+        hi = min(len(text), lo + width)
+        if lo > 0:
+            lo = text.find(" ", lo, best) + 1 or lo
+        if hi < len(text):
+            cut = text.rfind(" ", lo, hi)
+            hi = cut if cut > best else hi
+        out, pos = [], lo
+        for s, e, _ in spans:
+            if s < pos or e > hi:
+                continue
+            out.append(text[pos:s])
+            out.append(HL_OPEN + text[s:e] + HL_CLOSE)
+            pos = e
+        out.append(text[pos:hi])
+        return ("…" if lo > 0 else "") + " ".join("".join(out).split()) + ("…" if hi < len(text) else "")
 
 
 # ==================================================================================================
@@ -1301,8 +1544,9 @@ def _doc_weights():
 
 
 def ranked_sessions(con, query, filters):
-    """Yield (session row id, bm25, stage) best first: stage 0 has every word, then all but one,
-    then any. Within a stage, a session scores as its best part (bm25 is negative: lower is better)."""
+    """Yield (session row id, bm25, stage, best part's (first_seq, last_seq)) best first: stage 0
+    has every word, then all but one, then any. A session scores as its best part (bm25 is negative:
+    lower is better)."""
     where, params = filters.sql()
     exclude = ""
     if query.excluded:
@@ -1311,40 +1555,45 @@ def ranked_sessions(con, query, filters):
         params = params + [" OR ".join(query.excluded)]
     # bm25() cannot sit inside an aggregate, so parts come back best first and the first part seen
     # of each session stands for it (fts5.md §2.7: grouping in Python is also the fastest way).
-    sql = ("SELECT d.session, bm25(docs_fts, %s) AS score FROM docs_fts "
+    sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq FROM docs_fts "
            "JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
            "WHERE docs_fts MATCH ?%s%s ORDER BY score, d.session") % (_doc_weights(), where, exclude)
     seen = set()
     for stage, expr in enumerate(query.stages()):
         if filters.tools_only:
             expr = "{tools} : (%s)" % expr
-        for sid, score in con.execute(sql, [expr] + params).fetchall():
+        for sid, score, first, last in con.execute(sql, [expr] + params).fetchall():
             if sid not in seen:
                 seen.add(sid)
-                yield sid, score, stage
+                yield sid, score, stage, (first, last)
 
 
-def best_matches(con, session, query, filters, limit=MATCHES_PER_SESSION):
-    """The chunks of one session that match best, weighted by kind, with snippets."""
-    cond, params = "", []
+def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION):
+    """The chunks of a session that match best, with snippets: those of its best part, or with a
+    tool filter those of the asked-for tool calls anywhere in the session."""
+    sql = "SELECT seq, kind, role, tool, ts, text FROM chunks WHERE session=?"
+    params = [session["id"]]
     if filters.tools_only:
-        cond = " AND c.kind = 'tool'"
+        sql += " AND kind = 'tool'"
     if filters.tool:
-        cond += " AND c.tool IN (%s) COLLATE NOCASE" % ",".join("?" * len(filters.tool))
-        params = list(filters.tool)
-    rows = con.execute(
-        "SELECT c.seq, c.kind, c.role, c.tool, c.ts, bm25(chunks_fts) AS score, "
-        "snippet(chunks_fts, 0, ?, ?, '…', ?) FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid "
-        "WHERE chunks_fts MATCH ? AND chunks_fts.rowid BETWEEN ? AND ? AND c.session = ?%s "
-        "ORDER BY score LIMIT 40" % cond,
-        [HL_OPEN, HL_CLOSE, SNIPPET_TOKENS, query.any_term(), session["first_chunk"] or 0,
-         session["last_chunk"] or 0, session["id"]] + params).fetchall()
-    weighted = sorted(((-r[5] * KIND_WEIGHT.get(r[1], 0.5), r) for r in rows), key=lambda x: (-x[0], x[1][0]))
-    return [{"seq": r[0], "kind": r[1], "role": r[2], "tool": r[3], "timestamp": r[4],
-             "score": round(w, 3), "snippet": " ".join(r[6].split())} for w, r in weighted[:limit]]
+        sql += " AND tool IN (%s) COLLATE NOCASE" % ",".join("?" * len(filters.tool))
+        params += filters.tool
+    else:
+        sql += " AND seq BETWEEN ? AND ?"
+        params += list(part)
+    scored = []
+    for seq, kind, role, tool, ts, text in con.execute(sql + " ORDER BY seq", params):
+        text = unpack(text)
+        score, spans = matcher.score(text)
+        if score:
+            scored.append((score * KIND_WEIGHT.get(kind, 0.5), seq, kind, role, tool, ts, text, spans))
+    scored.sort(key=lambda x: (-x[0], x[1]))
+    return [{"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts, "score": round(w, 3),
+             "snippet": Matcher.snippet(text, spans)}
+            for w, seq, kind, role, tool, ts, text, spans in scored[:limit]]
 
 
-SESSION_COLUMNS = "id, agent, session_id, path, cwd, name, created, modified, parent, chunk_count, first_chunk, last_chunk"
+SESSION_COLUMNS = "id, agent, session_id, path, cwd, name, created, modified, parent, chunk_count"
 
 
 def session_row(con, sid):
@@ -1357,14 +1606,15 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0):
     con = store.con
     need = offset + limit + 1
     hits, keys = [], set()
+    matcher = Matcher(query)
     try:
-        for sid, score, stage in ranked_sessions(con, query, filters):
+        for sid, score, stage, part in ranked_sessions(con, query, filters):
             s = session_row(con, sid)
             key = (s["agent"], s["session_id"])
             if key in keys:
                 continue  # one session stored twice (e.g. an agent's database and its older JSON files)
             keys.add(key)
-            matches = best_matches(con, s, query, filters)
+            matches = best_matches(con, s, part, matcher, filters)
             if filters.tools_only and not matches:
                 continue  # the words were in some tool call, but not in one of the asked-for tools
             hits.append((s, score, stage, matches))
@@ -1378,7 +1628,7 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0):
 def fallback_snippet(con, s):
     """A session matched on its name only: show the first thing the user said."""
     row = con.execute("SELECT text FROM chunks WHERE session=? AND kind='user' ORDER BY seq LIMIT 1", (s["id"],)).fetchone()
-    text = " ".join((row[0] if row else "").split())
+    text = " ".join(unpack(row[0] if row else "").split())
     return text[:200] + ("…" if len(text) > 200 else "")
 
 
