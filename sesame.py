@@ -486,6 +486,9 @@ def read_head(path, n=4096):
         return f.read(n)
 
 
+_json_decode = json.JSONDecoder().decode  # str in, no encoding sniffing per line
+
+
 def iter_jsonl(path, report, start=0):
     """Yield (offset_after_line, object) for each JSON object line of a file, from byte `start`.
 
@@ -514,7 +517,7 @@ def iter_jsonl(path, report, start=0):
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = _json_decode(line.decode("utf-8"))
             except ValueError:  # JSONDecodeError and UnicodeDecodeError
                 report.skip("malformed line")
                 continue
@@ -691,8 +694,13 @@ class PiParser(Parser):
                 role = m.get("role")
                 ts = norm_time(e.get("timestamp"))
                 if role in ("user", "assistant"):
-                    mts = norm_time(m.get("timestamp")) or ts
-                    if mts and (state["last"] is None or mts > state["last"]):
+                    # pi's "modified": the latest user/assistant message time (epoch ms), kept as a
+                    # number and turned into ISO once, at the end.
+                    mts = m.get("timestamp")
+                    if not isinstance(mts, (int, float)) or isinstance(mts, bool):
+                        mts = parse_time(ts)
+                        mts = mts.timestamp() * 1000 if mts else None
+                    if mts is not None and (state["last"] is None or mts > state["last"]):
                         state["last"] = mts
                 had_calls = bool(calls)
                 self._message(s, m, role, ts, calls, report)
@@ -722,7 +730,7 @@ class PiParser(Parser):
         s.checkpoint = {"offset": offset, "seq": (resume["seq"] if resume else 0) + n_chunks, "state": ck_state}
         s.name = state["name"]
         s.created = header_ts
-        s.modified = state["last"] or header_ts
+        s.modified = norm_time(state["last"]) if state["last"] is not None else header_ts
         if s.created is None:
             s.created = s.modified = iso(datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc))
         return [s]
@@ -817,7 +825,7 @@ CREATE INDEX touched_session ON touched(session);
 CREATE VIRTUAL TABLE docs_fts USING fts5(name, talk, tools, aside, content='', tokenize='%s');
 """ % TOKENIZE
 
-FTS_HASHSIZE = 16 * 1024 * 1024  # bigger in-memory batches before a flush: faster bulk builds
+FTS_HASHSIZE = 32 * 1024 * 1024  # bigger in-memory batches before a flush: faster bulk builds
 
 
 def check_fts5(con):
@@ -868,6 +876,7 @@ class Store:
         store = cls(con, path)
         try:
             check_fts5(con)
+            con.execute("PRAGMA page_size=16384")  # takes effect on a new file only: faster FTS builds
             con.execute("PRAGMA journal_mode=WAL")
             con.execute("PRAGMA synchronous=NORMAL")
             con.execute("PRAGMA temp_store=MEMORY")
@@ -990,7 +999,7 @@ COMPRESS_MIN = 200  # shorter texts are stored as they are: zlib would not make 
 
 
 def pack(text):
-    return zlib.compress(text.encode("utf-8"), 6) if len(text) >= COMPRESS_MIN else text
+    return zlib.compress(text.encode("utf-8"), 1) if len(text) >= COMPRESS_MIN else text
 
 
 def unpack(value):
@@ -1023,32 +1032,62 @@ def delete_parts(con, sid, name, from_seq=0):
         con.execute("DELETE FROM docs WHERE id=?", (doc_id,))
 
 
-def build_parts(con, sid, name, from_seq=0):
-    """Cut the session's chunks from `from_seq` on into parts of at most PART_CHARS and index them.
+def cut_parts(rows, start_seq=0):
+    """Cut (seq, kind, text) rows into parts of at most PART_CHARS: yields (first, last, [(kind, text)]).
 
-    Parts are cut greedily from the session's first chunk, so starting again at the first chunk of
-    an existing part gives exactly the parts a full rebuild would: appends only touch the tail.
+    Parts are cut greedily from the session's first chunk, so cutting again from the first chunk of
+    an existing part gives exactly the parts a full rebuild would: appends only touch the tail. A
+    session without chunks still gets one (empty) part, so that its name is searchable.
     """
-    part, size, first = [], 0, from_seq
-    rows = con.execute("SELECT seq, kind, text FROM chunks WHERE session=? AND seq >= ? ORDER BY seq",
-                       (sid, from_seq)).fetchall()
-
-    def flush(last):
-        doc = con.execute("INSERT INTO docs(session, first_seq, last_seq) VALUES(?,?,?)", (sid, first, last)).lastrowid
-        con.execute("INSERT INTO docs_fts(rowid, name, talk, tools, aside) VALUES(?,?,?,?,?)",
-                    (doc,) + doc_columns(name, part))
-
-    last = from_seq - 1
+    part, size, first, last = [], 0, start_seq, start_seq - 1
     for seq, kind, text in rows:
-        text = unpack(text)
         if part and size + len(text) > PART_CHARS:
-            flush(last)
+            yield first, last, part
             part, size, first = [], 0, seq
         part.append((kind, text))
         size += len(text)
         last = seq
-    if part or from_seq == 0:
-        flush(last)  # a session without chunks still gets a part, so that its name is searchable
+    if part or start_seq == 0:
+        yield first, last, part
+
+
+def insert_parts(con, sid, parts):
+    """Index (first, last, columns) parts of one session in docs_fts."""
+    for first, last, cols in parts:
+        doc = con.execute("INSERT INTO docs(session, first_seq, last_seq) VALUES(?,?,?)", (sid, first, last)).lastrowid
+        con.execute("INSERT INTO docs_fts(rowid, name, talk, tools, aside) VALUES(?,?,?,?,?)", (doc,) + cols)
+
+
+def build_parts(con, sid, name, from_seq):
+    """Re-cut and index the session's parts from chunk `from_seq` (a part start) on, from the index."""
+    rows = ((seq, kind, unpack(text)) for seq, kind, text in con.execute(
+        "SELECT seq, kind, text FROM chunks WHERE session=? AND seq >= ? ORDER BY seq", (sid, from_seq)))
+    insert_parts(con, sid, [(f, l, doc_columns(name, p)) for f, l, p in cut_parts(rows, from_seq)])
+
+
+class Prepared:
+    """A parsed session made ready to write: plain values only (cheap to send from a worker), the
+    chunk text compressed, and its parts already cut when it starts at chunk 0."""
+
+    __slots__ = ("meta", "rows", "touched", "parts", "complete", "count")
+
+    def __init__(self, s, fresh):
+        self.meta = (s.agent, s.session_id, s.path, s.cwd, s.name, s.created, s.modified, s.parent)
+        self.rows = [(c.kind, c.role, c.tool, c.path, c.ts, pack(c.text)) for c in s.chunks]
+        self.touched = sorted({(c.tool or "", c.path or "") for c in s.chunks if c.kind == "tool"})
+        self.parts = None
+        if fresh:
+            self.parts = [(f, l, doc_columns(s.name, p))
+                          for f, l, p in cut_parts((i, c.kind, c.text) for i, c in enumerate(s.chunks))]
+        self.complete = s.complete
+        self.count = len(s.chunks)
+
+    def __getstate__(self):
+        return [getattr(self, k) for k in self.__slots__]
+
+    def __setstate__(self, state):
+        for k, v in zip(self.__slots__, state):
+            setattr(self, k, v)
 
 
 def delete_sessions(con, session_ids):
@@ -1062,13 +1101,14 @@ def delete_sessions(con, session_ids):
             con.execute("DELETE FROM %s WHERE %s=?" % (table, col), (sid,))
 
 
-def write_session(con, file_id, s, existing=None, from_seq=0):
-    """Write a parsed session, or (existing = its row id) replace its chunks from seq `from_seq` on.
+def write_session(con, file_id, prep, existing=None, from_seq=0):
+    """Write a prepared session, or (existing = its row id) replace its chunks from seq `from_seq` on.
 
     Returns the session's row id. Only the parts from the one holding `from_seq` are rebuilt, and
     all of them when the name changed (the name is indexed with every part).
     """
-    meta = (s.agent, s.session_id, s.path, s.cwd, s.name, s.created, s.modified, s.parent)
+    meta = prep.meta
+    name = meta[4]
     if existing is None:
         sid = con.execute("INSERT INTO sessions(file_id, agent, session_id, path, cwd, name, created, modified, "
                           "parent, chunk_count) VALUES(?,?,?,?,?,?,?,?,?,0)", (file_id,) + meta).lastrowid
@@ -1077,21 +1117,22 @@ def write_session(con, file_id, s, existing=None, from_seq=0):
         sid = existing
         old_name = con.execute("SELECT name FROM sessions WHERE id=?", (sid,)).fetchone()[0]
         row = con.execute("SELECT max(first_seq) FROM docs WHERE session=? AND first_seq <= ?", (sid, from_seq)).fetchone()
-        part_from = 0 if old_name != s.name or row[0] is None else row[0]
+        part_from = 0 if old_name != name or row[0] is None else row[0]
         delete_parts(con, sid, old_name, part_from)
         con.execute("DELETE FROM chunks WHERE session=? AND seq >= ?", (sid, from_seq))
         con.execute("UPDATE sessions SET agent=?, session_id=?, path=?, cwd=?, name=?, created=?, modified=?, parent=? "
                     "WHERE id=?", meta + (sid,))
     con.executemany("INSERT INTO chunks(session, seq, kind, role, tool, path, ts, text) VALUES(?,?,?,?,?,?,?,?)",
-                    [(sid, from_seq + i, c.kind, c.role, c.tool, c.path, c.ts, pack(c.text))
-                     for i, c in enumerate(s.chunks)])
-    con.execute("UPDATE sessions SET chunk_count=? WHERE id=?", (from_seq + len(s.chunks), sid))
-    build_parts(con, sid, s.name, part_from)
-    touched = {(c.tool, c.path) for c in s.chunks if c.kind == "tool"}
+                    [(sid, from_seq + i) + r for i, r in enumerate(prep.rows)])
+    con.execute("UPDATE sessions SET chunk_count=? WHERE id=?", (from_seq + len(prep.rows), sid))
+    if existing is None and prep.parts is not None:
+        insert_parts(con, sid, prep.parts)
+    else:
+        build_parts(con, sid, name, part_from)
+    touched = set(prep.touched)
     if existing is not None:
         touched -= set(con.execute("SELECT tool, path FROM touched WHERE session=?", (sid,)).fetchall())
-    con.executemany("INSERT INTO touched(session, tool, path) VALUES(?,?,?)",
-                    [(sid, t, p) for t, p in sorted(touched, key=lambda x: (x[0] or "", x[1] or ""))])
+    con.executemany("INSERT INTO touched(session, tool, path) VALUES(?,?,?)", [(sid, t, p) for t, p in sorted(touched)])
     return sid
 
 
@@ -1142,8 +1183,8 @@ def discover(sources, summary):
     return found
 
 
-BATCH_BYTES = 16 * 1024 * 1024   # commit after this much session data: bounded loss on interruption
-BATCH_FILES = 500
+BATCH_BYTES = 64 * 1024 * 1024   # commit after this much session data: bounded loss on interruption
+BATCH_FILES = 2000
 SLICE_BYTES = 8 * 1024 * 1024    # a resumable file is parsed this much at a time: bounded memory
 TAIL_CHECK = 1024                # bytes before a checkpoint that must be unchanged to resume there
 
@@ -1208,22 +1249,28 @@ def run_index(store, sources, full=False, progress=None):
     todo, gone = plan_index(store, sources, summary)
     total_bytes = sum(st.st_size for _, _, st, _ in todo) or 1
     batch = Batch(store)
+    results = None
     try:
         for row in gone:
             delete_sessions(store.con, [r[0] for r in store.con.execute("SELECT id FROM sessions WHERE file_id=?", (row[0],))])
             store.con.execute("DELETE FROM files WHERE id=?", (row[0],))
         summary.removed = len(gone)
+        jobs = [(path, parser, st, row, _resume_point(path, parser, st, row)) for path, parser, st, row in todo]
+        results = parse_all(jobs, parallel=total_bytes >= PARALLEL_MIN_BYTES)
         done_bytes = 0
-        for n, (path, parser, st, row) in enumerate(todo, 1):
-            index_file(batch, path, parser, st, row, summary)
+        for n, (job, result) in enumerate(zip(jobs, results), 1):
+            index_file(batch, job, result, summary)
             batch.done(0, files=1)
-            done_bytes += st.st_size
+            done_bytes += job[2].st_size
             if progress:
                 progress(n, len(todo), done_bytes, total_bytes, time.monotonic() - t0)
         batch.commit()
     except BaseException:
         batch.rollback()
         raise
+    finally:
+        if results is not None:
+            results.close()  # stops the worker processes, also when interrupted
     summary.seconds = time.monotonic() - t0
     return summary
 
@@ -1251,66 +1298,124 @@ def _resume_point(path, parser, st, row):
     return None
 
 
-def index_file(batch, path, parser, st, row, summary):
-    """Parse one file and replace (or extend) what the index held for it.
+def parse_file(path, parser_id, resume, limit):
+    """Run a parser on one file (or one slice of it) and compress its chunks.
+
+    Arguments and result are plain picklable values, so this can run in a worker process:
+    (status, sessions or reason, skipped-lines dict, checkpoint). status is "ok", "skipped" (not a
+    session file: recorded, so it is not retried until it changes) or "error" (left for next run).
+    """
+    parser = PARSERS[parser_id]
+    report = ParseReport()
+    try:
+        if parser.resumable:
+            sessions = parser.parse(path, report, resume=resume, limit=limit)
+        else:
+            sessions = parser.parse(path, report)
+    except NotASessionFile as e:
+        return "skipped", "not a %s session file (%s)" % (parser.label, e), report.skipped, None
+    except OSError as e:
+        return "error", "cannot read: %s" % (e.strerror or e), report.skipped, None
+    except Exception as e:  # a parser bug must not stop the run; the file is reported instead
+        return "error", "%s parser failed: %s: %s" % (parser_id, type(e).__name__, e), report.skipped, None
+    prepared = [Prepared(s, fresh=resume is None) for s in sessions]
+    checkpoint = None
+    if parser.resumable and sessions and sessions[0].checkpoint:
+        ck = sessions[0].checkpoint
+        try:
+            checkpoint = dict(ck, fingerprint=_fingerprint(path, ck["offset"]))
+        except OSError as e:
+            return "error", "cannot read: %s" % (e.strerror or e), report.skipped, None
+    return "ok", prepared, report.skipped, checkpoint
+
+
+def index_file(batch, job, result, summary):
+    """Replace (or extend) what the index held for one file with its parse result.
 
     A bad file is reported, never fatal, and a file that cannot be read now keeps whatever was
-    indexed from it before. Resumable files are read from their last checkpoint when they only grew,
-    and in slices of SLICE_BYTES, each slice committed like an append.
+    indexed from it before. A resumable file that only grew is extended from its checkpoint; one
+    larger than SLICE_BYTES arrives in slices, each committed like an append.
     """
+    path, parser, st, row, resume = job
     con = batch.con
-    report = ParseReport()
-    resume = _resume_point(path, parser, st, row)
     file_id = row[0] if row else None
     existing = None
     if resume and file_id is not None:
         r = con.execute("SELECT id FROM sessions WHERE file_id=?", (file_id,)).fetchone()
         existing = r[0] if r else None
     fresh = resume is None
+    skipped_lines = 0
     while True:
-        try:
-            if parser.resumable:
-                sessions = parser.parse(path, report, resume=resume, limit=SLICE_BYTES)
-            else:
-                sessions = parser.parse(path, report)
-            status, reason = "ok", None
-        except NotASessionFile as e:
-            sessions, status, reason = [], "skipped", "not a %s session file (%s)" % (parser.label, e)
-        except OSError as e:
-            summary.problem(path, "cannot read: %s" % (e.strerror or e))
+        status, payload, skipped, checkpoint = result
+        skipped_lines += sum(skipped.values())
+        if status == "error":
+            summary.problem(path, payload)
             return
-        except Exception as e:  # a parser bug must not stop the run; the file is reported instead
-            summary.problem(path, "%s parser failed: %s: %s" % (parser.id, type(e).__name__, e))
-            return
+        sessions = payload if status == "ok" else []
         if fresh and file_id is not None:
             delete_sessions(con, [r[0] for r in con.execute("SELECT id FROM sessions WHERE file_id=?", (file_id,))])
-        fresh = False
+            fresh = False
         if file_id is None:
             file_id = con.execute("INSERT INTO files(path, parser) VALUES(?, ?)", (path, parser.id)).lastrowid
         for s in sessions:
-            from_seq = resume["seq"] if resume else 0
-            existing = write_session(con, file_id, s, existing=existing if resume else None, from_seq=from_seq)
-            summary.chunks += len(s.chunks)
+            existing = write_session(con, file_id, s, existing=existing if resume else None,
+                                     from_seq=resume["seq"] if resume else 0)
+            summary.chunks += s.count
         complete = all(s.complete for s in sessions)
-        checkpoint = None
-        if parser.resumable and sessions:
-            ck = sessions[0].checkpoint
-            checkpoint = dict(ck, fingerprint=_fingerprint(path, ck["offset"]))
         # An unfinished file keeps size -1: the next run sees it as changed and resumes it.
         con.execute("UPDATE files SET parser=?, parser_version=?, size=?, mtime_ns=?, status=?, reason=?, skipped=?, "
                     "indexed_at=?, checkpoint=? WHERE id=?",
-                    (parser.id, parser.version, st.st_size if complete else -1, st.st_mtime_ns, status, reason,
-                     report.skipped_lines, iso(now_utc()), json.dumps(checkpoint) if checkpoint else None, file_id))
+                    (parser.id, parser.version, st.st_size if complete else -1, st.st_mtime_ns,
+                     "ok" if status == "ok" else "skipped", None if status == "ok" else payload,
+                     skipped_lines, iso(now_utc()), json.dumps(checkpoint) if checkpoint else None, file_id))
         read_to = checkpoint["offset"] if checkpoint else st.st_size
         batch.done(read_to - (resume["offset"] if resume else 0))
         if complete:
             break
         resume = checkpoint
-    if reason:
-        summary.problem(path, reason)
+        result = parse_file(path, parser.id, resume, SLICE_BYTES)
+    if status == "skipped":
+        summary.problem(path, payload)
     summary.indexed += 1
     summary.sessions += len(sessions)
-    summary.skipped_lines += report.skipped_lines
+    summary.skipped_lines += skipped_lines
+
+
+PARALLEL_MIN_BYTES = 16 * 1024 * 1024  # below this, starting a worker process costs more than it saves
+
+
+def parse_all(jobs, parallel):
+    """Parse results for jobs, in order. With `parallel`, parsing runs in worker processes (the
+    machine's other cores) while the caller writes; a few results are kept ahead, never all."""
+    args = [(path, parser.id, resume, SLICE_BYTES) for path, parser, _, _, resume in jobs]
+    if not parallel:
+        for a in args:
+            yield parse_file(*a)
+        return
+    import multiprocessing
+    from collections import deque
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+    try:
+        pool = ctx.Pool(max(1, min(4, os.cpu_count() or 2)))
+    except (OSError, ImportError, ValueError):  # no semaphores or processes here: parse in-process
+        for a in args:
+            yield parse_file(*a)
+        return
+    try:
+        pending, it = deque(), iter(args)
+        for a in it:
+            pending.append(pool.apply_async(parse_file, a))
+            if len(pending) >= 16:
+                break
+        while pending:
+            result = pending.popleft().get()
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append(pool.apply_async(parse_file, nxt))
+            yield result
+    finally:
+        pool.terminate()
 
 
 class IndexLock:
