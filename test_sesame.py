@@ -3,8 +3,11 @@
 Inputs are small literal sessions written here; when ../shared/samples exists the real sessions
 there are indexed too. Run: python3 -m pytest -q
 """
+import glob
+import hashlib
 import json
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -12,6 +15,7 @@ import sys
 import pytest
 
 import sesame
+from sesame import PARSERS, NotASessionFile, ParseReport, norm_time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SAMPLES = os.path.join(HERE, "..", "shared", "samples")
@@ -706,6 +710,1720 @@ def test_script_runs_when_copied_and_renamed(tmp_path, env):
     target.chmod(0o755)
     r = subprocess.run([str(target), "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "search" in r.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Agent parsers: one block per agent section of sesame.py. Each pins that agent's traps with small
+# literal files written here, then checks every file of ../shared/samples/<agent> when present.
+# ---------------------------------------------------------------------------------------------
+
+def cc_write_jsonl(path, records, raw_tail=""):
+    os.makedirs(os.path.dirname(str(path)), exist_ok=True)
+    with open(str(path), "w") as f:
+        for r in records:
+            f.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
+        f.write(raw_tail)
+    return str(path)
+
+
+def cc_kinds(s):
+    return [c.kind for c in s.chunks]
+
+
+def cc_texts(s, kind):
+    return [c.text for c in s.chunks if c.kind == kind]
+
+
+# ==================================================================================================
+# Claude Code
+# ==================================================================================================
+
+cc_SID = "11111111-2222-4333-8444-555555555555"
+
+
+def cc_cl(rtype, uuid, ts, **kw):
+    rec = {"type": rtype, "uuid": uuid, "sessionId": cc_SID, "cwd": "/home/u/proj", "isSidechain": False,
+           "timestamp": ts, "version": "2.1.14"}
+    rec.update(kw)
+    return rec
+
+
+def cc_cl_user(uuid, ts, content, **kw):
+    return cc_cl("user", uuid, ts, message={"role": "user", "content": content}, **kw)
+
+
+def cc_cl_asst(uuid, ts, mid, blocks, **kw):
+    return cc_cl("assistant", uuid, ts, message={"id": mid, "role": "assistant", "content": blocks}, **kw)
+
+
+def cc_claude_parse(path):
+    return PARSERS["claude"].parse(str(path), ParseReport())
+
+
+def test_claude_session_id_cwd_times_and_kinds(tmp_path):
+    p = cc_write_jsonl(tmp_path / "-home-u-proj" / (cc_SID + ".jsonl"), [
+        {"type": "queue-operation", "operation": "dequeue", "sessionId": cc_SID, "timestamp": "2026-01-21T06:19:38.000Z"},
+        cc_cl_user("u1", "2026-01-21T06:19:38.056Z", "why does the flux capacitor leak?"),
+        cc_cl_asst("a1", "2026-01-21T06:19:40.000Z", "msg_1", [{"type": "thinking", "thinking": "hmm, capacitors"}]),
+        cc_cl_asst("a2", "2026-01-21T06:19:41.000Z", "msg_1", [{"type": "text", "text": "Because of the seal."}]),
+    ])
+    [s] = cc_claude_parse(p)
+    assert s.session_id == cc_SID and s.cwd == "/home/u/proj" and s.parent is None and s.name is None
+    assert s.created == "2026-01-21T06:19:38.000Z" and s.modified == "2026-01-21T06:19:41.000Z"
+    assert cc_kinds(s) == ["user", "thinking", "assistant"]
+
+
+def test_claude_streamed_message_is_merged_and_indexed_once(tmp_path):
+    # One API message written over several lines (one block per line, one line repeating a block).
+    p = cc_write_jsonl(tmp_path / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", "list files"),
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "msg_9", [{"type": "text", "text": "Listing."}]),
+        cc_cl_asst("a2", "2026-01-01T00:00:01Z", "msg_9", [{"type": "text", "text": "Listing."},
+                                                          {"type": "tool_use", "id": "toolu_1", "name": "Bash",
+                                                           "input": {"command": "ls -la"}}]),
+        cc_cl_asst("a3", "2026-01-01T00:00:01Z", "msg_9", [{"type": "tool_use", "id": "toolu_1", "name": "Bash",
+                                                          "input": {"command": "ls -la"}}]),
+        cc_cl_user("u2", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                                 "content": "README.md\nsetup.py"}],
+                toolUseResult={"stdout": "README.md\nsetup.py", "stderr": ""}),
+    ])
+    [s] = cc_claude_parse(p)
+    assert cc_kinds(s) == ["user", "assistant", "tool"]
+    assert cc_texts(s, "assistant") == ["Listing."]
+    tool = [c for c in s.chunks if c.kind == "tool"][0]
+    assert tool.tool == "Bash" and "command: ls -la" in tool.text and "setup.py" in tool.text
+
+
+def test_claude_injected_text_is_context_never_user(tmp_path):
+    p = cc_write_jsonl(tmp_path / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z",
+                "<local-command-caveat>Caveat: The messages below were generated by the user while running "
+                "local commands. DO NOT respond.</local-command-caveat>", isMeta=True),
+        cc_cl_user("u2", "2026-01-01T00:00:01Z",
+                "<command-name>/review</command-name>\n<command-message>review</command-message>\n"
+                "<command-args>the parser module</command-args>"),
+        cc_cl_user("u3", "2026-01-01T00:00:02Z", "<local-command-stdout>Set model to opus</local-command-stdout>"),
+        cc_cl_user("u4", "2026-01-01T00:00:03Z", [
+            {"type": "text", "text": "<system-reminder>The TodoWrite tool was not used</system-reminder>"},
+            {"type": "text", "text": "please fix the zebra bug"}]),
+        cc_cl_user("u5", "2026-01-01T00:00:04Z", "Stop hook feedback: run the tests", isMeta=True),
+        cc_cl_user("u6", "2026-01-01T00:00:05Z", "[Request interrupted by user]"),
+    ])
+    [s] = cc_claude_parse(p)
+    users = cc_texts(s, "user")
+    assert users == ["/review the parser module", "please fix the zebra bug"]
+    context = " ".join(cc_texts(s, "context"))
+    for injected in ("Caveat", "Set model to opus", "TodoWrite", "Stop hook feedback", "Request interrupted"):
+        assert injected in context and not any(injected in u for u in users)
+
+
+def test_claude_title_precedence_rename_then_ai_title_then_own_summary(tmp_path):
+    base = [cc_cl_user("u1", "2026-01-01T00:00:00Z", "hello")]
+    p = cc_write_jsonl(tmp_path / "a" / (cc_SID + ".jsonl"), base + [
+        {"type": "summary", "summary": "Summary of another session", "leafUuid": "elsewhere"},
+        {"type": "summary", "summary": "Greeting exchange", "leafUuid": "u1"},
+    ])
+    assert cc_claude_parse(p)[0].name == "Greeting exchange"
+    p = cc_write_jsonl(tmp_path / "b" / (cc_SID + ".jsonl"), base + [
+        {"type": "summary", "summary": "Greeting exchange", "leafUuid": "u1"},
+        {"type": "ai-title", "sessionId": cc_SID, "aiTitle": "Generated title"},
+    ])
+    assert cc_claude_parse(p)[0].name == "Generated title"
+    p = cc_write_jsonl(tmp_path / "c" / (cc_SID + ".jsonl"), base + [
+        {"type": "custom-title", "sessionId": cc_SID, "customTitle": "My rename"},
+        {"type": "ai-title", "sessionId": cc_SID, "aiTitle": "Generated title"},
+    ])
+    assert cc_claude_parse(p)[0].name == "My rename"
+    p = cc_write_jsonl(tmp_path / "d" / (cc_SID + ".jsonl"), base + [
+        {"type": "summary", "summary": "Summary of another session", "leafUuid": "elsewhere"}])
+    assert cc_claude_parse(p)[0].name is None
+
+
+def test_claude_subagent_is_its_own_session_pointing_to_parent(tmp_path):
+    p = cc_write_jsonl(tmp_path / "-proj" / cc_SID / "subagents" / "agent-a0ad4f.jsonl", [
+        cc_cl_user("c1", "2026-01-01T00:00:02Z", "Search the repo for TODO comments", isSidechain=True, agentId="a0ad4f"),
+        cc_cl_asst("c2", "2026-01-01T00:00:03Z", "msg_c", [{"type": "text", "text": "Found 3."}], isSidechain=True,
+                agentId="a0ad4f"),
+    ])
+    [s] = cc_claude_parse(p)
+    assert s.session_id == "agent-a0ad4f" and s.parent == cc_SID
+    assert cc_texts(s, "user") == ["Search the repo for TODO comments"]
+    assert PARSERS["claude"].resume_command({"session_id": s.session_id, "cwd": s.cwd, "path": p}) is None
+    assert p in PARSERS["claude"].list_files(str(tmp_path))
+
+
+def test_claude_spilled_tool_output_is_read_from_tool_results(tmp_path):
+    proj = tmp_path / "-proj"
+    spill = proj / cc_SID / "tool-results" / "toolu_big.txt"
+    os.makedirs(str(spill.parent))
+    spill.write_text("line\n" * 10 + "UNIQUE_NEEDLE_IN_BIG_OUTPUT\n")
+    stub = ("<persisted-output>\nOutput too large (2MB). Full output saved to: %s\n\nPreview (first 2KB):\nline\n"
+            "</persisted-output>" % spill)
+    p = cc_write_jsonl(proj / (cc_SID + ".jsonl"), [
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": "toolu_big", "name": "Bash",
+                                                       "input": {"command": "make test"}}]),
+        cc_cl_user("u1", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "toolu_big", "content": stub}]),
+    ])
+    [s] = cc_claude_parse(p)
+    assert "UNIQUE_NEEDLE_IN_BIG_OUTPUT" in cc_texts(s, "tool")[0]
+
+
+def test_claude_compact_summary_resumed_copy_and_bad_lines(tmp_path):
+    line = cc_cl_user("u1", "2026-01-01T00:00:00Z", "port the parser to rust")
+    p = cc_write_jsonl(tmp_path / (cc_SID + ".jsonl"), [
+        line, "{not json", line,   # a resumed file repeats earlier lines with their uuids
+        cc_cl_user("u2", "2026-01-01T00:00:05Z", "This session is being continued from a previous conversation...",
+                isCompactSummary=True),
+    ], raw_tail='{"type": "user", "unfinished')
+    report = ParseReport()
+    [s] = PARSERS["claude"].parse(p, report)
+    assert cc_texts(s, "user") == ["port the parser to rust"]
+    assert cc_texts(s, "summary") and report.skipped_lines == 2
+
+
+def test_claude_resume_command_runs_in_the_session_cwd():
+    cmd = PARSERS["claude"].resume_command({"session_id": cc_SID, "cwd": "/home/u/my proj", "path": "x"})
+    assert cmd == "cd '/home/u/my proj' && claude --resume %s" % cc_SID
+
+
+def test_claude_rejects_other_formats(tmp_path):
+    p = cc_write_jsonl(tmp_path / "x.jsonl", [{"timestamp": "2026-01-01T00:00:00Z", "type": "session_meta",
+                                            "payload": {"id": "abc"}}])
+    with pytest.raises(NotASessionFile):
+        cc_claude_parse(p)
+    p = cc_write_jsonl(tmp_path / "y.jsonl", ["[1, 2]"])
+    with pytest.raises(NotASessionFile):
+        cc_claude_parse(p)
+
+
+def test_claude_default_roots_honour_config_dir():
+    roots = PARSERS["claude"].default_roots({"CLAUDE_CONFIG_DIR": "/a/claude,/b/claude"})
+    assert roots == ["/a/claude/projects", "/b/claude/projects"]
+
+
+# ==================================================================================================
+# Codex
+# ==================================================================================================
+
+cc_TID = "019a93b9-f380-7600-98ff-940e6b99603c"
+
+
+def cc_cx(ts, rtype, payload):
+    return {"timestamp": ts, "type": rtype, "payload": payload}
+
+
+def cc_cx_meta(tid=cc_TID, ts="2025-11-17T21:30:28.608Z", **kw):
+    p = {"id": tid, "timestamp": ts, "cwd": "/home/u/app", "originator": "codex_cli_rs", "cli_version": "0.58.0",
+         "source": "cli", "instructions": "AGENTS.md text"}
+    p.update(kw)
+    return cc_cx(ts, "session_meta", p)
+
+
+def cc_cx_msg(ts, role, text):
+    kind = "output_text" if role == "assistant" else "input_text"
+    return cc_cx(ts, "response_item", {"type": "message", "role": role, "content": [{"type": kind, "text": text}]})
+
+
+def cc_codex_parse(path):
+    return PARSERS["codex"].parse(str(path), ParseReport())
+
+
+def cc_rollout(tmp_path, name=cc_TID):
+    return tmp_path / "sessions" / "2025" / "11" / "17" / ("rollout-2025-11-17T15-30-28-%s.jsonl" % name)
+
+
+def test_codex_wrapped_streams_are_indexed_once_and_context_is_not_user(tmp_path):
+    p = cc_write_jsonl(cc_rollout(tmp_path), [
+        cc_cx_meta(),
+        cc_cx_msg("2025-11-17T21:30:29.000Z", "developer", "<permissions instructions>sandbox</permissions instructions>"),
+        cc_cx_msg("2025-11-17T21:30:29.100Z", "user", "<environment_context>\n  <cwd>/home/u/app</cwd>\n</environment_context>"),
+        cc_cx_msg("2025-11-17T21:30:29.200Z", "user", "# AGENTS.md instructions for /home/u/app\n\nbe terse"),
+        cc_cx("2025-11-17T21:30:30.000Z", "event_msg", {"type": "user_message", "message": "wire lmstudio in", "images": []}),
+        cc_cx_msg("2025-11-17T21:30:30.000Z", "user", "wire lmstudio in"),
+        cc_cx("2025-11-17T21:30:31.000Z", "response_item", {"type": "reasoning", "summary": [
+            {"type": "summary_text", "text": "**Planning inspection**"}], "encrypted_content": "gAAAA"}),
+        cc_cx("2025-11-17T21:30:31.000Z", "event_msg", {"type": "agent_reasoning", "text": "**Planning inspection**"}),
+        cc_cx("2025-11-17T21:30:32.000Z", "response_item", {"type": "function_call", "name": "shell", "call_id": "call_1",
+                                                          "arguments": json.dumps({"command": ["bash", "-lc", "ls"]})}),
+        cc_cx("2025-11-17T21:30:33.000Z", "response_item", {"type": "function_call_output", "call_id": "call_1",
+                                                          "output": json.dumps({"output": "README.md\n",
+                                                                                "metadata": {"exit_code": 0}})}),
+        cc_cx_msg("2025-11-17T21:30:34.000Z", "assistant", "Done wiring."),
+        cc_cx("2025-11-17T21:30:34.000Z", "event_msg", {"type": "agent_message", "message": "Done wiring."}),
+        cc_cx("2025-11-17T21:30:35.000Z", "event_msg", {"type": "token_count", "info": None}),
+    ])
+    [s] = cc_codex_parse(p)
+    assert s.session_id == cc_TID and s.cwd == "/home/u/app" and s.parent is None
+    assert s.created == "2025-11-17T21:30:28.608Z" and s.modified == "2025-11-17T21:30:35.000Z"
+    assert cc_texts(s, "user") == ["wire lmstudio in"]
+    assert cc_texts(s, "assistant") == ["Done wiring."] and cc_texts(s, "thinking") == ["**Planning inspection**"]
+    assert len(cc_texts(s, "context")) == 3 and not any("AGENTS.md" in t for t in cc_texts(s, "user"))
+    [tool] = [c for c in s.chunks if c.kind == "tool"]
+    assert tool.text == "tool: shell\ncommand: ls\noutput:\nREADME.md"
+
+
+def test_codex_response_items_without_events_still_give_user_text(tmp_path):
+    p = cc_write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(), cc_cx_msg("2025-11-17T21:31:00Z", "user", "only in response items")])
+    assert cc_texts(cc_codex_parse(p)[0], "user") == ["only in response items"]
+
+
+def test_codex_bare_era_header_and_cwd_from_environment_context(tmp_path):
+    p = cc_write_jsonl(tmp_path / "sessions" / ("rollout-2025-08-01-%s.jsonl" % cc_TID), [
+        {"id": cc_TID, "timestamp": "2025-08-01T10:00:00.000Z", "instructions": None, "git": {"branch": "main"}},
+        {"record_type": "state"},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "<environment_context>\n<cwd>/srv/old</cwd>\n</environment_context>"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "bump the version"}]},
+        {"type": "function_call", "name": "shell", "arguments": "{\"command\": [\"git\", \"tag\"]}", "call_id": "c1"},
+        {"type": "function_call_output", "call_id": "c1", "output": "v1.0"},
+        {"record_type": "state"},
+    ])
+    [s] = cc_codex_parse(p)
+    assert s.session_id == cc_TID and s.cwd == "/srv/old" and s.created == "2025-08-01T10:00:00.000Z"
+    assert cc_kinds(s) == ["context", "user", "tool"] and "v1.0" in cc_texts(s, "tool")[0]
+
+
+def test_codex_typescript_era_json(tmp_path):
+    p = tmp_path / "sessions" / "rollout-2025-04-20-abc.json"
+    os.makedirs(str(p.parent))
+    p.write_text(json.dumps({"session": {"id": "ts-era-1", "timestamp": "2025-04-20T09:00:00Z",
+                                         "instructions": "always use tabs"},
+                             "items": [{"type": "message", "role": "user",
+                                        "content": [{"type": "input_text", "text": "add a cli flag"}]},
+                                       {"type": "message", "role": "assistant",
+                                        "content": [{"type": "output_text", "text": "Added --verbose."}]}]}))
+    [s] = cc_codex_parse(p)
+    assert s.session_id == "ts-era-1" and s.created == "2025-04-20T09:00:00.000Z"
+    assert cc_texts(s, "user") == ["add a cli flag"] and cc_texts(s, "context") == ["always use tabs"]
+    assert str(p) in PARSERS["codex"].list_files(str(tmp_path / "sessions"))
+
+
+def test_codex_thread_name_from_session_index_last_entry_wins(tmp_path):
+    p = cc_write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(), cc_cx("2025-11-17T21:31:00Z", "event_msg",
+                                                      {"type": "thread_name_updated", "thread_name": "in-file name"})])
+    assert cc_codex_parse(p)[0].name == "in-file name"
+    cc_write_jsonl(tmp_path / "session_index.jsonl", [
+        {"id": cc_TID, "thread_name": "first name", "updated_at": "2025-11-17T21:35:00Z"},
+        {"id": "other", "thread_name": "not mine", "updated_at": "2025-11-17T21:36:00Z"},
+        {"id": cc_TID, "thread_name": "LM Studio wiring", "updated_at": "2025-11-17T21:37:00Z"},
+    ])
+    assert cc_codex_parse(p)[0].name == "LM Studio wiring"
+
+
+def test_codex_subagent_links_parent_and_drops_replayed_history(tmp_path):
+    parent = "0199a000-0000-7000-8000-000000000002"
+    child = "0199a001-0000-7000-8000-00000000c41d"
+    p = cc_write_jsonl(cc_rollout(tmp_path, child), [
+        cc_cx_meta(child, "2026-10-05T00:02:00.100Z", forked_from_id=parent,
+                source={"subagent": {"thread_spawn": {"parent_thread_id": parent, "depth": 1}}}),
+        # replayed parent history, written in the creation burst
+        cc_cx_meta(parent, "2026-10-05T00:02:00.101Z"),
+        cc_cx_msg("2026-10-05T00:02:00.102Z", "developer", "<permissions instructions>parent</permissions instructions>"),
+        cc_cx("2026-10-05T00:02:00.103Z", "event_msg", {"type": "user_message", "message": "parent prompt xyzzy"}),
+        cc_cx_msg("2026-10-05T00:02:00.104Z", "assistant", "parent answer xyzzy"),
+        # the child's own initial context, then its own work
+        cc_cx_msg("2026-10-05T00:02:00.105Z", "developer", "<permissions instructions>child</permissions instructions>"),
+        cc_cx("2026-10-05T00:02:02.000Z", "event_msg", {"type": "user_message", "message": "Update the dependency pins"}),
+        cc_cx_msg("2026-10-05T00:02:30.000Z", "assistant", "Updated the pins."),
+    ])
+    [s] = cc_codex_parse(p)
+    assert s.session_id == child and s.parent == parent
+    assert cc_texts(s, "user") == ["Update the dependency pins"] and cc_texts(s, "assistant") == ["Updated the pins."]
+    assert not any("xyzzy" in c.text for c in s.chunks)
+
+
+def test_codex_subagent_without_replayed_history_keeps_its_work(tmp_path):
+    p = os.path.join(SAMPLES, "codex", "ccrider-subagent_v2.jsonl")
+    if not os.path.exists(p):
+        pytest.skip("samples absent")
+    [s] = cc_codex_parse(p)
+    assert s.parent == "0199a000-0000-7000-8000-000000000002"
+    assert cc_texts(s, "user") == ["Update the dependency pins"]
+
+
+def test_codex_zstd_rollouts_are_read_or_reported(tmp_path):
+    plain = cc_write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(), cc_cx_msg("2025-11-17T21:31:00Z", "user", "compressed hello")])
+    z = plain + ".zst"
+    try:
+        from compression import zstd
+    except ImportError:
+        zstd = None
+    data = open(plain, "rb").read()
+    with open(z, "wb") as f:
+        f.write(zstd.compress(data) if zstd else b"\x28\xb5\x2f\xfd" + data)
+    # a plain file beside its .zst wins; the .zst alone is listed
+    assert PARSERS["codex"].list_files(str(tmp_path / "sessions")) == [plain]
+    os.remove(plain)
+    assert PARSERS["codex"].list_files(str(tmp_path / "sessions")) == [z]
+    if zstd:
+        assert cc_texts(cc_codex_parse(z)[0], "user") == ["compressed hello"]
+    else:
+        with pytest.raises(NotASessionFile, match="zstd compressed; this Python cannot decompress it"):
+            cc_codex_parse(z)
+
+
+def test_codex_roots_honour_codex_home_and_archive():
+    assert PARSERS["codex"].default_roots({"CODEX_HOME": "/x/codex"}) == ["/x/codex/sessions",
+                                                                         "/x/codex/archived_sessions"]
+
+
+def test_codex_rejects_other_formats_and_resumes_by_id(tmp_path):
+    p = cc_write_jsonl(tmp_path / "rollout-x.jsonl", [{"timestamp": "2025-09-10T10:00:00Z", "role": "user",
+                                                    "content": "hi"}])
+    with pytest.raises(NotASessionFile):
+        cc_codex_parse(p)
+    assert PARSERS["codex"].resume_command({"session_id": cc_TID, "cwd": "/a", "path": p}) == "codex resume " + cc_TID
+
+
+# ==================================================================================================
+# The same conversation in both formats gives the same chunks
+# ==================================================================================================
+
+
+def test_same_conversation_parses_alike_in_claude_and_codex(tmp_path):
+    question, answer, command, output = "how big is the repo?", "It has 42 files.", "git ls-files | wc -l", "42"
+    cp = cc_write_jsonl(tmp_path / "claude" / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", question),
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": "toolu_1", "name": "Bash",
+                                                       "input": {"command": command}}]),
+        cc_cl_user("u2", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "toolu_1", "content": output}]),
+        cc_cl_asst("a2", "2026-01-01T00:00:03Z", "m2", [{"type": "text", "text": answer}]),
+    ])
+    xp = cc_write_jsonl(cc_rollout(tmp_path), [
+        cc_cx_meta(ts="2026-01-01T00:00:00Z"),
+        cc_cx("2026-01-01T00:00:00Z", "event_msg", {"type": "user_message", "message": question}),
+        cc_cx_msg("2026-01-01T00:00:00Z", "user", question),
+        cc_cx("2026-01-01T00:00:01Z", "response_item", {"type": "function_call", "name": "shell", "call_id": "c1",
+                                                      "arguments": json.dumps({"command": ["bash", "-lc", command]})}),
+        cc_cx("2026-01-01T00:00:02Z", "response_item", {"type": "function_call_output", "call_id": "c1",
+                                                      "output": output}),
+        cc_cx_msg("2026-01-01T00:00:03Z", "assistant", answer),
+        cc_cx("2026-01-01T00:00:03Z", "event_msg", {"type": "agent_message", "message": answer}),
+    ])
+    [c], [x] = cc_claude_parse(cp), cc_codex_parse(xp)
+
+    def shape(s):
+        return [(ch.kind, ch.text.replace("tool: Bash", "tool: shell")) for ch in s.chunks]
+    assert shape(c) == shape(x) == [("user", question), ("tool", "tool: shell\ncommand: %s\noutput:\n%s" % (command, output)),
+                                    ("assistant", answer)]
+
+
+# ==================================================================================================
+# Samples
+# ==================================================================================================
+
+
+def cc__sample_files(agent_dir):
+    root = os.path.join(SAMPLES, agent_dir)
+    if not os.path.isdir(root):
+        pytest.skip("samples absent")
+    return [f for f in sorted(glob.glob(os.path.join(root, "**", "*.json*"), recursive=True))
+            if not f.endswith(".meta.json")]
+
+
+def cc__parse_all(agent, files):
+    sessions = []
+    for f in files:
+        try:
+            got = PARSERS[agent].parse(f, ParseReport())
+        except NotASessionFile:
+            continue
+        assert len(got) >= 1, f
+        for s in got:
+            assert s.session_id and s.created and s.modified and s.created <= s.modified, f
+            assert all(c.kind in sesame.KIND_COLUMN for c in s.chunks), f
+        sessions += got
+    return sessions
+
+
+def test_claude_samples_parse(tmp_path):
+    sessions = cc__parse_all("claude", cc__sample_files("claude-code"))
+    assert len(sessions) >= 7
+    everything = "\n".join(c.text for s in sessions for c in s.chunks)
+    users = [c.text for s in sessions for c in s.chunks if c.kind == "user"]
+    assert any(u.startswith("Add a function called multiply_numbers") for u in users)
+    assert "git status" in everything and "Delegate a repo search to a subagent" in users
+    assert any(s.parent == "0a1b2c3d-4e5f-4061-8071-2a3b4c5d6e7f" for s in sessions)
+
+
+def test_codex_samples_parse(tmp_path):
+    sessions = cc__parse_all("codex", cc__sample_files("codex"))
+    assert len(sessions) >= 9
+    users = [c.text for s in sessions for c in s.chunks if c.kind == "user"]
+    assert any(u.startswith("finish up the users work by rigging up the chatbot-ui") for u in users)
+    assert not any("<environment_context>" in u for u in users)
+    tools = "\n".join(c.text for s in sessions for c in s.chunks if c.kind == "tool")
+    assert "command: ls" in tools
+
+
+# Where the shared samples are, relative to this test file (adjust when the file moves).
+
+
+def ogc_parse(agent, path):
+    return PARSERS[agent].parse(str(path), ParseReport())
+
+
+def ogc_write(path, obj):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+    return path
+
+
+def ogc_write_jsonl(path, records):
+    return ogc_write(path, "".join(json.dumps(r) + "\n" for r in records))
+
+
+def ogc_kinds(session):
+    return [c.kind for c in session.chunks]
+
+
+def ogc_texts(session, kind):
+    return [c.text for c in session.chunks if c.kind == kind]
+
+
+def ogc_make_db(path, script, rows=()):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(str(path))
+    con.executescript(script)
+    for sql, params in rows:
+        con.execute(sql, params)
+    con.commit()
+    con.close()
+    return path
+
+
+def ogc_check_samples(agent):
+    root = os.path.join(SAMPLES, agent)
+    if not os.path.isdir(root):
+        pytest.skip("no samples for %s" % agent)
+    sessions = []
+    for path in sorted(p for p in glob.glob(os.path.join(root, "**", "*"), recursive=True) if os.path.isfile(p)):
+        try:
+            got = PARSERS[agent].parse(path, ParseReport())
+        except NotASessionFile:
+            continue
+        assert len(got) >= 1, path
+        sessions.extend(got)
+    return sessions
+
+
+# ==== OpenCode ====================================================================================
+
+ogc_OPENCODE_SCHEMA = """
+CREATE TABLE session (id TEXT PRIMARY KEY, project_id TEXT, parent_id TEXT, slug TEXT, directory TEXT,
+  title TEXT, version TEXT, time_created INTEGER, time_updated INTEGER);
+CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER, time_updated INTEGER, data TEXT);
+CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT, session_id TEXT, time_created INTEGER,
+  time_updated INTEGER, data TEXT);
+"""
+
+
+def ogc_opencode_db(path):
+    rows = [
+        ("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
+         ("ses_b", "p", None, "s", "/home/u/proj", "Fix flaky CI", "1.2.0", 1730000000000, 1730000009000)),
+        ("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
+         ("ses_c", "p", "ses_b", "s", "/home/u/proj", "Child session - 2024-10-27T03:33:20.000Z", "1.2.0",
+          1730000005000, 1730000006000)),
+    ]
+    msgs = [("msg_2", "ses_b", 1730000002000, {"role": "assistant", "time": {"created": 1730000002000}}),
+            ("msg_1", "ses_b", 1730000001000, {"role": "user", "time": {"created": 1730000001000}}),
+            ("msg_3", "ses_c", 1730000005500, {"role": "user", "time": {"created": 1730000005500}})]
+    for mid, sid, t, data in msgs:
+        rows.append(("INSERT INTO message VALUES (?,?,?,?,?)", (mid, sid, t, t, json.dumps(data))))
+    parts = [
+        ("prt_1", "msg_1", "ses_b", {"type": "text", "text": "why does the ci flake"}),
+        ("prt_2", "msg_1", "ses_b", {"type": "text", "text": "Called the Read tool: secret.txt", "synthetic": True}),
+        ("prt_3", "msg_1", "ses_b", {"type": "file", "mime": "image/png", "url": "data:image/png;base64,AAAA"}),
+        ("prt_4", "msg_2", "ses_b", {"type": "reasoning", "text": "look at the workflow"}),
+        ("prt_5", "msg_2", "ses_b", {"type": "tool", "callID": "c1", "tool": "read",
+                                     "state": {"status": "completed", "input": {"filePath": "/home/u/proj/ci.yml"},
+                                               "output": "runs-on: ubuntu"}}),
+        ("prt_6", "msg_2", "ses_b", {"type": "tool", "callID": "c2", "tool": "bash",
+                                     "state": {"status": "error", "input": {"command": "make test"},
+                                               "error": "exit status 2"}}),
+        ("prt_7", "msg_2", "ses_b", {"type": "text", "text": "The cache key is wrong."}),
+        ("prt_8", "msg_2", "ses_b", {"type": "step-finish", "tokens": {}}),
+        ("prt_9", "msg_3", "ses_c", {"type": "text", "text": "child prompt"}),
+    ]
+    for pid, mid, sid, data in parts:
+        rows.append(("INSERT INTO part VALUES (?,?,?,?,?,?)", (pid, mid, sid, 0, 0, json.dumps(data))))
+    return ogc_make_db(path, ogc_OPENCODE_SCHEMA, rows)
+
+
+def test_opencode_db_gives_every_session_with_times_title_and_parent(tmp_path):
+    sessions = ogc_parse("opencode", ogc_opencode_db(tmp_path / "opencode.db"))
+    assert [s.session_id for s in sessions] == ["ses_b", "ses_c"]
+    main, child = sessions
+    assert main.name == "Fix flaky CI" and main.cwd == "/home/u/proj"
+    assert main.created == "2024-10-27T03:33:20.000Z" and main.modified == "2024-10-27T03:33:29.000Z"
+    assert child.parent == "ses_b"
+    assert child.name is None   # the placeholder title is not a name
+
+
+def test_opencode_db_messages_in_order_with_tools_joined_and_synthetic_text_as_context(tmp_path):
+    s = ogc_parse("opencode", ogc_opencode_db(tmp_path / "opencode.db"))[0]
+    assert ogc_kinds(s) == ["user", "context", "thinking", "tool", "tool", "assistant"]
+    assert ogc_texts(s, "user") == ["why does the ci flake"]
+    read, bash = [c for c in s.chunks if c.kind == "tool"]
+    assert read.tool == "read" and read.path == "/home/u/proj/ci.yml" and "runs-on: ubuntu" in read.text
+    assert "error:" in bash.text and "exit status 2" in bash.text
+    assert not any("base64" in c.text for c in s.chunks)
+
+
+def test_opencode_db_with_another_schema_is_not_a_session_file(tmp_path):
+    db = ogc_make_db(tmp_path / "opencode.db", "CREATE TABLE session (id TEXT);")
+    with pytest.raises(NotASessionFile):
+        ogc_parse("opencode", db)
+
+
+def ogc_opencode_storage(root):
+    st = root / "storage"
+    ogc_write(st / "session" / "proj1" / "ses_b.json",
+          {"id": "ses_b", "projectID": "proj1", "directory": "/home/u/proj", "title": "Fix flaky CI",
+           "version": "1.0.0", "time": {"created": 1730000000000, "updated": 1730000009000}})
+    ogc_write(st / "message" / "ses_b" / "msg_2.json",
+          {"id": "msg_2", "sessionID": "ses_b", "role": "assistant", "summary": True, "time": {"created": 1730000002000}})
+    ogc_write(st / "message" / "ses_b" / "msg_1.json",
+          {"id": "msg_1", "sessionID": "ses_b", "role": "user", "time": {"created": 1730000001000}})
+    ogc_write(st / "part" / "msg_1" / "prt_1.json", {"id": "prt_1", "type": "text", "text": "why does the ci flake"})
+    ogc_write(st / "part" / "msg_2" / "prt_2.json", {"id": "prt_2", "type": "text", "text": "Summary: cache key fixed"})
+    return st / "session" / "proj1" / "ses_b.json"
+
+
+def test_opencode_storage_lists_session_files_only_and_pulls_in_messages_and_parts(tmp_path):
+    session_file = ogc_opencode_storage(tmp_path)
+    ogc_opencode_db(tmp_path / "opencode.db")
+    listed = PARSERS["opencode"].list_files(str(tmp_path))
+    assert sorted(listed) == sorted([str(session_file), str(tmp_path / "opencode.db")])
+    s = ogc_parse("opencode", session_file)[0]
+    assert s.session_id == "ses_b"   # same id as the database copy: the index keeps one
+    assert s.name == "Fix flaky CI" and s.cwd == "/home/u/proj"
+    assert ogc_kinds(s) == ["user", "summary"]   # compaction summary message
+
+
+def test_opencode_message_file_is_not_a_session(tmp_path):
+    ogc_opencode_storage(tmp_path)
+    with pytest.raises(NotASessionFile):
+        ogc_parse("opencode", tmp_path / "storage" / "message" / "ses_b" / "msg_1.json")
+
+
+def test_opencode_default_root_honours_xdg_data_home():
+    assert PARSERS["opencode"].default_roots({"XDG_DATA_HOME": "/x/data"}) == ["/x/data/opencode"]
+    assert PARSERS["opencode"].default_roots({"XDG_DATA_HOME": "/x/data", "OPENCODE_DB": "beta.db"}) ==\
+        ["/x/data/opencode", "/x/data/opencode/beta.db"]
+
+
+def test_opencode_samples():
+    sessions = ogc_check_samples("opencode")
+    assert {s.session_id for s in sessions} >= {"s_stage0_small", "s_stage0_large", "s_stage0_drift"}
+    small = next(s for s in sessions if s.session_id == "s_stage0_small")
+    assert "Hello" in ogc_texts(small, "user")
+    assert any("command: ls" in t for t in ogc_texts(small, "tool"))
+    drift = next(s for s in sessions if s.session_id == "s_stage0_drift")   # flat part/ folder
+    assert any("cat README.md" in t for t in ogc_texts(drift, "tool"))
+
+
+# ==== Gemini CLI ==================================================================================
+
+ogc_GEMINI_META = {"sessionId": "g-1", "projectHash": "ab", "startTime": "2026-04-29T21:39:22.319Z",
+               "lastUpdated": "2026-04-29T21:39:22.319Z", "kind": "main"}
+
+
+def ogc_gemini_chats(tmp_path, slug="proj"):
+    return tmp_path / ".gemini" / "tmp" / slug / "chats"
+
+
+def test_gemini_repeated_id_is_indexed_once_with_the_newer_record(tmp_path):
+    f = ogc_write_jsonl(ogc_gemini_chats(tmp_path) / "session-2026-04-29T21-39-g1.jsonl", [
+        ogc_GEMINI_META,
+        {"id": "u1", "timestamp": "2026-04-29T21:39:30Z", "type": "user", "content": [{"text": "list the files"}]},
+        {"id": "a1", "timestamp": "2026-04-29T21:39:31Z", "type": "gemini", "content": "partial"},
+        {"id": "a1", "timestamp": "2026-04-29T21:39:32Z", "type": "gemini", "content": "final answer",
+         "toolCalls": [{"id": "t1", "name": "run_shell_command", "args": {"command": "ls -F"}, "status": "success",
+                        "result": [{"functionResponse": {"id": "t1", "response": {"output": "README.md"}}}]}]},
+        {"$set": {"lastUpdated": "2026-04-29T21:40:00Z"}},
+    ])
+    s = ogc_parse("gemini", f)[0]
+    assert s.session_id == "g-1"
+    assert ogc_texts(s, "assistant") == ["final answer"]
+    assert ogc_kinds(s) == ["user", "assistant", "tool"]
+    assert "README.md" in ogc_texts(s, "tool")[0] and "ls -F" in ogc_texts(s, "tool")[0]
+    assert s.created == "2026-04-29T21:39:22.319Z" and s.modified == "2026-04-29T21:40:00.000Z"
+
+
+def test_gemini_rewind_drops_the_message_and_everything_after(tmp_path):
+    f = ogc_write_jsonl(ogc_gemini_chats(tmp_path) / "session-x.jsonl", [
+        ogc_GEMINI_META,
+        {"id": "u1", "type": "user", "content": "first question"},
+        {"id": "u2", "type": "user", "content": "abandoned question"},
+        {"id": "a2", "type": "gemini", "content": "abandoned answer"},
+        {"$rewindTo": "u2"},
+        {"id": "u3", "type": "user", "content": "second question"},
+    ])
+    s = ogc_parse("gemini", f)[0]
+    assert ogc_texts(s, "user") == ["first question", "second question"]
+    assert not ogc_texts(s, "assistant")
+
+
+def test_gemini_rewind_to_unknown_id_clears_and_set_messages_replaces(tmp_path):
+    f = ogc_write_jsonl(ogc_gemini_chats(tmp_path) / "session-x.jsonl", [
+        ogc_GEMINI_META,
+        {"id": "u1", "type": "user", "content": "gone"},
+        {"$rewindTo": "nope"},
+        {"id": "u2", "type": "user", "content": "also replaced"},
+        {"$set": {"messages": [{"id": "u9", "type": "user", "content": "checkpointed"}], "summary": "Fix the build"}},
+    ])
+    s = ogc_parse("gemini", f)[0]
+    assert ogc_texts(s, "user") == ["checkpointed"]
+    assert s.name == "Fix the build"   # the generated summary is the title
+
+
+def test_gemini_injected_session_context_is_not_user_and_title_is_first_real_prompt(tmp_path):
+    f = ogc_write_jsonl(ogc_gemini_chats(tmp_path) / "session-x.jsonl", [
+        ogc_GEMINI_META,
+        {"id": "u0", "type": "user", "content": "<session_context>OS: linux, cwd /w</session_context>"},
+        {"id": "u1", "type": "user", "content": "@src/a.py explain\n--- Content from referenced files ---\nprint(1)",
+         "displayContent": "@src/a.py explain"},
+        {"id": "i1", "type": "info", "content": "Request cancelled."},
+    ])
+    s = ogc_parse("gemini", f)[0]
+    assert ogc_texts(s, "user") == ["@src/a.py explain"]
+    assert any("session_context" in t for t in ogc_texts(s, "context"))
+    assert any("print(1)" in t for t in ogc_texts(s, "context"))
+    assert "Request cancelled." in ogc_texts(s, "context")
+    assert s.name == "@src/a.py explain"
+
+
+def test_gemini_subagent_points_to_parent_and_cwd_comes_from_project_root_marker(tmp_path):
+    chats = ogc_gemini_chats(tmp_path)
+    ogc_write(chats.parent / ".project_root", "/home/u/myrepo\n")
+    f = ogc_write_jsonl(chats / "parent-uuid" / "child-uuid.jsonl", [
+        dict(ogc_GEMINI_META, sessionId="child-uuid", kind="subagent"),
+        {"id": "u1", "type": "user", "content": "find the bug"},
+    ])
+    s = ogc_parse("gemini", f)[0]
+    assert s.parent == "parent-uuid" and s.session_id == "child-uuid"
+    assert s.cwd == "/home/u/myrepo"
+
+
+def test_gemini_cwd_from_projects_registry_by_project_hash(tmp_path):
+    path = "/home/u/hashed"
+    digest = hashlib.sha256(path.encode()).hexdigest()
+    ogc_write(tmp_path / ".gemini" / "projects.json", {"projects": {path: "other-slug"}})
+    f = ogc_write_jsonl(ogc_gemini_chats(tmp_path, slug=digest) / "session-x.jsonl",
+                    [dict(ogc_GEMINI_META, projectHash=digest), {"id": "u1", "type": "user", "content": "hi"}])
+    assert ogc_parse("gemini", f)[0].cwd == path
+
+
+def test_gemini_legacy_json_and_list_files_prefers_migrated_jsonl(tmp_path):
+    chats = ogc_gemini_chats(tmp_path)
+    legacy = ogc_write(chats / "session-2025-01-01T00-00-aaaa.json", json.dumps(dict(
+        ogc_GEMINI_META, sessionId="g-legacy",
+        messages=[{"id": "m1", "type": "user", "content": "legacy prompt"},
+                  {"id": "m2", "type": "gemini", "content": "legacy answer",
+                   "thoughts": [{"subject": "Plan", "description": "read files"}]}]), indent=2))
+    s = ogc_parse("gemini", legacy)[0]
+    assert s.session_id == "g-legacy" and ogc_kinds(s) == ["user", "thinking", "assistant"]
+    ogc_write(chats / "session-2025-01-02T00-00-bbbb.json", "{}")
+    ogc_write_jsonl(chats / "session-2025-01-02T00-00-bbbb.jsonl", [ogc_GEMINI_META])
+    ogc_write(chats.parent / "logs.json", "[]")
+    ogc_write(chats.parent / "checkpoint-x.json", "[]")
+    listed = [os.path.basename(p) for p in PARSERS["gemini"].list_files(str(tmp_path / ".gemini" / "tmp"))]
+    assert listed == ["session-2025-01-01T00-00-aaaa.json", "session-2025-01-02T00-00-bbbb.jsonl"]
+
+
+def test_gemini_foreign_json_is_not_a_session_file(tmp_path):
+    with pytest.raises(NotASessionFile):
+        ogc_parse("gemini", ogc_write(tmp_path / "x.jsonl", '{"type": "session", "id": "pi"}\n'))
+    with pytest.raises(NotASessionFile):
+        ogc_parse("gemini", ogc_write(tmp_path / "y.json", '{\n "a": 1\n}'))
+
+
+def test_gemini_home_env():
+    assert PARSERS["gemini"].default_roots({"GEMINI_CLI_HOME": "/h"}) == ["/h/.gemini/tmp"]
+
+
+def test_gemini_samples():
+    sessions = ogc_check_samples("gemini")
+    assert len(sessions) == 4
+    jsonl = next(s for s in sessions if s.session_id == "gemini_stage0_jsonl")
+    assert "Say hello and list files." in ogc_texts(jsonl, "user")
+    assert any("ls -F" in t for t in ogc_texts(jsonl, "tool"))
+    assert not any("AAAA" in c.text for s in sessions for c in s.chunks)   # inline image data
+
+
+# ==== Cursor ======================================================================================
+
+def ogc_cursor_line(role, *blocks):
+    return {"role": role, "message": {"content": list(blocks)}}
+
+
+def test_cursor_user_query_wrapper_is_the_user_and_the_rest_is_context(tmp_path):
+    f = ogc_write_jsonl(tmp_path / "agent-transcripts" / "c1" / "c1.jsonl", [
+        ogc_cursor_line("user", {"type": "text", "text": "<user_info>\nOS: darwin\nWorkspace Path: /Users/u/app\n"
+                                                    "</user_info>\n<user_query>\nfix the login bug\n</user_query>"}),
+        ogc_cursor_line("assistant", {"type": "text", "text": "Looking."},
+                    {"type": "tool_use", "id": "tu1", "name": "Shell", "input": {"command": "git status"}}),
+        ogc_cursor_line("user", {"type": "tool_result", "tool_use_id": "tu1", "content": "clean"}),
+        {"type": "turn_ended", "status": "success"},
+    ])
+    s = ogc_parse("cursor", f)[0]
+    assert s.session_id == "c1"
+    assert ogc_texts(s, "user") == ["fix the login bug"]
+    assert any("user_info" in t for t in ogc_texts(s, "context"))
+    assert s.cwd == "/Users/u/app"
+    assert ogc_kinds(s) == ["context", "user", "assistant", "tool"]
+    assert "git status" in ogc_texts(s, "tool")[0] and "clean" in ogc_texts(s, "tool")[0]
+    assert s.name is None and s.created and s.created.endswith("Z")
+
+
+def test_cursor_tool_result_without_ids_joins_the_waiting_call(tmp_path):
+    f = ogc_write_jsonl(tmp_path / "t.jsonl", [
+        ogc_cursor_line("user", {"type": "text", "text": "read it"}),
+        ogc_cursor_line("assistant", {"type": "tool_use", "name": "Read", "input": {"file_path": "a.txt"}}),
+        ogc_cursor_line("user", {"type": "tool_result", "tool_use_id": "t9", "content": [{"type": "text", "text": "hello"}]}),
+    ])
+    s = ogc_parse("cursor", f)[0]
+    assert ogc_kinds(s) == ["user", "tool"]
+    assert "hello" in s.chunks[1].text and s.chunks[1].path == "a.txt"
+
+
+def test_cursor_subagent_transcript_points_to_parent(tmp_path):
+    f = ogc_write_jsonl(tmp_path / "agent-transcripts" / "p1" / "subagents" / "k1.jsonl",
+                    [ogc_cursor_line("user", {"type": "text", "text": "List files"})])
+    s = ogc_parse("cursor", f)[0]
+    assert s.session_id == "k1" and s.parent == "p1"
+
+
+def ogc_store_db(path, meta, blobs=()):
+    rows = [("INSERT INTO meta VALUES (?,?)", ("0", json.dumps(meta).encode().hex()))]
+    for i, b in enumerate(blobs):
+        data = json.dumps(b).encode() if isinstance(b, dict) else b
+        rows.append(("INSERT INTO blobs VALUES (?,?)", ("%064x" % (1000 - i), data)))
+    return ogc_make_db(path, "CREATE TABLE blobs (id TEXT PRIMARY KEY, data BLOB);"
+                         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);", rows)
+
+
+def test_cursor_cli_store_db_meta_and_json_message_blobs(tmp_path):
+    db = ogc_store_db(tmp_path / ".cursor" / "chats" / "abc" / "a1" / "store.db",
+                  {"agentId": "a1", "name": "Deploy script", "createdAt": 1775522590321},
+                  [{"role": "system", "content": "You are an agent"},
+                   {"role": "user", "content": [{"type": "text", "text": "<user_query>\nwrite deploy.sh\n</user_query>"}]},
+                   b"\x0a\x20" + b"\x01" * 32,   # a protobuf tree node
+                   {"role": "assistant", "content": [{"type": "reasoning", "text": "plan"},
+                                                     {"type": "tool-call", "toolCallId": "x", "toolName": "Write",
+                                                      "args": {"path": "deploy.sh"}}]},
+                   {"role": "tool", "content": [{"type": "tool-result", "toolCallId": "x", "toolName": "Write",
+                                                 "result": "wrote 10 lines"}]}])
+    s = ogc_parse("cursor", db)[0]
+    assert s.session_id == "a1" and s.name == "Deploy script"
+    assert s.created == "2026-04-07T00:43:10.321Z"
+    assert ogc_kinds(s) == ["user", "thinking", "tool"]
+    assert ogc_texts(s, "user") == ["write deploy.sh"]
+    assert "wrote 10 lines" in ogc_texts(s, "tool")[0] and s.chunks[2].path == "deploy.sh"
+    assert not any("You are an agent" in c.text for c in s.chunks)
+
+
+def test_cursor_transcript_takes_title_and_start_from_the_cli_store(tmp_path):
+    ogc_store_db(tmp_path / ".cursor" / "chats" / "abc" / "a1" / "store.db",
+             {"agentId": "a1", "name": "Deploy script", "createdAt": 1000000000000})
+    f = ogc_write_jsonl(tmp_path / ".cursor" / "projects" / "Users-u-app" / "agent-transcripts" / "a1" / "a1.jsonl",
+                    [ogc_cursor_line("user", {"type": "text", "text": "hi"})])
+    s = ogc_parse("cursor", f)[0]
+    assert s.name == "Deploy script" and s.created == "2001-09-09T01:46:40.000Z"
+
+
+def test_cursor_list_files_finds_transcripts_and_stores_but_not_other_jsonl(tmp_path):
+    cursor = tmp_path / ".cursor"
+    t = ogc_write_jsonl(cursor / "projects" / "Users-u-app" / "agent-transcripts" / "a1" / "a1.jsonl", [])
+    db = ogc_store_db(cursor / "chats" / "abc" / "a1" / "store.db", {"agentId": "a1"})
+    ogc_write_jsonl(cursor / "projects" / "Users-u-app" / "other.jsonl", [])
+    ogc_write_jsonl(cursor / "extensions" / "x" / "agent-transcripts" / "z.jsonl", [])
+    assert PARSERS["cursor"].list_files(str(cursor)) == sorted([str(db), str(t)])
+
+
+ogc_VSCDB_SCHEMA = ("CREATE TABLE ItemTable (key TEXT UNIQUE ON CONFLICT REPLACE, value BLOB);"
+                "CREATE TABLE cursorDiskKV (key TEXT UNIQUE ON CONFLICT REPLACE, value BLOB);")
+
+
+def ogc_kv(key, value):
+    return ("INSERT INTO cursorDiskKV VALUES (?,?)", (key, json.dumps(value)))
+
+
+def test_cursor_ide_composers_with_bubbles_in_header_order_and_cwd_from_workspace(tmp_path):
+    user = tmp_path / "Cursor" / "User"
+    db = ogc_make_db(user / "globalStorage" / "state.vscdb", ogc_VSCDB_SCHEMA, [
+        ogc_kv("composerData:c1", {"_v": 3, "composerId": "c1", "name": "Refactor auth", "createdAt": 1730000000000,
+                               "lastUpdatedAt": 1730000009000,
+                               "fullConversationHeadersOnly": [{"bubbleId": "b2", "type": 1}, {"bubbleId": "b1", "type": 2}]}),
+        ogc_kv("bubbleId:c1:b1", {"type": 2, "text": "Done, see auth.ts", "thinking": {"text": "split the module"},
+                              "toolFormerData": {"name": "edit_file", "rawArgs": "{\"target_file\": \"auth.ts\"}",
+                                                 "result": "{\"diff\": \"+export\"}", "status": "completed"}}),
+        ogc_kv("bubbleId:c1:b2", {"type": 1, "text": "refactor the auth module"}),
+        ogc_kv("bubbleId:c1:b3", {"type": 1, "text": "a reverted prompt not in the headers"}),
+        ogc_kv("composerData:c2", {"composerId": "c2", "createdAt": 1730000000000, "fullConversationHeadersOnly": []}),
+        ogc_kv("composerData:c3", {"composerId": "c3", "createdAt": 1730000000000, "name": "Old style",
+                               "conversation": [{"type": 1, "text": "inline prompt", "workspaceProjectDir": "/w/old"}]}),
+    ])
+    ogc_make_db(user / "workspaceStorage" / "h1" / "state.vscdb", ogc_VSCDB_SCHEMA, [
+        ("INSERT INTO ItemTable VALUES (?,?)",
+         ("composer.composerData", json.dumps({"allComposers": [{"composerId": "c1"}]})))])
+    ogc_write(user / "workspaceStorage" / "h1" / "workspace.json", {"folder": "file:///Users/u/my%20app"})
+    sessions = {s.session_id: s for s in ogc_parse("cursor", db)}
+    assert sorted(sessions) == ["c1", "c3"]   # c2 is an empty draft
+    c1 = sessions["c1"]
+    assert c1.name == "Refactor auth" and c1.cwd == "/Users/u/my app"
+    assert c1.created == "2024-10-27T03:33:20.000Z" and c1.modified == "2024-10-27T03:33:29.000Z"
+    assert ogc_kinds(c1) == ["user", "thinking", "assistant", "tool"]
+    assert ogc_texts(c1, "user") == ["refactor the auth module"]
+    assert c1.chunks[3].path == "auth.ts" and "+export" in c1.chunks[3].text
+    assert sessions["c3"].cwd == "/w/old" and ogc_texts(sessions["c3"], "user") == ["inline prompt"]
+
+
+def test_cursor_sqlite_of_unknown_schema_is_not_a_session_file(tmp_path):
+    db = ogc_make_db(tmp_path / "state.vscdb", "CREATE TABLE ItemTable (key TEXT, value BLOB);")
+    with pytest.raises(NotASessionFile):
+        ogc_parse("cursor", db)
+    with pytest.raises(NotASessionFile):
+        ogc_parse("cursor", ogc_write(tmp_path / "x.jsonl", '{"type": "user", "uuid": "1"}\n'))
+
+
+def test_cursor_samples():
+    sessions = ogc_check_samples("cursor")
+    assert len(sessions) == 8
+    by_id = {s.session_id: s for s in sessions}
+    assert ogc_texts(by_id["tests-test-session"], "user") == ["run ls command", "now show me the git status"]
+    assert any("git status" in t for t in ogc_texts(by_id["tests-test-session"], "tool"))
+    assert by_id["a1b2c3d4-e5f6-7890-abcd-ef1234567890"].name == "Test Session"
+    assert by_id["child"].parent == "subagent"
+
+
+def test_cursor_global_storage_root_lists_only_the_editor_db(tmp_path):
+    gs = tmp_path / "Cursor" / "User" / "globalStorage"
+    db = ogc_make_db(gs / "state.vscdb", ogc_VSCDB_SCHEMA)
+    ogc_write_jsonl(gs / "some.extension" / "agent-transcripts" / "x.jsonl", [])
+    assert PARSERS["cursor"].list_files(str(gs)) == [str(db)]
+
+
+def am_parse(agent, path):
+    return PARSERS[agent].parse(str(path), ParseReport())
+
+
+def am_kinds(session):
+    return [c.kind for c in session.chunks]
+
+
+def am_texts(session, kind):
+    return [c.text for c in session.chunks if c.kind == kind]
+
+
+def am_write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def am_write_jsonl(path, records):
+    return am_write(path, "".join(json.dumps(r) + "\n" for r in records))
+
+
+def am_sample_files(agent):
+    folder = os.path.join(SAMPLES, agent)
+    if not os.path.isdir(folder):
+        pytest.skip("no samples for %s" % agent)
+    return sorted(f for f in glob.glob(os.path.join(folder, "**", "*"), recursive=True) if os.path.isfile(f))
+
+
+def am_check_samples(agent):
+    """Every sample parses to sessions or is refused as another format; returns all sessions."""
+    found = []
+    for f in am_sample_files(agent):
+        try:
+            sessions = PARSERS[agent].parse(f, ParseReport())
+        except NotASessionFile:
+            continue
+        assert sessions, f
+        for s in sessions:
+            assert s.session_id and s.created and s.modified and s.created.endswith("Z")
+        found.extend(sessions)
+    assert found
+    return found
+
+
+def test_no_resume_command_is_invented():
+    # formats.md shows no resume flag for any of these agents.
+    for agent in ("aider", "cline", "copilot", "amp", "goose", "crush"):
+        assert PARSERS[agent].resume_command({"agent": agent, "session_id": "x", "path": "/p", "cwd": "/"}) is None
+
+
+# ==== Aider ========================================================================================
+
+am_AIDER_HISTORY = """
+# aider chat started at 2025-06-02 11:47:49
+
+> Aider v0.84.0  
+> ^C KeyboardInterrupt  
+
+# aider chat started at 2025-06-02 11:49:34
+
+> Aider v0.84.0  
+> Model: qwen3 with diff edit format  
+> Cur working dir: /home/u/proj/pkg  
+
+#### Fix the flaky retry loop  
+#### in the uploader  
+
+<thinking-content-7bbeb8e1441453ad999a0bbba8a46d4b>
+The backoff never resets.
+</thinking-content-7bbeb8e1441453ad999a0bbba8a46d4b>
+
+Here is the fix:
+
+```
+> not a tool line, just quoted code
+#### not a user line either
+```
+
+> Applied edit to src/uploader.py  
+> Commit 54d022e fix: reset backoff  
+
+#### /run pytest -q  
+
+> 3 passed in 0.2s  
+
+# aider chat started at 2025-06-03 09:00:00
+
+#### second run question  
+
+Answer two.
+"""
+
+
+def test_aider_one_file_holds_many_sessions_and_empty_runs_are_dropped(tmp_path):
+    path = am_write(tmp_path / ".aider.chat.history.md", am_AIDER_HISTORY)
+    sessions = am_parse("aider", path)
+    assert len(sessions) == 2   # the banner-only run is not a session
+    first, second = sessions
+    assert first.created == norm_time("2025-06-02 11:49:34") and first.created.endswith("Z")
+    assert first.modified == first.created
+    assert second.created == norm_time("2025-06-03 09:00:00")
+    assert second.modified >= second.created      # the last run lasts until the file was written
+    assert first.session_id != second.session_id
+    assert [s.session_id for s in am_parse("aider", path)] == [first.session_id, second.session_id]  # stable
+
+
+def test_aider_kinds_user_thinking_fences_and_tool_output(tmp_path):
+    s = am_parse("aider", am_write(tmp_path / ".aider.chat.history.md", am_AIDER_HISTORY))[0]
+    assert am_texts(s, "user") == ["Fix the flaky retry loop\nin the uploader", "/run pytest -q"]
+    assert am_texts(s, "thinking") == ["The backoff never resets."]
+    reply = am_texts(s, "assistant")[0]
+    assert "> not a tool line" in reply and "#### not a user line" in reply and "thinking-content" not in reply
+    banner = am_texts(s, "context")[0]
+    assert "Aider v0.84.0" in banner      # the start-up banner is context, never the user
+    tools = [c for c in s.chunks if c.kind == "tool"]
+    assert tools[0].path == "src/uploader.py" and "Commit 54d022e" in tools[0].text
+    assert tools[1].tool == "run" and "3 passed" in tools[1].text
+
+
+def test_aider_cwd_is_recorded_dir_else_the_file_folder(tmp_path):
+    path = am_write(tmp_path / "repo" / ".aider.chat.history.md", am_AIDER_HISTORY)
+    first, second = am_parse("aider", path)
+    assert first.cwd == "/home/u/proj/pkg"
+    assert second.cwd == str(tmp_path / "repo")
+
+
+def test_aider_other_markdown_is_not_a_session(tmp_path):
+    with pytest.raises(NotASessionFile):
+        am_parse("aider", am_write(tmp_path / "notes.aider.chat.history.md", "# Notes\n\nhello\n"))
+
+
+def test_aider_list_files_bounded_walk(tmp_path):
+    am_write(tmp_path / "a" / ".aider.chat.history.md", am_AIDER_HISTORY)
+    am_write(tmp_path / "a" / ".aider.input.history", "# 2025\n+hi\n")
+    am_write(tmp_path / "a" / "node_modules" / "x" / ".aider.chat.history.md", am_AIDER_HISTORY)
+    am_write(tmp_path / ".hidden" / ".aider.chat.history.md", am_AIDER_HISTORY)
+    am_write(tmp_path / "b" / "c" / ".aider.chat.history.md", am_AIDER_HISTORY)
+    found = PARSERS["aider"].list_files(str(tmp_path))
+    assert found == [str(tmp_path / "a" / ".aider.chat.history.md"), str(tmp_path / "b" / "c" / ".aider.chat.history.md")]
+    assert PARSERS["aider"].default_roots({"HOME": str(tmp_path)}) == []
+
+
+def test_aider_samples():
+    sessions = am_check_samples("aider")
+    users = [t for s in sessions for t in am_texts(s, "user")]
+    assert "What can you say about this package?" in users
+    assert any(c.kind == "thinking" for s in sessions for c in s.chunks)
+    with pytest.raises(NotASessionFile):
+        am_parse("aider", os.path.join(SAMPLES, "aider", "mozgoslav.aider.input.history"))
+
+
+# ==== Cline / Roo Code / Kilo Code =================================================================
+
+am_ENV = "<environment_details>\n# VSCode Visible Files\nsrc/a.ts\n\n# Current Working Directory (/home/u/webapp) Files\nsrc/\n</environment_details>"
+am_UI_MESSAGES = [
+    {"ts": 1735000000000, "type": "say", "say": "task", "text": "Add a dark mode toggle", "images": []},
+    {"ts": 1735000001000, "type": "say", "say": "api_req_started",
+     "text": json.dumps({"request": "<task>\nAdd a dark mode toggle\n</task>\n\n" + am_ENV, "tokensIn": 10})},
+    {"ts": 1735000002000, "type": "say", "say": "reasoning", "text": "Need the theme context first."},
+    {"ts": 1735000003000, "type": "say", "say": "text", "text": "I'll read the theme file."},
+    {"ts": 1735000004000, "type": "ask", "ask": "tool", "text": json.dumps({"tool": "readFile", "path": "src/theme.ts", "content": "/home/u/webapp/src/theme.ts"})},
+    {"ts": 1735000005000, "type": "say", "say": "tool", "text": json.dumps({"tool": "readFile", "path": "src/theme.ts", "content": "/home/u/webapp/src/theme.ts"})},
+    {"ts": 1735000006000, "type": "ask", "ask": "command", "text": "npm test"},
+    {"ts": 1735000007000, "type": "ask", "ask": "command_output", "text": "ECONNREFUSED 127.0.0.1:5432"},
+    {"ts": 1735000008000, "type": "say", "say": "user_feedback", "text": "use the CSS variables instead", "images": ["data:image/png;base64,AAAA"]},
+    {"ts": 1735000009000, "type": "say", "say": "completion_result", "text": "Dark mode toggle added."},
+    {"ts": 1735000010000, "type": "ask", "ask": "completion_result", "text": "Dark mode toggle added."},
+    {"ts": 1735000011000, "type": "say", "say": "checkpoint_created"},
+]
+
+
+def test_cline_ui_messages_kinds_cwd_times_and_dedupe(tmp_path):
+    task = tmp_path / "tasks" / "1735000000000"
+    path = am_write(task / "ui_messages.json", json.dumps(am_UI_MESSAGES))
+    s = am_parse("cline", path)[0]
+    assert s.session_id == "1735000000000" and s.name is None
+    assert s.cwd == "/home/u/webapp"
+    assert s.created == "2024-12-24T00:26:40.000Z" and s.modified == "2024-12-24T00:26:51.000Z"
+    assert am_texts(s, "user") == ["Add a dark mode toggle", "use the CSS variables instead"]
+    assert am_texts(s, "thinking") == ["Need the theme context first."]
+    assert am_texts(s, "assistant") == ["I'll read the theme file.", "Dark mode toggle added."]  # completion once
+    tools = [c for c in s.chunks if c.kind == "tool"]
+    assert len(tools) == 2                                  # ask + say of one tool use -> one chunk
+    assert tools[0].tool == "readFile" and tools[0].path == "src/theme.ts"
+    assert tools[1].tool == "execute_command" and "npm test" in tools[1].text and "ECONNREFUSED" in tools[1].text
+    assert not any("base64" in c.text for c in s.chunks)
+    assert not any("environment_details" in c.text for c in s.chunks)
+
+
+def test_cline_api_history_only_task_wrapper_is_not_user_text(tmp_path):
+    history = [
+        {"role": "user", "content": [{"type": "text", "text": "<task>\nRename the config loader\n</task>"},
+                                     {"type": "text", "text": am_ENV}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Renaming it now."},
+                                          {"type": "tool_use", "id": "t1", "name": "read_file", "input": {"path": "cfg.py"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "def load(): pass"}]},
+                                     {"type": "text", "text": am_ENV}]},
+    ]
+    path = am_write(tmp_path / "tasks" / "42" / "api_conversation_history.json", json.dumps(history))
+    s = am_parse("cline", path)[0]
+    assert am_texts(s, "user") == ["Rename the config loader"]
+    assert s.cwd == "/home/u/webapp"
+    tool = [c for c in s.chunks if c.kind == "tool"]
+    assert len(tool) == 1 and "def load(): pass" in tool[0].text and tool[0].path == "cfg.py"
+    assert not any("Current Working Directory" in c.text for c in s.chunks)
+
+
+def test_cline_roo_subtask_points_to_parent_and_lists_one_file_per_task(tmp_path):
+    root = tmp_path / "rooveterinaryinc.roo-cline" / "tasks"
+    am_write(root / "child" / "ui_messages.json", json.dumps(am_UI_MESSAGES[:3]))
+    am_write(root / "child" / "api_conversation_history.json", "[]")
+    am_write(root / "child" / "history_item.json", json.dumps({"id": "child", "parentTaskId": "parent", "workspace": "/w"}))
+    am_write(root / "old" / "api_conversation_history.json", "[]")
+    files = PARSERS["cline"].list_files(str(root))
+    assert files == [str(root / "child" / "ui_messages.json"), str(root / "old" / "api_conversation_history.json")]
+    s = am_parse("cline", root / "child" / "ui_messages.json")[0]
+    assert s.parent == "parent" and s.cwd == "/home/u/webapp"   # the recorded request wins over the index
+
+
+def test_cline_default_roots_find_all_three_extensions(tmp_path):
+    gs = tmp_path / ".config" / "Code" / "User" / "globalStorage"
+    for ext in ("saoudrizwan.claude-dev", "kilocode.kilo-code"):
+        (gs / ext / "tasks").mkdir(parents=True)
+    (tmp_path / "Library" / "Application Support" / "Cursor" / "User" / "globalStorage" / "rooveterinaryinc.roo-cline" / "tasks").mkdir(parents=True)
+    roots = PARSERS["cline"].default_roots({"HOME": str(tmp_path)})
+    assert len(roots) == 3 and all(r.endswith("tasks") for r in roots)
+
+
+def test_cline_other_json_is_not_a_task(tmp_path):
+    with pytest.raises(NotASessionFile):
+        am_parse("cline", am_write(tmp_path / "t" / "ui_messages.json", json.dumps([{"role": "user", "content": "x"}])))
+
+
+# ==== GitHub Copilot CLI ===========================================================================
+
+def am_copilot_events():
+    def ev(i, etype, data, ts):
+        return {"type": etype, "data": data, "id": "e%d" % i, "timestamp": "2026-03-26T17:50:%02d.000Z" % ts, "parentId": None}
+    return [
+        ev(1, "session.start", {"sessionId": "sid-1", "copilotVersion": "1.0.11", "startTime": "2026-03-26T17:50:00.000Z",
+                                "context": {"cwd": "/home/u/api"}}, 0),
+        ev(2, "system.message", {"content": "You are GitHub Copilot SYSTEMPROMPT", "role": "system"}, 1),
+        ev(3, "user.message", {"content": "why does the migration hang", "transformedContent": "<ctx>why does the migration hang</ctx>"}, 2),
+        ev(4, "assistant.reasoning", {"content": "Check the lock table."}, 3),
+        ev(5, "tool.execution_start", {"toolCallId": "c1", "toolName": "bash", "arguments": {"command": "psql -c 'select 1'"}}, 4),
+        ev(6, "assistant.message", {"content": "Checking locks.", "reasoningText": "Check the lock table.",
+                                    "toolRequests": [{"toolCallId": "c1", "name": "bash", "arguments": "{\"command\": \"psql -c 'select 1'\"}"}]}, 5),
+        ev(7, "tool.execution_complete", {"toolCallId": "c1", "success": False, "result": {"content": "deadlock detected"}}, 6),
+        ev(8, "subagent.started", {"toolCallId": "task-9", "agentName": "explore", "agentDisplayName": "Explore agent"}, 7),
+        ev(9, "assistant.message", {"parentToolCallId": "task-9", "content": "Scanning migrations folder", "toolRequests": []}, 8),
+        ev(10, "assistant.message", {"content": "A migration holds a lock.", "toolRequests": []}, 9),
+    ]
+
+
+def test_copilot_events_merge_tool_call_and_index_each_text_once(tmp_path):
+    folder = tmp_path / "session-state" / "sid-1"
+    path = am_write_jsonl(folder / "events.jsonl", am_copilot_events())
+    am_write(folder / "workspace.yaml", "id: sid-1\nname: \"Migration hang\"\nsummary: x\n")
+    sessions = am_parse("copilot", path)
+    main = sessions[0]
+    assert main.session_id == "sid-1" and main.cwd == "/home/u/api" and main.name == "Migration hang"
+    assert main.created == "2026-03-26T17:50:00.000Z" and main.modified == "2026-03-26T17:50:09.000Z"
+    assert am_texts(main, "user") == ["why does the migration hang"]
+    assert am_texts(main, "thinking") == ["Check the lock table."]           # reasoning event + reasoningText: once
+    tools = [c for c in main.chunks if c.kind == "tool"]
+    assert len(tools) == 1 and "deadlock detected" in tools[0].text and "error:" in tools[0].text
+    assert not any("SYSTEMPROMPT" in c.text for c in main.chunks)
+    assert "Scanning migrations folder" not in am_texts(main, "assistant")
+
+
+def test_copilot_subagent_events_form_a_child_session(tmp_path):
+    sessions = am_parse("copilot", am_write_jsonl(tmp_path / "sid-1.jsonl", am_copilot_events()))
+    assert len(sessions) == 2
+    child = sessions[1]
+    assert child.parent == "sid-1" and child.session_id == "sid-1/task-9" and child.name == "Explore agent"
+    assert am_texts(child, "assistant") == ["Scanning migrations folder"]
+
+
+def test_copilot_cwd_from_folder_trust_and_id_from_file_name(tmp_path):
+    path = am_write_jsonl(tmp_path / "abc.jsonl", [
+        {"type": "session.info", "data": {"infoType": "folder_trust", "message": "Folder /tmp/x has been added to trusted folders."},
+         "id": "e1", "timestamp": "2025-12-18T22:00:01.000Z"},
+        {"type": "user.message", "data": {"content": "hello"}, "id": "e2", "timestamp": "2025-12-18T22:00:02.000Z"}])
+    s = am_parse("copilot", path)[0]
+    assert s.session_id == "abc" and s.cwd == "/tmp/x"
+
+
+def test_copilot_legacy_history_and_roots(tmp_path):
+    path = am_write(tmp_path / "history-session-state" / "old.json", json.dumps(
+        {"sessionId": "old-1", "workspacePath": "/w", "history": [
+            {"role": "human", "content": "legacy prompt", "time": 1700000000000},
+            {"role": "assistant", "result": "legacy answer", "time": 1700000005000}]}))
+    s = am_parse("copilot", path)[0]
+    assert (s.session_id, s.cwd, am_texts(s, "user"), am_texts(s, "assistant")) == ("old-1", "/w", ["legacy prompt"], ["legacy answer"])
+    assert s.created == "2023-11-14T22:13:20.000Z"
+    roots = PARSERS["copilot"].default_roots({"HOME": "/h", "COPILOT_HOME": str(tmp_path)})
+    assert roots[0] == os.path.join(str(tmp_path), "session-state")
+    state = tmp_path / "session-state"
+    am_write_jsonl(state / "flat.jsonl", am_copilot_events())
+    am_write_jsonl(state / "sid-1" / "events.jsonl", am_copilot_events())
+    am_write_jsonl(state / "sid-1" / "other.jsonl", [])
+    assert PARSERS["copilot"].list_files(str(state)) == [str(state / "flat.jsonl"), str(state / "sid-1" / "events.jsonl")]
+
+
+def test_copilot_samples():
+    sessions = am_check_samples("copilot")
+    assert any("List the files" in t for s in sessions for t in am_texts(s, "user"))
+    assert any("printf" in c.text for s in sessions for c in s.chunks if c.kind == "tool")
+
+
+# ==== Amp ==========================================================================================
+
+def test_amp_thread_title_cwd_tools_and_times(tmp_path):
+    thread = {
+        "v": 12, "id": "T-0001", "title": "Fix CI cache", "created": 1767865803494,
+        "env": {"initial": {"trees": [{"displayName": "my app", "uri": "file:///home/u/my%20app"}]}},
+        "messages": [
+            {"role": "user", "messageId": 0, "content": [{"type": "text", "text": "the CI cache never hits"}],
+             "meta": {"sentAt": 1767865804000}},
+            {"role": "assistant", "messageId": 1, "content": [
+                {"type": "thinking", "thinking": "look at the cache key"},
+                {"type": "text", "text": "Let me look at the workflow."},
+                {"type": "tool_use", "id": "tu1", "name": "Read", "input": {"path": ".github/workflows/ci.yml"}}],
+             "usage": {"model": "x", "timestamp": "2026-01-08T09:50:10.000Z"}},
+            {"role": "user", "messageId": 2, "content": [
+                {"type": "tool_result", "toolUseID": "tu1", "run": {"status": "done", "result": "key: ${{ hashFiles('lock') }}"}}],
+             "meta": {"sentAt": 1767865811000}},
+            {"role": "info", "messageId": 3, "content": [{"type": "summary", "summary": {"type": "message", "summary": "Cache key fixed"}}]},
+        ]}
+    s = am_parse("amp", am_write(tmp_path / "T-0001.json", json.dumps(thread)))[0]
+    assert (s.session_id, s.name, s.cwd) == ("T-0001", "Fix CI cache", "/home/u/my app")
+    assert s.created == "2026-01-08T09:50:03.494Z" and s.modified == "2026-01-08T09:50:11.000Z"
+    assert am_kinds(s) == ["user", "thinking", "assistant", "tool", "summary"]
+    tool = s.chunks[3]
+    assert tool.path == ".github/workflows/ci.yml" and "hashFiles" in tool.text
+
+
+def test_amp_rejects_other_json(tmp_path):
+    with pytest.raises(NotASessionFile):
+        am_parse("amp", am_write(tmp_path / "settings.json", json.dumps({"amp.url": "x"})))
+
+
+# ==== Goose ========================================================================================
+
+def am_goose_db(path, messages_extra=True):
+    con = sqlite3.connect(str(path))
+    con.executescript("""
+        CREATE TABLE sessions(id TEXT PRIMARY KEY, name TEXT, description TEXT, user_set_name BOOLEAN,
+            session_type TEXT, working_dir TEXT, created_at TIMESTAMP, updated_at TIMESTAMP,
+            parent_session_id TEXT);
+        CREATE TABLE messages(id INTEGER PRIMARY KEY, message_id TEXT, session_id TEXT, role TEXT,
+            content_json TEXT, created_timestamp INTEGER, metadata_json TEXT);
+    """)
+    con.execute("INSERT INTO sessions VALUES('20260101_1', 'Debug flaky test', 'generated title', 1, 'user', '/home/u/svc', "
+                "'2026-01-01 10:00:00', '2026-01-01 10:05:00', NULL)")
+    con.execute("INSERT INTO sessions VALUES('20260101_2', '20260101_2', 'Sub task', 0, 'sub-agent', '/home/u/svc', "
+                "'2026-01-01 10:01:00', '2026-01-01 10:02:00', '20260101_1')")
+    rows = [
+        ("20260101_1", "user", [{"type": "text", "text": "why is test_upload flaky"}], 1767261600, {"userVisible": True, "agentVisible": True}),
+        ("20260101_1", "assistant", [{"type": "thinking", "thinking": "timing issue"},
+                                     {"type": "text", "text": "Running it."},
+                                     {"type": "toolRequest", "id": "r1", "toolCall": {"status": "success", "value": {
+                                         "name": "developer__shell", "arguments": {"command": "pytest -k upload"}}}}], 1767261601, None),
+        ("20260101_1", "user", [{"type": "toolResponse", "id": "r1", "toolResult": {"status": "success", "value": [
+            {"type": "text", "text": "1 failed: TimeoutError"}]}}], 1767261602, None),
+        ("20260101_1", "user", [{"type": "text", "text": "Summary: upload test times out"}], 1767261700,
+         {"userVisible": False, "agentVisible": True}),
+        ("20260101_2", "assistant", [{"type": "text", "text": "sub agent work"}], 1767261660, None),
+    ]
+    for i, (sid, role, content, ts, meta) in enumerate(rows):
+        con.execute("INSERT INTO messages(message_id, session_id, role, content_json, created_timestamp, metadata_json) "
+                    "VALUES(?,?,?,?,?,?)", ("m%d" % i, sid, role, json.dumps(content), ts, json.dumps(meta) if meta else None))
+    con.commit()
+    con.close()
+    return path
+
+
+def test_goose_sqlite_sessions_tools_summary_and_utc_times(tmp_path):
+    sessions = am_parse("goose", am_goose_db(tmp_path / "sessions.db"))
+    main, sub = sessions
+    assert (main.session_id, main.name, main.cwd) == ("20260101_1", "Debug flaky test", "/home/u/svc")
+    assert main.created == "2026-01-01T10:00:00.000Z"          # CURRENT_TIMESTAMP text is UTC
+    assert main.modified == "2026-01-01T10:05:00.000Z"
+    assert am_kinds(main) == ["user", "thinking", "assistant", "tool", "summary"]
+    assert "TimeoutError" in main.chunks[3].text and main.chunks[3].tool == "developer__shell"
+    assert sub.parent == "20260101_1" and sub.name == "Sub task"
+
+
+def test_goose_unknown_schema_and_legacy_jsonl(tmp_path):
+    other = tmp_path / "other.db"
+    con = sqlite3.connect(str(other))
+    con.execute("CREATE TABLE t(x)")
+    con.commit()
+    con.close()
+    with pytest.raises(NotASessionFile):
+        am_parse("goose", other)
+    legacy = am_write_jsonl(tmp_path / "legacy" / "myproj.jsonl", [
+        {"working_dir": "/home/u/old", "description": "Old session", "message_count": 1},
+        {"role": "user", "created": 1700000000, "content": [{"type": "text", "text": "legacy goose prompt"}]}])
+    s = am_parse("goose", legacy)[0]
+    assert (s.session_id, s.cwd, s.name, am_texts(s, "user")) == ("myproj", "/home/u/old", "Old session", ["legacy goose prompt"])
+    assert s.created == "2023-11-14T22:13:20.000Z"
+    am_goose_db(tmp_path / "legacy" / "sessions.db")   # once imported, the old files are not indexed twice
+    assert PARSERS["goose"].list_files(str(tmp_path / "legacy")) == [str(tmp_path / "legacy" / "sessions.db")]
+    assert PARSERS["goose"].default_roots({"HOME": "/h", "GOOSE_PATH_ROOT": "/g"}) == [os.path.join("/g", "data", "sessions")]
+
+
+# ==== Crush ========================================================================================
+
+def am_crush_db(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(str(path))
+    con.executescript("""
+        CREATE TABLE sessions(id TEXT PRIMARY KEY, parent_session_id TEXT, title TEXT NOT NULL,
+            message_count INTEGER, updated_at INTEGER, created_at INTEGER, summary_message_id TEXT);
+        CREATE TABLE messages(id TEXT PRIMARY KEY, session_id TEXT, role TEXT, parts TEXT, model TEXT,
+            created_at INTEGER, updated_at INTEGER, finished_at INTEGER, provider TEXT, is_summary_message INTEGER DEFAULT 0);
+    """)
+    con.execute("INSERT INTO sessions VALUES('s1', NULL, 'Swift parser cleanup', 4, 1754068138, 1754062312, 'm9')")
+    con.execute("INSERT INTO sessions VALUES('title-s1', 's1', 'Generate a title', 1, 1754062312, 1754062312, NULL)")
+    con.execute("INSERT INTO sessions VALUES('call_7', 's1', 'Find tests', 1, 1754062400, 1754062390, NULL)")
+    msgs = [
+        ("m1", "s1", "user", [{"type": "text", "data": {"text": "tidy the KDL lexer"}}], 1754062312, 0),
+        ("m2", "s1", "assistant", [{"type": "reasoning", "data": {"thinking": "start with tokens"}},
+                                   {"type": "text", "data": {"text": "Viewing the lexer."}},
+                                   {"type": "tool_call", "data": {"id": "c1", "name": "view", "input": "{\"file_path\": \"KDLLexer.swift\"}", "finished": True}},
+                                   {"type": "finish", "data": {"reason": "tool_use", "time": 1754062325}}], 1754062312, 0),
+        ("m3", "s1", "tool", [{"type": "tool_result", "data": {"tool_call_id": "c1", "name": "", "content": "struct KDLLexer {}"}}], 1754062325, 0),
+        ("t1", "title-s1", "user", [{"type": "text", "data": {"text": "tidy the KDL lexer"}}], 1754062312, 0),
+        ("m4", "call_7", "assistant", [{"type": "text", "data": {"text": "found 6 test files"}}], 1754062399, 0),
+        ("m9", "s1", "assistant", [{"type": "text", "data": {"text": "Summary so far: lexer tidied"}}], 1754068138, 1),
+    ]
+    for mid, sid, role, parts, ts, summ in msgs:
+        con.execute("INSERT INTO messages VALUES(?,?,?,?,?,?,?,?,?,?)",
+                    (mid, sid, role, json.dumps(parts), "m", ts, ts, None, "p", summ))
+    con.commit()
+    con.close()
+    return path
+
+
+def test_crush_sessions_subagents_title_sessions_and_tools(tmp_path):
+    sessions = am_parse("crush", am_crush_db(tmp_path / "kdl" / ".crush" / "crush.db"))
+    assert [s.session_id for s in sessions] == ["s1", "call_7"]     # "title-" sessions are skipped
+    main, sub = sessions
+    assert main.name == "Swift parser cleanup" and main.cwd == str(tmp_path / "kdl")
+    assert main.created == "2025-08-01T15:31:52.000Z" and main.modified == "2025-08-01T17:08:58.000Z"  # seconds
+    assert am_kinds(main) == ["user", "thinking", "assistant", "tool", "summary"]
+    assert main.chunks[3].path == "KDLLexer.swift" and "struct KDLLexer" in main.chunks[3].text
+    assert sub.parent == "s1" and am_texts(sub, "assistant") == ["found 6 test files"]
+    assert sum(t == "tidy the KDL lexer" for s in sessions for t in am_texts(s, "user")) == 1
+
+
+def test_crush_list_files_enters_dot_crush_only(tmp_path):
+    am_crush_db(tmp_path / "p1" / ".crush" / "crush.db")
+    am_crush_db(tmp_path / "p1" / "node_modules" / "x" / ".crush" / "crush.db")
+    am_crush_db(tmp_path / ".other" / ".crush" / "crush.db")
+    assert PARSERS["crush"].list_files(str(tmp_path)) == [str(tmp_path / "p1" / ".crush" / "crush.db")]
+    assert PARSERS["crush"].default_roots({"HOME": str(tmp_path)}) == []
+
+
+def test_crush_unknown_schema(tmp_path):
+    path = tmp_path / "crush.db"
+    con = sqlite3.connect(str(path))
+    con.execute("CREATE TABLE sessions(x)")
+    con.commit()
+    con.close()
+    with pytest.raises(NotASessionFile):
+        am_parse("crush", path)
+
+
+def test_crush_samples():
+    sessions = am_check_samples("crush")
+    assert any("CRUSH.md" in t for s in sessions for t in am_texts(s, "user"))
+    assert any(c.tool == "view" for s in sessions for c in s.chunks)
+
+
+def ot_write_jsonl(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return str(path)
+
+
+def ot_parse(agent, path):
+    return PARSERS[agent].parse(str(path), ParseReport())
+
+
+def ot_kinds(s):
+    return [c.kind for c in s.chunks]
+
+
+def ot_texts(s, kind):
+    return [c.text for c in s.chunks if c.kind == kind]
+
+
+# ---------------------------------------------------------------- droid
+
+
+def test_droid_store_title_cwd_reminder_and_tool_join(tmp_path):
+    p = ot_write_jsonl(tmp_path / "s.jsonl", [
+        {"type": "session_start", "id": "d1", "title": "first prompt", "sessionTitle": "Fix build", "cwd": "/w"},
+        {"type": "message", "id": "m1", "timestamp": "2025-12-26T00:00:00Z", "message": {"role": "user", "content": [
+            {"type": "text", "text": "<system-reminder>\nBe concise.\n</system-reminder>\n\nfix the build"}]}},
+        {"type": "message", "id": "m2", "timestamp": "2025-12-26T00:00:01Z", "message": {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "hmm"},
+            {"type": "tool_use", "id": "t1", "name": "Execute", "input": {"command": "make"}}]}},
+        {"type": "message", "id": "m3", "timestamp": "2025-12-26T00:00:02Z", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": "make: ok"}]}},
+    ])
+    [s] = ot_parse("droid", p)
+    assert (s.session_id, s.name, s.cwd) == ("d1", "Fix build", "/w")
+    assert ot_texts(s, "user") == ["fix the build"]
+    assert "Be concise" in ot_texts(s, "context")[0]
+    assert ot_kinds(s) == ["context", "user", "thinking", "tool"]
+    assert "command: make" in s.chunks[-1].text and "make: ok" in s.chunks[-1].text
+    assert (s.created, s.modified) == ("2025-12-26T00:00:00.000Z", "2025-12-26T00:00:02.000Z")
+
+
+def test_droid_stream_json_final_text_not_doubled(tmp_path):
+    p = ot_write_jsonl(tmp_path / "x.jsonl", [
+        {"type": "system", "session_id": "sx", "timestamp": 1767812640310, "cwd": "/d"},
+        {"type": "message", "session_id": "sx", "timestamp": 1767812641000, "role": "user", "text": "List files"},
+        {"type": "tool_call", "session_id": "sx", "timestamp": 1767812642000, "id": "c1", "toolName": "Execute",
+         "parameters": {"command": "ls"}},
+        {"type": "tool_result", "session_id": "sx", "timestamp": 1767812643000, "id": "c1",
+         "value": {"stdout": "", "stderr": "boom", "exitCode": 2}},
+        {"type": "message", "session_id": "sx", "timestamp": 1767812643500, "role": "assistant", "text": "Done"},
+        {"type": "completion", "session_id": "sx", "timestamp": 1767812644000, "finalText": "Done"},
+    ])
+    [s] = ot_parse("droid", p)
+    assert (s.session_id, s.cwd) == ("sx", "/d")
+    assert ot_texts(s, "assistant") == ["Done"]
+    assert "error:\n" in s.chunks[1].text and "boom" in s.chunks[1].text
+    assert s.created == "2026-01-07T19:04:00.310Z"
+
+
+def test_droid_rejects_other_jsonl(tmp_path):
+    p = ot_write_jsonl(tmp_path / "o.jsonl", [{"foo": 1}])
+    with pytest.raises(NotASessionFile):
+        ot_parse("droid", p)
+
+
+# ---------------------------------------------------------------- qwen
+
+ot_SID = "019f0000-0000-7000-8000-0000000000aa"
+
+
+def ot_q(uuid, parent, type_, **kw):
+    d = {"uuid": uuid, "parentUuid": parent, "sessionId": ot_SID, "timestamp": "2026-08-17T12:00:0%dZ" % int(uuid[-1]),
+         "type": type_, "cwd": "/p", "version": "0.21.13"}
+    d.update(kw)
+    return d
+
+
+def test_qwen_fragments_merged_hook_context_and_title(tmp_path):
+    p = ot_write_jsonl(tmp_path / "chats" / (ot_SID + ".jsonl"), [
+        ot_q("u1", None, "user", systemPayload={"displayText": "read the readme", "hookContext": "h"},
+          message={"role": "user", "parts": [{"text": "read the readme"},
+                                             {"text": "<qwen:user-prompt-submit-context>\nh\n</qwen:user-prompt-submit-context>"}]}),
+        ot_q("a2", "u1", "assistant", message={"role": "model", "parts": [{"text": "plan", "thought": True}]}),
+        ot_q("a2", "u1", "assistant", message={"role": "model", "parts": [
+            {"functionCall": {"id": "c1", "name": "read_file", "args": {"path": "/p/README.md"}}}, {"text": "Reading."}]}),
+        ot_q("a2", "u1", "assistant", message={"role": "model", "parts": [{"text": "plan", "thought": True}]}),  # repeat
+        ot_q("r3", "a2", "tool_result", message={"role": "user", "parts": [
+            {"functionResponse": {"id": "c1", "name": "read_file", "response": {"output": "# Hello"}}}]}),
+        ot_q("s4", "r3", "system", subtype="custom_title", systemPayload={"customTitle": "Readme tour"}),
+        ot_q("n5", "s4", "user", subtype="notification", systemPayload={"displayText": "task done"},
+          message={"role": "user", "parts": [{"text": "task done"}]}),
+    ])
+    [s] = ot_parse("qwen", p)
+    assert (s.session_id, s.name, s.cwd) == (ot_SID, "Readme tour", "/p")
+    assert ot_texts(s, "user") == ["read the readme"]
+    assert ot_texts(s, "thinking") == ["plan"]          # the repeated fragment is indexed once
+    assert ot_texts(s, "assistant") == ["Reading."]
+    tool = [c for c in s.chunks if c.kind == "tool"][0]
+    assert "# Hello" in tool.text and tool.path == "/p/README.md"
+    assert "task done" in ot_texts(s, "context") and any("user-prompt-submit" in t for t in ot_texts(s, "context"))
+
+
+def test_qwen_glued_objects_and_wrong_session(tmp_path):
+    a = json.dumps(ot_q("u1", None, "user", message={"role": "user", "parts": [{"text": "one"}]}))
+    b = json.dumps(ot_q("a2", "u1", "assistant", message={"role": "model", "parts": [{"text": "two"}]}))
+    p = ot_write_jsonl(tmp_path / (ot_SID + ".jsonl"), [a + b])
+    [s] = ot_parse("qwen", p)
+    assert ot_texts(s, "user") == ["one"] and ot_texts(s, "assistant") == ["two"]
+    other = ot_write_jsonl(tmp_path / "019f0000-0000-7000-8000-0000000000bb.jsonl", [a])
+    with pytest.raises(NotASessionFile):
+        ot_parse("qwen", other)
+
+
+def test_qwen_branch_copies_dropped_and_sidechain_is_subagent(tmp_path):
+    p = ot_write_jsonl(tmp_path / (ot_SID + ".jsonl"), [
+        ot_q("u1", None, "user", forkedFrom={"sessionId": "parent-1", "messageUuid": "u1"},
+          message={"role": "user", "parts": [{"text": "old prompt"}]}),
+        ot_q("u2", "u1", "user", message={"role": "user", "parts": [{"text": "new prompt"}]}),
+        ot_q("a3", "u2", "assistant", agentId="explore-1", isSidechain=True,
+          message={"role": "model", "parts": [{"text": "sub work"}]}),
+    ])
+    main, sub = ot_parse("qwen", p)
+    assert main.parent == "parent-1" and ot_texts(main, "user") == ["new prompt"]
+    assert sub.parent == ot_SID and ot_texts(sub, "assistant") == ["sub work"]
+
+
+# ---------------------------------------------------------------- kimi
+
+
+def ot_kimi_wire(tmp_path, agent, rows, state=None):
+    sdir = tmp_path / "wd_p_abc" / "session_1"
+    if state is not None:
+        sdir.mkdir(parents=True, exist_ok=True)
+        (sdir / "state.json").write_text(json.dumps(state))
+    return ot_write_jsonl(sdir / "agents" / agent / "wire.jsonl",
+                       [{"type": "metadata", "protocol_version": "1.4", "created_at": 1785612800000}] + rows)
+
+
+def test_kimi_main_title_cwd_injection_and_tools(tmp_path):
+    p = ot_kimi_wire(tmp_path, "main", [
+        {"type": "turn.prompt", "input": [{"type": "text", "text": "run ls"}], "time": 1785612812000},
+        {"type": "context.append_message", "message": {"role": "user", "content": [{"type": "text", "text": "run ls"}],
+                                                       "origin": {"kind": "user"}}, "time": 1785612812001},
+        {"type": "context.append_message", "message": {"role": "user", "content": [
+            {"type": "text", "text": "<system-reminder>plan mode</system-reminder>"}],
+            "origin": {"kind": "injection", "variant": "plan_mode"}}, "time": 1785612812002},
+        {"type": "context.append_loop_event", "event": {"type": "content.part", "stepUuid": "s1",
+                                                        "part": {"type": "think", "think": "use Bash"}}, "time": 1785612813000},
+        {"type": "context.append_loop_event", "event": {"type": "tool.call", "toolCallId": "Bash_0", "name": "Bash",
+                                                        "args": {"command": "ls"}}, "time": 1785612814000},
+        {"type": "context.append_loop_event", "event": {"type": "tool.result", "toolCallId": "Bash_0",
+                                                        "result": {"output": "README.md\n"}}, "time": 1785612815000},
+        {"type": "context.append_loop_event", "event": {"type": "content.part", "stepUuid": "s2",
+                                                        "part": {"type": "text", "text": "Here"}}, "time": 1785612816000},
+        {"type": "context.append_loop_event", "event": {"type": "content.part", "stepUuid": "s2",
+                                                        "part": {"type": "text", "text": " it is."}}, "time": 1785612816001},
+        {"type": "context.apply_compaction", "summary": "We listed files.", "time": 1785612817000},
+    ], state={"title": "run ls", "isCustomTitle": False, "workDir": "/proj", "createdAt": "2026-08-01T19:33:20.000Z",
+              "agents": {"main": {"type": "main", "parentAgentId": None}}})
+    [s] = ot_parse("kimi", p)
+    assert (s.session_id, s.name, s.cwd, s.parent) == ("session_1", "run ls", "/proj", None)
+    assert ot_texts(s, "user") == ["run ls"]               # turn.prompt is not indexed twice
+    assert ot_texts(s, "context") == ["<system-reminder>plan mode</system-reminder>"]
+    assert ot_texts(s, "assistant") == ["Here it is."]
+    assert "README.md" in ot_texts(s, "tool")[0] and ot_texts(s, "summary") == ["We listed files."]
+    assert s.created == "2026-08-01T19:33:20.000Z"
+
+
+def test_kimi_subagent_points_to_parent(tmp_path):
+    p = ot_kimi_wire(tmp_path, "agent-0", [
+        {"type": "context.append_message", "message": {"role": "user", "content": [{"type": "text", "text": "count files"}],
+                                                       "origin": {"kind": "system_trigger", "name": "subagent"}},
+         "time": 1785612812001}],
+        state={"title": "x", "isCustomTitle": True, "customTitle": "Mine", "workDir": "/proj",
+               "agents": {"main": {"parentAgentId": None}, "agent-0": {"type": "sub", "parentAgentId": "main"}}})
+    [s] = ot_parse("kimi", p)
+    assert (s.session_id, s.parent, s.name) == ("session_1/agent-0", "session_1", None)
+    assert ot_kinds(s) == ["context"]
+    main = ot_kimi_wire(tmp_path, "main", [])
+    assert ot_parse("kimi", main)[0].name == "Mine"
+
+
+def test_kimi_state_json_is_not_a_session(tmp_path):
+    (tmp_path / "state.json").write_text('{"title": "x"}')
+    with pytest.raises(NotASessionFile):
+        ot_parse("kimi", tmp_path / "state.json")
+
+
+# ---------------------------------------------------------------- openclaw
+
+
+def test_openclaw_injected_context_and_tools(tmp_path):
+    p = ot_write_jsonl(tmp_path / "a.jsonl", [
+        {"type": "session", "id": "oc1", "version": 3, "timestamp": "2026-02-24T10:00:00Z", "cwd": "/r"},
+        {"type": "custom_message", "customType": "openclaw.runtime-context", "content": "runtime ctx", "display": False,
+         "id": "c", "timestamp": "2026-02-24T10:00:01Z"},
+        {"type": "message", "id": "m0", "timestamp": "2026-02-24T10:00:01Z", "message": {"role": "user", "content": [
+            {"type": "text", "text": "Read HEARTBEAT.md if it exists and consider outstanding tasks."}]}},
+        {"type": "message", "id": "m1", "timestamp": "2026-02-24T10:00:02Z", "message": {"role": "user", "content": [
+            {"type": "text", "text": "git status please"}]}},
+        {"type": "message", "id": "m2", "timestamp": "2026-02-24T10:00:03Z", "message": {"role": "assistant", "content": [
+            {"type": "toolCall", "id": "t1", "name": "run_terminal", "arguments": {"command": "git status"}}]}},
+        {"type": "message", "id": "m3", "timestamp": "2026-02-24T10:00:04Z", "message": {
+            "role": "toolResult", "toolCallId": "t1", "toolName": "run_terminal", "content": "clean", "isError": False}},
+    ])
+    [s] = ot_parse("openclaw", p)
+    assert (s.session_id, s.cwd) == ("oc1", "/r")
+    assert ot_texts(s, "user") == ["git status please"]
+    assert len(ot_texts(s, "context")) == 2
+    assert "clean" in ot_texts(s, "tool")[0]
+    assert (s.created, s.modified) == ("2026-02-24T10:00:00.000Z", "2026-02-24T10:00:04.000Z")
+
+
+# ---------------------------------------------------------------- grok
+
+
+def test_grok_summary_title_synthetic_context_and_subagent_parent(tmp_path):
+    bucket = tmp_path / "%2Ftmp%2Fp"
+    (bucket / "parent1" / "subagents" / "child1").mkdir(parents=True)
+    (bucket / "parent1" / "subagents" / "child1" / "meta.json").write_text(json.dumps({"parent_session_id": "parent1"}))
+    (bucket / "child1").mkdir()
+    (bucket / "child1" / "summary.json").write_text(json.dumps({
+        "info": {"id": "child1", "cwd": "/tmp/p"}, "generated_title": "Count files", "session_summary": "x",
+        "created_at": "2026-07-31T10:13:27.574131Z", "updated_at": "2026-07-31T10:15:02.118940Z"}))
+    p = ot_write_jsonl(bucket / "child1" / "chat_history.jsonl", [
+        {"type": "system", "content": "You are Grok."},
+        {"type": "user", "content": [{"type": "text", "text": "<user_info>OS</user_info>"}], "synthetic_reason": "environment_context"},
+        {"type": "user", "content": [{"type": "text", "text": "count py files"}], "prompt_index": 0},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "use find"}], "encrypted_content": "zzz"},
+        {"type": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "run_terminal_cmd",
+                                                               "arguments": "{\"command\":\"find . | wc -l\"}"}]},
+        {"type": "tool_result", "tool_call_id": "c1", "content": "3\n"},
+    ])
+    assert PARSERS["grok"].list_files(str(tmp_path)) == [p]  # subagents/ copies are not listed
+    [s] = ot_parse("grok", p)
+    assert (s.session_id, s.name, s.cwd, s.parent) == ("child1", "Count files", "/tmp/p", "parent1")
+    assert ot_kinds(s) == ["context", "user", "thinking", "tool"]
+    assert "command: find . | wc -l" in s.chunks[-1].text and "zzz" not in "".join(c.text for c in s.chunks)
+    assert (s.created, s.modified) == ("2026-07-31T10:13:27.574Z", "2026-07-31T10:15:02.118Z")
+
+
+# ---------------------------------------------------------------- hermes
+
+
+def test_hermes_state_db(tmp_path):
+    db = tmp_path / "state.db"
+    con = sqlite3.connect(str(db))
+    con.executescript("""
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT, model TEXT, model_config TEXT, started_at REAL,
+                               ended_at REAL, title TEXT, parent_session_id TEXT);
+        CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id TEXT, role TEXT, content TEXT, tool_call_id TEXT,
+                               tool_calls TEXT, tool_name TEXT, timestamp REAL, reasoning TEXT);
+    """)
+    con.execute("INSERT INTO sessions VALUES ('h1','cli','m','{\"cwd\": \"/w\"}',1777500000,1777500100,'Dir check',NULL)")
+    con.execute("INSERT INTO sessions VALUES ('h2','cli','m','{}',1777500200,NULL,NULL,'h1')")
+    con.execute("INSERT INTO messages VALUES (1,'h1','user','where am I',NULL,NULL,NULL,1777500001,NULL)")
+    con.execute("INSERT INTO messages VALUES (2,'h1','assistant','',NULL,"
+                "'[{\"id\":\"c1\",\"function\":{\"name\":\"shell\",\"arguments\":\"{\\\"command\\\":\\\"pwd\\\"}\"}}]',"
+                "NULL,1777500002,'think')")
+    con.execute("INSERT INTO messages VALUES (3,'h1','tool','/w','c1',NULL,'shell',1777500003,NULL)")
+    con.execute("INSERT INTO messages VALUES (4,'h2','user','[SYSTEM: The user has invoked the x skill]',NULL,NULL,NULL,1777500201,NULL)")
+    con.commit()
+    con.close()
+    h1, h2 = sorted(ot_parse("hermes", db), key=lambda s: s.session_id)
+    assert (h1.name, h1.cwd, h1.parent) == ("Dir check", "/w", None)
+    assert ot_kinds(h1) == ["user", "thinking", "tool"] and "command: pwd" in h1.chunks[-1].text
+    assert h1.created == "2026-04-29T22:00:00.000Z" and h1.modified == "2026-04-29T22:01:40.000Z"
+    assert h2.parent == "h1" and ot_kinds(h2) == ["context"]
+
+
+def test_hermes_unknown_sqlite_schema(tmp_path):
+    db = tmp_path / "state.db"
+    con = sqlite3.connect(str(db))
+    con.execute("CREATE TABLE other (x)")
+    con.commit()
+    con.close()
+    with pytest.raises(NotASessionFile):
+        ot_parse("hermes", db)
+
+
+def test_hermes_legacy_json(tmp_path):
+    p = tmp_path / "session_1.json"
+    p.write_text(json.dumps({"session_id": "s1", "session_start": "2026-04-29T20:00:00Z",
+                             "last_updated": "2026-04-29T20:00:04Z", "model_config": {"cwd": "/x"},
+                             "messages": [{"role": "user", "content": "hello"}, {"role": "session_meta"}]}))
+    [s] = ot_parse("hermes", p)
+    assert (s.session_id, s.cwd, ot_texts(s, "user")) == ("s1", "/x", ["hello"])
+
+
+# ---------------------------------------------------------------- antigravity
+
+
+def test_antigravity_user_request_and_ordered_tool_outputs(tmp_path):
+    p = ot_write_jsonl(tmp_path / "conv-1" / ".system_generated" / "logs" / "transcript.jsonl", [
+        {"step_index": 0, "source": "USER_EXPLICIT", "type": "USER_INPUT", "created_at": "2026-06-26T21:16:16Z",
+         "content": "<USER_REQUEST>\nList the files.\n</USER_REQUEST>\n<USER_SETTINGS_CHANGE>model</USER_SETTINGS_CHANGE>"},
+        {"step_index": 1, "source": "MODEL", "type": "PLANNER_RESPONSE", "created_at": "2026-06-26T21:16:17Z",
+         "thinking": "list it", "tool_calls": [{"name": "list_dir", "args": {"DirectoryPath": "\"/tmp/repo\""}},
+                                                {"name": "run_command", "args": {"CommandLine": "\"ls -a\""}}]},
+        {"step_index": 2, "source": "MODEL", "type": "LIST_DIRECTORY", "created_at": "2026-06-26T21:16:18Z", "content": "a.txt"},
+        {"step_index": 3, "source": "MODEL", "type": "RUN_COMMAND", "created_at": "2026-06-26T21:16:19Z", "content": ".\n..\na.txt"},
+        {"step_index": 4, "source": "SYSTEM", "type": "SYSTEM_MESSAGE", "created_at": "2026-06-26T21:16:20Z", "content": "sys"},
+    ])
+    assert PARSERS["antigravity"].list_files(str(tmp_path)) == [p]
+    [s] = ot_parse("antigravity", p)
+    assert s.session_id == "conv-1"
+    assert ot_texts(s, "user") == ["List the files."]
+    assert ot_texts(s, "context") == ["<USER_SETTINGS_CHANGE>model</USER_SETTINGS_CHANGE>", "sys"]
+    t1, t2 = ot_texts(s, "tool")
+    assert "DirectoryPath: /tmp/repo" in t1 and "a.txt" in t1
+    assert "CommandLine: ls -a" in t2 and ".." in t2
+    assert [c.path for c in s.chunks if c.kind == "tool"] == ["/tmp/repo", None]
+
+
+# ---------------------------------------------------------------- samples
+
+ot_SAMPLE_DIRS = [("droid", "factory-droid"), ("qwen", "qwen"), ("kimi", "kimi"), ("openclaw", "openclaw"),
+               ("grok", "grok"), ("hermes", "hermes"), ("antigravity", "antigravity")]
+
+
+@pytest.mark.parametrize("agent,folder", ot_SAMPLE_DIRS)
+def test_samples(agent, folder):
+    root = os.path.join(SAMPLES, folder)
+    if not os.path.isdir(root):
+        pytest.skip("samples absent")
+    sessions = 0
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            try:
+                got = PARSERS[agent].parse(os.path.join(dirpath, f), ParseReport())
+            except NotASessionFile:
+                continue
+            assert got, f
+            for s in got:
+                assert s.session_id and s.created and s.modified
+                assert all(c.kind in ("user", "assistant", "tool", "thinking", "summary", "custom", "context")
+                           for c in s.chunks)
+            sessions += len(got)
+            text = "\n".join(c.text for s in got for c in s.chunks if c.kind in ("user", "tool"))
+            assert text, "no user prompt or tool call indexed from %s" % f
+    assert sessions >= 1
 
 
 # ---------------------------------------------------------------------------------------------
