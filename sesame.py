@@ -77,8 +77,8 @@ PENDING_CALL_LINES = 2000
 DEFAULT_LIMIT = 10
 MATCHES_PER_SESSION = 3
 SNIPPET_CHARS = 200
-# FTS5 private-use markers around matched words; replaced by colour or ** at output time.
-HL_OPEN, HL_CLOSE = "\x02", "\x03"
+# Snippets mark matched words **like this** (readable as text and as Markdown); a terminal gets colour.
+HL_OPEN = HL_CLOSE = "**"
 
 # ==================================================================================================
 # Errors
@@ -4939,7 +4939,8 @@ def discover(sources, summary):
     found, seen = [], set()
     for src in sources:
         try:
-            paths = src.parser.list_files(src.path)
+            # A configured file is read as it is, whatever its name: the user said what it is.
+            paths = [src.path] if os.path.isfile(src.path) else src.parser.list_files(src.path)
         except OSError as e:
             summary.problem(src.path, "cannot list: %s" % (e.strerror or e))
             continue
@@ -5542,12 +5543,6 @@ def use_color(stream):
     return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
 
 
-def mark(snippet, color):
-    if color:
-        return snippet.replace(HL_OPEN, "\x1b[1;33m").replace(HL_CLOSE, "\x1b[0m")
-    return snippet.replace(HL_OPEN, "**").replace(HL_CLOSE, "**")
-
-
 def result_json(con, s, score, stage, matches):
     parser = PARSERS.get(s["agent"])
     snippet = matches[0]["snippet"] if matches else fallback_snippet(con, s)
@@ -5555,8 +5550,8 @@ def result_json(con, s, score, stage, matches):
         "sessionId": s["session_id"], "source": s["agent"], "agent": s["agent"], "path": s["path"],
         "cwd": s["cwd"], "name": s["name"], "score": round(-score, 3), "matchedAllTerms": stage == 0,
         "created": s["created"], "modified": s["modified"], "parent": s["parent"],
-        "matchedSnippet": mark(snippet, False),
-        "matches": [dict(m, snippet=mark(m["snippet"], False)) for m in matches],
+        "matchedSnippet": snippet,
+        "matches": matches,
         "resumeCommand": parser.resume_command(s) if parser else None,
     }
 
@@ -5565,15 +5560,23 @@ def short_date(ts):
     return ts[:16].replace("T", " ") + " UTC" if ts else "unknown date"
 
 
-def print_results(query_text, results, color, out):
-    out.write('Found %d session%s matching "%s"\n' % (len(results), "" if len(results) == 1 else "s", query_text))
+def print_results(data, color, out):
+    """Human search output: a count line, then per session score, id, name, date, cwd, snippet."""
+    results = data["results"]
+    out.write('Found %d session%s matching "%s"\n' % (len(results), "" if len(results) == 1 else "s", data["query"]))
     for r in results:
         out.write("\n[%.2f] %s (%s) - %s\n" % (r["score"], r["sessionId"][:8], r["name"] or "Unnamed",
                                               short_date(r["modified"])))
         out.write("  %s\n" % (r["cwd"] or "(no working directory)"))
-        snippet = r["_snippet"]
-        if snippet:
-            out.write("  %s\n" % mark(snippet, color))
+        if r["matchedSnippet"]:
+            out.write("  %s\n" % highlight(r["matchedSnippet"], color))
+    if data["hasMore"]:
+        out.write("\n(more results: --offset %d)\n" % data["nextOffset"])
+
+
+def highlight(snippet, color):
+    """Snippets mark matches **like this**; on a terminal that becomes colour."""
+    return re.sub(r"\*\*(.+?)\*\*", "\x1b[1;33m\\1\x1b[0m", snippet) if color else snippet
 
 
 def emit_json(obj, out=None):
@@ -5651,16 +5654,17 @@ def cmd_index(args, ctx):
 LOCK_WAIT_SECONDS = 600
 
 
-def cmd_search(args, ctx):
-    query = Query(" ".join(args.query))
-    if args.limit < 1 or args.offset < 0:
+def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=None, after=None, before=None,
+                    agent=None, tools=False, tool=None, path=None):
+    """A search as data: the object `sesame search --json` prints (the MCP server returns it too)."""
+    query = Query(text)
+    if limit < 1 or offset < 0:
         raise UsageError("--limit must be at least 1 and --offset at least 0")
-    filters = Filters(cwd=args.cwd, after=args.after, before=args.before, agent=args.agent,
-                      tools_only=args.tools, tool=args.tool, path=args.path)
+    filters = Filters(cwd=cwd, after=after, before=before, agent=agent, tools_only=tools, tool=tool, path=path)
     first_use = not os.path.exists(ctx.index_path)
     store = ctx.store()
     try:
-        if not args.no_refresh:
+        if refresh:
             if first_use:
                 _stderr("sesame: building the index for the first time (sesame status shows what it covers)")
             summary = refresh_index(ctx, store, wait_seconds=0)
@@ -5668,23 +5672,22 @@ def cmd_search(args, ctx):
                 _stderr("sesame: another sesame index is running; searching the index as it is")
             elif first_use:
                 _stderr("sesame: " + summary.line())
-        hits, more = search(store, query, filters, limit=args.limit, offset=args.offset)
-        results = []
-        for s, score, stage, matches in hits:
-            r = result_json(store.con, s, score, stage, matches)
-            r["_snippet"] = matches[0]["snippet"] if matches else fallback_snippet(store.con, s)
-            results.append(r)
+        hits, more = search(store, query, filters, limit=limit, offset=offset)
+        results = [result_json(store.con, s, score, stage, matches) for s, score, stage, matches in hits]
     finally:
         store.close()
+    return {"query": query.text, "resultCount": len(results), "offset": offset, "limit": limit,
+            "hasMore": more, "nextOffset": offset + len(results) if more else None, "results": results}
+
+
+def cmd_search(args, ctx):
+    data = search_sessions(ctx, " ".join(args.query), limit=args.limit, offset=args.offset,
+                           refresh=not args.no_refresh, cwd=args.cwd, after=args.after, before=args.before,
+                           agent=args.agent, tools=args.tools, tool=args.tool, path=args.path)
     if args.json:
-        for r in results:
-            r.pop("_snippet")
-        emit_json({"query": query.text, "resultCount": len(results), "offset": args.offset, "limit": args.limit,
-                   "hasMore": more, "nextOffset": args.offset + len(results) if more else None, "results": results})
+        emit_json(data)
     else:
-        print_results(query.text, results, use_color(sys.stdout), sys.stdout)
-        if more:
-            sys.stdout.write("\n(more results: --offset %d)\n" % (args.offset + len(results)))
+        print_results(data, use_color(sys.stdout), sys.stdout)
     return EXIT_OK
 
 
@@ -5699,7 +5702,8 @@ def index_plan_counts(store, sources):
     return changed + sum(1 for p in known if p not in present)
 
 
-def cmd_status(args, ctx):
+def status_info(ctx):
+    """What `sesame status --json` prints (the MCP server returns it too)."""
     store = ctx.store(create=False)
     info = {"indexPath": ctx.index_path, "indexExists": store is not None, "configPath": config_path(ctx.env),
             "configFound": ctx.cfg_path is not None, "sqliteVersion": sqlite3.sqlite_version,
@@ -5722,12 +5726,17 @@ def cmd_status(args, ctx):
             })
         finally:
             store.close()
+    return info
+
+
+def cmd_status(args, ctx):
+    info = status_info(ctx)
     if args.json:
         emit_json(info)
         return EXIT_OK
     out = sys.stdout
-    out.write("index:    %s%s\n" % (ctx.index_path, "" if store else " (not built yet: run sesame index)"))
-    if store is not None:
+    out.write("index:    %s%s\n" % (ctx.index_path, "" if info["indexExists"] else " (not built yet: run sesame index)"))
+    if info["indexExists"]:
         out.write("size:     %.1f MB, %d sessions, %d chunks from %d files\n"
                   % (info["indexBytes"] / 1e6, info["sessions"], info["chunks"], info["files"]))
         for p in info["perAgent"]:
