@@ -7,6 +7,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import stat
 import subprocess
@@ -2424,6 +2425,173 @@ def test_samples(agent, folder):
             text = "\n".join(c.text for s in got for c in s.chunks if c.kind in ("user", "tool"))
             assert text, "no user prompt or tool call indexed from %s" % f
     assert sessions >= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Agents together: one conversation in several layouts, discovery without config, the samples
+# ---------------------------------------------------------------------------------------------
+
+def render_conversation(fmt, root, sid, cwd, turns, start="2026-05-01T10:00:00"):
+    """Write one conversation [(user text, assistant text, [(command, output)])] in pi, Claude Code
+    or Codex layout under an agent's home folder `root`; returns the file path."""
+    clock = iter(range(10, 10000))
+
+    def ts():
+        return "%s.%03dZ" % (start, next(clock))
+    if fmt == "pi":
+        w = PiWriter(os.path.join(str(root), "sessions"), sid, cwd=cwd, start=start + ".000Z")
+        for user, answer, calls in turns:
+            w.user(user)
+            for command, output in calls:
+                w.tool("bash", {"command": command}, output)
+            w.assistant(answer)
+        return w.save()
+    records = []
+    if fmt == "claude":
+        n = iter(range(1, 10000))
+
+        def rec(rtype, message):
+            records.append({"type": rtype, "uuid": "u%d" % next(n), "sessionId": sid, "cwd": cwd, "timestamp": ts(),
+                            "isSidechain": False, "version": "2.1.14", "message": message})
+        for user, answer, calls in turns:
+            rec("user", {"role": "user", "content": user})
+            for i, (command, output) in enumerate(calls):
+                tid = "toolu_%d" % next(n)
+                rec("assistant", {"id": "msg_%s" % tid, "role": "assistant",
+                                  "content": [{"type": "tool_use", "id": tid, "name": "Bash", "input": {"command": command}}]})
+                rec("user", {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tid, "content": output}]})
+            rec("assistant", {"id": "msg_%d" % next(n), "role": "assistant", "content": [{"type": "text", "text": answer}]})
+        path = os.path.join(str(root), "projects", "".join(c if c.isalnum() else "-" for c in cwd), sid + ".jsonl")
+    else:
+        records.append({"timestamp": ts(), "type": "session_meta",
+                        "payload": {"id": sid, "timestamp": start + ".000Z", "cwd": cwd, "originator": "codex_cli_rs"}})
+        for user, answer, calls in turns:
+            records.append({"timestamp": ts(), "type": "response_item", "payload": {
+                "type": "message", "role": "user", "content": [{"type": "input_text", "text": user}]}})
+            for i, (command, output) in enumerate(calls):
+                cid = "call_%d_%d" % (len(records), i)
+                records.append({"timestamp": ts(), "type": "response_item", "payload": {
+                    "type": "function_call", "name": "shell", "call_id": cid,
+                    "arguments": json.dumps({"command": ["bash", "-lc", command]})}})
+                records.append({"timestamp": ts(), "type": "response_item", "payload": {
+                    "type": "function_call_output", "call_id": cid, "output": output}})
+            records.append({"timestamp": ts(), "type": "response_item", "payload": {
+                "type": "message", "role": "assistant", "content": [{"type": "output_text", "text": answer}]}})
+        day = start[:10].replace("-", "/")
+        path = os.path.join(str(root), "sessions", day, "rollout-%s-%s.jsonl" % (start.replace(":", "-"), sid))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        for r in records:
+            f.write(line(r))
+    return path
+
+
+CONVERSATIONS = [
+    ("0a0a0a0a-1111-4111-8111-000000000001", "/home/dev/api", [
+        ("The payments webhook retries too fast and partners complain.",
+         "Added exponential backoff with jitter to webhook retries.", [("pytest tests/test_webhooks.py", "5 passed")])]),
+    ("0a0a0a0a-1111-4111-8111-000000000002", "/home/dev/web", [
+        ("Dark mode colours are wrong in the settings page.", "Fixed the CSS variables for dark mode.", []),
+        ("Also the toggle does not persist.", "Stored the theme in localStorage.", [("npm test", "ok theme persists")])]),
+    ("0a0a0a0a-1111-4111-8111-000000000003", "/home/dev/infra", [
+        ("Terraform plan fails with a state lock error.", "Another run held the lock; released it.",
+         [("terraform force-unlock 1234", "Terraform state has been successfully unlocked!")])]),
+    ("0a0a0a0a-1111-4111-8111-000000000004", "/home/dev/api", [
+        ("Webhook payloads need a signature header.", "Signed payloads with HMAC SHA256.", [])]),
+]
+
+CROSS_QUERIES = ["webhook retries backoff", "dark mode toggle", "terraform lock", "webhook signature",
+                 "force-unlock", "localStorage theme", "partners complain jitter"]
+
+
+def test_the_same_conversations_rank_the_same_in_pi_claude_and_codex_layouts(tmp_path, monkeypatch, capsys, env):
+    rankings = {}
+    for fmt in ("pi", "claude", "codex"):
+        home = tmp_path / fmt
+        for sid, cwd, turns in CONVERSATIONS:
+            render_conversation(fmt, home, sid, cwd, turns)
+        sub = {"pi": "sessions", "claude": "projects", "codex": "sessions"}[fmt]
+        write_config({"sources": [{"parser": fmt, "path": str(home / sub)}]}, tmp_path)
+        monkeypatch.setenv("SESAME_DATA_DIR", str(tmp_path / ("data-" + fmt)))
+        rankings[fmt] = [search_ids(capsys, q) for q in CROSS_QUERIES]
+        rankings[fmt].append(search_ids(capsys, "terraform", "--tool", "bash"))
+    assert rankings["pi"] == rankings["claude"] == rankings["codex"]
+    assert rankings["pi"][0][0].endswith("01") and rankings["pi"][2] == [CONVERSATIONS[2][0]]
+
+
+def test_without_config_sessions_of_several_agents_in_their_default_places_are_found(tmp_path, env, capsys):
+    os.remove(tmp_path / "config" / "config.jsonc")
+    home = tmp_path / "home"
+    words = {"pi": "aardvark", "claude": "bandicoot", "codex": "capybara"}
+    for n, (fmt, word) in enumerate(words.items()):
+        root = {"pi": home / ".pi" / "agent", "claude": home / ".claude", "codex": home / ".codex"}[fmt]
+        render_conversation(fmt, root, "0b0b0b0b-2222-4222-8222-00000000000%d" % n, "/home/dev/zoo",
+                            [("Tell me about the %s." % word, "The %s is an animal." % word, [])])
+    gemini = home / ".gemini" / "tmp" / "zoo" / "chats"
+    gemini.mkdir(parents=True)
+    with open(gemini / "session-2026-05-01T10-00-g9.jsonl", "w") as f:
+        f.write(line({"sessionId": "g-9", "projectHash": "ab", "startTime": "2026-05-01T10:00:00.000Z",
+                      "lastUpdated": "2026-05-01T10:00:05.000Z", "kind": "main"}))
+        f.write(line({"id": "u1", "timestamp": "2026-05-01T10:00:01Z", "type": "user", "content": [{"text": "and the dugong?"}]}))
+        f.write(line({"id": "a1", "timestamp": "2026-05-01T10:00:02Z", "type": "gemini", "content": "A dugong swims."}))
+    words["gemini"] = "dugong"
+    for agent, word in words.items():
+        code, out, err = run(capsys, "search", word, "--json")
+        results = json.loads(out)["results"]
+        assert [r["agent"] for r in results] == [agent], (agent, err)
+    code, out, _ = run(capsys, "sources", "--json")
+    active = {s["agent"] for s in json.loads(out)["sources"] if s["active"]}
+    assert {"pi", "claude", "codex", "gemini"} <= active
+
+
+SAMPLE_AGENTS = {  # samples folder -> (parser id, sessions its files hold)
+    "aider": ("aider", 18), "antigravity": ("antigravity", 2), "claude-code": ("claude", 7), "codex": ("codex", 9),
+    "copilot": ("copilot", 5), "crush": ("crush", 1), "cursor": ("cursor", 8), "factory-droid": ("droid", 6),
+    "gemini": ("gemini", 4), "grok": ("grok", 2), "hermes": ("hermes", 3), "kimi": ("kimi", 3),
+    "openclaw": ("openclaw", 3), "opencode": ("opencode", 3), "pi": ("pi", 5), "qwen": ("qwen", 5),
+}
+INJECTED = ("<environment_context>", "<system-reminder>", "<user_info>", "<command-name>", "# AGENTS.md",
+            "Caveat: The messages below", "<local-command-stdout>", "<permissions instructions>")
+
+
+@pytest.mark.skipif(not os.path.isdir(SAMPLES), reason="../shared/samples not present")
+def test_every_sample_file_is_indexed_or_reported_and_its_prompts_and_commands_are_findable(tmp_path, env, capsys):
+    sources = []
+    for folder, (agent, _) in SAMPLE_AGENTS.items():
+        for root, _, files in os.walk(os.path.join(SAMPLES, folder)):
+            sources += [{"parser": agent, "path": os.path.join(root, f)} for f in files]
+    write_config({"sources": sources}, tmp_path)
+    code, out, err = run(capsys, "index", "--json")
+    summary = json.loads(out)
+    assert code == 0 and summary["filesSeen"] == len(sources)
+    assert all(p["reason"].startswith("not a ") for p in summary["skipped"]), summary["skipped"]
+    status = json.loads(run(capsys, "status", "--json")[1])
+    assert {p["agent"]: p["sessions"] for p in status["perAgent"]} == {a: n for a, n in SAMPLE_AGENTS.values()}
+    import sqlite3 as sq
+    con = sq.connect(str(tmp_path / "data" / "index.sqlite"))
+    rows = con.execute("SELECT s.agent, s.session_id, c.kind, c.text FROM chunks c JOIN sessions s ON s.id = c.session "
+                       "ORDER BY s.id, c.seq").fetchall()
+    missed, checked, injected = [], {}, []
+    for agent, session_id, kind, text in rows:
+        text = sesame.unpack(text)
+        if kind == "user" and any(marker in text for marker in INJECTED):
+            injected.append((agent, session_id, text[:80]))
+        key = (agent, session_id, kind)
+        if kind not in ("user", "tool") or key in checked:
+            continue
+        body = text.split("command:", 1)[1].split("\n")[0] if kind == "tool" and "command:" in text else text
+        words = [w for w in re.findall(r"[^\W\d_]{4,}", body)][:5]
+        if kind == "tool" and "command:" not in text or len(words) < 2:
+            continue
+        checked[key] = True
+        flags = ["--tools"] if kind == "tool" else []
+        code, out, _ = run(capsys, "search", " ".join(words), "--agent", agent, "--limit", "50", "--json",
+                           "--no-refresh", *flags)
+        if session_id not in [r["sessionId"] for r in json.loads(out)["results"]]:
+            missed.append((agent, session_id, kind, words))
+    assert injected == []
+    assert missed == []
+    assert {a for a, _, k in checked if k == "user"} >= {"claude", "codex", "pi", "aider", "gemini", "cursor", "qwen"}
 
 
 # ---------------------------------------------------------------------------------------------
