@@ -5128,7 +5128,7 @@ def index_file(batch, job, result, summary):
         sessions = payload if status == "ok" else []
         if fresh and file_id is not None:
             delete_sessions(con, [r[0] for r in con.execute("SELECT id FROM sessions WHERE file_id=?", (file_id,))])
-            fresh = False
+        fresh = False
         if file_id is None:
             file_id = con.execute("INSERT INTO files(path, parser) VALUES(?, ?)", (path, parser.id)).lastrowid
         for s in sessions:

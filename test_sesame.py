@@ -436,6 +436,105 @@ def test_appended_message_becomes_searchable(corpus, capsys):
     assert search_ids(capsys, "wombat") == ["cccc3333-ci"]
 
 
+def read_starts(monkeypatch):
+    """Record the byte offsets the indexer starts reading JSONL files from."""
+    starts = []
+    original = sesame.iter_jsonl
+
+    def spy(path, report, start=0):
+        starts.append((os.path.basename(path), start))
+        return original(path, report, start)
+    monkeypatch.setattr(sesame, "iter_jsonl", spy)
+    return starts
+
+
+def index_snapshot(capsys, queries=("carousel", "webhook", "kubernetes autoscaler", "deploy bucket", "tool output")):
+    """What a user sees of the index: status counts and the JSON of several searches."""
+    info = json.loads(run(capsys, "status", "--json")[1])
+    results = [json.loads(run(capsys, "search", q, "--json", "--no-refresh")[1]) for q in queries]
+    return (info["sessions"], info["chunks"]), results
+
+
+def test_appended_lines_are_read_from_where_the_last_run_stopped_and_match_a_full_rebuild(corpus, capsys, monkeypatch):
+    w = PiWriter(corpus, "grow-1", cwd="/home/dev/grow")
+    w.user("Set up the webhook relay.").assistant("Relay configured.")
+    path = w.save()
+    run(capsys, "index")
+    size = os.path.getsize(path)
+    starts = read_starts(monkeypatch)
+    with open(path, "a") as f:
+        f.write(line({"type": "session_info", "id": "n1", "parentId": None, "timestamp": "2026-03-10T09:30:00.000Z",
+                      "name": "Webhook relay"}))
+        f.write(line({"type": "message", "id": "n2", "parentId": "n1", "timestamp": "2026-03-10T09:31:00.000Z",
+                      "message": {"role": "user", "content": "now add a tool output check", "timestamp": 1773135060000}}))
+    code, out, _ = run(capsys, "index", "--json")
+    assert json.loads(out)["filesIndexed"] == 1
+    assert starts == [(os.path.basename(path), size)]  # only the new bytes were read
+    appended = index_snapshot(capsys)
+    assert search_ids(capsys, "webhook relay tool output")[0] == "grow-1"
+    run(capsys, "index", "--full")
+    assert index_snapshot(capsys) == appended
+
+
+def test_a_tool_call_waiting_for_its_result_is_completed_when_the_result_is_appended(env, capsys, monkeypatch):
+    w = PiWriter(env, "wait-1")
+    w.user("run the migrations").assistant("Running.", calls=[("c9", "bash", {"command": "alembic upgrade head"})])
+    path = w.save()
+    run(capsys, "index")
+    offset_before = os.path.getsize(path)
+    with open(path, "a") as f:
+        f.write(line({"type": "message", "id": "r9", "parentId": None, "timestamp": "2026-03-10T09:40:00.000Z",
+                      "message": {"role": "toolResult", "toolCallId": "c9", "toolName": "bash",
+                                  "content": [{"type": "text", "text": "Running upgrade quetzal_schema"}], "isError": False}}))
+    starts = read_starts(monkeypatch)
+    assert search_ids(capsys, "quetzal_schema", "--tool", "bash") == ["wait-1"]
+    assert 0 < starts[0][1] < offset_before  # re-read from before the waiting call, not from the start
+    code, out, _ = run(capsys, "search", "alembic", "--json", "--no-refresh")
+    assert [m["kind"] for m in json.loads(out)["results"][0]["matches"]].count("tool") == 1
+
+
+def test_a_shrunk_or_rewritten_file_is_reindexed_from_the_start(corpus, capsys, monkeypatch):
+    w = PiWriter(corpus, "shrink-1")
+    w.user("first topic ocelot").user("second topic pangolin")
+    path = w.save()
+    run(capsys, "index")
+    starts = read_starts(monkeypatch)
+    w.lines = w.lines[:2]
+    w.save()  # shrank: the second message is gone
+    assert search_ids(capsys, "pangolin") == []
+    assert starts[-1][1] == 0
+    w2 = PiWriter(corpus, "shrink-1")
+    w2.user("entirely new words narwhal").user("second topic pangolin")
+    w2.save()  # same name, start rewritten
+    assert search_ids(capsys, "narwhal") == ["shrink-1"] and search_ids(capsys, "ocelot") == []
+    assert starts[-1][1] == 0
+
+
+def test_a_big_file_read_in_slices_gives_what_one_full_read_gives(env, capsys, monkeypatch):
+    w = PiWriter(env, "big-1")
+    for i in range(60):
+        w.user("question %d about the yak shaving pipeline" % i)
+        w.assistant("answer %d" % i, calls=[("k%d" % i, "bash", {"command": "make step%d" % i})])
+        w.result("k%d" % i, "bash", "step %d done with lemur output" % i)
+    w.save()
+    run(capsys, "index")
+    whole = index_snapshot(capsys, queries=("yak shaving", "lemur", "step42", "question 17"))
+    monkeypatch.setattr(sesame, "SLICE_BYTES", 700)
+    monkeypatch.setattr(sesame, "PART_CHARS", 900)  # many parts too
+    run(capsys, "index", "--full")
+    sliced = index_snapshot(capsys, queries=("yak shaving", "lemur", "step42", "question 17"))
+    monkeypatch.setattr(sesame, "SLICE_BYTES", 10 ** 9)
+    run(capsys, "index", "--full")
+    assert index_snapshot(capsys, queries=("yak shaving", "lemur", "step42", "question 17")) == sliced
+    assert sliced[0] == whole[0]
+
+
+def test_search_refreshes_the_index_by_default_but_not_with_no_refresh(corpus, capsys):
+    PiWriter(corpus, "fresh-1").user("brand new mongoose topic").save()
+    assert search_ids(capsys, "mongoose", "--no-refresh") == []
+    assert search_ids(capsys, "mongoose") == ["fresh-1"]
+
+
 def test_interrupted_index_leaves_a_usable_index_and_the_next_run_completes_it(env, capsys, monkeypatch):
     build_corpus(env)
     original = sesame.index_file
