@@ -4999,7 +4999,7 @@ def plan_index(store, sources, summary):
     files = discover(sources, summary)
     summary.seen = len(files)
     known = {row[1]: row for row in store.con.execute(
-        "SELECT id, path, parser, parser_version, size, mtime_ns, checkpoint FROM files")}
+        "SELECT id, path, parser, parser_version, size, mtime_ns FROM files")}
     todo = []
     for path, parser, st in files:
         row = known.get(path)
@@ -5029,7 +5029,8 @@ def run_index(store, sources, full=False, progress=None):
             delete_sessions(store.con, [r[0] for r in store.con.execute("SELECT id FROM sessions WHERE file_id=?", (row[0],))])
             store.con.execute("DELETE FROM files WHERE id=?", (row[0],))
         summary.removed = len(gone)
-        jobs = [(path, parser, st, row, _resume_point(path, parser, st, row)) for path, parser, st, row in todo]
+        jobs = [(path, parser, st, row, _resume_point(store.con, path, parser, st, row))
+                for path, parser, st, row in todo]
         results = parse_all(jobs, parallel=total_bytes >= PARALLEL_MIN_BYTES)
         done_bytes = 0
         for n, (job, result) in enumerate(zip(jobs, results), 1):
@@ -5059,13 +5060,13 @@ def _fingerprint(path, offset):
     return hashlib.sha1(head).hexdigest()[:16] + hashlib.sha1(tail).hexdigest()[:16]
 
 
-def _resume_point(path, parser, st, row):
+def _resume_point(con, path, parser, st, row):
     """The checkpoint to go on from when the file only grew since it was indexed, else None."""
-    if row is None or not parser.resumable or not row[6] or row[2] != parser.id or row[3] != parser.version:
+    if row is None or not parser.resumable or row[2] != parser.id or row[3] != parser.version:
         return None
     try:
-        ck = json.loads(row[6])
-        if st.st_size >= ck["offset"] and _fingerprint(path, ck["offset"]) == ck["fingerprint"]:
+        ck = json.loads(con.execute("SELECT checkpoint FROM files WHERE id=?", (row[0],)).fetchone()[0] or "null")
+        if ck and st.st_size >= ck["offset"] and _fingerprint(path, ck["offset"]) == ck["fingerprint"]:
             return ck
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -5652,6 +5653,28 @@ def cmd_index(args, ctx):
 
 
 LOCK_WAIT_SECONDS = 600
+WATCH_INTERVAL = 5.0
+
+
+def cmd_watch(args, ctx):
+    """Keep the index fresh: an incremental index run every --interval seconds. Between runs it only
+    sleeps; a run over unchanged files only stats them, so an idle watch costs almost nothing."""
+    if not args.interval > 0:
+        raise UsageError("--interval must be a positive number of seconds")
+    _stderr("sesame: keeping %s fresh every %gs (Ctrl-C stops)" % (ctx.index_path, args.interval))
+    try:
+        while True:
+            store = ctx.store()
+            try:
+                summary = refresh_index(ctx, store, wait_seconds=0)
+            finally:
+                store.close()
+            if summary is not None and (summary.indexed or summary.removed or summary.problems):
+                _stderr(summary.line())
+            time.sleep(args.interval)
+            ctx = Context(ctx.env)  # pick up config changes; a broken config stops the watch with its error
+    except KeyboardInterrupt:
+        return EXIT_OK
 
 
 def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=None, after=None, before=None,
@@ -5825,6 +5848,11 @@ def build_parser():
     st = sub.add_parser("status", help="what is indexed, from where, and how fresh")
     _add_json(st)
     st.set_defaults(func=cmd_status)
+
+    w = sub.add_parser("watch", help="keep the index fresh in the background")
+    w.add_argument("--interval", type=float, default=WATCH_INTERVAL, metavar="SECONDS",
+                   help="seconds between checks (default %g)" % WATCH_INTERVAL)
+    w.set_defaults(func=cmd_watch)
 
     so = sub.add_parser("sources", help="every supported agent, where it looks, what was found")
     _add_json(so)

@@ -633,6 +633,27 @@ def test_search_while_another_process_indexes(corpus, tmp_path):
     assert p.returncode == 0
 
 
+def test_watch_keeps_the_index_fresh_and_stops_cleanly_on_ctrl_c(corpus, capsys):
+    import signal
+    import time
+    p = subprocess.Popen([sys.executable, os.path.join(HERE, "sesame.py"), "watch", "--interval", "0.2"],
+                         env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        PiWriter(corpus, "watched-1").user("the wildebeest migration").save()
+        found = []
+        for _ in range(50):
+            time.sleep(0.2)
+            found = search_ids(capsys, "wildebeest", "--no-refresh")
+            if found:
+                break
+        assert found == ["watched-1"]
+    finally:
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=10)
+    assert p.returncode == 0 and "Traceback" not in err and "keeping" in err
+
+
 # ---------------------------------------------------------------------------------------------
 # Query
 # ---------------------------------------------------------------------------------------------
@@ -2719,3 +2740,160 @@ def test_every_pi_sample_user_message_is_findable(tmp_path, capsys, env):
                 if s.session_id not in [r["sessionId"] for r in json.loads(out)["results"]]:
                     missed.append((f, words))
     assert missed == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Benchmark (opt-in): SESAME_BENCH=1 python3 -m pytest -q -s -k benchmark
+# Sizes: SESAME_BENCH_MB (index corpus, default 500) and SESAME_BENCH_SEARCH_MB (search corpus,
+# default 1000; the index corpus plus more sessions). Prints a table; asserts nothing about time.
+# ---------------------------------------------------------------------------------------------
+
+def _bench_corpus(out, mb, seed):
+    """A pi-layout corpus of about `mb` MB: ../shared/bench/gen_corpus.py when present, else a small
+    generator of our own made of this Python's standard-library docstrings and code."""
+    gen = os.path.join(HERE, "..", "shared", "bench", "gen_corpus.py")
+    if os.path.exists(gen):
+        subprocess.run([sys.executable, gen, str(out), "--mb", str(mb), "--seed", str(seed), "--format", "pi"],
+                       check=True, stdout=subprocess.DEVNULL)
+        return os.path.join(str(out), "sessions")
+    import random
+    import sysconfig
+    rnd = random.Random(seed)
+    pool = []
+    for dp, _, fs in os.walk(sysconfig.get_paths()["stdlib"]):
+        for f in sorted(fs)[:40]:
+            if f.endswith(".py"):
+                try:
+                    pool.append(open(os.path.join(dp, f), encoding="utf-8").read()[:20000])
+                except (OSError, UnicodeDecodeError):
+                    pass
+        if len(pool) > 2000:
+            break
+    root, written, n = os.path.join(str(out), "sessions"), 0, 0
+    while written < mb * 1e6:
+        n += 1
+        w = PiWriter(root, "bench-%d-%06d" % (seed, n), cwd="/home/dev/code/p%d" % (n % 10))
+        for _ in range(rnd.randint(10, 60)):
+            text = rnd.choice(pool)
+            i = rnd.randrange(max(1, len(text) - 600))
+            w.user(" ".join(text[i:i + 300].split()))
+            w.tool("bash", {"command": "pytest -q"}, text[i:i + rnd.randint(200, 3000)])
+            w.assistant(" ".join(text[i + 300:i + 700].split()))
+        written += os.path.getsize(w.save())
+    return root
+
+
+def _timed(argv, env):
+    """Whole-process wall time of one sesame command, and its peak RSS (MB, largest process)."""
+    import resource
+    import time
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, os.path.join(HERE, "sesame.py")] + argv, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t
+    assert r.returncode == 0, r.stderr
+    return elapsed, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0, r.stdout
+
+
+def _du(root):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
+
+
+@pytest.mark.skipif(not os.environ.get("SESAME_BENCH"), reason="benchmark: set SESAME_BENCH=1")
+def test_benchmark(tmp_path):
+    import platform
+    import random
+    import statistics
+    mb = int(os.environ.get("SESAME_BENCH_MB", "500"))
+    search_mb = int(os.environ.get("SESAME_BENCH_SEARCH_MB", "1000"))
+    rows = []
+    env = dict(os.environ, SESAME_DATA_DIR=str(tmp_path / "data"), SESAME_CONFIG_DIR=str(tmp_path / "config"),
+               NO_COLOR="1")
+    os.makedirs(env["SESAME_CONFIG_DIR"])
+
+    def configure(*roots):
+        with open(os.path.join(env["SESAME_CONFIG_DIR"], "config.jsonc"), "w") as f:
+            json.dump({"sources": [{"parser": "pi", "path": str(r)} for r in roots]}, f)
+
+    # 1. full index of the main corpus: speed, memory, size
+    root = _bench_corpus(tmp_path / "corpus", mb, seed=7)
+    corpus_bytes = _du(root)
+    configure(root)
+    secs, rss, _ = _timed(["index"], env)
+    index_bytes = sum(os.path.getsize(os.path.join(env["SESAME_DATA_DIR"], f))
+                      for f in os.listdir(env["SESAME_DATA_DIR"]) if f.startswith("index.sqlite"))
+    rows += [("full index, %d MB pi corpus" % (corpus_bytes / 1e6), "%.1f s = %.1f MB/s" % (secs, corpus_bytes / 1e6 / secs)),
+             ("peak resident memory (largest process)", "%.0f MB" % rss),
+             ("index size / corpus size", "%.2f (%.0f MB)" % (index_bytes / corpus_bytes, index_bytes / 1e6))]
+    noop = sorted(_timed(["index"], env)[0] for _ in range(5))
+    rows.append(("no-op index, %d files" % len(os.listdir(root) and [1 for _, _, fs in os.walk(root) for _ in fs]),
+                 "%.3f s median" % noop[2]))
+
+    # 2. no-op over 10,000 files, and one message appended to a 20 MB session
+    small = tmp_path / "small"
+    template = PiWriter(small, "t").user("a small session about nothing").assistant("ok")
+    for i in range(10000):
+        template.sid = template.lines[0]["id"] = "small-%05d" % i
+        template.path = os.path.join(os.path.dirname(template.path), "s_%05d.jsonl" % i)
+        template.save()
+    big = PiWriter(tmp_path / "big", "big-session")
+    rnd = random.Random(1)
+    while big.n < 40000:
+        big.user("step %d of the long migration %s" % (big.n, rnd.random()))
+        big.tool("bash", {"command": "make step"}, "output line %s\n" % rnd.random() * 20)
+    big_path = big.save()
+    configure(root, small, tmp_path / "big")
+    _timed(["index"], env)
+    noop10k = sorted(_timed(["index"], env)[0] for _ in range(5))
+    rows.append(("no-op index, %d files" % (10000 + 1 + sum(1 for _, _, fs in os.walk(root) for _ in fs)),
+                 "%.3f s median" % noop10k[2]))
+    appends = []
+    for i in range(5):
+        with open(big_path, "a") as f:
+            f.write(line({"type": "message", "id": "app%d" % i, "parentId": None, "timestamp": "2026-03-11T00:00:00.000Z",
+                          "message": {"role": "user", "content": "appended note %d about axolotls" % i}}))
+        appends.append(_timed(["index"], env)[0])
+    rows.append(("index one message appended to a %d MB session" % (os.path.getsize(big_path) / 1e6),
+                 "%.3f s median (whole process, %d files)" % (sorted(appends)[2], 10001 + len(noop))))
+
+    # 3. search on the larger corpus, whole process, index refreshed by default
+    if search_mb > mb:
+        more = _bench_corpus(tmp_path / "corpus2", search_mb - mb, seed=11)
+        configure(root, more, small, tmp_path / "big")
+        secs2, _, _ = _timed(["index"], env)
+        rows.append(("index %d MB more (incremental)" % (_du(more) / 1e6), "%.1f s" % secs2))
+    import sqlite3 as sq
+    con = sq.connect(os.path.join(env["SESAME_DATA_DIR"], "index.sqlite"))
+    con.execute("CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, docs_fts, 'row')")
+    docs = con.execute("SELECT count(*) FROM docs").fetchone()[0]
+    rare = [t for (t,) in con.execute("SELECT term FROM temp.v WHERE doc BETWEEN 2 AND 5 AND length(term) >= 7 "
+                                      "AND term GLOB '[a-z]*' ORDER BY cnt, term LIMIT 2000")]
+    users = [sesame.unpack(t) for (t,) in con.execute("SELECT text FROM chunks WHERE kind='user' AND length(text) > 40 "
+                                                       "ORDER BY id LIMIT 4000")]
+    con.close()
+    rnd = random.Random(5)
+    concept = [" ".join(rnd.sample(ws, min(len(ws), rnd.randint(2, 5))))
+               for ws in ([w for w in re.findall(r"[a-z]{5,}", u.lower())] for u in rnd.sample(users, 40)) if len(ws) >= 2][:20]
+    classes = {
+        "rare word": rnd.sample(rare, min(20, len(rare))),
+        "concept, 2-5 words": concept,
+        "common words": ["fix the error in the test", "how do I use this function", "the file is not found",
+                         "return the value of the object", "what is the default for this"] * 4,
+        "relaxed (no session has all)": [c + " zyxwvutsrq" for c in concept],
+        "filtered (--cwd --after)": concept,
+    }
+    for name, queries in classes.items():
+        times = []
+        for q in queries:
+            extra = ["--cwd", "/home/dev/code/api", "--after", "2000-01-01"] if name.startswith("filtered") else []
+            times.append(_timed(["search", q, "--json"] + extra, env)[0])
+        times.sort()
+        rows.append(("search: %s (%d queries)" % (name, len(times)),
+                     "median %.0f ms, p95 %.0f ms" % (1000 * statistics.median(times), 1000 * times[int(0.95 * (len(times) - 1))])))
+    baseline = sorted(_timed(["--version"], env)[0] for _ in range(10))[5]
+    rows.append(("`sesame --version` (start-up alone)", "%.0f ms" % (1000 * baseline)))
+    print("\n\nSesame benchmark: %s, %d cores, Python %s, SQLite %s, %d ranking documents"
+          % (platform.processor() or platform.machine(), os.cpu_count(), platform.python_version(),
+             sq.sqlite_version, docs))
+    print("| measurement | result |\n|---|---|")
+    for k, v in rows:
+        print("| %s | %s |" % (k, v))
