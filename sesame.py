@@ -23,6 +23,7 @@ import datetime
 import errno
 import glob
 import hashlib
+import io
 import itertools
 import json
 import os
@@ -75,6 +76,7 @@ MAX_LINE_BYTES = 32 * 1024 * 1024
 PENDING_CALL_LINES = 2000
 
 DEFAULT_LIMIT = 10
+DEFAULT_MAX_CHARS = 4000  # a default search fits an agent's context cheaply
 MATCHES_PER_SESSION = 3
 SNIPPET_CHARS = 200
 # Snippets mark matched words **like this** (readable as text and as Markdown); a terminal gets colour.
@@ -5504,7 +5506,7 @@ def session_row(con, sid):
     return dict(zip([c.strip() for c in SESSION_COLUMNS.split(",")], row)) if row else None
 
 
-def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0):
+def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES_PER_SESSION):
     """Rank sessions for a query: [(session dict, score, stage, matches)], and whether more exist."""
     con = store.con
     need = offset + limit + 1
@@ -5517,10 +5519,10 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0):
             if key in keys:
                 continue  # one session stored twice (e.g. an agent's database and its older JSON files)
             keys.add(key)
-            matches = best_matches(con, s, part, matcher, filters)
-            if filters.tools_only and not matches:
+            found = best_matches(con, s, part, matcher, filters, limit=matches)
+            if filters.tools_only and not found:
                 continue  # the words were in some tool call, but not in one of the asked-for tools
-            hits.append((s, score, stage, matches))
+            hits.append((s, score, stage, found))
             if len(hits) >= need:
                 break
     except sqlite3.OperationalError as e:
@@ -5554,7 +5556,82 @@ def result_json(con, s, score, stage, matches):
         "matchedSnippet": snippet,
         "matches": matches,
         "resumeCommand": parser.resume_command(s) if parser else None,
+        "chunkCount": s["chunk_count"],
     }
+
+
+# The JSON contract of a search result, by preset (--fields). "summary" is the default shape.
+FIELD_PRESETS = {
+    "minimal": ("sessionId", "agent", "name", "modified", "score", "resumeCommand"),
+    "summary": ("sessionId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
+                "modified", "parent", "matchedSnippet", "matches", "resumeCommand"),
+}
+FIELD_PRESETS["full"] = FIELD_PRESETS["summary"] + ("chunkCount",)
+SUMMARY_MATCH_KEYS = ("seq", "kind", "tool", "snippet")  # "full" keeps every key of every match
+FULL_MATCHES = 10
+
+
+def parse_fields(spec):
+    """--fields value -> (field names, whether matches are given in full)."""
+    spec = (spec or "summary").strip()
+    if spec in FIELD_PRESETS:
+        return FIELD_PRESETS[spec], spec == "full"
+    fields = tuple(f.strip() for f in spec.split(",") if f.strip())
+    unknown = [f for f in fields if f not in FIELD_PRESETS["full"]]
+    if unknown or not fields:
+        raise UsageError("unknown field%s %s for --fields; use minimal, summary, full or a comma-separated list of: %s"
+                         % ("s" if len(unknown) > 1 else "", ", ".join(unknown) or "(none)", ", ".join(FIELD_PRESETS["full"])))
+    return fields, False
+
+
+def shape_result(r, fields, full):
+    out = {k: r[k] for k in fields}
+    if "matches" in out and not full:
+        out["matches"] = [{k: m[k] for k in SUMMARY_MATCH_KEYS} for m in out["matches"][:MATCHES_PER_SESSION]]
+    return out
+
+
+def shorten_snippet(snippet, width):
+    """Cut a snippet to about `width` characters around its first match, keeping ** pairs whole."""
+    if not snippet or len(snippet) <= width:
+        return snippet
+    first = max(0, snippet.find(HL_OPEN))
+    lo = max(0, min(first - width // 4, len(snippet) - width))
+    cut = snippet[lo:lo + width]
+    if cut.count(HL_OPEN) % 2:
+        cut = cut.rsplit(HL_OPEN, 1)[0]
+    return ("…" if lo > 0 else "") + cut.strip() + "…"
+
+
+def fit_budget(data, max_chars, render):
+    """Render `data` within max_chars: shorten snippets first, then drop the lowest-ranked results,
+    and say in the output what was left out (data["truncated"]; paging fields point past it)."""
+    text = render(data)
+    if not max_chars or len(text) <= max_chars:
+        return text
+    results = data["results"]
+    note = data["truncated"] = {"maxChars": max_chars, "droppedResults": 0, "snippetsShortenedTo": None}
+    for width in (120, 60):
+        note["snippetsShortenedTo"] = width
+        for r in results:
+            if "matchedSnippet" in r:
+                r["matchedSnippet"] = shorten_snippet(r["matchedSnippet"], width)
+            for m in r.get("matches") or []:
+                if m.get("snippet"):
+                    m["snippet"] = shorten_snippet(m["snippet"], width)
+        text = render(data)
+        if len(text) <= max_chars:
+            return text
+    while results:
+        results.pop()
+        note["droppedResults"] += 1
+        data["resultCount"] = len(results)
+        data["hasMore"] = True
+        data["nextOffset"] = data["offset"] + len(results)
+        text = render(data)
+        if len(text) <= max_chars:
+            return text
+    raise UsageError("--max-chars %d is too small: even an empty result takes %d characters" % (max_chars, len(text)))
 
 
 def short_date(ts):
@@ -5571,6 +5648,11 @@ def print_results(data, color, out):
         out.write("  %s\n" % (r["cwd"] or "(no working directory)"))
         if r["matchedSnippet"]:
             out.write("  %s\n" % highlight(r["matchedSnippet"], color))
+    cut = data.get("truncated")
+    if cut:
+        out.write("\n(output limited to %d characters: %s%s)\n" % (
+            cut["maxChars"], "%d lower-ranked results left out, " % cut["droppedResults"] if cut["droppedResults"] else "",
+            "snippets shortened" if cut["snippetsShortenedTo"] else ""))
     if data["hasMore"]:
         out.write("\n(more results: --offset %d)\n" % data["nextOffset"])
 
@@ -5580,9 +5662,13 @@ def highlight(snippet, color):
     return re.sub(r"\*\*(.+?)\*\*", "\x1b[1;33m\\1\x1b[0m", snippet) if color else snippet
 
 
+def to_json(obj):
+    """The one JSON form Sesame prints: one line, keys in a fixed order, so output is byte-stable."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
 def emit_json(obj, out=None):
-    out = out or sys.stdout
-    out.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
+    (out or sys.stdout).write(to_json(obj) + "\n")
 
 
 # ==================================================================================================
@@ -5678,8 +5764,9 @@ def cmd_watch(args, ctx):
 
 
 def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=None, after=None, before=None,
-                    agent=None, tools=False, tool=None, path=None):
+                    agent=None, tools=False, tool=None, path=None, fields=None):
     """A search as data: the object `sesame search --json` prints (the MCP server returns it too)."""
+    fields, full = parse_fields(fields)
     query = Query(text)
     if limit < 1 or offset < 0:
         raise UsageError("--limit must be at least 1 and --offset at least 0")
@@ -5695,22 +5782,36 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
                 _stderr("sesame: another sesame index is running; searching the index as it is")
             elif first_use:
                 _stderr("sesame: " + summary.line())
-        hits, more = search(store, query, filters, limit=limit, offset=offset)
-        results = [result_json(store.con, s, score, stage, matches) for s, score, stage, matches in hits]
+        hits, more = search(store, query, filters, limit=limit, offset=offset,
+                            matches=FULL_MATCHES if full else MATCHES_PER_SESSION)
+        results = [shape_result(result_json(store.con, s, score, stage, matches), fields, full)
+                   for s, score, stage, matches in hits]
     finally:
         store.close()
     return {"query": query.text, "resultCount": len(results), "offset": offset, "limit": limit,
             "hasMore": more, "nextOffset": offset + len(results) if more else None, "results": results}
 
 
+def render_results(data, color=False):
+    buf = io.StringIO()
+    print_results(data, color, buf)
+    return buf.getvalue()
+
+
 def cmd_search(args, ctx):
-    data = search_sessions(ctx, " ".join(args.query), limit=args.limit, offset=args.offset,
+    if args.max_chars is not None and args.max_chars < 0:
+        raise UsageError("--max-chars must be 0 (no limit) or more")
+    data = search_sessions(ctx, " ".join(args.query), limit=DEFAULT_LIMIT if args.limit is None else args.limit,
+                           offset=args.offset,
                            refresh=not args.no_refresh, cwd=args.cwd, after=args.after, before=args.before,
-                           agent=args.agent, tools=args.tools, tool=args.tool, path=args.path)
+                           agent=args.agent, tools=args.tools, tool=args.tool, path=args.path, fields=args.fields)
+    # Without --limit or --max-chars, output stays within DEFAULT_MAX_CHARS: an agent pays per byte.
+    budget = args.max_chars if args.max_chars is not None else (DEFAULT_MAX_CHARS if args.limit is None else 0)
     if args.json:
-        emit_json(data)
+        sys.stdout.write(fit_budget(data, budget, lambda d: to_json(d) + "\n"))
     else:
-        print_results(data, use_color(sys.stdout), sys.stdout)
+        color = use_color(sys.stdout)
+        sys.stdout.write(fit_budget(data, budget, lambda d: render_results(d, color)))
     return EXIT_OK
 
 
@@ -5826,7 +5927,7 @@ def build_parser():
 
     s = sub.add_parser("search", help="find sessions by what they were about (refreshes the index first)")
     s.add_argument("query", nargs="+", help='words, "exact phrase", prefix*, -excluded')
-    s.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="sessions to show (default %d)" % DEFAULT_LIMIT)
+    s.add_argument("--limit", type=int, help="sessions to show (default %d)" % DEFAULT_LIMIT)
     s.add_argument("--offset", type=int, default=0, help="skip this many results (paging)")
     s.add_argument("--cwd", help="only sessions run in this directory or below")
     s.add_argument("--after", metavar="WHEN", help="only sessions active at or after WHEN (7d, 2w, 3m, 1y, 12h, "
@@ -5837,6 +5938,10 @@ def build_parser():
     s.add_argument("--tool", action="append", metavar="NAME", help="match only inside calls of this tool (repeatable)")
     s.add_argument("--path", metavar="TEXT", help="only sessions whose tool calls touched a path containing TEXT")
     s.add_argument("--no-refresh", action="store_true", help="search the index as it is, without updating it")
+    s.add_argument("--fields", metavar="PRESET", help="JSON fields: minimal, summary (default), full, or a "
+                                                      "comma-separated list of field names")
+    s.add_argument("--max-chars", type=int, metavar="N", help="keep the output under N characters (default: %d "
+                   "unless --limit is given; 0 = no limit)" % DEFAULT_MAX_CHARS)
     _add_json(s)
     s.set_defaults(func=cmd_search)
 

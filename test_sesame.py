@@ -794,6 +794,94 @@ def test_human_output_shows_count_id_name_date_cwd_and_snippet(corpus, capsys):
     assert "\x1b[" not in out  # NO_COLOR and not a terminal
 
 
+@pytest.mark.parametrize("preset,keys", [
+    ("minimal", ["sessionId", "agent", "name", "modified", "score", "resumeCommand"]),
+    ("summary", ["sessionId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
+                 "modified", "parent", "matchedSnippet", "matches", "resumeCommand"]),
+    ("full", ["sessionId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
+              "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "chunkCount"]),
+    ("name,score", ["name", "score"]),
+])
+def test_field_presets_give_exactly_their_keys(corpus, capsys, preset, keys):
+    code, out, _ = run(capsys, "search", "upload bucket", "--json", "--fields", preset)
+    results = json.loads(out)["results"]
+    assert results and all(list(r) == keys for r in results)
+    if preset == "summary":
+        assert list(results[0]["matches"][0]) == ["seq", "kind", "tool", "snippet"]
+    if preset == "full":
+        assert {"seq", "kind", "role", "tool", "timestamp", "score", "snippet"} == set(results[0]["matches"][0])
+
+
+def test_unknown_field_is_a_usage_error_listing_the_valid_ones(corpus, capsys):
+    code, out, err = run(capsys, "search", "carousel", "--json", "--fields", "sessionId,colour")
+    assert code == 2 and "colour" in err and "matchedSnippet" in err
+    assert json.loads(out)["error"]["code"] == "usage"
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"]])
+@pytest.mark.parametrize("budget", [300, 600, 1200, 2500])
+def test_max_chars_bounds_the_output_and_says_what_was_left_out(corpus, capsys, fmt, budget):
+    code, full_out, _ = run(capsys, "search", "the", "--limit", "10", *fmt)
+    code, out, _ = run(capsys, "search", "the", "--limit", "10", "--max-chars", str(budget), *fmt)
+    assert code == 0 and len(out) <= budget
+    if budget >= len(full_out):
+        assert out == full_out
+    elif fmt:
+        data = json.loads(out)
+        assert data["truncated"]["maxChars"] == budget and data["hasMore"]
+        assert data["nextOffset"] == data["resultCount"]
+    else:
+        assert "output limited to %d characters" % budget in out
+
+
+def test_default_search_output_stays_under_4000_characters(corpus, capsys):
+    for i in range(20):
+        PiWriter(corpus, "pad-%02d" % i).user("the same long words " * 40).save()
+    for fmt in ([], ["--json"]):
+        code, out, _ = run(capsys, "search", "the same long words", *fmt)
+        assert code == 0 and len(out) <= 4000
+
+
+def test_too_small_budget_is_a_usage_error(corpus, capsys):
+    code, out, err = run(capsys, "search", "carousel", "--json", "--max-chars", "20")
+    assert code == 2 and "too small" in err
+
+
+def test_search_json_is_byte_stable(corpus, capsys):
+    outs = {run(capsys, "search", "the", "--json", "--limit", "20", "--fields", "full")[1] for _ in range(3)}
+    run(capsys, "index", "--full")
+    outs.add(run(capsys, "search", "the", "--json", "--limit", "20", "--fields", "full")[1])
+    assert len(outs) == 1
+
+
+@pytest.mark.parametrize("argv,code,kind", [
+    (["search", "x", "--bogus"], 2, "usage"),
+    (["search", "***"], 2, "usage"),
+    (["search", "x", "--after", "someday"], 2, "usage"),
+    (["search", "x", "--agent", "nosuch"], 2, "usage"),
+    (["search", "x", "--limit", "0"], 2, "usage"),
+])
+def test_failures_in_json_mode_print_an_error_object(corpus, capsys, argv, code, kind):
+    rc, out, err = run(capsys, *argv, "--json")
+    error = json.loads(out)["error"]
+    assert rc == code and list(error) == ["code", "message", "hint"] and error["code"] == kind
+    assert err.startswith("sesame: " + error["message"]) and err.count("\n") == 1
+
+
+def test_config_and_index_failures_in_json_mode(corpus, capsys, tmp_path):
+    import sqlite3 as sq
+    db = str(tmp_path / "data" / "index.sqlite")
+    con = sq.connect(db)
+    con.execute("UPDATE meta SET value='999' WHERE key='schema_version'")
+    con.commit()
+    con.close()
+    rc, out, err = run(capsys, "search", "x", "--json")
+    assert rc == 1 and json.loads(out)["error"]["code"] == "index" and json.loads(out)["error"]["hint"]
+    write_config(None, tmp_path, text="{oops")
+    rc, out, err = run(capsys, "status", "--json")
+    assert rc == 1 and json.loads(out)["error"]["code"] == "config" and "line 1" in json.loads(out)["error"]["message"]
+
+
 def test_unnamed_sessions_say_so(corpus, capsys):
     assert "(Unnamed)" in run(capsys, "search", "zanzibar")[1]
 
