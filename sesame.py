@@ -44,7 +44,7 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 # Bump SCHEMA_VERSION when the tables change: an older index is then rebuilt from the session files
 # (they are the source of truth), a newer one is refused rather than damaged.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Chunk kinds, and the FTS column of the per-session documents each kind is indexed in. The column
 # weights are the ranking policy: what the user and the assistant said outranks what tools printed,
@@ -391,6 +391,8 @@ class Session:
         self.agent, self.session_id, self.path = agent, session_id, path
         self.cwd = self.name = self.created = self.modified = self.parent = None
         self.chunks = []
+        self.summary = None      # a summary the agent keeps beside the session (pi's sessions-meta)
+        self.labels = []         # more words naming the session (description, tags): weighted like the name
         self.checkpoint = None   # resumable parsers: where to go on ({"offset", "seq", "state"})
         self.complete = True     # False when a resumable parse stopped at its byte limit
 
@@ -633,6 +635,9 @@ class Parser:
     def resume_command(self, session):
         return None
 
+    def sidecars(self, path):
+        return []
+
 
 PARSERS = {}
 
@@ -656,7 +661,10 @@ class PiParser(Parser):
     user did). Tool calls are joined to their results by tool call id.
     """
 
-    id, label, version = "pi", "pi", 1
+    id, label, version = "pi", "pi", 2
+
+    def __init__(self):
+        self._meta_dirs = {}  # sessions-meta folder -> whether it exists (checked once per process)
 
     def default_roots(self, env):
         agent_dir = env.get("PI_CODING_AGENT_DIR")
@@ -735,11 +743,48 @@ class PiParser(Parser):
         offset, n_chunks, ck_state = checkpoint
         s.checkpoint = {"offset": offset, "seq": (resume["seq"] if resume else 0) + n_chunks, "state": ck_state}
         s.name = state["name"]
+        self._read_meta(s, path)
         s.created = header_ts
         s.modified = norm_time(state["last"]) if state["last"] is not None else header_ts
         if s.created is None:
             s.created = s.modified = iso(datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc))
         return [s]
+
+    def _meta_path(self, path, session_id):
+        """pi's optional sessions-meta/<id>.meta.json, beside the sessions folder holding `path`."""
+        folder = os.path.dirname(path)
+        for base in (os.path.dirname(folder), os.path.dirname(os.path.dirname(folder))):
+            meta_dir = os.path.join(base, "sessions-meta")
+            if self._meta_dirs.setdefault(meta_dir, os.path.isdir(meta_dir)):
+                return os.path.join(meta_dir, session_id + ".meta.json")
+        return None
+
+    def sidecars(self, path):
+        """Files whose change changes what this session file yields (see discover)."""
+        # The id is read from the file name here (reading every header on each refresh would cost a
+        # read per file); a custom id containing "_" is missed until the session file itself changes.
+        meta = self._meta_path(path, os.path.basename(path)[:-len(".jsonl")].rsplit("_", 1)[-1])
+        return [meta] if meta else []
+
+    def _read_meta(self, s, path):
+        """Name, description, summary and tags an extension keeps for the session: indexed with the name
+        (they say what the session is about); the name is used when the session has none."""
+        meta_path = self._meta_path(path, s.session_id)
+        if not meta_path or not os.path.isfile(meta_path):
+            return
+        try:
+            with open(meta_path, "rb") as f:
+                meta = json.loads(f.read(1 << 20))
+        except (OSError, ValueError):
+            return
+        if not isinstance(meta, dict):
+            return
+        if not s.name and isinstance(meta.get("name"), str) and meta["name"].strip():
+            s.name = meta["name"].strip()
+        if isinstance(meta.get("summary"), str) and meta["summary"].strip():
+            s.summary = meta["summary"].strip()
+        tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
+        s.labels = [t for t in [meta.get("description")] + tags if isinstance(t, str) and t.strip()]
 
     @staticmethod
     def _message(s, m, role, ts, calls, report):
@@ -4587,7 +4632,7 @@ CREATE TABLE files(id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, parser TEX
     skipped INTEGER DEFAULT 0, indexed_at TEXT, checkpoint TEXT);
 CREATE TABLE sessions(id INTEGER PRIMARY KEY, file_id INTEGER NOT NULL, agent TEXT NOT NULL,
     session_id TEXT NOT NULL, path TEXT, cwd TEXT, name TEXT, created TEXT, modified TEXT,
-    parent TEXT, chunk_count INTEGER);
+    parent TEXT, chunk_count INTEGER, summary TEXT, labels TEXT);
 CREATE INDEX sessions_file ON sessions(file_id);
 CREATE INDEX sessions_sid ON sessions(session_id);
 CREATE TABLE chunks(id INTEGER PRIMARY KEY, session INTEGER NOT NULL, seq INTEGER NOT NULL,
@@ -4781,6 +4826,11 @@ def unpack(value):
     return zlib.decompress(value).decode("utf-8") if isinstance(value, bytes) else value
 
 
+def label_text(s):
+    """What the `name` column of every part of a session holds: its name and other labels."""
+    return "\n".join(t for t in [s.name, s.summary] + list(s.labels) if t)
+
+
 def doc_columns(name, chunk_rows):
     """The text of one docs_fts row: (name, talk, tools, aside) from (kind, text) rows.
 
@@ -4847,12 +4897,13 @@ class Prepared:
     __slots__ = ("meta", "rows", "touched", "parts", "complete", "count")
 
     def __init__(self, s, fresh):
-        self.meta = (s.agent, s.session_id, s.path, s.cwd, s.name, s.created, s.modified, s.parent)
+        self.meta = (s.agent, s.session_id, s.path, s.cwd, s.name, s.created, s.modified, s.parent, s.summary,
+                     label_text(s))
         self.rows = [(c.kind, c.role, c.tool, c.path, c.ts, pack(c.text)) for c in s.chunks]
         self.touched = sorted({(c.tool or "", c.path or "") for c in s.chunks if c.kind == "tool"})
         self.parts = None
         if fresh:
-            self.parts = [(f, l, doc_columns(s.name, p))
+            self.parts = [(f, l, doc_columns(self.meta[-1], p))
                           for f, l, p in cut_parts((i, c.kind, c.text) for i, c in enumerate(s.chunks))]
         self.complete = s.complete
         self.count = len(s.chunks)
@@ -4868,7 +4919,7 @@ class Prepared:
 def delete_sessions(con, session_ids):
     """Remove sessions with their chunks and their ranking rows."""
     for sid in session_ids:
-        row = con.execute("SELECT name FROM sessions WHERE id=?", (sid,)).fetchone()
+        row = con.execute("SELECT labels FROM sessions WHERE id=?", (sid,)).fetchone()
         if row is None:
             continue
         delete_parts(con, sid, row[0])
@@ -4883,27 +4934,28 @@ def write_session(con, file_id, prep, existing=None, from_seq=0):
     all of them when the name changed (the name is indexed with every part).
     """
     meta = prep.meta
-    name = meta[4]
+    labels = meta[-1]
     if existing is None:
         sid = con.execute("INSERT INTO sessions(file_id, agent, session_id, path, cwd, name, created, modified, "
-                          "parent, chunk_count) VALUES(?,?,?,?,?,?,?,?,?,0)", (file_id,) + meta).lastrowid
+                          "parent, summary, labels, chunk_count) VALUES(?,?,?,?,?,?,?,?,?,?,?,0)",
+                          (file_id,) + meta).lastrowid
         part_from = 0
     else:
         sid = existing
-        old_name = con.execute("SELECT name FROM sessions WHERE id=?", (sid,)).fetchone()[0]
+        old_labels = con.execute("SELECT labels FROM sessions WHERE id=?", (sid,)).fetchone()[0]
         row = con.execute("SELECT max(first_seq) FROM docs WHERE session=? AND first_seq <= ?", (sid, from_seq)).fetchone()
-        part_from = 0 if old_name != name or row[0] is None else row[0]
-        delete_parts(con, sid, old_name, part_from)
+        part_from = 0 if old_labels != labels or row[0] is None else row[0]
+        delete_parts(con, sid, old_labels, part_from)
         con.execute("DELETE FROM chunks WHERE session=? AND seq >= ?", (sid, from_seq))
-        con.execute("UPDATE sessions SET agent=?, session_id=?, path=?, cwd=?, name=?, created=?, modified=?, parent=? "
-                    "WHERE id=?", meta + (sid,))
+        con.execute("UPDATE sessions SET agent=?, session_id=?, path=?, cwd=?, name=?, created=?, modified=?, parent=?, "
+                    "summary=?, labels=? WHERE id=?", meta + (sid,))
     con.executemany("INSERT INTO chunks(session, seq, kind, role, tool, path, ts, text) VALUES(?,?,?,?,?,?,?,?)",
                     [(sid, from_seq + i) + r for i, r in enumerate(prep.rows)])
     con.execute("UPDATE sessions SET chunk_count=? WHERE id=?", (from_seq + len(prep.rows), sid))
     if existing is None and prep.parts is not None:
         insert_parts(con, sid, prep.parts)
     else:
-        build_parts(con, sid, name, part_from)
+        build_parts(con, sid, labels, part_from)
     touched = set(prep.touched)
     if existing is not None:
         touched -= set(con.execute("SELECT tool, path FROM touched WHERE session=?", (sid,)).fetchall())
@@ -4936,6 +4988,15 @@ class IndexSummary:
                    self.sessions, self.chunks, self.skipped_lines, self.seconds))
 
 
+class FileStat:
+    """The two fields of os.stat_result the indexer compares."""
+
+    __slots__ = ("st_size", "st_mtime_ns")
+
+    def __init__(self, size, mtime_ns):
+        self.st_size, self.st_mtime_ns = size, mtime_ns
+
+
 def discover(sources, summary):
     """Every session file of every source: [(path, parser, stat)], each path once (first source wins)."""
     found, seen = [], set()
@@ -4952,6 +5013,9 @@ def discover(sources, summary):
             seen.add(path)
             try:
                 st = os.stat(path)
+                extra = [os.stat(p).st_mtime_ns for p in src.parser.sidecars(path) if os.path.exists(p)]
+                if extra:  # a changed sidecar (e.g. pi's session metadata) makes the file count as changed
+                    st = FileStat(st.st_size, max([st.st_mtime_ns] + extra))
             except OSError as e:
                 summary.problem(path, "cannot stat: %s" % (e.strerror or e))
                 continue
@@ -5498,7 +5562,7 @@ def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION
             for w, seq, kind, role, tool, ts, text, spans in scored[:limit]]
 
 
-SESSION_COLUMNS = "id, agent, session_id, path, cwd, name, created, modified, parent, chunk_count"
+SESSION_COLUMNS = "id, agent, session_id, path, cwd, name, created, modified, parent, chunk_count, summary"
 
 
 def session_row(con, sid):

@@ -378,6 +378,29 @@ def test_pi_huge_tool_output_keeps_head_and_tail_and_says_what_was_dropped(tmp_p
     assert len(text) < sesame.TOOL_OUTPUT_CAP + 500
 
 
+def test_pi_session_metadata_is_indexed_with_the_name_and_changes_are_picked_up(env, capsys):
+    w = PiWriter(env, "meta-1")
+    w.user("refactor the module")
+    w.save()
+    PiWriter(env, "meta-2").user("the okapi enclosure").entry("session_info", name="Own name").save()
+    meta_dir = env.parent / "sessions-meta"  # beside the sessions folder, as pi keeps it
+    meta_dir.mkdir()
+
+    def write_meta(sid, **meta):
+        (meta_dir / (sid + ".meta.json")).write_text(json.dumps(meta))
+    write_meta("meta-1", name="Billing cleanup", description="split the invoice module",
+               summary="Moved invoice rendering into its own package.", tags=["platypus", "billing"])
+    write_meta("meta-2", name="Meta name loses to the session's own", tags=["okapi"])
+    write_config({"sources": [{"parser": "pi", "path": str(env)}]}, env.parent)
+    code, out, _ = run(capsys, "search", "platypus", "--json")
+    r = json.loads(out)["results"]
+    assert [x["sessionId"] for x in r] == ["meta-1"] and r[0]["name"] == "Billing cleanup"
+    assert search_ids(capsys, "invoice rendering package")[0] == "meta-1"
+    assert json.loads(run(capsys, "search", "okapi", "--json")[1])["results"][0]["name"] == "Own name"
+    write_meta("meta-1", name="Billing cleanup", tags=["echidna"])  # the metadata changed, the session did not
+    assert search_ids(capsys, "echidna") == ["meta-1"] and search_ids(capsys, "platypus") == []
+
+
 def test_a_file_without_pi_header_is_reported_not_indexed(env, capsys):
     (env / "notes.jsonl").write_text('{"hello": "world"}\n')
     code, out, err = run(capsys, "index", "--json")
