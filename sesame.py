@@ -579,6 +579,33 @@ def walk_files(root, match, max_depth, skip_dirs=()):
     return found
 
 
+def _file_mtime(path):
+    """A file's modification time as the stored ISO form (for formats without timestamps)."""
+    return iso(datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc))
+
+
+def _load_json_file(path):
+    """A whole small JSON file, or None when it is not valid JSON (never raises on bad content)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def _json_arg(value):
+    """Tool arguments stored as a JSON string become a dict; anything else is kept as it is."""
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return value
+        return parsed if isinstance(parsed, (dict, list)) else value
+    return value
+
+
+
 def open_agent_db(path, attempts=5):
     """Open an agent's SQLite store strictly read-only.
 
@@ -844,9 +871,6 @@ def shell_quote(s):
 
 _UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
-
-def _file_mtime(path):
-    return iso(datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc))
 
 
 def _is_abs_path(p):
@@ -1707,15 +1731,6 @@ class _CodexState:
 
 
 
-
-def _load_json_file(path):
-    """A whole small JSON file, or None when it is not valid JSON (never raises on bad content)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
 
 
 def _json_value(value):
@@ -2727,29 +2742,6 @@ def _primary_global_storage(env):
                         "globalStorage")
 
 
-def _read_json_store(path):
-    """A whole-file JSON store (rewritten in place by its agent); None when it is not valid JSON."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
-
-
-def _json_arg(value):
-    """Tool arguments stored as a JSON string become a dict; anything else is kept as it is."""
-    if isinstance(value, str):
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            return value
-        return parsed if isinstance(parsed, (dict, list)) else value
-    return value
-
-
-def _mtime_utc(path):
-    return iso(datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc))
 
 
 def _db_columns(con, table):
@@ -2852,7 +2844,7 @@ class AiderParser(Parser):
             sessions.append(current.finish())
         if sessions and sessions[-1].created:
             # Only the last session can have gone on after its start: the file was last written then.
-            sessions[-1].modified = max(sessions[-1].created, _mtime_utc(path))
+            sessions[-1].modified = max(sessions[-1].created, _file_mtime(path))
         # Aider writes no cwd. It writes "Cur working dir:" when launched below the repo root;
         # otherwise it was launched at the repo root, which is where it writes this file.
         for s in sessions:
@@ -2983,7 +2975,7 @@ class ClineParser(Parser):
     def parse(self, path, report):
         folder = os.path.dirname(os.path.abspath(path))
         base = os.path.basename(path)
-        data = _read_json_store(path)
+        data = _load_json_file(path)
         if not isinstance(data, list):
             raise NotASessionFile("not a JSON list of task messages")
         s = Session(self.id, os.path.basename(folder), path)
@@ -2996,17 +2988,17 @@ class ClineParser(Parser):
             self._ui_messages(s, data, report)
         item = os.path.join(folder, "history_item.json")   # Roo Code: the task's index entry
         if os.path.isfile(item):
-            meta = _read_json_store(item)
+            meta = _load_json_file(item)
             if isinstance(meta, dict):
                 s.parent = meta.get("parentTaskId") or None
                 if isinstance(meta.get("workspace"), str) and meta["workspace"] and not s.cwd:
                     s.cwd = meta["workspace"]
         if not s.cwd and base != "api_conversation_history.json" and os.path.isfile(api_path):
-            api = _read_json_store(api_path)
+            api = _load_json_file(api_path)
             if isinstance(api, list):
                 s.cwd = self._cwd_in_api(api)
         if s.created is None:
-            s.created = s.modified = _mtime_utc(path)
+            s.created = s.modified = _file_mtime(path)
         return [s]
 
     @staticmethod
@@ -3231,7 +3223,7 @@ class CopilotParser(Parser):
             out.append(child)
         for s in out:
             if s.created is None:
-                s.created = s.modified = _mtime_utc(path)
+                s.created = s.modified = _file_mtime(path)
         return out
 
     @staticmethod
@@ -3251,7 +3243,7 @@ class CopilotParser(Parser):
         return None
 
     def _legacy_history(self, path):
-        data = _read_json_store(path)
+        data = _load_json_file(path)
         if not isinstance(data, dict) or not isinstance(data.get("history"), list):
             raise NotASessionFile("no Copilot history list")
         s = Session(self.id, data.get("sessionId") or os.path.splitext(os.path.basename(path))[0], path)
@@ -3268,7 +3260,7 @@ class CopilotParser(Parser):
             elif m.get("role") == "assistant":
                 s.add("assistant", text, role="assistant", ts=ts)
         if s.created is None:
-            s.created = s.modified = _mtime_utc(path)
+            s.created = s.modified = _file_mtime(path)
         return [s]
 
 
@@ -3302,7 +3294,7 @@ class AmpParser(Parser):
         return walk_files(root, lambda n: n.endswith(".json"), max_depth=0)
 
     def parse(self, path, report):
-        data = _read_json_store(path)
+        data = _load_json_file(path)
         if not isinstance(data, dict) or not isinstance(data.get("messages"), list) or not data.get("id"):
             raise NotASessionFile("no Amp thread object")
         s = Session(self.id, str(data["id"]), path)
@@ -3351,9 +3343,9 @@ class AmpParser(Parser):
                     if isinstance(text, str):
                         s.add("summary", text, role="system", ts=ts)
         if s.created is None:
-            s.created = s.modified = _mtime_utc(path)
+            s.created = s.modified = _file_mtime(path)
         elif s.modified == s.created and len(s.chunks) > 1:
-            s.modified = max(s.created, _mtime_utc(path))  # older threads have no message times
+            s.modified = max(s.created, _file_mtime(path))  # older threads have no message times
         return [s]
 
     @staticmethod
@@ -3506,7 +3498,7 @@ class GooseParser(Parser):
                 continue
             self._message(s, calls, m.get("role"), m.get("content"), norm_time(m.get("created")), False, report)
         if s.created is None:
-            s.created = s.modified = _mtime_utc(path)
+            s.created = s.modified = _file_mtime(path)
         return [s]
 
 
@@ -3616,9 +3608,6 @@ def _home(env):
     return env.get("HOME") or os.path.expanduser("~")
 
 
-def _mtime_iso(path):
-    return iso(datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc))
-
 
 def _read_json(path, limit=4 << 20):
     """A small JSON sidecar (state.json, summary.json...) as a dict, or None when absent or broken."""
@@ -3635,16 +3624,6 @@ def _read_json(path, limit=4 << 20):
 def _str(v):
     return v.strip() if isinstance(v, str) and v.strip() else None
 
-
-def _json_args(v):
-    """Tool arguments that arrive as a JSON string (OpenAI style) -> dict when they decode."""
-    if isinstance(v, str):
-        try:
-            d = json.loads(v)
-        except ValueError:
-            return v
-        return d if isinstance(d, (dict, list)) else v
-    return v
 
 
 def _out_text(v):
@@ -3718,7 +3697,7 @@ def _add_user(s, text, ts):
 
 def _finish_times(s, path):
     if s.created is None:
-        s.created = s.modified = _mtime_iso(path)
+        s.created = s.modified = _file_mtime(path)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -4157,7 +4136,7 @@ class KimiParser(Parser):
                     last_part = None
                     cid = ev.get("toolCallId") or ev.get("uuid")
                     if cid not in calls.calls:
-                        calls.call(cid, ev.get("name"), _json_args(ev.get("args")), ts)
+                        calls.call(cid, ev.get("name"), _json_arg(ev.get("args")), ts)
                 elif et == "tool.result":
                     last_part = None
                     res = ev.get("result")
@@ -4185,7 +4164,7 @@ class KimiParser(Parser):
             for c in m.get("toolCalls") or []:
                 if isinstance(c, dict) and c.get("id") not in calls.calls:
                     fn = c.get("function") if isinstance(c.get("function"), dict) else c
-                    calls.call(c.get("id"), fn.get("name"), _json_args(fn.get("arguments")), ts)
+                    calls.call(c.get("id"), fn.get("name"), _json_arg(fn.get("arguments")), ts)
         elif role == "tool":
             calls.result(m.get("toolCallId"), text, bool(m.get("isError")), ts=ts)
 
@@ -4318,7 +4297,7 @@ class GrokParser(Parser):
                     s.add("assistant", e["content"], role="assistant")
                 for c in e.get("tool_calls") or []:
                     if isinstance(c, dict):
-                        calls.call(c.get("id"), c.get("name"), _json_args(c.get("arguments")), None)
+                        calls.call(c.get("id"), c.get("name"), _json_arg(c.get("arguments")), None)
             elif etype == "reasoning":
                 summ = e.get("summary")
                 if isinstance(summ, list):
@@ -4431,7 +4410,7 @@ class HermesParser(Parser):
             for c in (tool_calls if tool_calls is not None else m.get("tool_calls")) or []:
                 if isinstance(c, dict):
                     fn = c.get("function") if isinstance(c.get("function"), dict) else c
-                    calls.call(c.get("id") or c.get("call_id"), fn.get("name"), _json_args(fn.get("arguments")), ts)
+                    calls.call(c.get("id") or c.get("call_id"), fn.get("name"), _json_arg(fn.get("arguments")), ts)
         elif role == "tool":
             calls.result(m.get("tool_call_id"), text, m.get("finish_reason") == "error", name=m.get("tool_name"), ts=ts)
         elif role == "system":
@@ -4492,7 +4471,7 @@ class HermesParser(Parser):
         out = []
         for s, _ in sessions.values():
             if s.created is None:
-                s.created = s.modified = _mtime_iso(path)
+                s.created = s.modified = _file_mtime(path)
             out.append(s)
         return out
 
@@ -5839,9 +5818,13 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
     store = ctx.store()
     try:
         if refresh:
+            progress = None
             if first_use:
                 _stderr("sesame: building the index for the first time (sesame status shows what it covers)")
-            summary = refresh_index(ctx, store, wait_seconds=0)
+                progress = _progress_printer(sys.stderr) if sys.stderr.isatty() else None
+            summary = refresh_index(ctx, store, wait_seconds=0, progress=progress)
+            if progress:
+                sys.stderr.write("\r\x1b[K")
             if summary is None:
                 _stderr("sesame: another sesame index is running; searching the index as it is")
             elif first_use:
