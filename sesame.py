@@ -12,6 +12,9 @@ Usage:
     sesame index [--full] [--json]      bring the index up to date (search does this by itself)
     sesame status [--json]              what is indexed, from where, and how fresh it is
     sesame sources [--json]             every supported agent, where it looks, what it found
+    sesame show SESSION [--around SEQ]  read one session (id, id prefix, file or name)
+    sesame watch [--interval SECONDS]   keep the index fresh
+    sesame mcp                          serve search, show and status to agents over MCP (stdio)
 
 The index lives in $SESAME_DATA_DIR (default ~/.local/share/sesame), the optional config in
 $SESAME_CONFIG_DIR/config.jsonc (default ~/.config/sesame). See README.md for everything else.
@@ -20,6 +23,7 @@ $SESAME_CONFIG_DIR/config.jsonc (default ~/.config/sesame). See README.md for ev
 import argparse
 import collections
 import datetime
+import difflib
 import errno
 import glob
 import hashlib
@@ -31,6 +35,7 @@ import re
 import sqlite3
 import sys
 import time
+import traceback
 import zlib
 from urllib.parse import unquote, urlparse
 
@@ -5715,6 +5720,530 @@ def emit_json(obj, out=None):
 
 
 # ==================================================================================================
+# Show: one session as readable text or JSON
+# ==================================================================================================
+
+SHOW_CONTEXT = 3              # chunks on each side of --around SEQ
+SHOW_JSON_MAX_CHARS = 20000   # --json and MCP are read by agents: bounded unless asked otherwise
+CANDIDATES_SHOWN = 10         # an ambiguous reference lists at most this many sessions
+CUT_MARK = " […cut]"
+# Kinds shown as one line unless expanded: a tool call's output or the model's thinking can be
+# pages long and is rarely what one reads a session for (--tools expands tool calls, --all all three).
+COLLAPSIBLE = ("tool", "thinking", "context")
+
+
+def _session_rows(con, where, params=()):
+    cols = [c.strip() for c in SESSION_COLUMNS.split(",")]
+    rows = [dict(zip(cols, r)) for r in con.execute(
+        "SELECT %s FROM sessions WHERE %s ORDER BY modified DESC, chunk_count DESC" % (SESSION_COLUMNS, where), params)]
+    # One session may be stored twice (an agent's database and its older JSON files): like search,
+    # count it once, keeping the most recently modified copy.
+    seen, unique = set(), []
+    for r in rows:
+        if (r["agent"], r["session_id"]) not in seen:
+            seen.add((r["agent"], r["session_id"]))
+            unique.append(r)
+    return unique
+
+
+def _name_matches(con, ref):
+    """The resolution rules on session names: exact (case-insensitive), then fuzzy."""
+    named = _session_rows(con, "name IS NOT NULL AND name != ''")
+    key = " ".join(ref.split()).casefold()
+    yield [r for r in named if " ".join(r["name"].split()).casefold() == key]
+    words = re.findall(r"\w+", key)
+    fuzzy = [r for r in named if words and all(w in r["name"].casefold() for w in words)]
+    if not fuzzy:  # no name has every word: fall back to names that look alike (typos)
+        close = set(difflib.get_close_matches(key, [r["name"].casefold() for r in named], n=CANDIDATES_SHOWN, cutoff=0.6))
+        fuzzy = [r for r in named if r["name"].casefold() in close]
+    yield fuzzy
+
+
+def resolve_session(con, ref):
+    """The session REF names: a file path, an exact id, a unique id prefix, an exact name, a fuzzy name.
+
+    The rules are tried in that order and the first that picks exactly one session wins; when none
+    does, the first that found several is reported as ambiguous (SesameError kind "ambiguous").
+    """
+    ref = ref.strip()
+
+    def stages():
+        if os.sep in ref or os.path.exists(ref):
+            paths = {os.path.abspath(os.path.expanduser(ref)), os.path.realpath(os.path.expanduser(ref))}
+            yield _session_rows(con, "path IN (%s)" % ",".join("?" * len(paths)), list(paths))
+        yield _session_rows(con, "session_id = ?", (ref,))
+        yield _session_rows(con, "session_id LIKE ? ESCAPE '\\'", (like_escape(ref) + "%",))
+        yield from _name_matches(con, ref)
+
+    several = None
+    for found in stages() if ref else ():
+        if len(found) == 1:
+            return found[0]
+        several = several or found
+    if not several:
+        raise SesameError('no session matches "%s"' % ref, kind="not_found",
+                          hint="give a session id, an id prefix, a session file or a name; "
+                               "`sesame search WORDS` finds sessions by topic")
+    lines = ["  %s  %s  %s  %s" % (r["session_id"], r["name"] or "Unnamed", short_date(r["modified"]),
+                                    r["cwd"] or "(no working directory)") for r in several[:CANDIDATES_SHOWN]]
+    if len(several) > CANDIDATES_SHOWN:
+        lines.append("  … and %d more" % (len(several) - CANDIDATES_SHOWN))
+    raise SesameError('"%s" matches %d sessions:\n%s' % (ref, len(several), "\n".join(lines)), kind="ambiguous",
+                      hint="give more of the id, the full id or the session file")
+
+
+def session_header(s):
+    parser = PARSERS.get(s["agent"])
+    return {"sessionId": s["session_id"], "agent": s["agent"], "name": s["name"], "cwd": s["cwd"],
+            "created": s["created"], "modified": s["modified"], "path": s["path"], "parent": s["parent"],
+            "resumeCommand": parser.resume_command(s) if parser else None,
+            "summary": s.get("summary"),  # the agent's own summary of the session (pi's sessions-meta)
+            "chunkCount": s["chunk_count"]}
+
+
+def collapse(kind, text):
+    """The one line a collapsed chunk is shown as: a tool call's first argument, or a first line."""
+    if kind == "tool":
+        # tool_text() layout: "tool: NAME", then "key: value" argument lines, then "output:"/"error:".
+        lines = text.split("\n")
+        first = lines[1] if len(lines) > 1 and lines[1] not in ("output:", "error:") else ""
+        first = first.split(": ", 1)[1] if re.match(r"\w+: ", first) else first or "\n".join(lines[2:])  # no arguments: its output
+        return (_one_line(first, 120) or "") + (" (error)" if "error:" in lines else "")
+    return _one_line(text, 120) or ""
+
+
+def _refresh(ctx, store):
+    """Bring the index up to date like search does, so a session that just started can be shown."""
+    first_use = not store.con.execute("SELECT 1 FROM files LIMIT 1").fetchone()
+    summary = refresh_index(ctx, store, wait_seconds=0)
+    if summary is not None and first_use:
+        _stderr("sesame: " + summary.line())
+
+
+def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, everything=False, refresh=True):
+    """`sesame show --json` before --max-chars: the session's header and its chunks (all, or around one)."""
+    if context < 0:
+        raise UsageError("--context must be at least 0")
+    expand = set(COLLAPSIBLE) if everything else {"tool"} if tools else set()
+    store = ctx.store()
+    try:
+        if refresh:
+            _refresh(ctx, store)
+        s = resolve_session(store.con, ref)
+        last = (store.con.execute("SELECT max(seq) FROM chunks WHERE session=?", (s["id"],)).fetchone()[0])
+        last = -1 if last is None else last
+        lo, hi = 0, last
+        if around is not None:
+            if not 0 <= around <= last:
+                raise UsageError("--around %d is outside the session's chunks (0-%d)" % (around, last))
+            lo, hi = max(0, around - context), min(last, around + context)
+        chunks = []
+        for seq, kind, role, tool, ts, text in store.con.execute(
+                "SELECT seq, kind, role, tool, ts, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? "
+                "ORDER BY seq", (s["id"], lo, hi)):
+            text = unpack(text)
+            short = kind in COLLAPSIBLE and kind not in expand
+            chunks.append({"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts,
+                           "text": collapse(kind, text) if short else text, "collapsed": short})
+    finally:
+        store.close()
+    return {"session": session_header(s), "around": around, "chunks": chunks, "truncated": False,
+            "omitted": {"before": lo, "after": last - hi, "cutSeq": None}}
+
+
+def _window(costs, center, budget):
+    """The range (lo, hi) of chunks around `center` that fits the budget, grown one chunk at a time
+    on each side in turn, so that --around SEQ keeps SEQ and its nearest neighbours; None when even
+    `center` does not fit."""
+    if costs[center] > budget:
+        return None
+    lo = hi = center
+    used, grow_before, grow_after = costs[center], True, True
+    while grow_before or grow_after:
+        if grow_after:
+            grow_after = hi + 1 < len(costs) and used + costs[hi + 1] <= budget
+            if grow_after:
+                hi, used = hi + 1, used + costs[hi + 1]
+        if grow_before:
+            grow_before = lo > 0 and used + costs[lo - 1] <= budget
+            if grow_before:
+                lo, used = lo - 1, used + costs[lo - 1]
+    return lo, hi
+
+
+def _center(data):
+    seqs = [c["seq"] for c in data["chunks"]]
+    return seqs.index(data["around"]) if data["around"] in seqs else 0
+
+
+def _bounded(data, costs, budget, cut):
+    """`data` with only the chunks that fit; cut(chunk, room) shortens a chunk too big to show alone."""
+    chunks, om = data["chunks"], data["omitted"]
+    if not chunks:
+        return data
+    center = _center(data)
+    span = _window(costs, center, budget)
+    if span:
+        lo, hi = span
+        kept, cut_seq = chunks[lo:hi + 1], None
+    else:  # the chunk asked for is bigger than the whole budget: show as much of it as fits
+        lo = hi = center
+        kept, cut_seq = [cut(chunks[center], budget)], chunks[center]["seq"]
+    return dict(data, chunks=kept, truncated=True,
+                omitted=dict(om, before=om["before"] + lo, after=om["after"] + len(chunks) - 1 - hi, cutSeq=cut_seq))
+
+
+def _json_size(obj):
+    return len(json.dumps(obj, ensure_ascii=False, indent=2)) + 1  # as emit_json prints it
+
+
+def bound_json(data, max_chars):
+    """`data` cut to at most max_chars as emit_json prints it (0: no limit); says what was left out."""
+    if not max_chars or _json_size(data) <= max_chars:
+        return data
+    # Size of the object with no chunks and the widest omitted counts; then what each chunk adds at
+    # its depth (indent 2 inside "chunks": 4 more spaces per line, plus separators).
+    n = len(data["chunks"]) + data["omitted"]["before"] + data["omitted"]["after"]
+    base = _json_size(dict(data, chunks=[], truncated=True,
+                           omitted=dict(data["omitted"], before=n, after=n, cutSeq=n)))
+    if base > max_chars:
+        raise UsageError("--max-chars %d is too small for this session's header (it needs %d)" % (max_chars, base))
+
+    def cost(c):
+        d = json.dumps(c, ensure_ascii=False, indent=2)
+        return len(d) + 4 * d.count("\n") + 8
+
+    def cut(c, room):
+        keep = len(c["text"])
+        while keep > 0:
+            short = dict(c, text=c["text"][:keep] + CUT_MARK)
+            over = cost(short) - room
+            if over <= 0:
+                return short
+            keep -= over  # escapes make a character cost 1 to 6: converges in a few steps
+        return dict(c, text=CUT_MARK.strip())
+
+    out = _bounded(data, [cost(c) for c in data["chunks"]], max_chars - base, cut)
+    while _json_size(out) > max_chars and len(out["chunks"]) > 1:  # safety net; the estimate is an upper bound
+        out["chunks"].pop()
+        out["omitted"]["after"] += 1
+    return out
+
+
+def _when(ts):
+    return ts[:16].replace("T", " ") + " " if ts else ""
+
+
+def chunk_block(c, color=False, collapsed=False):
+    """One chunk as text: `[seq] date who:` then the text, or all on one line when collapsed."""
+    who = {"tool": "tool %s" % (c["tool"] or ""), "summary": "summary (%s)" % (c["role"] or "summary")}.get(
+        c["kind"], c["kind"])
+    head = "[%d] %s%s:" % (c["seq"], _when(c["timestamp"]), who.strip())
+    text = c["text"]
+    if c["kind"] == "tool" and text.startswith("tool: %s\n" % c["tool"]):
+        text = text.split("\n", 1)[1]  # the head already names the tool
+    block = "%s %s\n" % (head, text) if collapsed else "%s\n%s\n\n" % (head, text)
+    if color and c["kind"] in ("thinking", "context"):
+        block = "\x1b[2m%s\x1b[0m" % block  # the model's asides, dimmed: present but not the conversation
+    return block
+
+
+def header_text(h):
+    rows = [("session", h["sessionId"]), ("agent", h["agent"]), ("name", h["name"] or "Unnamed"),
+            ("cwd", h["cwd"] or "-"), ("created", short_date(h["created"])), ("modified", short_date(h["modified"])),
+            ("path", h["path"] or "-"), ("parent", h["parent"] or "-"), ("resume", h["resumeCommand"] or "-"),
+            ("summary", h["summary"]), ("chunks", h["chunkCount"])]
+    return "".join("%-9s %s\n" % (k + ":", v) for k, v in rows if v is not None) + "\n"
+
+
+def _count_seqs(n, first):
+    """"3 chunks (seq 4-6)", "1 chunk (seq 4)"."""
+    return "%d chunk%s (seq %s)" % (n, "" if n == 1 else "s", first if n == 1 else "%d-%d" % (first, first + n - 1))
+
+
+def show_text(data, color=False, max_chars=0):
+    """The human output of `sesame show`, at most max_chars long (0: no limit)."""
+    def block(c):
+        return chunk_block(c, color, c["collapsed"])
+
+    head = header_text(data["session"])
+    if max_chars:
+        n = data["session"]["chunkCount"] or 0  # the widest "… N chunks" notes, kept room for
+        notes = "… %s not shown\n\n… %s not shown (use --around SEQ or a larger --max-chars)\n" % (
+            _count_seqs(n, n), _count_seqs(n, n))
+        budget = max_chars - len(head) - len(notes)
+        costs = [len(block(c)) for c in data["chunks"]]
+        if sum(costs) > budget:
+            data = _bounded(data, costs, max(budget, 0),
+                            lambda c, room: dict(c, text=c["text"][:max(room - len(block(dict(c, text=""))) - len(CUT_MARK), 0)] + CUT_MARK))
+    om, chunks = data["omitted"], data["chunks"]
+    parts = [head]
+    if om["before"]:
+        parts.append("… %s not shown\n\n" % _count_seqs(om["before"], 0))
+    parts.extend(block(c) for c in chunks)
+    if om["after"]:
+        first = chunks[-1]["seq"] + 1 if chunks else om["before"]
+        parts.append("… %s not shown (use --around SEQ%s)\n" % (
+            _count_seqs(om["after"], first), " or a larger --max-chars" if data["truncated"] else ""))
+    text = "".join(parts)
+    return text[:max_chars] if max_chars else text  # a header longer than the limit: still never over it
+
+
+def cmd_show(args, ctx):
+    if args.max_chars is not None and args.max_chars < 0:
+        raise UsageError("--max-chars must be at least 0 (0: no limit)")
+    data = show_session(ctx, " ".join(args.session), around=args.around, context=args.context, tools=args.tools,
+                        everything=args.all, refresh=not args.no_refresh)
+    if args.json:
+        emit_json(bound_json(data, SHOW_JSON_MAX_CHARS if args.max_chars is None else args.max_chars))
+    else:
+        sys.stdout.write(show_text(data, use_color(sys.stdout), args.max_chars or 0))
+    return EXIT_OK
+
+
+# ==================================================================================================
+# MCP server: search, show and status as tools for agents (JSON-RPC 2.0 over stdio)
+# ==================================================================================================
+#
+# One JSON message per line on stdin, one per line on stdout; stdout carries protocol messages only,
+# logs go to stderr. Tool failures are results with isError (the model sees them and can retry);
+# protocol failures (bad JSON, unknown method or tool) are JSON-RPC errors. Every call builds a fresh
+# Context, so a config edited while the server runs is used by the next call.
+
+MCP_PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+MCP_DEFAULT_PROTOCOL = "2025-06-18"
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
+
+
+class RpcError(Exception):
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def _schema_str(desc):
+    return {"type": "string", "description": desc}
+
+
+def _schema_int(desc, minimum=0):
+    return {"type": "integer", "minimum": minimum, "description": desc}
+
+
+def _schema(required=(), **props):
+    return {"type": "object", "properties": props, "required": list(required), "additionalProperties": False}
+
+
+def status_text(info):
+    """What `sesame status` prints, from status_info() (so the MCP tool does not compute it twice)."""
+    out = ["index:    %s%s" % (info["indexPath"], "" if info["indexExists"] else " (not built yet: run sesame index)")]
+    if info["indexExists"]:
+        out.append("size:     %.1f MB, %d sessions, %d chunks from %d files"
+                   % (info["indexBytes"] / 1e6, info["sessions"], info["chunks"], info["files"]))
+        out += ["          %-10s %6d sessions %9d chunks" % (p["agent"], p["sessions"], p["chunks"]) for p in info["perAgent"]]
+        out.append("updated:  %s (%d session files changed since)" % (info["lastIndex"] or "never", info["changedSinceLastIndex"]))
+    out.append("config:   %s%s" % (info["configPath"], "" if info["configFound"] else " (none: using discovered sources)"))
+    out += ["source:   %-10s %s (%s)" % (s["parser"], s["path"], s["origin"]) for s in info["sources"]]
+    if not info["sources"]:
+        out.append("source:   none found (configure one in %s)" % info["configPath"])
+    out.append("sqlite:   %s, sesame %s, schema %d" % (info["sqliteVersion"], info["sesameVersion"], info["schemaVersion"]))
+    return "\n".join(out) + "\n"
+
+
+def _mcp_search(ctx, query, tool=None, **kw):
+    data = search_sessions(ctx, query, tool=[tool] if isinstance(tool, str) else tool, **kw)
+    out = io.StringIO()
+    print_results(data, False, out)
+    # The text is what most clients hand the model: say how to open each result where it matched.
+    hints = ["%s around=%d" % (r["sessionId"], r["matches"][0]["seq"]) for r in data["results"] if r["matches"]]
+    if hints:
+        out.write("\nTo read a result, call show with session=ID and around=SEQ: %s\n" % "; ".join(hints))
+    return out.getvalue(), data
+
+
+def _mcp_show(ctx, session, around=None, context=SHOW_CONTEXT, max_chars=SHOW_JSON_MAX_CHARS, tools=False, all=False):
+    data = show_session(ctx, session, around=around, context=context, tools=tools, everything=all)
+    return show_text(data, False, max_chars), bound_json(data, max_chars)
+
+
+def _mcp_status(ctx):
+    info = status_info(ctx)
+    return status_text(info), info
+
+
+MCP_TOOLS = {
+    "search": (_mcp_search, "Find past coding-agent sessions (pi, Claude Code, Codex, ...) by what they were about. "
+               "Ranks whole sessions; each result has sessionId and matches[].seq to pass to show.", _schema(
+                   ["query"],
+                   query=_schema_str('2-5 distinctive words; "exact phrase", prefix*, -excluded work'),
+                   limit=_schema_int("sessions to return (default %d)" % DEFAULT_LIMIT, 1),
+                   offset=_schema_int("skip this many results (paging)"),
+                   cwd=_schema_str("only sessions run in this directory or below"),
+                   after=_schema_str("only sessions active at or after WHEN: 7d, 2w, 3m, 1y, 12h, today, yesterday, YYYY-MM-DD"),
+                   before=_schema_str("only sessions whose last activity is before WHEN"),
+                   agent={"type": "string", "enum": list(PARSERS), "description": "only this agent's sessions"},
+                   tools={"type": "boolean", "description": "match only inside tool calls and their output"},
+                   tool={"type": "array", "items": {"type": "string"}, "description": "match only inside calls of these tools"},
+                   path=_schema_str("only sessions whose tool calls touched a path containing this text"))),
+    "show": (_mcp_show, "Read one session as a conversation. Use around=SEQ (from search matches[].seq) to read the "
+             "part that matched; output is bounded by max_chars and says what was left out.", _schema(
+                 ["session"],
+                 session=_schema_str("session id, unique id prefix, session file path or session name"),
+                 around=_schema_int("show the chunks around this seq"),
+                 context=_schema_int("chunks on each side of around (default %d)" % SHOW_CONTEXT),
+                 max_chars=_schema_int("bound on the output size (default %d; 0: no limit)" % SHOW_JSON_MAX_CHARS),
+                 tools={"type": "boolean", "description": "show tool calls in full (arguments and output)"},
+                 all={"type": "boolean", "description": "show tool calls, thinking and injected context in full"})),
+    "status": (_mcp_status, "What the session index covers: sessions per agent, sources, freshness.", _schema()),
+}
+
+_JSON_TYPES = {"string": str, "integer": int, "boolean": bool, "array": list}
+
+
+def check_arguments(schema, args):
+    """Enough JSON Schema to reject what a model gets wrong: unknown, missing or mistyped arguments."""
+    for name in schema["required"]:
+        if name not in args:
+            raise UsageError("missing required argument %r" % name)
+    for name, value in args.items():
+        prop = schema["properties"].get(name)
+        if prop is None:
+            raise UsageError("unknown argument %r (known: %s)" % (name, ", ".join(schema["properties"]) or "none"))
+        want = _JSON_TYPES[prop["type"]]
+        if want is list and isinstance(value, str):
+            value = [value]  # a lone string where a list of strings is expected: take it as a list of one
+        ok = isinstance(value, want) and not (want is int and isinstance(value, bool))  # bool is an int in Python
+        if not ok or (want is list and not all(isinstance(v, str) for v in value)):
+            raise UsageError("argument %r must be %s" % (name, "an array of strings" if want is list else "a " + prop["type"]))
+        if want is int and value < prop.get("minimum", value):
+            raise UsageError("argument %r must be at least %d" % (name, prop["minimum"]))
+        if "enum" in prop and value not in prop["enum"]:
+            raise UsageError("argument %r must be one of: %s" % (name, ", ".join(prop["enum"])))
+
+
+def call_tool(params):
+    name, args = params.get("name"), params.get("arguments")
+    if name not in MCP_TOOLS:
+        raise RpcError(INVALID_PARAMS, "Unknown tool: %s" % name)
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise RpcError(INVALID_PARAMS, "arguments must be an object")
+    run, _, schema = MCP_TOOLS[name]
+    try:
+        check_arguments(schema, args)
+        text, data = run(Context(), **args)
+    except SesameError as e:
+        msg = "sesame: %s%s" % (e.message, " (%s)" % e.hint if e.hint else "")
+        return {"content": [{"type": "text", "text": msg}], "isError": True}
+    except Exception as e:  # noqa: BLE001  (a busy index, a bad file: the server must stay up)
+        _stderr("sesame mcp: %s failed:\n%s" % (name, traceback.format_exc()))
+        return {"content": [{"type": "text", "text": "sesame: %s failed: %s" % (name, e)}], "isError": True}
+    return {"content": [{"type": "text", "text": text}], "structuredContent": data, "isError": False}
+
+
+def _initialize(params):
+    asked = params.get("protocolVersion")
+    return {"protocolVersion": asked if asked in MCP_PROTOCOL_VERSIONS else MCP_DEFAULT_PROTOCOL,
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "sesame", "version": __version__},
+            "instructions": "Search past coding-agent sessions with `search`, read the matching part with "
+                            "`show` (session=sessionId, around=matches[].seq), then give the user resumeCommand."}
+
+
+MCP_METHODS = {
+    "initialize": _initialize,
+    "ping": lambda params: {},
+    "tools/list": lambda params: {"tools": [{"name": n, "description": d, "inputSchema": s}
+                                            for n, (_, d, s) in MCP_TOOLS.items()]},
+    "tools/call": call_tool,
+}
+
+
+def _rpc_error(id_, code, message):
+    return {"jsonrpc": "2.0", "id": id_, "error": {"code": code, "message": message}}
+
+
+def handle_message(msg):
+    """One decoded JSON-RPC message -> the response object, or None (notifications and responses get none)."""
+    if isinstance(msg, dict) and "method" not in msg and ("result" in msg or "error" in msg):
+        return None  # a response to a request of ours: we send none, so there is nothing to match
+    id_ = msg.get("id") if isinstance(msg, dict) else None
+    if not isinstance(id_, (str, int)) or isinstance(id_, bool):
+        id_ = None
+    if (not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or not isinstance(msg.get("method"), str)
+            or ("id" in msg and id_ is None) or not isinstance(msg.get("params", {}), dict)):
+        return _rpc_error(id_, INVALID_REQUEST, "Invalid Request")
+    if "id" not in msg:
+        return None  # a notification (initialized, cancelled, ...): never answered, nothing to do
+    method = MCP_METHODS.get(msg["method"])
+    if method is None:
+        return _rpc_error(id_, METHOD_NOT_FOUND, "Method not found: %s" % msg["method"])
+    try:
+        return {"jsonrpc": "2.0", "id": id_, "result": method(msg.get("params") or {})}
+    except RpcError as e:
+        return _rpc_error(id_, e.code, e.message)
+    except Exception as e:  # noqa: BLE001
+        _stderr("sesame mcp: %s failed:\n%s" % (msg["method"], traceback.format_exc()))
+        return _rpc_error(id_, INTERNAL_ERROR, "Internal error: %s" % e)
+
+
+def handle_line(line):
+    """One line of input -> the response object (or list, for a batch), or None."""
+    try:
+        msg = json.loads(line.decode("utf-8") if isinstance(line, bytes) else line)
+    except ValueError:  # also bad UTF-8
+        return _rpc_error(None, PARSE_ERROR, "Parse error")
+    if isinstance(msg, list):  # a JSON-RPC batch (protocol 2025-03-26 allowed them)
+        replies = [r for r in map(handle_message, msg) if r is not None]
+        return (replies or None) if msg else _rpc_error(None, INVALID_REQUEST, "Invalid Request")
+    return handle_message(msg)
+
+
+def serve_mcp(inp=None, out=None):
+    """Answer MCP messages from `inp` (bytes lines) on `out` until `inp` closes; returns the exit code."""
+    inp = inp or sys.stdin.buffer
+    out = out or sys.stdout
+    real_stdout, sys.stdout = sys.stdout, sys.stderr  # a stray print must never corrupt the protocol stream
+    _stderr("sesame mcp: serving sesame %s on stdio" % __version__)
+    try:
+        for line in iter(inp.readline, b""):
+            if not line.strip():
+                continue
+            reply = handle_line(line)
+            if reply is not None:
+                out.write(json.dumps(reply) + "\n")  # ASCII JSON: right whatever stdout's encoding
+                out.flush()
+    except BrokenPipeError:
+        pass  # the client went away: nothing left to answer
+    finally:
+        sys.stdout = real_stdout
+    return EXIT_OK
+
+
+def cmd_mcp(args, ctx):
+    return serve_mcp()
+
+
+def add_commands(sub):
+    """Add `show` and `mcp` to build_parser()'s subparsers."""
+    sh = sub.add_parser("show", help="print one session as a readable conversation")
+    sh.add_argument("session", nargs="+", help="session id, unique id prefix, session file, or name")
+    sh.add_argument("--around", type=int, metavar="SEQ", help="show the chunks around chunk SEQ (search's matches[].seq)")
+    sh.add_argument("--context", type=int, default=SHOW_CONTEXT, metavar="K",
+                    help="chunks on each side of --around (default %d)" % SHOW_CONTEXT)
+    sh.add_argument("--max-chars", type=int, metavar="N",
+                    help="print at most N characters (default: no limit; %d with --json; 0: no limit)" % SHOW_JSON_MAX_CHARS)
+    sh.add_argument("--tools", action="store_true", help="show tool calls in full, not as one line")
+    sh.add_argument("--all", action="store_true", help="show tool calls, thinking and injected context in full")
+    sh.add_argument("--no-refresh", action="store_true", help="use the index as it is, without updating it")
+    _add_json(sh)
+    sh.set_defaults(func=cmd_show)
+
+    m = sub.add_parser("mcp", help="serve search, show and status to agents over MCP (stdio)")
+    m.set_defaults(func=cmd_mcp)
+
+
+# ==================================================================================================
 # Commands and CLI
 # ==================================================================================================
 
@@ -5904,22 +6433,8 @@ def cmd_status(args, ctx):
     info = status_info(ctx)
     if args.json:
         emit_json(info)
-        return EXIT_OK
-    out = sys.stdout
-    out.write("index:    %s%s\n" % (ctx.index_path, "" if info["indexExists"] else " (not built yet: run sesame index)"))
-    if info["indexExists"]:
-        out.write("size:     %.1f MB, %d sessions, %d chunks from %d files\n"
-                  % (info["indexBytes"] / 1e6, info["sessions"], info["chunks"], info["files"]))
-        for p in info["perAgent"]:
-            out.write("          %-10s %6d sessions %9d chunks\n" % (p["agent"], p["sessions"], p["chunks"]))
-        out.write("updated:  %s (%d session files changed since)\n"
-                  % (info["lastIndex"] or "never", info["changedSinceLastIndex"]))
-    out.write("config:   %s%s\n" % (info["configPath"], "" if ctx.cfg_path else " (none: using discovered sources)"))
-    for s in ctx.sources:
-        out.write("source:   %-10s %s (%s)\n" % (s.parser.id, s.path, s.origin))
-    if not ctx.sources:
-        out.write("source:   none found (configure one in %s)\n" % info["configPath"])
-    out.write("sqlite:   %s, sesame %s, schema %d\n" % (sqlite3.sqlite_version, __version__, SCHEMA_VERSION))
+    else:
+        sys.stdout.write(status_text(info))
     return EXIT_OK
 
 
@@ -6009,6 +6524,7 @@ def build_parser():
     so = sub.add_parser("sources", help="every supported agent, where it looks, what was found")
     _add_json(so)
     so.set_defaults(func=cmd_sources)
+    add_commands(sub)
     return p
 
 
@@ -6025,7 +6541,8 @@ def main(argv=None):
         if not args.command:
             build_parser().print_help()
             return EXIT_USAGE
-        return args.func(args, Context())
+        # The MCP server reads the config per call (and reports a broken one per call), not at start.
+        return args.func(args, None if args.command == "mcp" else Context())
     except SesameError as e:
         if want_json:
             emit_json(error_json(e))

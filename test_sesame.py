@@ -12,6 +12,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -397,6 +398,8 @@ def test_pi_session_metadata_is_indexed_with_the_name_and_changes_are_picked_up(
     assert [x["sessionId"] for x in r] == ["meta-1"] and r[0]["name"] == "Billing cleanup"
     assert search_ids(capsys, "invoice rendering package")[0] == "meta-1"
     assert json.loads(run(capsys, "search", "okapi", "--json")[1])["results"][0]["name"] == "Own name"
+    code, out, _ = run(capsys, "show", "meta-1", "--json")
+    assert json.loads(out)["session"]["summary"] == "Moved invoice rendering into its own package."
     write_meta("meta-1", name="Billing cleanup", tags=["echidna"])  # the metadata changed, the session did not
     assert search_ids(capsys, "echidna") == ["meta-1"] and search_ids(capsys, "platypus") == []
 
@@ -519,7 +522,7 @@ def test_a_tool_call_waiting_for_its_result_is_completed_when_the_result_is_appe
 def test_a_shrunk_or_rewritten_file_is_reindexed_from_the_start(corpus, capsys, monkeypatch):
     w = PiWriter(corpus, "shrink-1")
     w.user("first topic ocelot").user("second topic pangolin")
-    path = w.save()
+    w.save()
     run(capsys, "index")
     starts = read_starts(monkeypatch)
     w.lines = w.lines[:2]
@@ -942,6 +945,268 @@ def test_script_runs_when_copied_and_renamed(tmp_path, env):
     target.chmod(0o755)
     r = subprocess.run([str(target), "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "search" in r.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Show: one session as readable text or JSON
+# ---------------------------------------------------------------------------------------------
+
+def name(w, text):
+    return w.entry("session_info", name=text)
+
+
+@pytest.fixture
+def sessions(env, capsys):
+    """A few named sessions, indexed; returns {short name: session file}."""
+    files = {}
+    w = PiWriter(env, "aaaa1111-nix", cwd="/home/dev/infra", start="2026-01-05T10:00:00.000Z")
+    w.user("The flake.nix has grown into a mess of overlays.")
+    w.assistant("I'll look at the modules first.", thinking="Overlays first, then the dev shell.")
+    w.assistant(calls=[("call_1", "bash", {"command": "nix flake check\n--show-trace"})])
+    w.result("call_1", "bash", "attribute 'overlay' missing", is_error=True)
+    w.entry("compaction", summary="We removed three overlays and merged the modules.")
+    w.user("Keep only the dev shell.")
+    files["nix"] = name(w, "Simplify the nix flake").save()
+
+    w = PiWriter(env, "cccc1111-carousel", cwd="/home/dev/site", start="2026-02-01T10:00:00.000Z")
+    w.user("Build an image carousel for the landing page.")
+    w.assistant("Added a Carousel component with autoplay.")
+    files["carousel"] = name(w, "Landing page carousel").save()
+
+    w = PiWriter(env, "cccc2222-billing", cwd="/home/dev/billing", start="2026-02-03T10:00:00.000Z")
+    w.user("Export invoices as PDF.")
+    w.assistant("Rendered the invoice with a template.")
+    files["billing"] = name(w, "Invoice PDF export").save()
+
+    w = PiWriter(env, "dddd3333-long", cwd="/home/dev/app", start="2026-03-01T10:00:00.000Z")
+    for i in range(20):
+        w.user("Question %d about the refactor: %s" % (i, "why " * 30))
+        w.assistant("Answer %d: %s" % (i, "because " * 30))
+    files["long"] = name(w, "Long refactor").save()
+    assert run(capsys, "index")[0] == 0
+    return files
+
+
+def show(capsys, *argv):
+    return run(capsys, "show", *argv)
+
+
+def show_json(capsys, *argv):
+    code, out, err = show(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolving SESSION
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ref", ["aaaa1111-nix", "aaaa", "Simplify the nix flake", "simplify THE nix flake",
+                                 "nix simplify", "Simplify the nix flak"])
+def test_session_is_found_by_id_prefix_exact_name_and_fuzzy_name(sessions, capsys, ref):
+    code, out, err = show(capsys, *ref.split(" "))
+    assert code == 0, err
+    assert out.startswith("session:  aaaa1111-nix\n")
+
+
+def test_session_is_found_by_its_file_path(sessions, capsys):
+    assert show_json(capsys, sessions["billing"])["session"]["sessionId"] == "cccc2222-billing"
+    assert show_json(capsys, os.path.relpath(sessions["billing"]))["session"]["sessionId"] == "cccc2222-billing"
+
+
+def test_typo_in_name_finds_the_close_match(sessions, capsys):
+    assert show_json(capsys, "Invoice PDF exprot")["session"]["sessionId"] == "cccc2222-billing"
+
+
+def test_unique_prefix_wins_and_shared_prefix_lists_the_candidates(sessions, capsys):
+    assert show_json(capsys, "cccc1")["session"]["sessionId"] == "cccc1111-carousel"
+    code, out, err = show(capsys, "cccc")
+    assert code == 1 and out == ""
+    assert '"cccc" matches 2 sessions' in err
+    for needle in ("cccc1111-carousel", "Landing page carousel", "/home/dev/site", "2026-02-01 10:00 UTC",
+                   "cccc2222-billing", "Invoice PDF export", "/home/dev/billing"):
+        assert needle in err
+    code, out, err = show(capsys, "cccc", "--json")
+    assert code == 1 and json.loads(out)["error"]["code"] == "ambiguous"
+
+
+def test_unknown_session_is_not_found_exit_1(sessions, capsys):
+    code, out, err = show(capsys, "no-such-session-anywhere", "--json")
+    assert code == 1
+    assert json.loads(out)["error"]["code"] == "not_found"
+    assert "no session matches" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# What show prints
+# ---------------------------------------------------------------------------------------------
+
+def test_human_output_has_header_then_who_said_what_when(sessions, capsys):
+    code, out, err = show(capsys, "aaaa")
+    head, body = out.split("\n\n", 1)
+    for needle in ("agent:    pi", "name:     Simplify the nix flake", "cwd:      /home/dev/infra",
+                   "created:  2026-01-05 10:00 UTC", "path:     " + sessions["nix"],
+                   "resume:   pi --session " + sessions["nix"], "chunks:   6"):
+        assert needle in head
+    assert body.startswith("[0] 2026-01-05 10:00 user:\nThe flake.nix has grown into a mess of overlays.\n\n")
+    # Tool calls and thinking are one line each; summaries are marked as such.
+    assert "[1] 2026-01-05 10:00 thinking: Overlays first, then the dev shell.\n" in body
+    assert "[3] 2026-01-05 10:00 tool bash: nix flake check (error)\n" in body
+    assert "[4] 2026-01-05 10:00 summary (compaction):\nWe removed three overlays" in body
+    assert "--show-trace" not in body and "attribute 'overlay'" not in body
+
+
+def test_tools_expands_tool_calls_and_all_expands_thinking_too(sessions, capsys):
+    out = show(capsys, "aaaa", "--tools")[1]
+    assert "[3] 2026-01-05 10:00 tool bash:\ncommand: nix flake check\n--show-trace\nerror:\nattribute 'overlay'" in out
+    assert "thinking: Overlays first" in out  # still one line
+    data = show_json(capsys, "aaaa", "--all")
+    assert not any(c["collapsed"] for c in data["chunks"])
+    assert data["chunks"][3]["text"].startswith("tool: bash\ncommand: nix flake check")
+
+
+def test_json_has_header_chunks_and_what_was_omitted(sessions, capsys):
+    data = show_json(capsys, "aaaa")
+    assert data["session"] == {
+        "sessionId": "aaaa1111-nix", "agent": "pi", "name": "Simplify the nix flake", "cwd": "/home/dev/infra",
+        "created": "2026-01-05T10:00:00.000Z", "modified": data["session"]["modified"], "path": sessions["nix"],
+        "parent": None, "resumeCommand": "pi --session " + sessions["nix"], "summary": None, "chunkCount": 6}
+    assert [(c["seq"], c["kind"]) for c in data["chunks"]] == [
+        (0, "user"), (1, "thinking"), (2, "assistant"), (3, "tool"), (4, "summary"), (5, "user")]
+    assert data["chunks"][3] == {"seq": 3, "kind": "tool", "role": "assistant", "tool": "bash",
+                                 "timestamp": "2026-01-05T10:00:03.000Z", "text": "nix flake check (error)",
+                                 "collapsed": True}
+    assert data["truncated"] is False
+    assert data["omitted"] == {"before": 0, "after": 0, "cutSeq": None}
+
+
+def test_around_shows_k_chunks_each_side_and_says_what_is_left(sessions, capsys):
+    data = show_json(capsys, "dddd", "--around", "20", "--context", "2")
+    assert [c["seq"] for c in data["chunks"]] == [18, 19, 20, 21, 22]
+    assert data["omitted"] == {"before": 18, "after": 17, "cutSeq": None} and data["around"] == 20
+    out = show(capsys, "dddd", "--around", "20")[1]  # default context 3
+    assert "… 17 chunks (seq 0-16) not shown\n" in out
+    assert "[17] " in out and "[23] " in out and "[16] " not in out and "[24] " not in out
+    assert "… 16 chunks (seq 24-39) not shown (use --around SEQ)\n" in out
+    assert [c["seq"] for c in show_json(capsys, "dddd", "--around", "0", "--context", "1")["chunks"]] == [0, 1]
+    code, out, err = show(capsys, "dddd", "--around", "40")
+    assert code == 2 and "outside the session's chunks (0-39)" in err
+
+
+@pytest.mark.parametrize("limit", [300, 700, 1000, 1500, 4000])
+def test_max_chars_bounds_text_and_json_and_says_what_was_cut(sessions, capsys, limit):
+    code, out, err = show(capsys, "dddd", "--max-chars", str(limit))
+    assert code == 0 and len(out) <= limit
+    if limit >= 1000:
+        assert "[0] " in out and "not shown (use --around SEQ or a larger --max-chars)\n" in out
+    code, out, err = show(capsys, "dddd", "--max-chars", str(limit + 1000), "--json")
+    assert code == 0 and len(out) <= limit + 1000
+    data = json.loads(out)
+    assert data["truncated"] is True
+    assert data["omitted"]["before"] == 0 and data["omitted"]["after"] == 40 - len(data["chunks"])
+
+
+def test_max_chars_with_around_keeps_the_asked_for_chunk(sessions, capsys):
+    data = show_json(capsys, "dddd", "--around", "20", "--context", "10", "--max-chars", "2500")
+    seqs = [c["seq"] for c in data["chunks"]]
+    assert 20 in seqs and seqs == list(range(seqs[0], seqs[-1] + 1))
+    assert data["omitted"]["before"] == seqs[0] and data["omitted"]["after"] == 39 - seqs[-1]
+    # A chunk bigger than the whole budget is cut rather than dropped.
+    data = show_json(capsys, "dddd", "--around", "5", "--max-chars", "800")
+    assert [c["seq"] for c in data["chunks"]] == [5] and data["omitted"]["cutSeq"] == 5
+    assert data["chunks"][0]["text"].endswith("[…cut]")
+
+
+def test_json_is_bounded_by_default_and_human_output_is_not(env, capsys):
+    w = PiWriter(env, "eeee-huge")
+    for i in range(30):
+        w.user("message %d %s" % (i, "word " * 400))
+    w.save()
+    code, out, err = show(capsys, "eeee", "--json")
+    assert len(out) <= sesame.SHOW_JSON_MAX_CHARS and json.loads(out)["truncated"] is True
+    assert len(json.loads(show(capsys, "eeee", "--json", "--max-chars", "0")[1])["chunks"]) == 30
+    out = show(capsys, "eeee")[1]
+    assert len(out) > 60000 and "not shown" not in out
+
+
+# ---------------------------------------------------------------------------------------------
+# MCP server, driven as a subprocess the way an agent runs it
+# ---------------------------------------------------------------------------------------------
+
+
+
+def test_mcp_server_full_exchange_over_stdio(sessions, tmp_path):
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sesame.py"), "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=str(tmp_path))
+    watchdog = threading.Timer(120, proc.kill)  # a server that stops answering fails the test, never hangs it
+    watchdog.start()
+
+    def send(obj):
+        proc.stdin.write((obj if isinstance(obj, str) else json.dumps(obj)).encode() + b"\n")
+        proc.stdin.flush()
+
+    def ask(id_, method, params=None):
+        send({"jsonrpc": "2.0", "id": id_, "method": method, **({"params": params} if params is not None else {})})
+        reply = json.loads(proc.stdout.readline())  # every stdout line must be one JSON-RPC message
+        assert reply["jsonrpc"] == "2.0" and reply["id"] == id_
+        return reply
+
+    def call(id_, tool, args):
+        return ask(id_, "tools/call", {"name": tool, "arguments": args})
+
+    try:
+        r = ask(1, "initialize", {"protocolVersion": "2025-03-26", "capabilities": {},
+                                  "clientInfo": {"name": "pytest", "version": "1"}})["result"]
+        assert r["protocolVersion"] == "2025-03-26" and r["capabilities"] == {"tools": {}}
+        assert r["serverInfo"] == {"name": "sesame", "version": sesame.__version__}
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})  # no reply: the next line answers id 2
+        assert ask(2, "ping")["result"] == {}
+
+        tools = {t["name"]: t for t in ask(3, "tools/list")["result"]["tools"]}
+        assert set(tools) == {"search", "show", "status"}
+        assert tools["search"]["inputSchema"]["required"] == ["query"]
+        assert tools["show"]["inputSchema"]["required"] == ["session"]
+        assert all(t["inputSchema"]["type"] == "object" and t["description"] for t in tools.values())
+
+        r = call(4, "search", {"query": "carousel landing", "limit": 3})["result"]
+        assert r["isError"] is False
+        assert r["structuredContent"]["results"][0]["sessionId"] == "cccc1111-carousel"
+        assert r["content"][0]["type"] == "text" and 'Found 1 session matching "carousel landing"' in r["content"][0]["text"]
+        seq = r["structuredContent"]["results"][0]["matches"][0]["seq"]
+
+        r = call(5, "show", {"session": "cccc1111-carousel", "around": seq, "context": 1, "max_chars": 3000})["result"]
+        assert r["isError"] is False
+        assert r["structuredContent"]["session"]["name"] == "Landing page carousel"
+        assert any(c["seq"] == seq for c in r["structuredContent"]["chunks"])
+        assert "Build an image carousel" in r["content"][0]["text"] and len(r["content"][0]["text"]) <= 3000
+
+        r = call(6, "status", {})["result"]
+        assert r["isError"] is False and r["structuredContent"]["sessions"] == 4
+
+        r = ask(7, "tools/call", {"name": "no_such_tool", "arguments": {}})  # unknown tool: a protocol error
+        assert r["error"]["code"] == -32602 and "no_such_tool" in r["error"]["message"]
+        r = call(8, "search", {"limit": 2})["result"]  # missing query: a tool error the model can read
+        assert r["isError"] is True and "query" in r["content"][0]["text"]
+        r = call(9, "show", {"session": "cccc"})["result"]  # ambiguous: candidates in the text
+        assert r["isError"] is True and "cccc2222-billing" in r["content"][0]["text"]
+
+        r = ask(10, "server/discover")
+        assert r["error"]["code"] == -32601 and r["error"]["message"].startswith("Method not found")
+        send("{not json")
+        assert json.loads(proc.stdout.readline()) == {"jsonrpc": "2.0", "id": None,
+                                                      "error": {"code": -32700, "message": "Parse error"}}
+        send({"jsonrpc": "1.0", "id": 11, "method": "ping"})
+        assert json.loads(proc.stdout.readline())["error"]["code"] == -32600
+        assert ask(12, "ping")["result"] == {}  # the server is still alive after every failure
+
+        proc.stdin.close()  # end of input: the server exits 0 with nothing more on stdout
+        assert proc.wait(timeout=60) == 0
+        assert proc.stdout.read() == b""
+        assert b"sesame mcp: serving" in proc.stderr.read()
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
 
 
 # ---------------------------------------------------------------------------------------------
