@@ -323,14 +323,17 @@ def parse_time(value):
                                int((frac or "0")[:6].ljust(6, "0")))
     except ValueError:
         return None
-    if tz is None:
-        return dt.astimezone(datetime.timezone.utc)  # naive = local time
-    if tz in ("Z", "z"):
-        return dt.replace(tzinfo=datetime.timezone.utc)
-    sign = 1 if tz[0] == "+" else -1
-    tz = tz[1:].replace(":", "")
-    off = datetime.timedelta(hours=int(tz[:2]), minutes=int(tz[2:]))
-    return dt.replace(tzinfo=datetime.timezone(sign * off)).astimezone(datetime.timezone.utc)
+    try:  # a zone offset out of range, or a date at the edge of datetime's range, is no date at all
+        if tz is None:
+            return dt.astimezone(datetime.timezone.utc)  # naive = local time
+        if tz in ("Z", "z"):
+            return dt.replace(tzinfo=datetime.timezone.utc)
+        sign = 1 if tz[0] == "+" else -1
+        tz = tz[1:].replace(":", "")
+        off = datetime.timedelta(hours=int(tz[:2]), minutes=int(tz[2:]))
+        return dt.replace(tzinfo=datetime.timezone(sign * off)).astimezone(datetime.timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def iso(dt):
@@ -541,11 +544,9 @@ def iter_jsonl(path, report, start=0):
 
 
 def first_json_line(path, limit=65536):
-    """The first non-blank line of a file parsed as JSON, or None (a cheap format check)."""
-    try:
-        head = read_head(path, limit)
-    except OSError:
-        return None
+    """The first non-blank line of a file parsed as JSON, or None (a cheap format check). A file that
+    cannot be read raises OSError: the indexer then keeps what it had from it and retries later."""
+    head = read_head(path, limit)
     for raw in head.split(b"\n"):
         if raw.strip():
             try:
@@ -554,6 +555,11 @@ def first_json_line(path, limit=65536):
                 return None
             return obj if isinstance(obj, dict) else None
     return None
+
+
+# Folders walk_files could not read, drained by discover() into the index summary. (A list rather
+# than an exception: one unreadable folder must not hide its readable neighbours.)
+UNREADABLE_FOLDERS = []
 
 
 def walk_files(root, match, max_depth, skip_dirs=()):
@@ -569,7 +575,8 @@ def walk_files(root, match, max_depth, skip_dirs=()):
         d, depth = stack.pop()
         try:
             entries = list(os.scandir(d))
-        except OSError:
+        except OSError as e:
+            UNREADABLE_FOLDERS.append((d, e.strerror or str(e)))
             continue
         for e in entries:
             try:
@@ -634,6 +641,14 @@ def open_agent_db(path, attempts=5):
                 break
             time.sleep(0.2 * (attempt + 1))
     raise OSError(errno.EIO, "cannot read SQLite store (%s)" % last)
+
+
+def store_failure(exc):
+    """What a failed read of an agent's SQLite store means: busy (retried next run) or not a store
+    of the expected kind (recorded as not a session file)."""
+    if "locked" in str(exc) or "busy" in str(exc):
+        return OSError(errno.EBUSY, "store busy (%s)" % exc)
+    return NotASessionFile("unknown schema (%s)" % exc)
 
 
 class Parser:
@@ -3444,7 +3459,7 @@ class GooseParser(Parser):
                 hidden = isinstance(meta, dict) and meta.get("userVisible") is False
                 self._message(entry[0], entry[1], role, _json_arg(content), norm_time(ts), hidden, report)
         except sqlite3.DatabaseError as e:
-            raise NotASessionFile("unknown schema (%s)" % e)
+            raise store_failure(e)
         finally:
             con.close()
         return order
@@ -3575,7 +3590,7 @@ class CrushParser(Parser):
                 self._message(entry[0], entry[1], role, parts, norm_time(created),
                               bool(is_summary) or mid in summaries)
         except sqlite3.DatabaseError as e:
-            raise NotASessionFile("unknown schema (%s)" % e)
+            raise store_failure(e)
         finally:
             con.close()
         return order
@@ -4428,7 +4443,7 @@ class HermesParser(Parser):
                 scols = {r[1] for r in con.execute("PRAGMA table_info(sessions)")}
                 mcols = {r[1] for r in con.execute("PRAGMA table_info(messages)")}
             except sqlite3.DatabaseError as e:
-                raise NotASessionFile("unknown schema (%s)" % e)
+                raise store_failure(e)
             if not {"id", "started_at"} <= scols or not {"session_id", "role", "content"} <= mcols:
                 raise NotASessionFile("unknown schema: no Hermes sessions/messages tables")
             opt = lambda cols, name: name if name in cols else "NULL"
@@ -4646,7 +4661,7 @@ def check_fts5(con):
 
 def _is_corrupt(exc):
     msg = str(exc).lower()
-    return any(s in msg for s in ("malformed", "not a database", "corrupt", "fts5 file format"))
+    return any(s in msg for s in ("malformed", "not a database", "corrupt", "fts5 file format", "vtable constructor"))
 
 
 class Store:
@@ -4710,27 +4725,42 @@ class Store:
         _stderr("sesame: the index was corrupt (%s); moved it to %s and rebuilding" % (exc, aside))
         return cls._connect(path)
 
-    def _migrate(self):
-        con = self.con
-        has_meta = con.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone()
-        version = None
-        if has_meta:
-            row = con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            version = int(row[0]) if row else None
-        if version == SCHEMA_VERSION:
-            return
+    def _schema_version(self):
+        if not self.con.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone():
+            return None
+        row = self.con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        return int(row[0]) if row else None
+
+    def _check_version(self, version):
         if version is not None and version > SCHEMA_VERSION:
             raise IndexError_("the index %s was written by a newer Sesame (schema %d; this one reads %d)"
                               % (self.path, version, SCHEMA_VERSION),
                               hint="upgrade sesame, or point SESAME_DATA_DIR elsewhere")
+
+    def _migrate(self):
+        version = self._schema_version()
+        if version == SCHEMA_VERSION:
+            return
+        self._check_version(version)
         with self.transaction():
-            self._drop_all()
-            for stmt in SCHEMA.split(";"):
-                if stmt.strip():
-                    con.execute(stmt)
-            con.execute("INSERT INTO docs_fts(docs_fts, rank) VALUES('hashsize', %d)" % FTS_HASHSIZE)
-            self.set_meta("schema_version", SCHEMA_VERSION)
-            self.set_meta("created", iso(now_utc()))
+            # Read again under the write lock: another process may have built the schema (and indexed)
+            # since the look above; building it again would wipe that work.
+            version = self._schema_version()
+            if version == SCHEMA_VERSION:
+                return
+            self._check_version(version)
+            self._create_schema()
+
+    def _create_schema(self):
+        """Drop whatever is there and create the current schema (inside the caller's transaction)."""
+        con = self.con
+        self._drop_all()
+        for stmt in SCHEMA.split(";"):
+            if stmt.strip():
+                con.execute(stmt)
+        con.execute("INSERT INTO docs_fts(docs_fts, rank) VALUES('hashsize', %d)" % FTS_HASHSIZE)
+        self.set_meta("schema_version", SCHEMA_VERSION)
+        self.set_meta("created", iso(now_utc()))
 
     def _drop_all(self):
         rows = self.con.execute("SELECT type, name FROM sqlite_master WHERE type IN ('table','view') "
@@ -4743,11 +4773,6 @@ class Store:
             if name not in virtual and not name.startswith(("chunks_fts_", "docs_fts_")):
                 self.con.execute("DROP TABLE IF EXISTS %s" % name)
 
-    def reset(self):
-        """Empty the index (for --full): the schema is recreated from nothing."""
-        with self.transaction():
-            self._drop_all()
-        self._migrate()
 
     def transaction(self):
         return _Transaction(self.con)
@@ -4874,6 +4899,18 @@ def build_parts(con, sid, name, from_seq):
     insert_parts(con, sid, [(f, l, doc_columns(name, p)) for f, l, p in cut_parts(rows, from_seq)])
 
 
+def clean_text(value):
+    """Text SQLite can store: a lone surrogate (an emoji an agent cut in half, written as "\\ud83d"
+    in JSON) becomes U+FFFD instead of failing the whole write."""
+    if not isinstance(value, str) or value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
 class Prepared:
     """A parsed session made ready to write: plain values only (cheap to send from a worker), the
     chunk text compressed, and its parts already cut when it starts at chunk 0."""
@@ -4881,6 +4918,11 @@ class Prepared:
     __slots__ = ("meta", "rows", "touched", "parts", "complete", "count")
 
     def __init__(self, s, fresh):
+        for c in s.chunks:
+            c.text = clean_text(c.text)
+        for attr in ("session_id", "path", "cwd", "name", "parent", "summary"):
+            setattr(s, attr, clean_text(getattr(s, attr)))
+        s.labels = [clean_text(t) for t in s.labels]
         self.meta = (s.agent, s.session_id, s.path, s.cwd, s.name, s.created, s.modified, s.parent, s.summary,
                      label_text(s))
         self.rows = [(c.kind, c.role, c.tool, c.path, c.ts, pack(c.text)) for c in s.chunks]
@@ -4984,6 +5026,7 @@ class FileStat:
 def discover(sources, summary):
     """Every session file of every source: [(path, parser, stat)], each path once (first source wins)."""
     found, seen = [], set()
+    del UNREADABLE_FOLDERS[:]
     for src in sources:
         try:
             # A configured file is read as it is, whatever its name: the user said what it is.
@@ -5004,6 +5047,9 @@ def discover(sources, summary):
                 summary.problem(path, "cannot stat: %s" % (e.strerror or e))
                 continue
             found.append((path, src.parser, st))
+    for folder, why in UNREADABLE_FOLDERS:
+        summary.problem(folder, "cannot list folder: %s" % why)
+    del UNREADABLE_FOLDERS[:]
     return found
 
 
@@ -5020,15 +5066,16 @@ class Batch:
     interrupted run loses at most the open batch, and the next run picks up from there.
     """
 
-    def __init__(self, store):
+    def __init__(self, store, one_transaction=False):
         self.store, self.bytes, self.files = store, 0, 0
+        self.one_transaction = one_transaction
         self.con = store.con
         self.con.execute("BEGIN IMMEDIATE")
 
     def done(self, nbytes, files=0):
         self.bytes += nbytes
         self.files += files
-        if self.bytes >= BATCH_BYTES or self.files >= BATCH_FILES:
+        if not self.one_transaction and (self.bytes >= BATCH_BYTES or self.files >= BATCH_FILES):
             self.commit()
             self.con.execute("BEGIN IMMEDIATE")
 
@@ -5068,13 +5115,15 @@ def run_index(store, sources, full=False, progress=None):
     re-parsed; vanished ones are removed."""
     t0 = time.monotonic()
     summary = IndexSummary()
-    if full:
-        store.reset()
-    todo, gone = plan_index(store, sources, summary)
-    total_bytes = sum(st.st_size for _, _, st, _ in todo) or 1
-    batch = Batch(store)
+    batch = Batch(store, one_transaction=full)
     results = None
     try:
+        if full:
+            # Rebuilt in the run's one transaction: until it commits, searches see the old index, and
+            # a rebuild that fails (full disk, Ctrl-C, kill -9) leaves the old index as it was.
+            store._create_schema()
+        todo, gone = plan_index(store, sources, summary)
+        total_bytes = sum(st.st_size for _, _, st, _ in todo) or 1
         for row in gone:
             delete_sessions(store.con, [r[0] for r in store.con.execute("SELECT id FROM sessions WHERE file_id=?", (row[0],))])
             store.con.execute("DELETE FROM files WHERE id=?", (row[0],))
@@ -5143,7 +5192,10 @@ def parse_file(path, parser_id, resume, limit):
         return "error", "cannot read: %s" % (e.strerror or e), report.skipped, None
     except Exception as e:  # a parser bug must not stop the run; the file is reported instead
         return "error", "%s parser failed: %s: %s" % (parser_id, type(e).__name__, e), report.skipped, None
-    prepared = [Prepared(s, fresh=resume is None) for s in sessions]
+    try:
+        prepared = [Prepared(s, fresh=resume is None) for s in sessions]
+    except Exception as e:  # same promise as above: one bad file never stops the run
+        return "error", "%s parser failed: %s: %s" % (parser_id, type(e).__name__, e), report.skipped, None
     checkpoint = None
     if parser.resumable and sessions and sessions[0].checkpoint:
         ck = sessions[0].checkpoint
@@ -5209,6 +5261,14 @@ def index_file(batch, job, result, summary):
 PARALLEL_MIN_BYTES = 16 * 1024 * 1024  # below this, starting a worker process costs more than it saves
 
 
+def _quiet_worker():
+    """Workers leave Ctrl-C to the main process (which stops them) and print nothing: if the main
+    process is killed, a worker's broken pipe is no news for the user's terminal."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.stderr = open(os.devnull, "w")
+
+
 def parse_all(jobs, parallel):
     """Parse results for jobs, in order. With `parallel`, parsing runs in worker processes (the
     machine's other cores) while the caller writes; a few results are kept ahead, never all."""
@@ -5222,7 +5282,7 @@ def parse_all(jobs, parallel):
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
     try:
-        pool = ctx.Pool(max(1, min(4, os.cpu_count() or 2)))
+        pool = ctx.Pool(max(1, min(4, os.cpu_count() or 2)), initializer=_quiet_worker)
     except (OSError, ImportError, ValueError):  # no semaphores or processes here: parse in-process
         for a in args:
             yield parse_file(*a)
@@ -5574,6 +5634,8 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
             if len(hits) >= need:
                 break
     except sqlite3.OperationalError as e:
+        if _is_corrupt(e):
+            raise
         raise SesameError("search failed: %s" % e, hint="report this query; it should have been made safe")
     return hits[offset:offset + limit], len(hits) > offset + limit
 
@@ -6292,8 +6354,17 @@ def cmd_index(args, ctx):
             if not lock.acquire(LOCK_WAIT_SECONDS):
                 raise IndexError_("another sesame index is still running after %ds" % LOCK_WAIT_SECONDS,
                                   hint="try again when it has finished")
+        progress = _progress_printer(sys.stderr) if tty else None
         try:
-            summary = run_index(store, ctx.sources, full=args.full, progress=_progress_printer(sys.stderr) if tty else None)
+            try:
+                summary = run_index(store, ctx.sources, full=args.full, progress=progress)
+            except sqlite3.DatabaseError as e:
+                if not (args.full and _is_corrupt(e)):
+                    raise
+                # Damage the opening checks did not see: --full starts from a new file instead.
+                store.close()
+                store = Store._rebuild_corrupt(ctx.index_path, e)
+                summary = run_index(store, ctx.sources, full=True, progress=progress)
         finally:
             lock.release()
         if tty:
@@ -6351,12 +6422,16 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
             if first_use:
                 _stderr("sesame: building the index for the first time (sesame status shows what it covers)")
                 progress = _progress_printer(sys.stderr) if sys.stderr.isatty() else None
-            summary = refresh_index(ctx, store, wait_seconds=0, progress=progress)
+            try:
+                summary = refresh_index(ctx, store, wait_seconds=0, progress=progress)
+            except sqlite3.OperationalError as e:  # full disk, read-only index: the index is still there
+                _stderr("sesame: cannot update the index (%s); searching it as it is" % e)
+                summary = False
             if progress:
                 sys.stderr.write("\r\x1b[K")
             if summary is None:
                 _stderr("sesame: another sesame index is running; searching the index as it is")
-            elif first_use:
+            elif first_use and summary:
                 _stderr("sesame: " + summary.line())
         hits, more = search(store, query, filters, limit=limit, offset=offset,
                             matches=FULL_MATCHES if full else MATCHES_PER_SESSION)
@@ -6535,6 +6610,9 @@ def error_json(e):
 def main(argv=None):
     """Run one sesame command; returns the exit code (tests call this in-process)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    # Bytes that are not UTF-8 (a mistyped terminal, a Latin-1 file name) reach Python as lone
+    # surrogates, which SQLite refuses; they become U+FFFD, which matches nothing.
+    argv = [clean_text(a) for a in argv]
     want_json = "--json" in argv
     try:
         args = build_parser().parse_args(argv)
@@ -6548,8 +6626,16 @@ def main(argv=None):
             emit_json(error_json(e))
         _stderr("sesame: %s%s" % (e.message, " (%s)" % e.hint if e.hint else ""))
         return e.code
-    except sqlite3.OperationalError as e:
-        err = IndexError_("the index is busy or unusable: %s" % e, hint="try again; if it persists run `sesame index --full`")
+    except sqlite3.DatabaseError as e:
+        msg = str(e).lower()
+        if "full" in msg:
+            err = IndexError_("the disk is full: %s" % e, hint="free some space; the index is unchanged")
+        elif "readonly" in msg or "read-only" in msg:
+            err = IndexError_("the index cannot be written: %s" % e, hint="check the permissions of %s" % data_dir())
+        elif _is_corrupt(e):
+            err = IndexError_("the index is damaged: %s" % e, hint="rebuild it with `sesame index --full`")
+        else:
+            err = IndexError_("the index is busy or unusable: %s" % e, hint="try again; if it persists run `sesame index --full`")
         if want_json:
             emit_json(error_json(err))
         _stderr("sesame: %s (%s)" % (err.message, err.hint))
