@@ -15,6 +15,7 @@ Usage:
     sesame show SESSION [--around SEQ]  read one session (id, id prefix, file or name)
     sesame watch [--interval SECONDS]   keep the index fresh
     sesame mcp                          serve search, show and status to agents over MCP (stdio)
+    sesame forget SESSION               remove a session from the index and keep it out
 
 The index lives in $SESAME_DATA_DIR (default ~/.local/share/sesame), the optional config in
 $SESAME_CONFIG_DIR/config.jsonc (default ~/.config/sesame). See README.md for everything else.
@@ -25,6 +26,7 @@ import collections
 import datetime
 import difflib
 import errno
+import fnmatch
 import glob
 import hashlib
 import io
@@ -490,6 +492,126 @@ def text_of(content, image_note=False):
                 if isinstance(t, str):
                     parts.append(t)
     return "\n".join(parts)
+
+
+# ==================================================================================================
+# Privacy: secrets redacted before indexing; what the user keeps out (exclude, forget)
+# ==================================================================================================
+
+# Secrets are replaced by [REDACTED:<kind>] before text reaches the index, so the words around them
+# stay searchable. Two mechanisms, both cheap on ordinary text: token shapes with distinctive
+# prefixes (one regex), and `name = value` pairs whose name says secret, looked at only where such
+# a name occurs (a keyword search, then one anchored match), never tried at every position.
+_TOKEN_SHAPES = re.compile("|".join("(?P<%s>%s)" % kv for kv in (
+    ("private_key", r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----[\s\S]{0,16384}?"
+                    r"(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----|\Z)"),
+    ("anthropic_key", r"\bsk-ant-[A-Za-z0-9_-]{20,}"),
+    ("openai_key", r"\bsk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_-]{20,}|\bsk-[A-Za-z0-9]{32,}"),
+    ("github_token", r"\bgithub_pat_[A-Za-z0-9_]{22,}|\bgh[pousr]_[A-Za-z0-9]{36,}"),
+    ("aws_access_key_id", r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
+    ("slack_token", r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
+    ("bearer_token", r"(?<=[Bb]earer )[A-Za-z0-9._~+/=-]{16,}"),
+)))
+_TOKEN_HINTS = ("sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "AKIA", "ASIA", "xox", "earer ", "PRIVATE KEY")
+_SECRET_WORD = re.compile(r"secret|token|passw(?:or)?d|passwd|api[_-]?key|private[_-]?key|access[_-]?key|"
+                          r"auth[_-]?key")  # searched in the lower-cased text
+_SECRET_HINTS = ("secret", "token", "passw", "key")
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+# After the secret word: the rest of the name, an optional closing quote, `=` or `:`, then the value.
+_SECRET_VALUE = re.compile(r"[A-Za-z0-9_.-]*\"?[ \t]*[:=][ \t]*"
+                           r"(\"[^\"\n]{6,}\"|'[^'\n]{6,}'|(?![\"'])[^\s,;\"'`)}\]]{6,})")
+# Values that are obviously not secrets: placeholders, references to other variables, booleans.
+_NOT_SECRET = re.compile(r"^[\"']?(?:\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^>]*>|\*+|x+|X+|\.\.\.+|null|None|"
+                         r"true|false|undefined|changeme|\[REDACTED[^\]]*\]|process\.env\.[A-Za-z0-9_.]+|"
+                         r"os\.environ.*|getenv\(.*)[\"']?$")
+
+
+def redact(text):
+    """(text with secrets replaced by [REDACTED:<kind>], number of replacements)."""
+    if not text:
+        return text, 0
+    count = 0
+    if any(h in text for h in _TOKEN_HINTS):
+        text, count = _TOKEN_SHAPES.subn(lambda m: "[REDACTED:%s]" % m.lastgroup, text)
+    spans = []
+    low = text.lower()
+    if len(low) != len(text):  # a few non-ASCII letters change length when lower-cased
+        low = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
+    words = _SECRET_WORD.finditer(low) if any(h in low for h in _SECRET_HINTS) else ()
+    for m in words:
+        v = _SECRET_VALUE.match(text, m.end())
+        if not v or (spans and m.start() < spans[-1][1]):
+            continue
+        value = v.group(1)
+        if _NOT_SECRET.match(value) or not any(c.isalnum() for c in value):
+            continue
+        quote = 1 if value[0] in "\"'" else 0
+        spans.append((v.start(1) + quote, v.end(1) - quote))
+    if spans:
+        out, pos = [], 0
+        for start, end in spans:
+            out.append(text[pos:start])
+            out.append("[REDACTED:secret]")
+            pos = end
+        out.append(text[pos:])
+        text, count = "".join(out), count + len(spans)
+    return text, count
+
+
+def _path_matches(path, pattern):
+    """A pattern with *, ? or [ is a glob on the whole path; otherwise a folder (or file) and
+    everything below it."""
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(path, pattern)
+    return path == pattern or path.startswith(pattern.rstrip(os.sep) + os.sep)
+
+
+class Policy:
+    """What the user keeps out of the index or hidden in it: config `exclude` (session files, or
+    whole projects by cwd), config `redact` (on by default), and sessions `sesame forget` named."""
+
+    def __init__(self, exclude=(), redact=True, forgotten=()):
+        self.exclude = [os.path.expanduser(os.path.expandvars(p)) for p in exclude]
+        self.redact = redact
+        self.forgotten = {(f.get("agent"), f.get("sessionId")) for f in forgotten}
+
+    def fingerprint(self):
+        """Changing these settings changes what the whole index should hold: it is rebuilt."""
+        return json.dumps({"exclude": self.exclude, "redact": self.redact}, sort_keys=True)
+
+    def excludes_path(self, path):
+        return any(_path_matches(path, p) for p in self.exclude)
+
+    def keeps(self, agent, session_id, cwd):
+        return (agent, session_id) not in self.forgotten and not (cwd and self.excludes_path(cwd))
+
+
+def forgotten_path(env=None):
+    return os.path.join(data_dir(env), "forgotten.json")
+
+
+def load_forgotten(env=None):
+    """Sessions `sesame forget` keeps out: [{agent, sessionId, path, name, forgottenAt}]."""
+    try:
+        with open(forgotten_path(env), encoding="utf-8") as f:
+            items = json.load(f)
+    except (FileNotFoundError, NotADirectoryError):
+        return []  # nothing forgotten (or no data directory yet: opening the index will say why)
+    except (OSError, ValueError) as e:
+        raise IndexError_("cannot read %s: %s" % (forgotten_path(env), e), hint="fix or delete that file")
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+
+def save_forgotten(items, env=None):
+    path = forgotten_path(env)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    old_umask = os.umask(0o077)
+    try:
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(items, f, indent=1)
+        os.replace(path + ".tmp", path)  # never half-written
+    finally:
+        os.umask(old_umask)
 
 
 # ==================================================================================================
@@ -4917,9 +5039,11 @@ class Prepared:
 
     __slots__ = ("meta", "rows", "touched", "parts", "complete", "count")
 
-    def __init__(self, s, fresh):
+    def __init__(self, s, fresh, redact_secrets=True):
         for c in s.chunks:
             c.text = clean_text(c.text)
+            if redact_secrets:
+                c.text = redact(c.text)[0]
         for attr in ("session_id", "path", "cwd", "name", "parent", "summary"):
             setattr(s, attr, clean_text(getattr(s, attr)))
         s.labels = [clean_text(t) for t in s.labels]
@@ -5091,9 +5215,11 @@ class Batch:
             pass
 
 
-def plan_index(store, sources, summary):
+def plan_index(store, sources, summary, policy=None):
     """Compare the files on disk with the index: (files to read [(path, parser, stat, row)], rows gone)."""
     files = discover(sources, summary)
+    if policy and policy.exclude:
+        files = [f for f in files if not policy.excludes_path(f[0])]  # excluded files count as gone
     summary.seen = len(files)
     known = {row[1]: row for row in store.con.execute(
         "SELECT id, path, parser, parser_version, size, mtime_ns FROM files")}
@@ -5109,12 +5235,16 @@ def plan_index(store, sources, summary):
     return todo, [row for path, row in known.items() if path not in present]
 
 
-def run_index(store, sources, full=False, progress=None):
+def run_index(store, sources, full=False, progress=None, policy=None):
     """Bring the index up to date with the sources. Files whose size and mtime are unchanged are not
     read; files that only grew are read from where the last run stopped; other changed files are
     re-parsed; vanished ones are removed."""
     t0 = time.monotonic()
     summary = IndexSummary()
+    policy = policy or Policy()
+    known = store.meta("policy")
+    if known is not None and known != policy.fingerprint():
+        full = True  # `exclude` or `redact` changed: what is indexed must follow, everywhere
     batch = Batch(store, one_transaction=full)
     results = None
     try:
@@ -5122,7 +5252,8 @@ def run_index(store, sources, full=False, progress=None):
             # Rebuilt in the run's one transaction: until it commits, searches see the old index, and
             # a rebuild that fails (full disk, Ctrl-C, kill -9) leaves the old index as it was.
             store._create_schema()
-        todo, gone = plan_index(store, sources, summary)
+        store.set_meta("policy", policy.fingerprint())
+        todo, gone = plan_index(store, sources, summary, policy)
         total_bytes = sum(st.st_size for _, _, st, _ in todo) or 1
         for row in gone:
             delete_sessions(store.con, [r[0] for r in store.con.execute("SELECT id FROM sessions WHERE file_id=?", (row[0],))])
@@ -5130,10 +5261,10 @@ def run_index(store, sources, full=False, progress=None):
         summary.removed = len(gone)
         jobs = [(path, parser, st, row, _resume_point(store.con, path, parser, st, row))
                 for path, parser, st, row in todo]
-        results = parse_all(jobs, parallel=total_bytes >= PARALLEL_MIN_BYTES)
+        results = parse_all(jobs, parallel=total_bytes >= PARALLEL_MIN_BYTES, policy=policy)
         done_bytes = 0
         for n, (job, result) in enumerate(zip(jobs, results), 1):
-            index_file(batch, job, result, summary)
+            index_file(batch, job, result, summary, policy)
             batch.done(0, files=1)
             done_bytes += job[2].st_size
             if progress:
@@ -5172,7 +5303,7 @@ def _resume_point(con, path, parser, st, row):
     return None
 
 
-def parse_file(path, parser_id, resume, limit):
+def parse_file(path, parser_id, resume, limit, redact_secrets=True):
     """Run a parser on one file (or one slice of it) and compress its chunks.
 
     Arguments and result are plain picklable values, so this can run in a worker process:
@@ -5193,7 +5324,7 @@ def parse_file(path, parser_id, resume, limit):
     except Exception as e:  # a parser bug must not stop the run; the file is reported instead
         return "error", "%s parser failed: %s: %s" % (parser_id, type(e).__name__, e), report.skipped, None
     try:
-        prepared = [Prepared(s, fresh=resume is None) for s in sessions]
+        prepared = [Prepared(s, fresh=resume is None, redact_secrets=redact_secrets) for s in sessions]
     except Exception as e:  # same promise as above: one bad file never stops the run
         return "error", "%s parser failed: %s: %s" % (parser_id, type(e).__name__, e), report.skipped, None
     checkpoint = None
@@ -5206,7 +5337,7 @@ def parse_file(path, parser_id, resume, limit):
     return "ok", prepared, report.skipped, checkpoint
 
 
-def index_file(batch, job, result, summary):
+def index_file(batch, job, result, summary, policy):
     """Replace (or extend) what the index held for one file with its parse result.
 
     A bad file is reported, never fatal, and a file that cannot be read now keeps whatever was
@@ -5235,6 +5366,8 @@ def index_file(batch, job, result, summary):
         if file_id is None:
             file_id = con.execute("INSERT INTO files(path, parser) VALUES(?, ?)", (path, parser.id)).lastrowid
         for s in sessions:
+            if not policy.keeps(s.meta[0], s.meta[1], s.meta[3]):
+                continue  # forgotten, or run in an excluded project
             existing = write_session(con, file_id, s, existing=existing if resume else None,
                                      from_seq=resume["seq"] if resume else 0)
             summary.chunks += s.count
@@ -5250,7 +5383,7 @@ def index_file(batch, job, result, summary):
         if complete:
             break
         resume = checkpoint
-        result = parse_file(path, parser.id, resume, SLICE_BYTES)
+        result = parse_file(path, parser.id, resume, SLICE_BYTES, policy.redact)
     if status == "skipped":
         summary.problem(path, payload)
     summary.indexed += 1
@@ -5269,10 +5402,10 @@ def _quiet_worker():
     sys.stderr = open(os.devnull, "w")
 
 
-def parse_all(jobs, parallel):
+def parse_all(jobs, parallel, policy):
     """Parse results for jobs, in order. With `parallel`, parsing runs in worker processes (the
     machine's other cores) while the caller writes; a few results are kept ahead, never all."""
-    args = [(path, parser.id, resume, SLICE_BYTES) for path, parser, _, _, resume in jobs]
+    args = [(path, parser.id, resume, SLICE_BYTES, policy.redact) for path, parser, _, _, resume in jobs]
     if not parallel:
         for a in args:
             yield parse_file(*a)
@@ -6318,6 +6451,12 @@ class Context:
         self.index_path = index_path(self.env)
         self.cfg, self.cfg_path = load_config(self.env)
         self.sources = resolve_sources(self.cfg, self.cfg_path, self.env)
+        exclude, redact_secrets = self.cfg.get("exclude", []), self.cfg.get("redact", True)
+        if not isinstance(exclude, list) or not all(isinstance(p, str) for p in exclude):
+            raise ConfigError('%s: "exclude" must be a list of path patterns (strings)' % self.cfg_path)
+        if not isinstance(redact_secrets, bool):
+            raise ConfigError('%s: "redact" must be true or false' % self.cfg_path)
+        self.policy = Policy(exclude, redact_secrets, load_forgotten(self.env))
 
     def store(self, create=True):
         return Store.open(self.index_path, create=create)
@@ -6339,7 +6478,7 @@ def refresh_index(ctx, store, wait_seconds, progress=None, full=False):
     if not lock.acquire(wait_seconds):
         return None
     try:
-        return run_index(store, ctx.sources, full=full, progress=progress)
+        return run_index(store, ctx.sources, full=full, progress=progress, policy=ctx.policy)
     finally:
         lock.release()
 
@@ -6357,14 +6496,14 @@ def cmd_index(args, ctx):
         progress = _progress_printer(sys.stderr) if tty else None
         try:
             try:
-                summary = run_index(store, ctx.sources, full=args.full, progress=progress)
+                summary = run_index(store, ctx.sources, full=args.full, progress=progress, policy=ctx.policy)
             except sqlite3.DatabaseError as e:
                 if not (args.full and _is_corrupt(e)):
                     raise
                 # Damage the opening checks did not see: --full starts from a new file instead.
                 store.close()
                 store = Store._rebuild_corrupt(ctx.index_path, e)
-                summary = run_index(store, ctx.sources, full=True, progress=progress)
+                summary = run_index(store, ctx.sources, full=True, progress=progress, policy=ctx.policy)
         finally:
             lock.release()
         if tty:
@@ -6404,6 +6543,60 @@ def cmd_watch(args, ctx):
             ctx = Context(ctx.env)  # pick up config changes; a broken config stops the watch with its error
     except KeyboardInterrupt:
         return EXIT_OK
+
+
+def cmd_forget(args, ctx):
+    """Remove a session from the index and keep it out (sessions with secrets, private projects)."""
+    items = load_forgotten(ctx.env)
+    if args.list:
+        if args.json:
+            emit_json({"forgotten": items})
+        else:
+            for i in items:
+                sys.stdout.write("%s  %s  %s  %s\n" % (i["sessionId"], i["agent"], i.get("name") or "Unnamed", i.get("path")))
+        return EXIT_OK
+    if not args.session:
+        raise UsageError("name the session to forget (or --list)")
+    ref = " ".join(args.session)
+    if args.undo:
+        undone = [i for i in items if i["sessionId"] == ref] or [i for i in items if i["sessionId"].startswith(ref)]
+        if len(undone) != 1:
+            raise SesameError('"%s" matches %d forgotten sessions' % (ref, len(undone)),
+                              kind="not_found" if not undone else "ambiguous", hint="`sesame forget --list` shows them")
+        item = undone[0]
+        save_forgotten([i for i in items if i is not item], ctx.env)
+        store = ctx.store()
+        try:
+            with store.transaction():  # its file is read again at the next refresh
+                for (file_id,) in store.con.execute("SELECT id FROM files WHERE path=?", (item.get("path"),)).fetchall():
+                    delete_sessions(store.con, [r[0] for r in store.con.execute("SELECT id FROM sessions WHERE file_id=?",
+                                                                                (file_id,))])
+                    store.con.execute("DELETE FROM files WHERE id=?", (file_id,))
+        finally:
+            store.close()
+        result = {"remembered": item}
+    else:
+        store = ctx.store()
+        try:
+            s = resolve_session(store.con, ref)
+            item = {"agent": s["agent"], "sessionId": s["session_id"], "path": s["path"], "name": s["name"],
+                    "forgottenAt": iso(now_utc())}
+            if not any((i["agent"], i["sessionId"]) == (item["agent"], item["sessionId"]) for i in items):
+                save_forgotten(items + [item], ctx.env)
+            with store.transaction():
+                delete_sessions(store.con, [r[0] for r in store.con.execute(
+                    "SELECT id FROM sessions WHERE agent=? AND session_id=?", (item["agent"], item["sessionId"]))])
+        finally:
+            store.close()
+        result = {"forgotten": item}
+    if args.json:
+        emit_json(result)
+    else:
+        verb, item = next(iter(result.items()))
+        sys.stdout.write("%s %s (%s)%s\n" % ("forgot" if verb == "forgotten" else "will index again", item["sessionId"],
+                                            item.get("name") or "Unnamed",
+                                            "" if verb == "forgotten" else " at the next refresh"))
+    return EXIT_OK
 
 
 def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=None, after=None, before=None,
@@ -6466,17 +6659,6 @@ def cmd_search(args, ctx):
     return EXIT_OK
 
 
-def index_plan_counts(store, sources):
-    """How many session files changed (new, modified or gone) since the last index run."""
-    summary = IndexSummary()
-    files = discover(sources, summary)
-    known = {row[0]: row[1:] for row in store.con.execute("SELECT path, parser, parser_version, size, mtime_ns FROM files")}
-    changed = sum(1 for path, parser, st in files
-                  if known.get(path) != (parser.id, parser.version, st.st_size, st.st_mtime_ns))
-    present = {p for p, _, _ in files}
-    return changed + sum(1 for p in known if p not in present)
-
-
 def status_info(ctx):
     """What `sesame status --json` prints (the MCP server returns it too)."""
     store = ctx.store(create=False)
@@ -6497,7 +6679,7 @@ def status_info(ctx):
                 "files": con.execute("SELECT count(*) FROM files").fetchone()[0],
                 "filesNotIndexed": con.execute("SELECT count(*) FROM files WHERE status != 'ok'").fetchone()[0],
                 "perAgent": list(per.values()),
-                "changedSinceLastIndex": index_plan_counts(store, ctx.sources),
+                "changedSinceLastIndex": sum(map(len, plan_index(store, ctx.sources, IndexSummary(), ctx.policy))),
             })
         finally:
             store.close()
@@ -6599,6 +6781,12 @@ def build_parser():
     so = sub.add_parser("sources", help="every supported agent, where it looks, what was found")
     _add_json(so)
     so.set_defaults(func=cmd_sources)
+    fo = sub.add_parser("forget", help="remove a session from the index and keep it out")
+    fo.add_argument("session", nargs="*", help="session id, id prefix, file or name (as for show)")
+    fo.add_argument("--undo", action="store_true", help="index a forgotten session again (give its id)")
+    fo.add_argument("--list", action="store_true", help="list the forgotten sessions")
+    _add_json(fo)
+    fo.set_defaults(func=cmd_forget)
     add_commands(sub)
     return p
 
