@@ -31,6 +31,7 @@ import glob
 import hashlib
 import io
 import itertools
+import math
 import json
 import os
 import re
@@ -833,7 +834,7 @@ class PiParser(Parser):
     id, label, version = "pi", "pi", 2
 
     def __init__(self):
-        self._meta_dirs = {}  # sessions-meta folder -> whether it exists (checked once per process)
+        self._meta_dirs = {}  # session folder -> its sessions-meta folder or None (checked once per process)
 
     def default_roots(self, env):
         agent_dir = env.get("PI_CODING_AGENT_DIR")
@@ -922,11 +923,12 @@ class PiParser(Parser):
     def _meta_path(self, path, session_id):
         """pi's optional sessions-meta/<id>.meta.json, beside the sessions folder holding `path`."""
         folder = os.path.dirname(path)
-        for base in (os.path.dirname(folder), os.path.dirname(os.path.dirname(folder))):
-            meta_dir = os.path.join(base, "sessions-meta")
-            if self._meta_dirs.setdefault(meta_dir, os.path.isdir(meta_dir)):
-                return os.path.join(meta_dir, session_id + ".meta.json")
-        return None
+        if folder not in self._meta_dirs:  # looked up once per folder: this runs for every file on refresh
+            bases = (os.path.dirname(folder), os.path.dirname(os.path.dirname(folder)))
+            found = [os.path.join(b, "sessions-meta") for b in bases if os.path.isdir(os.path.join(b, "sessions-meta"))]
+            self._meta_dirs[folder] = found[0] if found else None
+        meta_dir = self._meta_dirs[folder]
+        return os.path.join(meta_dir, session_id + ".meta.json") if meta_dir else None
 
     def sidecars(self, path):
         """Files whose change changes what this session file yields (see discover)."""
@@ -5525,10 +5527,10 @@ class Query:
             raise UsageError("nothing to search for in %r: give at least one word%s"
                              % (text, " that is not excluded" if self.excluded else ""))
 
-    def stages(self):
+    def stages(self, terms=None):
         """FTS5 expressions from strict to loose: every word, all but one, any word. Sessions found
         by an earlier stage rank above those only a later one finds (fts5.md §4.3)."""
-        t = self.terms
+        t = terms or self.terms
         out = [" AND ".join(t)]
         if 3 <= len(t) <= 8:
             out.append(" OR ".join("(%s)" % " AND ".join(t[:i] + t[i + 1:]) for i in range(len(t))))
@@ -5555,7 +5557,7 @@ class Matcher:
     TOKEN = r"[^\W_]"
 
     def __init__(self, query):
-        self.patterns = []
+        self.patterns, self.needles = [], []
         for core, prefix in query.words:
             tokens = re.findall(r"[^\W_]+", core.lower())
             if not tokens:
@@ -5563,6 +5565,7 @@ class Matcher:
             parts = [re.escape(self._stem(t)) for t in tokens]
             pat = "(?<!%s)%s%s*" % (self.TOKEN, "[\\W_]+".join(parts), self.TOKEN)
             self.patterns.append(re.compile(pat, re.IGNORECASE))
+            self.needles.append(self._stem(tokens[0]))  # must occur (lower-cased) wherever pat matches
 
     @staticmethod
     def _stem(token):
@@ -5579,22 +5582,25 @@ class Matcher:
         out.sort()
         return out
 
-    def score(self, text):
-        """Distinct query words found, then (a little) how often: a chunk with more words wins."""
-        spans = self.spans(text)
-        if not spans:
-            return 0.0, spans
-        distinct = len({i for _, _, i in spans})
-        return distinct + min(len(spans), 20) / 100.0, spans
+    def present(self, text):
+        """The indexes of the query words found in text (a search per word: stops at the first hit)."""
+        low = text.lower()  # a substring test first: the regex only runs where the word may be
+        return [i for i, pat in enumerate(self.patterns) if self.needles[i] in low and pat.search(text)]
 
     @staticmethod
     def snippet(text, spans, width=SNIPPET_CHARS):
         """A window of about `width` characters around the densest cluster of matches, matches marked."""
-        best, best_n = spans[0][0], 0
-        for start, _, _ in spans[:200]:
-            n = len({i for s, _, i in spans if start - width // 3 <= s <= start + 2 * width // 3})
-            if n > best_n:
-                best, best_n = start, n
+        best, best_n, j = spans[0][0], 0, 0
+        window = collections.Counter()  # term -> matches starting in [start, start + 2/3 width]
+        for k, (start, _, _) in enumerate(spans[:400]):  # slide a window over the matches: O(n)
+            while j < len(spans) and spans[j][0] <= start + 2 * width // 3:
+                window[spans[j][2]] += 1
+                j += 1
+            if len(window) > best_n:
+                best, best_n = start, len(window)
+            window[spans[k][2]] -= 1
+            if not window[spans[k][2]]:
+                del window[spans[k][2]]
         lo = max(0, best - width // 3)
         hi = min(len(text), lo + width)
         if lo > 0:
@@ -5689,6 +5695,22 @@ def _doc_weights():
     return ", ".join(str(DOC_WEIGHTS[c]) for c in DOC_COLUMNS)
 
 
+COMMON_SHARE = 0.5  # a word in more than this share of the ranking documents tells nothing
+
+
+def telling_terms(con, terms):
+    """The query terms that can tell sessions apart. BM25 gives a word found in more than half of the
+    documents no weight at all, yet its long position lists make every stage slow (fts5.md §4.3),
+    so such words ("the", "in") are left out of the ranking; they still mark snippets. A query made
+    only of such words keeps its rarest one."""
+    if len(terms) < 2:
+        return terms
+    total = con.execute("SELECT count(*) FROM docs").fetchone()[0]
+    df = {t: con.execute("SELECT count(*) FROM docs_fts WHERE docs_fts MATCH ?", (t,)).fetchone()[0] for t in terms}
+    kept = [t for t in terms if df[t] <= COMMON_SHARE * total]
+    return kept or [min(terms, key=lambda t: (df[t], terms.index(t)))]
+
+
 def ranked_sessions(con, query, filters):
     """Yield (session row id, bm25, stage, best part's (first_seq, last_seq)) best first: stage 0
     has every word, then all but one, then any. A session scores as its best part (bm25 is negative:
@@ -5705,7 +5727,7 @@ def ranked_sessions(con, query, filters):
            "JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
            "WHERE docs_fts MATCH ?%s%s ORDER BY score, d.session") % (_doc_weights(), where, exclude)
     seen = set()
-    for stage, expr in enumerate(query.stages()):
+    for stage, expr in enumerate(query.stages(telling_terms(con, query.terms))):
         if filters.tools_only:
             expr = "{tools} : (%s)" % expr
         for sid, score, first, last in con.execute(sql, [expr] + params).fetchall():
@@ -5727,16 +5749,22 @@ def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION
     else:
         sql += " AND seq BETWEEN ? AND ?"
         params += list(part)
-    scored = []
+    found = []
     for seq, kind, role, tool, ts, text in con.execute(sql + " ORDER BY seq", params):
         text = unpack(text)
-        score, spans = matcher.score(text)
-        if score:
-            scored.append((score * KIND_WEIGHT.get(kind, 0.5), seq, kind, role, tool, ts, text, spans))
-    scored.sort(key=lambda x: (-x[0], x[1]))
+        words = matcher.present(text)
+        if words:
+            found.append((words, seq, kind, role, tool, ts, text))
+    # A word found in few chunks of the part says more than one found in all of them ("the"): each
+    # word weighs by its rarity here, a chunk by the words it has and by its kind.
+    df = collections.Counter(i for words, *_ in found for i in words)
+    n = len(found)
+    scored = sorted(((sum(math.log(1 + n / df[i]) for i in words) * KIND_WEIGHT.get(kind, 0.5),
+                      seq, kind, role, tool, ts, text) for words, seq, kind, role, tool, ts, text in found),
+                    key=lambda x: (-x[0], x[1]))
     return [{"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts, "score": round(w, 3),
-             "snippet": Matcher.snippet(text, spans)}
-            for w, seq, kind, role, tool, ts, text, spans in scored[:limit]]
+             "snippet": Matcher.snippet(text, matcher.spans(text))}
+            for w, seq, kind, role, tool, ts, text in scored[:limit]]
 
 
 SESSION_COLUMNS = "id, agent, session_id, path, cwd, name, created, modified, parent, chunk_count, summary"
