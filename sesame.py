@@ -922,7 +922,7 @@ class PiParser(Parser):
 
     def _meta_path(self, path, session_id):
         """pi's optional sessions-meta/<id>.meta.json, beside the sessions folder holding `path`."""
-        folder = os.path.dirname(path)
+        folder = path.rpartition(os.sep)[0]
         if folder not in self._meta_dirs:  # looked up once per folder: this runs for every file on refresh
             bases = (os.path.dirname(folder), os.path.dirname(os.path.dirname(folder)))
             found = [os.path.join(b, "sessions-meta") for b in bases if os.path.isdir(os.path.join(b, "sessions-meta"))]
@@ -934,6 +934,8 @@ class PiParser(Parser):
         """Files whose change changes what this session file yields (see discover)."""
         # The id is read from the file name here (reading every header on each refresh would cost a
         # read per file); a custom id containing "_" is missed until the session file itself changes.
+        if self._meta_dirs.get(path.rpartition(os.sep)[0], 0) is None:
+            return []  # the usual case, settled once per folder: no sessions-meta beside it
         meta = self._meta_path(path, os.path.basename(path)[:-len(".jsonl")].rsplit("_", 1)[-1])
         return [meta] if meta else []
 
@@ -5160,15 +5162,17 @@ def discover(sources, summary):
         except OSError as e:
             summary.problem(src.path, "cannot list: %s" % (e.strerror or e))
             continue
-        for path in paths:
+        sidecars = src.parser.sidecars if type(src.parser).sidecars is not Parser.sidecars else None
+        for path in paths:  # runs for every session file on every search: kept lean
             if path in seen:
                 continue
             seen.add(path)
             try:
                 st = os.stat(path)
-                extra = [os.stat(p).st_mtime_ns for p in src.parser.sidecars(path) if os.path.exists(p)]
-                if extra:  # a changed sidecar (e.g. pi's session metadata) makes the file count as changed
-                    st = FileStat(st.st_size, max([st.st_mtime_ns] + extra))
+                if sidecars:  # a changed sidecar (e.g. pi's session metadata) makes the file count as changed
+                    extra = [os.stat(p).st_mtime_ns for p in sidecars(path) if os.path.exists(p)]
+                    if extra:
+                        st = FileStat(st.st_size, max([st.st_mtime_ns] + extra))
             except OSError as e:
                 summary.problem(path, "cannot stat: %s" % (e.strerror or e))
                 continue
@@ -5247,6 +5251,14 @@ def run_index(store, sources, full=False, progress=None, policy=None):
     known = store.meta("policy")
     if known is not None and known != policy.fingerprint():
         full = True  # `exclude` or `redact` changed: what is indexed must follow, everywhere
+    if not full and known is not None:
+        # The common case (every search starts with it): look without taking the write lock, and
+        # leave at once when nothing changed.
+        todo, gone = plan_index(store, sources, summary, policy)
+        if not todo and not gone:
+            summary.seconds = time.monotonic() - t0
+            return summary
+        summary = IndexSummary()
     batch = Batch(store, one_transaction=full)
     results = None
     try:

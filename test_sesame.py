@@ -4392,6 +4392,13 @@ def _timed(argv, env):
     return elapsed, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0, r.stdout
 
 
+def _run_time(argv, env):
+    import time as _time
+    t = _time.perf_counter()
+    subprocess.run(argv, env=env, capture_output=True, check=True)
+    return _time.perf_counter() - t
+
+
 def _du(root):
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
 
@@ -4463,8 +4470,8 @@ def test_benchmark(tmp_path):
     con = sq.connect(os.path.join(env["SESAME_DATA_DIR"], "index.sqlite"))
     con.execute("CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, docs_fts, 'row')")
     docs = con.execute("SELECT count(*) FROM docs").fetchone()[0]
-    rare = [t for (t,) in con.execute("SELECT term FROM temp.v WHERE doc BETWEEN 2 AND 5 AND length(term) >= 7 "
-                                      "AND term GLOB '[a-z]*' ORDER BY cnt, term LIMIT 2000")]
+    rare = [t for (t,) in con.execute("SELECT term FROM temp.v WHERE doc BETWEEN 1 AND 20 AND length(term) >= 5 "
+                                      "AND term GLOB '[a-z][a-z][a-z]*' ORDER BY cnt, term LIMIT 2000")]
     users = [sesame.unpack(t) for (t,) in con.execute("SELECT text FROM chunks WHERE kind='user' AND length(text) > 40 "
                                                        "ORDER BY id LIMIT 4000")]
     con.close()
@@ -4479,16 +4486,47 @@ def test_benchmark(tmp_path):
         "relaxed (no session has all)": [c + " zyxwvutsrq" for c in concept],
         "filtered (--cwd --after)": concept,
     }
-    for name, queries in classes.items():
-        times = []
-        for q in queries:
-            extra = ["--cwd", "/home/dev/code/api", "--after", "2000-01-01"] if name.startswith("filtered") else []
-            times.append(_timed(["search", q, "--json"] + extra, env)[0])
-        times.sort()
-        rows.append(("search: %s (%d queries)" % (name, len(times)),
-                     "median %.0f ms, p95 %.0f ms" % (1000 * statistics.median(times), 1000 * times[int(0.95 * (len(times) - 1))])))
-    baseline = sorted(_timed(["--version"], env)[0] for _ in range(10))[5]
-    rows.append(("`sesame --version` (start-up alone)", "%.0f ms" % (1000 * baseline)))
+    # Whole process, as a script (compiled at every start) and as `python3 -m sesame` (bytecode
+    # cached); and the engine alone, in-process without refresh, as the MCP server runs it.
+    env_m = dict(env, PYTHONPATH=HERE)
+    env_m.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run([sys.executable, "-c", "import sesame"], env=env_m, check=True)
+
+    def stats(times):
+        times = sorted(times)
+        return "median %.0f ms, p95 %.0f ms" % (1000 * statistics.median(times), 1000 * times[int(0.95 * (len(times) - 1))])
+    import time as _time
+    old_env = dict(os.environ)
+    os.environ.update(SESAME_DATA_DIR=env["SESAME_DATA_DIR"], SESAME_CONFIG_DIR=env["SESAME_CONFIG_DIR"])
+    try:
+        ctx = sesame.Context()
+        for name, queries in classes.items():
+            script, module, engine = [], [], []
+            for q in queries:
+                extra = ["--cwd", "/home/dev/code/api", "--after", "2000-01-01"] if name.startswith("filtered") else []
+                script.append(_timed(["search", q, "--json"] + extra, env)[0])
+                t = _time.perf_counter()
+                subprocess.run([sys.executable, "-m", "sesame", "search", q, "--json"] + extra, env=env_m,
+                               capture_output=True, check=True)
+                module.append(_time.perf_counter() - t)
+                t = _time.perf_counter()
+                sesame.search_sessions(ctx, q, refresh=False, **({"cwd": "/home/dev/code/api", "after": "2000-01-01"}
+                                                                 if extra else {}))
+                engine.append(_time.perf_counter() - t)
+            rows.append(("search: %s (%d queries)" % (name, len(queries)),
+                         "script %s; `-m sesame` %s; engine %s" % (stats(script), stats(module), stats(engine))))
+        refresh = []
+        for _ in range(5):
+            t = _time.perf_counter()
+            sesame.run_index(ctx.store(), ctx.sources, policy=ctx.policy)
+            refresh.append(_time.perf_counter() - t)
+        rows.append(("no-op refresh in-process (part of every search)", stats(refresh)))
+    finally:
+        os.environ.clear()
+        os.environ.update(old_env)
+    rows.append(("start-up alone: `sesame.py --version` / `python3 -m sesame --version`", "%.0f ms / %.0f ms" % (
+        1000 * sorted(_timed(["--version"], env)[0] for _ in range(9))[4],
+        1000 * sorted(_run_time([sys.executable, "-m", "sesame", "--version"], env_m) for _ in range(9))[4])))
     print("\n\nSesame benchmark: %s, %d cores, Python %s, SQLite %s, %d ranking documents"
           % (platform.processor() or platform.machine(), os.cpu_count(), platform.python_version(),
              sq.sqlite_version, docs))
