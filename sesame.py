@@ -742,6 +742,17 @@ def _json_arg(value):
 
 
 
+def _home(env):
+    """The user's home folder as the environment given says (tests and discovery pass their own)."""
+    return os.path.expanduser(env.get("HOME") or "~")
+
+
+def agent_dir(env, var, *default):
+    """An agent's folder: $VAR when set (with ~ expanded), else ~/<default...>."""
+    value = env.get(var)
+    return os.path.expanduser(value) if value else os.path.join(_home(env), *default)
+
+
 def open_agent_db(path, attempts=5):
     """Open an agent's SQLite store strictly read-only.
 
@@ -838,9 +849,7 @@ class PiParser(Parser):
         self._meta_dirs = {}  # session folder -> its sessions-meta folder or None (checked once per process)
 
     def default_roots(self, env):
-        agent_dir = env.get("PI_CODING_AGENT_DIR")
-        agent_dir = os.path.expanduser(agent_dir) if agent_dir else os.path.join(os.path.expanduser("~"), ".pi", "agent")
-        return [os.path.join(agent_dir, "sessions")]
+        return [os.path.join(agent_dir(env, "PI_CODING_AGENT_DIR", ".pi", "agent"), "sessions")]
 
     def list_files(self, root):
         # Files sit in one folder per cwd, or directly in the root (pi --session-dir). Deeper files
@@ -1512,8 +1521,7 @@ class CodexParser(Parser):
         self._title_cache = {}   # session_index.jsonl path -> (size, mtime_ns, {thread id: name})
 
     def default_roots(self, env):
-        home = env.get("CODEX_HOME")
-        home = os.path.expanduser(home) if home else os.path.join(os.path.expanduser("~"), ".codex")
+        home = agent_dir(env, "CODEX_HOME", ".codex")
         return [os.path.join(home, "sessions"), os.path.join(home, "archived_sessions")]
 
     def list_files(self, root):
@@ -2838,9 +2846,6 @@ PROJECT_WALK_DEPTH = 6
 VSCODE_HOSTS = ("Code", "Code - Insiders", "Cursor", "Windsurf", "VSCodium")
 
 
-def _home_dir(env):
-    return os.path.expanduser(env.get("HOME") or "~")
-
 
 def _env_path(env, name):
     return os.path.expanduser(env[name]) if env.get(name) else None
@@ -2866,7 +2871,7 @@ def walk_projects(root, match, allow_hidden=()):
 
 def vscode_global_storage(env):
     """Every globalStorage folder of every VS Code-like editor on Linux, macOS and Windows that exists."""
-    home = _home_dir(env)
+    home = _home(env)
     bases = [_env_path(env, "XDG_CONFIG_HOME") or os.path.join(home, ".config"),
              os.path.join(home, "Library", "Application Support")]
     if env.get("APPDATA"):
@@ -2882,7 +2887,7 @@ def vscode_global_storage(env):
 
 def _primary_global_storage(env):
     """Where VS Code keeps extension data on this OS (named by `sources` even when absent)."""
-    home = _home_dir(env)
+    home = _home(env)
     if sys.platform == "darwin":
         return os.path.join(home, "Library", "Application Support", "Code", "User", "globalStorage")
     if os.name == "nt" and env.get("APPDATA"):
@@ -3106,7 +3111,7 @@ class ClineParser(Parser):
         # The Cline CLI / JetBrains plugin keep the same task folders in their own data dir.
         data = _env_path(env, "CLINE_DATA_DIR") or (
             os.path.join(_env_path(env, "CLINE_DIR"), "data") if env.get("CLINE_DIR")
-            else os.path.join(_home_dir(env), ".cline", "data"))
+            else os.path.join(_home(env), ".cline", "data"))
         if os.path.isdir(os.path.join(data, "tasks")):
             roots.append(os.path.join(data, "tasks"))
         return roots or [os.path.join(_primary_global_storage(env), CLINE_EXTENSIONS[0], "tasks")]
@@ -3271,7 +3276,7 @@ class CopilotParser(Parser):
     id, label, version = "copilot", "GitHub Copilot CLI", 1
 
     def default_roots(self, env):
-        home = _env_path(env, "COPILOT_HOME") or os.path.join(_home_dir(env), ".copilot")
+        home = _env_path(env, "COPILOT_HOME") or os.path.join(_home(env), ".copilot")
         return [os.path.join(home, "session-state"), os.path.join(home, "history-session-state")]
 
     def list_files(self, root):
@@ -3431,7 +3436,7 @@ class AmpParser(Parser):
     id, label, version = "amp", "Amp", 1
 
     def default_roots(self, env):
-        data = _env_path(env, "XDG_DATA_HOME") or os.path.join(_home_dir(env), ".local", "share")
+        data = _env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
         roots = [os.path.join(data, "amp", "threads")]
         for storage in vscode_global_storage(env):   # the VS Code extension's older store
             d = os.path.join(storage, "sourcegraph.amp", "threads3")
@@ -3531,7 +3536,7 @@ class GooseParser(Parser):
     id, label, version = "goose", "Goose", 1
 
     def default_roots(self, env):
-        home = _home_dir(env)
+        home = _home(env)
         if env.get("GOOSE_PATH_ROOT"):
             return [os.path.join(os.path.expanduser(env["GOOSE_PATH_ROOT"]), "data", "sessions")]
         data = _env_path(env, "XDG_DATA_HOME") or os.path.join(home, ".local", "share")
@@ -3752,9 +3757,6 @@ class CrushParser(Parser):
 # Shared helpers for the smaller agents below
 # -------------------------------------------------------------------------------------------------
 
-
-def _home(env):
-    return env.get("HOME") or os.path.expanduser("~")
 
 
 
@@ -4049,8 +4051,7 @@ class QwenParser(Parser):
     INJECTED_SUBTYPES = ("notification", "cron", "goal_runtime", "background_task_completed")
 
     def default_roots(self, env):
-        home = env.get("QWEN_HOME")
-        home = os.path.expanduser(home) if home else os.path.join(_home(env), ".qwen")
+        home = agent_dir(env, "QWEN_HOME", ".qwen")
         roots = [os.path.join(home, "projects"), os.path.join(home, "tmp")]
         if env.get("QWEN_RUNTIME_DIR"):
             roots.append(os.path.expanduser(env["QWEN_RUNTIME_DIR"]))
@@ -4207,8 +4208,7 @@ class KimiParser(Parser):
     id, label, version = "kimi", "Kimi Code", 1
 
     def default_roots(self, env):
-        home = env.get("KIMI_CODE_HOME")
-        home = os.path.expanduser(home) if home else os.path.join(_home(env), ".kimi-code")
+        home = agent_dir(env, "KIMI_CODE_HOME", ".kimi-code")
         return [os.path.join(home, "sessions")]
 
     def list_files(self, root):
@@ -4218,12 +4218,12 @@ class KimiParser(Parser):
         head = first_json_line(path)
         if not head or head.get("type") != "metadata" or "protocol_version" not in head:
             raise NotASessionFile("no Kimi wire metadata line")
-        agent_dir = os.path.dirname(path)
-        agents_dir = os.path.dirname(agent_dir)
+        agent_folder = os.path.dirname(path)
+        agents_dir = os.path.dirname(agent_folder)
         state = None
         if os.path.basename(agents_dir) == "agents":
             session_dir = os.path.dirname(agents_dir)
-            sid, agent = os.path.basename(session_dir), os.path.basename(agent_dir)
+            sid, agent = os.path.basename(session_dir), os.path.basename(agent_folder)
             state = _read_json(os.path.join(session_dir, "state.json"))
         else:  # a lone journal (copied or exported): its name is all we have
             sid, agent = os.path.splitext(os.path.basename(path))[0], "main"
@@ -4413,8 +4413,7 @@ class GrokParser(Parser):
     id, label, version = "grok", "Grok CLI", 1
 
     def default_roots(self, env):
-        home = env.get("GROK_HOME")
-        home = os.path.expanduser(home) if home else os.path.join(_home(env), ".grok")
+        home = agent_dir(env, "GROK_HOME", ".grok")
         return [os.path.join(home, "sessions")]
 
     def list_files(self, root):
@@ -4502,8 +4501,7 @@ class HermesParser(Parser):
     id, label, version = "hermes", "Hermes", 1
 
     def default_roots(self, env):
-        home = env.get("HERMES_HOME")
-        home = os.path.expanduser(home) if home else os.path.join(_home(env), ".hermes")
+        home = agent_dir(env, "HERMES_HOME", ".hermes")
         return [os.path.join(home, "state.db"), os.path.join(home, "sessions")]
 
     def list_files(self, root):
