@@ -6048,23 +6048,16 @@ def collapse(kind, text):
     return _one_line(text, 120) or ""
 
 
-def _refresh(ctx, store):
-    """Bring the index up to date like search does, so a session that just started can be shown."""
-    first_use = not store.con.execute("SELECT 1 FROM files LIMIT 1").fetchone()
-    summary = refresh_index(ctx, store, wait_seconds=0)
-    if summary is not None and first_use:
-        _stderr("sesame: " + summary.line())
-
-
 def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, everything=False, refresh=True):
     """`sesame show --json` before --max-chars: the session's header and its chunks (all, or around one)."""
     if context < 0:
         raise UsageError("--context must be at least 0")
     expand = set(COLLAPSIBLE) if everything else {"tool"} if tools else set()
+    first_use = not os.path.exists(ctx.index_path)
     store = ctx.store()
     try:
         if refresh:
-            _refresh(ctx, store)
+            refresh_before_reading(ctx, store, first_use)
         s = resolve_session(store.con, ref)
         last = (store.con.execute("SELECT max(seq) FROM chunks WHERE session=?", (s["id"],)).fetchone()[0])
         last = -1 if last is None else last
@@ -6513,6 +6506,34 @@ def _progress_printer(stream):
     return show
 
 
+def refresh_before_reading(ctx, store, first_use):
+    """What search and show do first: bring the index up to date, without ever failing the read.
+
+    The first use says it is building the index (with progress on a terminal); a busy indexer or an
+    index that cannot be written (full disk, read-only) leaves the index as it is, with a note.
+    """
+    if not ctx.sources:
+        _stderr("sesame: no agent sessions found in their usual places; `sesame sources` shows where it "
+                "looks, %s can name others" % config_path(ctx.env))
+        return
+    progress = None
+    if first_use:
+        _stderr("sesame: building the index for the first time (sesame status shows what it covers)")
+        progress = _progress_printer(sys.stderr) if sys.stderr.isatty() else None
+    try:
+        summary = refresh_index(ctx, store, wait_seconds=0, progress=progress)
+    except sqlite3.OperationalError as e:  # full disk, read-only index: the index is still there
+        _stderr("sesame: cannot update the index (%s); using it as it is" % e)
+        return
+    finally:
+        if progress:
+            sys.stderr.write("\r\x1b[K")
+    if summary is None:
+        _stderr("sesame: another sesame index is running; using the index as it is")
+    elif first_use:
+        _stderr("sesame: " + summary.line())
+
+
 def refresh_index(ctx, store, wait_seconds, progress=None, full=False):
     """Run the indexer under the lock; None when another indexer holds it past wait_seconds."""
     lock = IndexLock(os.path.dirname(ctx.index_path))
@@ -6652,21 +6673,7 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
     store = ctx.store()
     try:
         if refresh:
-            progress = None
-            if first_use:
-                _stderr("sesame: building the index for the first time (sesame status shows what it covers)")
-                progress = _progress_printer(sys.stderr) if sys.stderr.isatty() else None
-            try:
-                summary = refresh_index(ctx, store, wait_seconds=0, progress=progress)
-            except sqlite3.OperationalError as e:  # full disk, read-only index: the index is still there
-                _stderr("sesame: cannot update the index (%s); searching it as it is" % e)
-                summary = False
-            if progress:
-                sys.stderr.write("\r\x1b[K")
-            if summary is None:
-                _stderr("sesame: another sesame index is running; searching the index as it is")
-            elif first_use and summary:
-                _stderr("sesame: " + summary.line())
+            refresh_before_reading(ctx, store, first_use)
         hits, more = search(store, query, filters, limit=limit, offset=offset,
                             matches=FULL_MATCHES if full else MATCHES_PER_SESSION)
         results = [shape_result(result_json(store.con, s, score, stage, matches), fields, full)
