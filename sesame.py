@@ -480,7 +480,7 @@ def tool_path(args):
     return None
 
 
-def text_of(content, image_note=False):
+def text_of(content):
     """Text of a message content that is a string or a list of blocks; images are never indexed."""
     if isinstance(content, str):
         return content
@@ -518,7 +518,6 @@ _TOKEN_HINTS = ("sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "A
 _SECRET_WORD = re.compile(r"secret|token|passw(?:or)?d|passwd|api[_-]?key|private[_-]?key|access[_-]?key|"
                           r"auth[_-]?key")  # searched in the lower-cased text
 _SECRET_HINTS = ("secret", "token", "passw", "key")
-_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 # After the secret word: the rest of the name, an optional closing quote, `=` or `:`, then the value.
 _SECRET_VALUE = re.compile(r"[A-Za-z0-9_.-]*\"?[ \t]*[:=][ \t]*"
                            r"(\"[^\"\n]{6,}\"|'[^'\n]{6,}'|(?![\"'])[^\s,;\"'`)}\]]{6,})")
@@ -5252,14 +5251,14 @@ def run_index(store, sources, full=False, progress=None, policy=None):
     known = store.meta("policy")
     if known is not None and known != policy.fingerprint():
         full = True  # `exclude` or `redact` changed: what is indexed must follow, everywhere
+    plan = None
     if not full and known is not None:
         # The common case (every search starts with it): look without taking the write lock, and
-        # leave at once when nothing changed.
-        todo, gone = plan_index(store, sources, summary, policy)
-        if not todo and not gone:
+        # leave at once when nothing changed. (Callers hold the index lock, so the plan stays true.)
+        plan = plan_index(store, sources, summary, policy)
+        if not plan[0] and not plan[1]:
             summary.seconds = time.monotonic() - t0
             return summary
-        summary = IndexSummary()
     batch = Batch(store, one_transaction=full)
     results = None
     try:
@@ -5268,7 +5267,7 @@ def run_index(store, sources, full=False, progress=None, policy=None):
             # a rebuild that fails (full disk, Ctrl-C, kill -9) leaves the old index as it was.
             store._create_schema()
         store.set_meta("policy", policy.fingerprint())
-        todo, gone = plan_index(store, sources, summary, policy)
+        todo, gone = plan or plan_index(store, sources, summary, policy)
         total_bytes = sum(st.st_size for _, _, st, _ in todo) or 1
         for row in gone:
             delete_sessions(store.con, [r[0] for r in store.con.execute("SELECT id FROM sessions WHERE file_id=?", (row[0],))])
