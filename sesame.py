@@ -1,5 +1,69 @@
-#!/usr/bin/env python3
-"""Sesame: find old coding-agent sessions by what they were about.
+#!/bin/sh
+''':'
+# Start-up. This file is both a POSIX sh script and a Python module. Installed as a command (the
+# README copies it onto PATH as `sesame`), the kernel runs it with sh, which reads only these lines:
+# they start Python with -I -S (no site-packages and no import paths from the environment: Sesame
+# needs neither, and the interpreter starts in a quarter of the time) and the small loader below,
+# which runs the rest of this file from a compiled code object cached in $SESAME_CACHE_DIR (default
+# $XDG_CACHE_HOME/sesame or ~/.cache/sesame). A cache entry is named after a hash of this file's
+# bytes and the Python version, so an edited file never runs from an old entry; a cache that cannot
+# be read or written is skipped. (Python compiles a script at every start and caches bytecode only
+# for imported modules: for this file that is 80 ms per command, most of a search.) The interpreter
+# is remembered there too, because `python3` may be a version manager's shim that costs ~90 ms per
+# start; SESAME_PYTHON names another one. `python3 sesame.py`, `python3 -m sesame` and
+# `import sesame` read these lines as a string and work as usual (without the cache).
+c=${SESAME_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sesame}
+p=${SESAME_PYTHON:-}
+[ -n "$p" ] || { [ -r "$c/python" ] && read -r p < "$c/python" && [ -x "$p" ]; } || p=python3
+command -v "$p" >/dev/null 2>&1 || p=python
+exec "$p" -I -S -c "
+import marshal, os, sys
+def _launch(path, cache):
+    with open(path, 'rb') as f:
+        source = f.read()
+    try:
+        from _blake2 import blake2b
+    except ImportError:
+        from hashlib import blake2b
+    tag = sys.implementation.cache_tag or 'py%d%d' % sys.version_info[:2]
+    entry = os.path.join(cache, 'code-%s-%s' % (tag, blake2b(source, digest_size=20).hexdigest()))
+    code = None
+    try:
+        with open(entry, 'rb') as f:
+            code = marshal.loads(f.read())
+    except Exception:
+        code = compile(source, path, 'exec')
+        _save(cache, entry, marshal.dumps(code))
+    if not os.environ.get('SESAME_PYTHON') and os.path.isabs(sys.executable):
+        try:
+            with open(os.path.join(cache, 'python')) as f:
+                known = f.read().strip()
+        except OSError:
+            known = None
+        if known != sys.executable:
+            _save(cache, os.path.join(cache, 'python'), (sys.executable + chr(10)).encode())
+    return code
+def _save(cache, name, data):
+    try:
+        os.makedirs(cache, mode=0o700, exist_ok=True)
+        tmp = '%s.%d.tmp' % (name, os.getpid())
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 'wb') as f:
+            f.write(data)
+        os.replace(tmp, name)
+        old = sorted((e.stat().st_mtime, e.path) for e in os.scandir(cache) if e.name.startswith('code-'))
+        for _, stale in old[:-8]:
+            os.remove(stale)
+    except OSError:
+        pass
+sys.argv = sys.argv[1:]
+sys.modules['__main__'].__file__ = sys.argv[0]
+exec(_launch(sys.argv[0], sys.argv.pop()))
+" "$0" "$@" "$c"
+'''
+
+# Everything from here on is Python. (The string above is the module's first statement; the real
+# docstring, which is also the --help text, follows.)
+__doc__ = """Sesame: find old coding-agent sessions by what they were about.
 
 Sesame indexes the session transcripts that coding agents (pi, Claude Code, Codex, ...) leave on
 disk into one SQLite FTS5 index and ranks whole sessions with BM25, so that a few remembered
@@ -21,27 +85,21 @@ The index lives in $SESAME_DATA_DIR (default ~/.local/share/sesame), the optiona
 $SESAME_CONFIG_DIR/config.jsonc (default ~/.config/sesame). See README.md for everything else.
 """
 
-import argparse
+# Only what most commands use is imported here; the rest is imported where it is needed, so that a
+# search does not pay for modules it never touches.
 import collections
 import datetime
-import difflib
 import errno
-import fnmatch
-import glob
-import hashlib
-import importlib
 import io
 import itertools
-import math
 import json
+import math
 import os
 import re
 import sqlite3
 import sys
 import time
-import traceback
 import zlib
-from urllib.parse import unquote, urlparse
 
 __version__ = "0.1.0"
 
@@ -127,12 +185,36 @@ class IndexError_(SesameError):
     kind = "index"
 
 
+def _traceback():
+    import traceback
+    return traceback.format_exc()
+
+
 def _stderr(msg):
     try:
         sys.stderr.write(msg + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
+
+
+# ==================================================================================================
+# Utilities
+# ==================================================================================================
+
+
+class LazyPattern:
+    """A regular expression compiled the first time it is used. Compiling all of this file's
+    patterns at every start would cost milliseconds that most commands never use."""
+
+    def __init__(self, pattern, flags=0):
+        self._source = (pattern, flags)
+
+    def __getattr__(self, name):  # called until the first use has put the methods on the instance
+        compiled = re.compile(*self._source)
+        for method in ("match", "fullmatch", "search", "finditer", "findall", "sub", "subn", "split"):
+            setattr(self, method, getattr(compiled, method))
+        return getattr(compiled, name)
 
 
 # ==================================================================================================
@@ -290,7 +372,7 @@ def resolve_sources(cfg, cfg_path, env=None):
 # Time
 # ==================================================================================================
 
-_ISO_RE = re.compile(
+_ISO_RE = LazyPattern(
     r"^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9}))?)?)?"
     r"\s*(Z|z|[+-]\d{2}:?\d{2})?$")
 
@@ -347,7 +429,7 @@ def iso(dt):
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (dt.microsecond // 1000)
 
 
-_CANONICAL_TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
+_CANONICAL_TS = LazyPattern(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
 
 
 def norm_time(value):
@@ -504,7 +586,7 @@ def text_of(content):
 # stay searchable. Two mechanisms, both cheap on ordinary text: token shapes with distinctive
 # prefixes (one regex), and `name = value` pairs whose name says secret, looked at only where such
 # a name occurs (a keyword search, then one anchored match), never tried at every position.
-_TOKEN_SHAPES = re.compile("|".join("(?P<%s>%s)" % kv for kv in (
+_TOKEN_SHAPES = LazyPattern("|".join("(?P<%s>%s)" % kv for kv in (
     ("private_key", r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----[\s\S]{0,16384}?"
                     r"(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----|\Z)"),
     ("anthropic_key", r"\bsk-ant-[A-Za-z0-9_-]{20,}"),
@@ -515,14 +597,14 @@ _TOKEN_SHAPES = re.compile("|".join("(?P<%s>%s)" % kv for kv in (
     ("bearer_token", r"(?<=[Bb]earer )[A-Za-z0-9._~+/=-]{16,}"),
 )))
 _TOKEN_HINTS = ("sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "AKIA", "ASIA", "xox", "earer ", "PRIVATE KEY")
-_SECRET_WORD = re.compile(r"secret|token|passw(?:or)?d|passwd|api[_-]?key|private[_-]?key|access[_-]?key|"
+_SECRET_WORD = LazyPattern(r"secret|token|passw(?:or)?d|passwd|api[_-]?key|private[_-]?key|access[_-]?key|"
                           r"auth[_-]?key")  # searched in the lower-cased text
 _SECRET_HINTS = ("secret", "token", "passw", "key")
 # After the secret word: the rest of the name, an optional closing quote, `=` or `:`, then the value.
-_SECRET_VALUE = re.compile(r"[A-Za-z0-9_.-]*\"?[ \t]*[:=][ \t]*"
+_SECRET_VALUE = LazyPattern(r"[A-Za-z0-9_.-]*\"?[ \t]*[:=][ \t]*"
                            r"(\"[^\"\n]{6,}\"|'[^'\n]{6,}'|(?![\"'])[^\s,;\"'`)}\]]{6,})")
 # Values that are obviously not secrets: placeholders, references to other variables, booleans.
-_NOT_SECRET = re.compile(r"^[\"']?(?:\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^>]*>|\*+|x+|X+|\.\.\.+|null|None|"
+_NOT_SECRET = LazyPattern(r"^[\"']?(?:\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^>]*>|\*+|x+|X+|\.\.\.+|null|None|"
                          r"true|false|undefined|changeme|\[REDACTED[^\]]*\]|process\.env\.[A-Za-z0-9_.]+|"
                          r"os\.environ.*|getenv\(.*)[\"']?$")
 
@@ -563,6 +645,7 @@ def _path_matches(path, pattern):
     """A pattern with *, ? or [ is a glob on the whole path; otherwise a folder (or file) and
     everything below it."""
     if any(c in pattern for c in "*?["):
+        import fnmatch
         return fnmatch.fnmatchcase(path, pattern)
     return path == pattern or path.startswith(pattern.rstrip(os.sep) + os.sep)
 
@@ -1024,7 +1107,7 @@ def shell_quote(s):
 # Helpers shared by the Claude Code and Codex parsers
 # -------------------------------------------------------------------------------------------------
 
-_UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_UUID_RE = LazyPattern(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
 
@@ -1101,7 +1184,7 @@ class _Entries:
 
 # Wrappers Claude Code puts around text in user-role messages. Their contents were produced by the
 # CLI (slash-command scaffolding, local command output, reminders, IDE state), not typed by the human.
-_CLAUDE_WRAPPER_RE = re.compile(
+_CLAUDE_WRAPPER_RE = LazyPattern(
     r"<(system-reminder|local-command-stdout|local-command-stderr|local-command-caveat|command-name|"
     r"command-message|command-args|command-contents|bash-input|bash-stdout|bash-stderr|"
     r"user-prompt-submit-hook|ide_opened_file|ide_selection|ide_diagnostics|new-diagnostics|"
@@ -1111,7 +1194,7 @@ _CLAUDE_CONTEXT_PREFIXES = (
     "[Request interrupted by user",
 )
 # Spilled tool results: the transcript holds a preview and the path of the full output.
-_CLAUDE_SPILL_RE = re.compile(r"(\S*tool-results[/\\][^\s<>\"']+)")
+_CLAUDE_SPILL_RE = LazyPattern(r"(\S*tool-results[/\\][^\s<>\"']+)")
 SPILL_HEAD_BYTES, SPILL_TAIL_BYTES = 64 * 1024, 16 * 1024
 
 
@@ -1425,7 +1508,7 @@ class ClaudeCodeParser(Parser):
 
 # User-role messages that Codex injects (environment, AGENTS.md, instructions...). They are either
 # wholly wrapped in one snake_case tag or start with a known heading.
-_CODEX_WRAPPED_RE = re.compile(r"^\s*<([a-z][a-z0-9_ -]*)>.*</\1>\s*$", re.S)
+_CODEX_WRAPPED_RE = LazyPattern(r"^\s*<([a-z][a-z0-9_ -]*)>.*</\1>\s*$", re.S)
 _CODEX_CONTEXT_PREFIXES = ("# AGENTS.md", "<environment_context>", "<user_instructions>", "<permissions instructions>",
                            "<INSTRUCTIONS>", "<system-reminder>", "<user_shell_command>", "<turn_aborted>")
 # Lines written within this many seconds of a replayed parent session_meta belong to the burst that
@@ -1463,13 +1546,14 @@ def _codex_output(output):
     return "", False
 
 
-_PATCH_FILE_RE = re.compile(r"^\*\*\* (?:Update|Add|Delete) File: (.+)$", re.M)
+_PATCH_FILE_RE = LazyPattern(r"^\*\*\* (?:Update|Add|Delete) File: (.+)$", re.M)
 
 
 def _codex_zstd_lines(path):
     try:
         # compression.zstd is standard library from Python 3.14 (PEP 784), and an optional module
         # there; imported by name so that older Pythons (and import checkers) see no missing import.
+        import importlib
         zstd = importlib.import_module("compression.zstd")
     except ImportError:
         raise NotASessionFile("zstd compressed; this Python cannot decompress it")
@@ -1923,7 +2007,7 @@ def _one_line(text, limit=100):
 
 # Every session gets a placeholder title until a small model names it after the first turn; the
 # placeholder says nothing about the session, so it is not a name.
-_OPENCODE_PLACEHOLDER_TITLE = re.compile(r"^(New [Ss]ession|Child session) - \d{4}-\d{2}-\d{2}T[\d:.]+Z?$")
+_OPENCODE_PLACEHOLDER_TITLE = LazyPattern(r"^(New [Ss]ession|Child session) - \d{4}-\d{2}-\d{2}T[\d:.]+Z?$")
 # Folders of the data dir and of storage/ that never hold session files: skipped while walking
 # (part/ and message/ alone can hold hundreds of thousands of files; snapshot/ holds git repos).
 _OPENCODE_SKIP_DIRS = ("message", "part", "snapshot", "session_diff", "project", "todo", "log", "bin",
@@ -2161,7 +2245,7 @@ class OpenCodeParser(Parser):
 # -------------------------------------------------------------------------------------------------
 
 # Text Gemini CLI sends as a user turn but the human did not type.
-_GEMINI_CONTEXT_BLOCK = re.compile(r"<session_context>.*?(?:</session_context>|\Z)", re.S)
+_GEMINI_CONTEXT_BLOCK = LazyPattern(r"<session_context>.*?(?:</session_context>|\Z)", re.S)
 _GEMINI_SETUP_PREFIX = "This is the Gemini CLI. We are setting up the context for our chat."
 _GEMINI_SETUP_REPLY = "Got it. Thanks for the context!"
 
@@ -2434,6 +2518,7 @@ class GeminiParser(Parser):
             if value == slug:
                 return abs_path
         if isinstance(project_hash, str):
+            import hashlib
             for abs_path in projects:
                 if hashlib.sha256(abs_path.encode("utf-8")).hexdigest() == project_hash:
                     return abs_path
@@ -2447,14 +2532,14 @@ class GeminiParser(Parser):
 # Cursor: ~/.cursor agent transcripts and CLI store.db, the IDE's state.vscdb, formats.md §5
 # -------------------------------------------------------------------------------------------------
 
-_CURSOR_QUERY = re.compile(r"<user_query>\s*(.*?)\s*</user_query>", re.S)
+_CURSOR_QUERY = LazyPattern(r"<user_query>\s*(.*?)\s*</user_query>", re.S)
 # Blocks Cursor wraps around a prompt (environment, rules, open files...): never the user's words.
-_CURSOR_INJECTED = re.compile(
+_CURSOR_INJECTED = LazyPattern(
     r"<(user_info|system_reminder|system-reminder|attached_files|attached_folders|open_and_recently_viewed_files|"
     r"additional_data|git_status|rules|always_applied_workspace_rules|agent_requestable_workspace_rules|"
     r"agent_skills|available_skills|manually_attached_skills|project_layout|cursor_commands|terminal_files_information|"
     r"image_files|mcp_instructions|linter_errors|current_file|environment_details|user_rules)>.*?</\1>", re.S)
-_CURSOR_WORKSPACE = re.compile(r"Workspace Path:\s*(\S[^\n<]*)")
+_CURSOR_WORKSPACE = LazyPattern(r"Workspace Path:\s*(\S[^\n<]*)")
 # Names Cursor gives before (or instead of) a generated title.
 _CURSOR_PLACEHOLDER_NAMES = ("", "New Agent", "New Chat", "New Composer", "Untitled")
 _CURSOR_SKIP_DIRS = ("extensions", "node_modules", ".git", "worktrees", "ai-tracking", "snapshots")
@@ -2645,6 +2730,7 @@ class CursorParser(Parser):
         if "projects" not in parts:
             return {}
         cursor_dir = os.sep.join(parts[:len(parts) - 1 - parts[::-1].index("projects")])
+        import glob
         for db in glob.glob(os.path.join(glob.escape(cursor_dir), "chats", "*", glob.escape(sid), "store.db")):
             try:
                 con = open_agent_db(db)
@@ -2808,7 +2894,10 @@ class CursorParser(Parser):
             uri = ws.get("folder") if isinstance(ws, dict) else None
             if not isinstance(uri, str):
                 continue
-            folder = unquote(urlparse(uri).path) if "://" in uri else uri
+            if "://" in uri:
+                from urllib.parse import unquote, urlparse
+                uri = unquote(urlparse(uri).path)
+            folder = uri
             if re.match(r"^/[A-Za-z]:", folder):   # file:///c%3A/Users/... on Windows
                 folder = folder[1:]
             try:
@@ -2940,10 +3029,10 @@ class _ToolCalls:
 # Aider (Aider-AI/aider): <repo>/.aider.chat.history.md, one Markdown file per repo, formats.md §6
 # -------------------------------------------------------------------------------------------------
 
-AIDER_START_RE = re.compile(r"^# aider chat started at (\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})\s*$")
-AIDER_THINKING_RE = re.compile(r"<thinking-content-7bbeb8e1441453ad999a0bbba8a46d4b>(.*?)"
+AIDER_START_RE = LazyPattern(r"^# aider chat started at (\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})\s*$")
+AIDER_THINKING_RE = LazyPattern(r"<thinking-content-7bbeb8e1441453ad999a0bbba8a46d4b>(.*?)"
                                r"(?:</thinking-content-7bbeb8e1441453ad999a0bbba8a46d4b>|\Z)", re.S)
-AIDER_EDIT_RE = re.compile(r"^Applied edit to (.+)$", re.M)
+AIDER_EDIT_RE = LazyPattern(r"^Applied edit to (.+)$", re.M)
 
 
 @register
@@ -2989,6 +3078,7 @@ class AiderParser(Parser):
                     seen_ids[key] = seen_ids.get(key, 0) + 1
                     if seen_ids[key] > 1:  # two runs started in the same second
                         key += "#%d" % seen_ids[key]
+                    import hashlib
                     current = _AiderSession(self.id, hashlib.sha1(key.encode("utf-8")).hexdigest()[:32], path,
                                             norm_time(start))
                 elif current:
@@ -3081,9 +3171,9 @@ class _AiderSession:
 
 CLINE_EXTENSIONS = ("saoudrizwan.claude-dev", "rooveterinaryinc.roo-cline", "kilocode.kilo-code")
 # The environment block each request carries names the workspace (Cline: "Working", Roo: "Workspace").
-CLINE_CWD_RE = re.compile(r"# Current (?:Working|Workspace) Directory \((.+?)\) Files")
-CLINE_TASK_RE = re.compile(r"<task>\s*(.*?)\s*</task>", re.S)
-CLINE_INJECTED_RE = re.compile(r"<environment_details>.*?(?:</environment_details>|\Z)", re.S)
+CLINE_CWD_RE = LazyPattern(r"# Current (?:Working|Workspace) Directory \((.+?)\) Files")
+CLINE_TASK_RE = LazyPattern(r"<task>\s*(.*?)\s*</task>", re.S)
+CLINE_INJECTED_RE = LazyPattern(r"<environment_details>.*?(?:</environment_details>|\Z)", re.S)
 
 
 @register
@@ -3257,7 +3347,7 @@ class ClineParser(Parser):
 # GitHub Copilot CLI: ~/.copilot/session-state/<id>/events.jsonl (and older layouts), formats.md §8
 # -------------------------------------------------------------------------------------------------
 
-COPILOT_TRUST_RE = re.compile(r"^Folder (.+) has been added to trusted folders")
+COPILOT_TRUST_RE = LazyPattern(r"^Folder (.+) has been added to trusted folders")
 
 
 @register
@@ -3821,7 +3911,7 @@ class _Calls:
             self.s.add("tool", tool_text(name, None, output, is_error), role="tool", tool=name, ts=ts)
 
 
-_REMINDER_RE = re.compile(r"^\s*<system-reminder>.*?</system-reminder>\s*", re.S | re.I)
+_REMINDER_RE = LazyPattern(r"^\s*<system-reminder>.*?</system-reminder>\s*", re.S | re.I)
 
 
 def _split_reminders(text):
@@ -4028,7 +4118,7 @@ def _iter_glued_jsonl(path, report):
                     pos += 1
 
 
-_ID_LIKE = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
+_ID_LIKE = LazyPattern(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
 _QWEN_HOOK_CONTEXT = "<qwen:user-prompt-submit-context>"
 
 
@@ -4674,7 +4764,7 @@ class AntigravityParser(Parser):
             return d if d is not None else v
         return v
 
-    _REQ_RE = re.compile(r"<USER_REQUEST>\s*(.*?)\s*</USER_REQUEST>", re.S)
+    _REQ_RE = LazyPattern(r"<USER_REQUEST>\s*(.*?)\s*</USER_REQUEST>", re.S)
 
     def parse(self, path, report):
         head = first_json_line(path)
@@ -5301,6 +5391,7 @@ def _fingerprint(path, offset):
         head = f.read(min(TAIL_CHECK, offset))
         f.seek(max(0, offset - TAIL_CHECK))
         tail = f.read(min(TAIL_CHECK, offset))
+    import hashlib
     return hashlib.sha1(head).hexdigest()[:16] + hashlib.sha1(tail).hexdigest()[:16]
 
 
@@ -5498,7 +5589,7 @@ class IndexLock:
 # ==================================================================================================
 
 MAX_QUERY_TERMS = 32
-_TOKEN_CHAR = re.compile(r"[0-9A-Za-z]|[^\x00-\x7f]")
+_TOKEN_CHAR = LazyPattern(r"[0-9A-Za-z]|[^\x00-\x7f]")
 
 
 class Query:
@@ -5989,6 +6080,7 @@ def _name_matches(con, ref):
     words = re.findall(r"\w+", key)
     fuzzy = [r for r in named if words and all(w in r["name"].casefold() for w in words)]
     if not fuzzy:  # no name has every word: fall back to names that look alike (typos)
+        import difflib
         close = set(difflib.get_close_matches(key, [r["name"].casefold() for r in named], n=CANDIDATES_SHOWN, cutoff=0.6))
         fuzzy = [r for r in named if r["name"].casefold() in close]
     yield fuzzy
@@ -6364,7 +6456,7 @@ def call_tool(params):
         msg = "sesame: %s%s" % (e.message, " (%s)" % e.hint if e.hint else "")
         return {"content": [{"type": "text", "text": msg}], "isError": True}
     except Exception as e:  # noqa: BLE001  (a busy index, a bad file: the server must stay up)
-        _stderr("sesame mcp: %s failed:\n%s" % (name, traceback.format_exc()))
+        _stderr("sesame mcp: %s failed:\n%s" % (name, _traceback()))
         return {"content": [{"type": "text", "text": "sesame: %s failed: %s" % (name, e)}], "isError": True}
     return {"content": [{"type": "text", "text": text}], "structuredContent": data, "isError": False}
 
@@ -6411,7 +6503,7 @@ def handle_message(msg):
     except RpcError as e:
         return _rpc_error(id_, e.code, e.message)
     except Exception as e:  # noqa: BLE001
-        _stderr("sesame mcp: %s failed:\n%s" % (msg["method"], traceback.format_exc()))
+        _stderr("sesame mcp: %s failed:\n%s" % (msg["method"], _traceback()))
         return _rpc_error(id_, INTERNAL_ERROR, "Internal error: %s" % e)
 
 
@@ -6450,25 +6542,6 @@ def serve_mcp(inp=None, out=None):
 
 def cmd_mcp(args, ctx):
     return serve_mcp()
-
-
-def add_commands(sub):
-    """Add `show` and `mcp` to build_parser()'s subparsers."""
-    sh = sub.add_parser("show", help="print one session as a readable conversation")
-    sh.add_argument("session", nargs="+", help="session id, unique id prefix, session file, or name")
-    sh.add_argument("--around", type=int, metavar="SEQ", help="show the chunks around chunk SEQ (search's matches[].seq)")
-    sh.add_argument("--context", type=int, default=SHOW_CONTEXT, metavar="K",
-                    help="chunks on each side of --around (default %d)" % SHOW_CONTEXT)
-    sh.add_argument("--max-chars", type=int, metavar="N",
-                    help="print at most N characters (default: no limit; %d with --json; 0: no limit)" % SHOW_JSON_MAX_CHARS)
-    sh.add_argument("--tools", action="store_true", help="show tool calls in full, not as one line")
-    sh.add_argument("--all", action="store_true", help="show tool calls, thinking and injected context in full")
-    sh.add_argument("--no-refresh", action="store_true", help="use the index as it is, without updating it")
-    _add_json(sh)
-    sh.set_defaults(func=cmd_show)
-
-    m = sub.add_parser("mcp", help="serve search, show and status to agents over MCP (stdio)")
-    m.set_defaults(func=cmd_mcp)
 
 
 # ==================================================================================================
@@ -6774,24 +6847,11 @@ def cmd_sources(args, ctx):
     return EXIT_OK
 
 
-class _ArgParser(argparse.ArgumentParser):
-    """argparse that raises UsageError (one line, exit 2) instead of printing usage and exiting."""
-
-    def error(self, message):
-        raise UsageError("%s (see: %s --help)" % (message, self.prog))
-
-
 def _add_json(p):
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
 
 
-def build_parser():
-    p = _ArgParser(prog="sesame", description=__doc__.split("\n\n")[1].replace("\n", " "),
-                   epilog="Exit codes: 0 success (also when nothing matched), 1 error, 2 usage error.")
-    p.add_argument("--version", action="version", version="sesame " + __version__)
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgParser)
-
-    s = sub.add_parser("search", help="find sessions by what they were about (refreshes the index first)")
+def _search_arguments(s):
     s.add_argument("query", nargs="+", help='words, "exact phrase", prefix*, -excluded')
     s.add_argument("--limit", type=int, help="sessions to show (default %d)" % DEFAULT_LIMIT)
     s.add_argument("--offset", type=int, default=0, help="skip this many results (paging)")
@@ -6809,32 +6869,84 @@ def build_parser():
     s.add_argument("--max-chars", type=int, metavar="N", help="keep the output under N characters (default: %d "
                    "unless --limit is given; 0 = no limit)" % DEFAULT_MAX_CHARS)
     _add_json(s)
-    s.set_defaults(func=cmd_search)
 
-    i = sub.add_parser("index", help="bring the index up to date (incremental)")
+
+def _index_arguments(i):
     i.add_argument("--full", action="store_true", help="rebuild the index from scratch")
     _add_json(i)
-    i.set_defaults(func=cmd_index)
 
-    st = sub.add_parser("status", help="what is indexed, from where, and how fresh")
-    _add_json(st)
-    st.set_defaults(func=cmd_status)
 
-    w = sub.add_parser("watch", help="keep the index fresh in the background")
+def _watch_arguments(w):
     w.add_argument("--interval", type=float, default=WATCH_INTERVAL, metavar="SECONDS",
                    help="seconds between checks (default %g)" % WATCH_INTERVAL)
-    w.set_defaults(func=cmd_watch)
 
-    so = sub.add_parser("sources", help="every supported agent, where it looks, what was found")
-    _add_json(so)
-    so.set_defaults(func=cmd_sources)
-    fo = sub.add_parser("forget", help="remove a session from the index and keep it out")
+
+def _forget_arguments(fo):
     fo.add_argument("session", nargs="*", help="session id, id prefix, file or name (as for show)")
     fo.add_argument("--undo", action="store_true", help="index a forgotten session again (give its id)")
     fo.add_argument("--list", action="store_true", help="list the forgotten sessions")
     _add_json(fo)
-    fo.set_defaults(func=cmd_forget)
-    add_commands(sub)
+
+
+def _show_arguments(sh):
+    sh.add_argument("session", nargs="+", help="session id, unique id prefix, session file, or name")
+    sh.add_argument("--around", type=int, metavar="SEQ", help="show the chunks around chunk SEQ (search's matches[].seq)")
+    sh.add_argument("--context", type=int, default=SHOW_CONTEXT, metavar="K",
+                    help="chunks on each side of --around (default %d)" % SHOW_CONTEXT)
+    sh.add_argument("--max-chars", type=int, metavar="N",
+                    help="print at most N characters (default: no limit; %d with --json; 0: no limit)" % SHOW_JSON_MAX_CHARS)
+    sh.add_argument("--tools", action="store_true", help="show tool calls in full, not as one line")
+    sh.add_argument("--all", action="store_true", help="show tool calls, thinking and injected context in full")
+    sh.add_argument("--no-refresh", action="store_true", help="use the index as it is, without updating it")
+    _add_json(sh)
+
+
+# Every command: its help line, the function that adds its arguments, the function that runs it.
+# The order is the order of `sesame --help`.
+COMMANDS = {
+    "search": ("find sessions by what they were about (refreshes the index first)", _search_arguments, cmd_search),
+    "index": ("bring the index up to date (incremental)", _index_arguments, cmd_index),
+    "status": ("what is indexed, from where, and how fresh", _add_json, cmd_status),
+    "watch": ("keep the index fresh in the background", _watch_arguments, cmd_watch),
+    "sources": ("every supported agent, where it looks, what was found", _add_json, cmd_sources),
+    "forget": ("remove a session from the index and keep it out", _forget_arguments, cmd_forget),
+    "show": ("print one session as a readable conversation", _show_arguments, cmd_show),
+    "mcp": ("serve search, show and status to agents over MCP (stdio)", lambda p: None, cmd_mcp),
+}
+
+
+def build_parser(command=None):
+    """The command line parser. Given the command about to run, only its sub-parser is built:
+    building all of them is a start-up cost every invocation would pay."""
+    import argparse
+
+    class _ArgParser(argparse.ArgumentParser):
+        """argparse that raises UsageError (one line, exit 2) instead of printing usage and exiting."""
+
+        def error(self, message):
+            raise UsageError("%s (see: %s --help)" % (message, self.prog))
+
+    class _Formatter(argparse.HelpFormatter):
+        """Asks for the terminal's width only when help is printed (argparse asks, importing shutil,
+        for every argument added)."""
+
+        def __init__(self, prog):
+            super().__init__(prog, width=78)
+
+        def format_help(self):
+            import shutil
+            self._width = max(shutil.get_terminal_size().columns - 2, 40)
+            return super().format_help()
+
+    p = _ArgParser(prog="sesame", description=__doc__.split("\n\n")[1].replace("\n", " "), formatter_class=_Formatter,
+                   epilog="Exit codes: 0 success (also when nothing matched), 1 error, 2 usage error.")
+    p.add_argument("--version", action="version", version="sesame " + __version__)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgParser)
+    for name, (help_text, add_arguments, run) in COMMANDS.items():
+        if command in (None, name):
+            sp = sub.add_parser(name, help=help_text, formatter_class=_Formatter)
+            add_arguments(sp)
+            sp.set_defaults(func=run)
     return p
 
 
@@ -6850,7 +6962,8 @@ def main(argv=None):
     argv = [clean_text(a) for a in argv]
     want_json = "--json" in argv
     try:
-        args = build_parser().parse_args(argv)
+        command = next((a for a in argv if not a.startswith("-")), None)
+        args = build_parser(command if command in COMMANDS else None).parse_args(argv)
         if not args.command:
             build_parser().print_help()
             return EXIT_USAGE
