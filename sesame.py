@@ -505,13 +505,28 @@ class Session:
 
 
 class ParseReport:
-    """What a parser noticed while reading one file: skipped lines and why."""
+    """What a parser noticed while reading one file: skipped lines and why, and the records it did
+    not recognise (the first sign that a new release of the agent writes something Sesame does not
+    read yet; `sesame status` reports them per agent)."""
 
     def __init__(self):
         self.skipped = {}
+        self.unknown = {}          # record or content block type -> count
+        self.versions = set()      # the agent versions the file's records name
 
     def skip(self, reason, n=1):
         self.skipped[reason] = self.skipped.get(reason, 0) + n
+
+    def unrecognized(self, record_type, n=1):
+        """Count a record (or content block) of a type this parser neither reads nor skips on purpose.
+        Types a parser ignores deliberately are not reported: it lists them in its own section."""
+        key = str(record_type)[:80]
+        self.unknown[key] = self.unknown.get(key, 0) + n
+
+    def saw_version(self, version):
+        """Note the agent version a record names (e.g. Claude Code's `version`, Codex's `cli_version`)."""
+        if isinstance(version, str) and version and len(self.versions) < 20:
+            self.versions.add(version[:40])
 
     @property
     def skipped_lines(self):
@@ -898,6 +913,12 @@ class Parser:
 
     def resume_command(self, session):
         return None
+
+    def current_sessions(self, env):
+        """Session ids or file paths of this agent's sessions that the calling process runs inside
+        (agents tell it through the environment, e.g. a session id variable); [] when unknown. Search
+        marks such a result `current` and ranks it after the others: it holds the very query."""
+        return []
 
     def sidecars(self, path):
         return []
