@@ -895,6 +895,9 @@ class Parser:
 
     id = label = ""
     version = 1
+    # The newest release of the agent whose files were checked against this parser, and when
+    # ("2.1.197, 2026-11-24"); status compares it with the versions the records name.
+    verified = ""
     # A resumable parser reads append-only files and can stop and restart at a "clean" line (one
     # after which no chunk is waiting for more lines, e.g. a tool call for its result):
     # parse(path, report, resume=checkpoint, limit=bytes) -> sessions whose `checkpoint` says where
