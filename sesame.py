@@ -110,8 +110,10 @@ __version__ = "0.1.0"
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 # Bump SCHEMA_VERSION when the tables change: an older index is then rebuilt from the session files
-# (they are the source of truth), a newer one is refused rather than damaged.
-SCHEMA_VERSION = 3
+# (they are the source of truth), a newer one is refused rather than damaged. From schema 4 on the
+# index also keeps sessions whose files are gone: a later migration must carry those over (their
+# chunks are in the index; their ranking rows can be rebuilt from them with build_parts).
+SCHEMA_VERSION = 4
 
 # Chunk kinds, and the FTS column of the per-session documents each kind is indexed in. The column
 # weights are the ranking policy: what the user and the assistant said outranks what tools printed,
@@ -215,6 +217,37 @@ class LazyPattern:
         for method in ("match", "fullmatch", "search", "finditer", "findall", "sub", "subn", "split"):
             setattr(self, method, getattr(compiled, method))
         return getattr(compiled, name)
+
+
+def db_path(path):
+    """A file path as the index stores it: text, or the raw bytes of a name that is not valid UTF-8
+    (common on disks copied from other systems: Python hands such names over with surrogate escapes,
+    which SQLite cannot store as text). Nothing is lost either way; fs_path() turns it back."""
+    if path is None or path.isascii():
+        return path
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return os.fsencode(path)
+
+
+def fs_path(value):
+    """A path from the index, as Python opens it."""
+    return os.fsdecode(value) if isinstance(value, bytes) else value
+
+
+def shown_path(path):
+    """A path as printed (text and JSON): bytes that are not UTF-8 become \\xNN escapes."""
+    path = fs_path(path)
+    if path is None or path.isascii():
+        return path
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return "".join(c if not 0xD800 <= ord(c) <= 0xDFFF else "\\x%02x" % (ord(c) - 0xDC00)
+                       if 0xDC80 <= ord(c) <= 0xDCFF else "\\u%04x" % ord(c) for c in path)
 
 
 # ==================================================================================================
@@ -669,10 +702,11 @@ class Policy:
     """What the user keeps out of the index or hidden in it: config `exclude` (session files, or
     whole projects by cwd), config `redact` (on by default), and sessions `sesame forget` named."""
 
-    def __init__(self, exclude=(), redact=True, forgotten=()):
+    def __init__(self, exclude=(), redact=True, forgotten=(), keep_deleted=True):
         self.exclude = [os.path.expanduser(os.path.expandvars(p)) for p in exclude]
         self.redact = redact
         self.forgotten = {(f.get("agent"), f.get("sessionId")) for f in forgotten}
+        self.keep_deleted = keep_deleted  # config `keepDeletedSessions`: sessions whose files are gone stay
 
     def fingerprint(self):
         """Changing these settings changes what the whole index should hold: it is rebuilt."""
@@ -778,9 +812,24 @@ def first_json_line(path, limit=65536):
     return None
 
 
-# Folders walk_files could not read, drained by discover() into the index summary. (A list rather
-# than an exception: one unreadable folder must not hide its readable neighbours.)
-UNREADABLE_FOLDERS = []
+class Listing:
+    """What walk_files saw while one source was listed: every folder it read, with its modification
+    time (a file created, removed or renamed in a folder changes the folder's time, so comparing
+    these times tells a search whether the source's list of files can have changed without listing
+    it again), and the folders it could not read (one unreadable folder must not hide its readable
+    neighbours). The indexer opens one around each source's list_files(); parsers never see it."""
+
+    open_listings = []   # the listing in progress is the last one
+
+    def __init__(self):
+        self.dirs, self.unreadable = [], []
+
+    def __enter__(self):
+        Listing.open_listings.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        Listing.open_listings.remove(self)
 
 
 def walk_files(root, match, max_depth, skip_dirs=()):
@@ -790,15 +839,18 @@ def walk_files(root, match, max_depth, skip_dirs=()):
     """
     if os.path.isfile(root):
         return [root] if match(os.path.basename(root)) else []
+    log = Listing.open_listings[-1] if Listing.open_listings else Listing()
     found = []
     stack = [(root, 0)]
     while stack:
         d, depth = stack.pop()
         try:
+            mtime = os.stat(d).st_mtime_ns  # taken before reading: a change during the read shows next time
             entries = list(os.scandir(d))
         except OSError as e:
-            UNREADABLE_FOLDERS.append((d, e.strerror or str(e)))
+            log.unreadable.append((d, e.strerror or str(e)))
             continue
+        log.dirs.append((d, mtime))
         for e in entries:
             try:
                 if e.is_dir(follow_symlinks=False):
@@ -4850,7 +4902,9 @@ class AntigravityParser(Parser):
 # Index store: schema, connection settings, FTS5 probe
 # ==================================================================================================
 #
-# The index is a plain table of chunks plus one FTS5 table that ranks sessions:
+# The index is a plain table of chunks plus one FTS5 table that ranks sessions (and the bookkeeping
+# of the indexer: `files` with each file's size, time, checkpoint and state; `dirs`, the folders each
+# source was listed from, with their times; see "Freshness" in the Indexer section):
 #   chunks    every chunk of every session, in order (`seq`); the text is stored zlib-compressed
 #             when that saves space: it is read only to show snippets and sessions.
 #   docs_fts  one row per session "part" (consecutive chunks, up to PART_CHARS), contentless, with
@@ -4866,14 +4920,20 @@ TOKENIZE = "porter unicode61 remove_diacritics 2"
 
 SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE files(id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, parser TEXT NOT NULL,
+CREATE TABLE files(id INTEGER PRIMARY KEY, path UNIQUE NOT NULL, source TEXT, parser TEXT NOT NULL,
     parser_version INTEGER, size INTEGER, mtime_ns INTEGER, status TEXT, reason TEXT,
-    skipped INTEGER DEFAULT 0, indexed_at TEXT, checkpoint TEXT);
+    skipped INTEGER DEFAULT 0, indexed_at TEXT, checkpoint TEXT, sessions INTEGER DEFAULT 0, unknown TEXT);
+CREATE INDEX files_mtime ON files(mtime_ns);
+CREATE INDEX files_source ON files(source);
+CREATE INDEX files_sessions ON files(sessions);
+CREATE INDEX files_pending ON files(id) WHERE size < 0;
+CREATE TABLE dirs(source TEXT NOT NULL, path NOT NULL, mtime_ns INTEGER, PRIMARY KEY(source, path)) WITHOUT ROWID;
 CREATE TABLE sessions(id INTEGER PRIMARY KEY, file_id INTEGER NOT NULL, agent TEXT NOT NULL,
-    session_id TEXT NOT NULL, path TEXT, cwd TEXT, name TEXT, created TEXT, modified TEXT,
-    parent TEXT, chunk_count INTEGER, summary TEXT, labels TEXT);
+    session_id TEXT NOT NULL, path, cwd TEXT, name TEXT, created TEXT, modified TEXT,
+    parent TEXT, chunk_count INTEGER, summary TEXT, labels TEXT, deleted TEXT);
 CREATE INDEX sessions_file ON sessions(file_id);
 CREATE INDEX sessions_sid ON sessions(session_id);
+CREATE INDEX sessions_cwd ON sessions(cwd);
 CREATE TABLE chunks(id INTEGER PRIMARY KEY, session INTEGER NOT NULL, seq INTEGER NOT NULL,
     kind TEXT NOT NULL, role TEXT, tool TEXT, path TEXT, ts TEXT, text NOT NULL);
 CREATE INDEX chunks_session ON chunks(session, seq);
@@ -5162,7 +5222,7 @@ class Prepared:
             c.text = clean_text(c.text)
             if redact_secrets:
                 c.text = redact(c.text)[0]
-        for attr in ("session_id", "path", "cwd", "name", "parent", "summary"):
+        for attr in ("session_id", "cwd", "name", "parent", "summary"):
             setattr(s, attr, clean_text(getattr(s, attr)))
         s.labels = [clean_text(t) for t in s.labels]
         self.meta = (s.agent, s.session_id, s.path, s.cwd, s.name, s.created, s.modified, s.parent, s.summary,
@@ -5184,15 +5244,46 @@ class Prepared:
             setattr(self, k, v)
 
 
-def delete_sessions(con, session_ids):
-    """Remove sessions with their chunks and their ranking rows."""
-    for sid in session_ids:
-        row = con.execute("SELECT labels FROM sessions WHERE id=?", (sid,)).fetchone()
-        if row is None:
-            continue
-        delete_parts(con, sid, row[0])
+def delete_sessions(con, where, params=()):
+    """Remove the sessions matching a condition on `sessions`, with their chunks and ranking rows."""
+    for sid, labels in con.execute("SELECT id, labels FROM sessions WHERE %s" % where, params).fetchall():
+        delete_parts(con, sid, labels)
         for table, col in (("chunks", "session"), ("touched", "session"), ("sessions", "id")):
             con.execute("DELETE FROM %s WHERE %s=?" % (table, col), (sid,))
+
+
+def file_gone(con, row, keep=True):
+    """A file is no longer listed. Its sessions are kept, marked deleted, when the file is really gone
+    from disk (agents delete old transcripts; the index still has their text); they are removed when
+    the file is still there but no longer wanted (excluded, no longer under a configured source)."""
+    if keep and row.sessions and not os.path.lexists(fs_path(row.path)):
+        con.execute("UPDATE sessions SET deleted=? WHERE file_id=? AND deleted IS NULL", (iso(now_utc()), row.id))
+        con.execute("UPDATE files SET status='deleted', size=-1, checkpoint=NULL WHERE id=?", (row.id,))
+    else:
+        delete_sessions(con, "file_id=?", (row.id,))
+        con.execute("DELETE FROM files WHERE id=?", (row.id,))
+
+
+def clear_index(con, policy):
+    """Empty the index for a rebuild, except the sessions kept from files that are gone: they cannot
+    be read again, so they stay (unless the policy now excludes them), their ranking rows rebuilt."""
+    kept = con.execute("SELECT id, labels, agent, session_id, cwd FROM sessions WHERE deleted IS NOT NULL").fetchall()
+    con.execute("INSERT INTO docs_fts(docs_fts) VALUES('delete-all')")
+    con.execute("DELETE FROM docs")
+    if kept:
+        for table, col in (("chunks", "session"), ("touched", "session")):
+            con.execute("DELETE FROM %s WHERE %s NOT IN (SELECT id FROM sessions WHERE deleted IS NOT NULL)" % (table, col))
+    else:
+        con.execute("DELETE FROM chunks")
+        con.execute("DELETE FROM touched")
+    con.execute("DELETE FROM sessions WHERE deleted IS NULL")
+    con.execute("DELETE FROM files WHERE status != 'deleted'")
+    con.execute("DELETE FROM dirs")
+    for sid, labels, agent, session_id, cwd in kept:
+        build_parts(con, sid, labels, 0)
+        if not policy.keeps(agent, session_id, cwd):
+            delete_sessions(con, "id=?", (sid,))
+    con.execute("DELETE FROM files WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.file_id = files.id)")
 
 
 def write_session(con, file_id, prep, existing=None, from_seq=0):
@@ -5206,7 +5297,7 @@ def write_session(con, file_id, prep, existing=None, from_seq=0):
     if existing is None:
         sid = con.execute("INSERT INTO sessions(file_id, agent, session_id, path, cwd, name, created, modified, "
                           "parent, summary, labels, chunk_count) VALUES(?,?,?,?,?,?,?,?,?,?,?,0)",
-                          (file_id,) + meta).lastrowid
+                          (file_id,) + meta[:2] + (db_path(meta[2]),) + meta[3:]).lastrowid
         part_from = 0
     else:
         sid = existing
@@ -5216,7 +5307,7 @@ def write_session(con, file_id, prep, existing=None, from_seq=0):
         delete_parts(con, sid, old_labels, part_from)
         con.execute("DELETE FROM chunks WHERE session=? AND seq >= ?", (sid, from_seq))
         con.execute("UPDATE sessions SET agent=?, session_id=?, path=?, cwd=?, name=?, created=?, modified=?, parent=?, "
-                    "summary=?, labels=? WHERE id=?", meta + (sid,))
+                    "summary=?, labels=? WHERE id=?", meta[:2] + (db_path(meta[2]),) + meta[3:] + (sid,))
     con.executemany("INSERT INTO chunks(session, seq, kind, role, tool, path, ts, text) VALUES(?,?,?,?,?,?,?,?)",
                     [(sid, from_seq + i) + r for i, r in enumerate(prep.rows)])
     con.execute("UPDATE sessions SET chunk_count=? WHERE id=?", (from_seq + len(prep.rows), sid))
@@ -5235,13 +5326,13 @@ class IndexSummary:
     """What one index run did; printed as one line, or as JSON with --json."""
 
     def __init__(self):
-        self.seen = self.indexed = self.unchanged = self.removed = 0
+        self.seen = self.indexed = self.unchanged = self.removed = self.kept = 0
         self.sessions = self.chunks = self.skipped_lines = 0
         self.problems = []   # {"path", "reason"}: files not indexed (not a session file, unreadable, ...)
         self.seconds = 0.0
 
     def problem(self, path, reason):
-        self.problems.append({"path": path, "reason": reason})
+        self.problems.append({"path": shown_path(path), "reason": reason})
 
     def as_json(self):
         return {"filesSeen": self.seen, "filesIndexed": self.indexed, "filesUnchanged": self.unchanged,
@@ -5265,42 +5356,310 @@ class FileStat:
         self.st_size, self.st_mtime_ns = size, mtime_ns
 
 
-def discover(sources, summary):
-    """Every session file of every source: [(path, parser, stat)], each path once (first source wins)."""
-    found, seen = [], set()
-    del UNREADABLE_FOLDERS[:]
-    for src in sources:
+# A file's row in `files`, as the indexer reads it. `status` is "ok" (indexed), "skipped" (not a
+# session file), "damaged" (it was a session file and no longer parses: its last good sessions are
+# kept until it parses again or is gone), "unreadable" (could not be read last time: what was indexed
+# stays, it is tried again) or "deleted" (gone from disk: its sessions are kept, see
+# keepDeletedSessions). `path` is as stored (see db_path).
+FileRow = collections.namedtuple("FileRow", "id path source parser parser_version size mtime_ns status sessions")
+FILE_COLUMNS = ", ".join(FileRow._fields)
+
+# One file to read: where, with which parser, its stat now, its row (None when new), and the source
+# it was found under; `resume` is the checkpoint to go on from when the file only grew.
+Job = collections.namedtuple("Job", "path parser stat row source resume")
+
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3", ".vscdb")
+
+
+def file_rows(con, where="1", params=()):
+    return [FileRow(*r) for r in con.execute("SELECT %s FROM files WHERE %s" % (FILE_COLUMNS, where), params)]
+
+
+def stat_file(path, parser):
+    """A session file's size and time, with what changes along with it folded in: the parser's
+    sidecar files (pi's session metadata) and an SQLite store's write-ahead log, where a running
+    agent's newest rows stay until a checkpoint copies them into the store itself."""
+    st = os.stat(path)
+    size, mtime = st.st_size, st.st_mtime_ns
+    extra = parser.sidecars(path) if type(parser).sidecars is not Parser.sidecars else []
+    if path.endswith(SQLITE_SUFFIXES):
+        extra = list(extra) + [path + "-wal"]
+    for p in extra:
+        try:
+            x = os.stat(p)
+        except OSError:
+            continue
+        mtime = max(mtime, x.st_mtime_ns)
+        if p.endswith("-wal"):
+            size += x.st_size
+    return FileStat(size, mtime)
+
+
+def _changed(row, parser, st):
+    return (row.parser != parser.id or row.parser_version != parser.version or row.size != st.st_size
+            or row.mtime_ns != st.st_mtime_ns or row.status == "deleted")
+
+
+def list_source(src, summary):
+    """(paths, Listing) of one source; paths is None when the source cannot be listed at all."""
+    with Listing() as log:
         try:
             # A configured file is read as it is, whatever its name: the user said what it is.
             paths = [src.path] if os.path.isfile(src.path) else src.parser.list_files(src.path)
         except OSError as e:
             summary.problem(src.path, "cannot list: %s" % (e.strerror or e))
-            continue
-        sidecars = src.parser.sidecars if type(src.parser).sidecars is not Parser.sidecars else None
-        for path in paths:  # runs for every session file on every search: kept lean
-            if path in seen:
-                continue
-            seen.add(path)
+            paths = None
+    for folder, why in log.unreadable:
+        summary.problem(folder, "cannot list folder: %s" % why)
+    return paths, log
+
+
+def _inside(path, folders):
+    return any(path.startswith(f + os.sep) for f in folders)
+
+
+# -- Freshness: which files a refresh looks at --------------------------------------------------
+#
+# `sesame index` and `watch` compare every session file's size and time with the index (a stat
+# each). A search must not: that cost would grow with the user's history forever. Before a search
+# (and show) the index is refreshed from what is cheap and exact every time, plus a bounded share
+# of the rest:
+#   - the folders each source was listed from: a file created, removed or renamed in a folder
+#     changes the folder's time, so a changed folder means that source is listed again (new and
+#     removed sessions are seen at once) and every file in that folder is checked;
+#   - the files written in the last ACTIVE_SECONDS (agents append to the sessions they run), the
+#     files holding several sessions (agent databases: few, and any session may change in them), and
+#     the files of sessions run in the caller's folder or above it (a resumed old session: agents
+#     resume sessions of the folder they run in, and people and agents search from there);
+#   - the rest in turn: each search checks at least SWEEP_MIN_FILES more files (as many as fit in
+#     SWEEP_SECONDS), going on from where the last search stopped, so that an old file changed by
+#     something else is seen within ceil(files / SWEEP_MIN_FILES) searches.
+# Anything that makes these records untrustworthy (first use, other sources, another parser version,
+# changed exclude/redact settings) makes the refresh check everything, as `sesame index` does.
+ACTIVE_SECONDS = 2 * 24 * 3600
+SWEEP_MIN_FILES = 200
+SWEEP_SECONDS = 0.004
+CWD_MAX_FILES = 1000
+
+
+class Plan:
+    """What a look at the disk found: the files to read, the files gone, and what to remember."""
+
+    def __init__(self, full):
+        self.full = full
+        self.todo = []        # Jobs without their resume point (found when writing)
+        self.gone = []        # FileRows of files no longer listed
+        self.listings = {}    # source path -> [(folder, mtime_ns)]: sources listed again
+        self.sweep = None     # where the next search's sweep starts (a file id)
+        self.checked = 0      # files whose size and time were compared
+
+    def __bool__(self):
+        return bool(self.todo or self.gone or self.listings)
+
+
+def sources_key(sources):
+    """What the freshness records were made for: changing it makes the next refresh check everything."""
+    return json.dumps({"sources": [[s.parser.id, s.path] for s in sources],
+                       "parsers": {p.id: p.version for p in PARSERS.values()}}, sort_keys=True)
+
+
+def plan_full(store, sources, summary, policy):
+    """Compare every file of every source with the index (first source wins a file listed twice)."""
+    plan = Plan(full=True)
+    known = {row.path: row for row in file_rows(store.con)}
+    known_dirs = collections.defaultdict(list)
+    for source, path, mtime in store.con.execute("SELECT source, path, mtime_ns FROM dirs ORDER BY source, path"):
+        known_dirs[source].append((fs_path(path), mtime))
+    seen, kept, listed_sources = set(), set(), set()
+    for src in sources:
+        paths, log = list_source(src, summary)
+        if paths is None:
+            continue  # its files are neither read nor gone: whatever was indexed from them stays
+        listed_sources.add(src.path)
+        if sorted(log.dirs) != known_dirs.get(src.path, []):
+            plan.listings[src.path] = log.dirs
+        unreadable = [d for d, _ in log.unreadable]
+        if unreadable:
+            kept.update(key for key, row in known.items() if row.source == src.path and _inside(fs_path(key), unreadable))
+        for path in paths:
+            key = db_path(path)
+            if key in seen or policy.excludes_path(path):
+                continue  # an excluded file counts as gone: what was indexed from it is removed
+            seen.add(key)
+            row = known.get(key)
             try:
-                st = os.stat(path)
-                if sidecars:  # a changed sidecar (e.g. pi's session metadata) makes the file count as changed
-                    extra = [os.stat(p).st_mtime_ns for p in sidecars(path) if os.path.exists(p)]
-                    if extra:
-                        st = FileStat(st.st_size, max([st.st_mtime_ns] + extra))
+                st = stat_file(path, src.parser)
             except OSError as e:
                 summary.problem(path, "cannot stat: %s" % (e.strerror or e))
+                kept.add(key)
                 continue
-            found.append((path, src.parser, st))
-    for folder, why in UNREADABLE_FOLDERS:
-        summary.problem(folder, "cannot list folder: %s" % why)
-    del UNREADABLE_FOLDERS[:]
-    return found
+            plan.checked += 1
+            if row is None or _changed(row, src.parser, st):
+                plan.todo.append(Job(path, src.parser, st, row, src.path, None))
+    configured = {s.path for s in sources}
+    plan.gone = [row for key, row in known.items() if key not in seen and key not in kept and row.status != "deleted"
+                 and (row.source in listed_sources or row.source not in configured)]
+    return plan
+
+
+def plan_quick(store, sources, summary, policy, cwd=None):
+    """The freshness rules above: folders, active files, the caller's folder, then a sweep."""
+    con = store.con
+    plan = Plan(full=False)
+    known_dirs = collections.defaultdict(list)
+    for source, path, mtime in con.execute("SELECT source, path, mtime_ns FROM dirs"):
+        known_dirs[source].append((fs_path(path), mtime))
+    changed_dirs, check = set(), {}
+    for src in sources:
+        dirs = known_dirs.get(src.path)
+        stale = not dirs  # a configured file, or a source not listed yet: listed every time (cheap)
+        for folder, mtime in dirs or ():
+            try:
+                now = os.stat(folder).st_mtime_ns
+            except OSError:
+                now = None
+            if now != mtime:
+                changed_dirs.add(folder)
+                stale = True
+        if not stale:
+            continue
+        paths, log = list_source(src, summary)
+        if paths is None:
+            continue
+        if dirs or log.dirs:
+            plan.listings[src.path] = log.dirs
+        rows = {row.path: row for row in file_rows(con, "source = ?", (src.path,))}
+        listed = set()
+        for path in paths:
+            key = db_path(path)
+            if policy.excludes_path(path):
+                continue
+            listed.add(key)
+            row = rows.get(key)
+            if row is None:
+                other = file_rows(con, "path = ?", (key,))
+                if other and other[0].source != src.path and other[0].status != "deleted":
+                    continue  # another source has it (first source wins)
+                try:
+                    plan.todo.append(Job(path, src.parser, stat_file(path, src.parser), other[0] if other else None,
+                                         src.path, None))
+                    plan.checked += 1
+                except OSError as e:
+                    summary.problem(path, "cannot stat: %s" % (e.strerror or e))
+            elif not dirs or row.status == "deleted" or os.path.dirname(path) in changed_dirs:
+                check[row.id] = row
+        unreadable = [d for d, _ in log.unreadable]
+        plan.gone += [row for key, row in rows.items() if key not in listed and row.status != "deleted"
+                      and not _inside(fs_path(key), unreadable)]
+    # Files written lately, files holding several sessions, and the caller's folder.
+    since = time.time_ns() - ACTIVE_SECONDS * 10 ** 9
+    for row in file_rows(con, "mtime_ns >= ? AND status != 'deleted'", (since,)):
+        check[row.id] = row
+    for row in file_rows(con, "sessions > 1 AND status != 'deleted'"):
+        check[row.id] = row
+    for row in file_rows(con, "size < 0 AND status != 'deleted'"):  # read in part, or marked to be read again
+        check[row.id] = row
+    for row in _cwd_rows(con, cwd):
+        check[row.id] = row
+    parsers = {src.path: src.parser for src in sources}
+    gone = {row.id for row in plan.gone}
+    for row in check.values():
+        if row.id not in gone:
+            _check_row(plan, row, parsers, summary)
+    _sweep(store, plan, parsers, summary, skip=set(check) | gone)
+    plan.gone = list({row.id: row for row in plan.gone}.values())
+    return plan
+
+
+def _cwd_rows(con, cwd):
+    """The files of sessions run in `cwd` or a folder above it (not / or the home folder itself)."""
+    if not cwd:
+        return []
+    folders, d = [], cwd.rstrip(os.sep)
+    home = os.path.expanduser("~").rstrip(os.sep)
+    while d and d != home and len(folders) < 32:
+        folders.append(d)
+        d = os.path.dirname(d)
+        if d == folders[-1]:
+            break
+    if not folders:
+        return []
+    return file_rows(con, "status != 'deleted' AND id IN (SELECT file_id FROM sessions WHERE cwd IN (%s)) "
+                          "ORDER BY mtime_ns DESC LIMIT %d" % (",".join("?" * len(folders)), CWD_MAX_FILES), folders)
+
+
+def _check_row(plan, row, parsers, summary):
+    """Compare one indexed file with the disk; a changed one joins plan.todo, a vanished one plan.gone."""
+    parser = parsers.get(row.source) or PARSERS.get(row.parser)
+    if parser is None or row.status == "deleted":
+        return
+    path = fs_path(row.path)
+    try:
+        st = stat_file(path, parser)
+    except FileNotFoundError:
+        if row.source in parsers:
+            plan.gone.append(row)
+        return
+    except OSError as e:
+        summary.problem(path, "cannot stat: %s" % (e.strerror or e))
+        return
+    plan.checked += 1
+    if _changed(row, parser, st):
+        plan.todo.append(Job(path, parser, st, row, row.source, None))
+
+
+def _sweep_file(store):
+    return os.path.join(os.path.dirname(store.path), "sweep")
+
+
+def _rows_after(con, start):
+    """Indexed files in id order from just after `start`, then from the first up to `start`."""
+    for low, high in ((start, None), (0, start)):
+        last = low
+        while True:
+            rows = file_rows(con, "id > ?%s AND status != 'deleted' ORDER BY id LIMIT 256"
+                             % ("" if high is None else " AND id <= %d" % high), (last,))
+            if not rows:
+                break
+            yield from rows
+            last = rows[-1].id
+
+
+def _sweep(store, plan, parsers, summary, skip):
+    """Check the next files in id order: at least SWEEP_MIN_FILES, more while SWEEP_SECONDS last."""
+    try:
+        with open(_sweep_file(store)) as f:
+            start = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        start = 0
+    deadline, done = time.monotonic() + SWEEP_SECONDS, 0
+    plan.sweep = start
+    for row in _rows_after(store.con, start):
+        plan.sweep = row.id
+        if row.id not in skip:
+            _check_row(plan, row, parsers, summary)
+            done += 1
+            if done >= SWEEP_MIN_FILES and time.monotonic() > deadline:
+                break
+
+
+def _save_sweep(store, plan):
+    """Remember where the next sweep starts (a file of its own: a search writes nothing to the index
+    when nothing changed, and may run where the index is read-only)."""
+    if plan.sweep is None:
+        return
+    try:
+        with open(_sweep_file(store) + ".tmp", "w") as f:
+            f.write("%d\n" % plan.sweep)
+        os.replace(_sweep_file(store) + ".tmp", _sweep_file(store))
+    except OSError:
+        pass
 
 
 BATCH_BYTES = 64 * 1024 * 1024   # commit after this much session data: bounded loss on interruption
 BATCH_FILES = 2000
 SLICE_BYTES = 8 * 1024 * 1024    # a resumable file is parsed this much at a time: bounded memory
-TAIL_CHECK = 1024                # bytes before a checkpoint that must be unchanged to resume there
+PARALLEL_MIN_BYTES = 16 * 1024 * 1024  # below this much to read, a worker process costs more than it saves
 
 
 class Batch:
@@ -5335,30 +5694,19 @@ class Batch:
             pass
 
 
-def plan_index(store, sources, summary, policy=None):
-    """Compare the files on disk with the index: (files to read [(path, parser, stat, row)], rows gone)."""
-    files = discover(sources, summary)
-    if policy and policy.exclude:
-        files = [f for f in files if not policy.excludes_path(f[0])]  # excluded files count as gone
-    summary.seen = len(files)
-    known = {row[1]: row for row in store.con.execute(
-        "SELECT id, path, parser, parser_version, size, mtime_ns FROM files")}
-    todo = []
-    for path, parser, st in files:
-        row = known.get(path)
-        if (row and row[2] == parser.id and row[3] == parser.version and row[4] == st.st_size
-                and row[5] == st.st_mtime_ns):
-            summary.unchanged += 1
-        else:
-            todo.append((path, parser, st, row))
-    present = {path for path, _, _ in files}
-    return todo, [row for path, row in known.items() if path not in present]
+def plan_index(store, sources, summary, policy, quick=False, cwd=None):
+    """What to read and what is gone: every file compared (full), or by the freshness rules (quick),
+    which only hold when the records were made for the same sources, parsers and settings."""
+    if quick and store.meta("sources") == sources_key(sources) and store.meta("policy") == policy.fingerprint():
+        return plan_quick(store, sources, summary, policy, cwd)
+    return plan_full(store, sources, summary, policy)
 
 
-def run_index(store, sources, full=False, progress=None, policy=None):
-    """Bring the index up to date with the sources. Files whose size and mtime are unchanged are not
+def run_index(store, sources, full=False, progress=None, policy=None, quick=False, cwd=None):
+    """Bring the index up to date with the sources. Files whose size and time are unchanged are not
     read; files that only grew are read from where the last run stopped; other changed files are
-    re-parsed; vanished ones are removed."""
+    read again; files gone keep their sessions, marked deleted (unless the policy says otherwise).
+    `quick` looks at the disk by the freshness rules instead of file by file (see above)."""
     t0 = time.monotonic()
     summary = IndexSummary()
     policy = policy or Policy()
@@ -5369,8 +5717,10 @@ def run_index(store, sources, full=False, progress=None, policy=None):
     if not full and known is not None:
         # The common case (every search starts with it): look without taking the write lock, and
         # leave at once when nothing changed. (Callers hold the index lock, so the plan stays true.)
-        plan = plan_index(store, sources, summary, policy)
-        if not plan[0] and not plan[1]:
+        plan = plan_index(store, sources, summary, policy, quick, cwd)
+        _count(summary, plan)
+        if not plan:
+            _save_sweep(store, plan)
             summary.seconds = time.monotonic() - t0
             return summary
     batch = Batch(store, one_transaction=full)
@@ -5379,24 +5729,36 @@ def run_index(store, sources, full=False, progress=None, policy=None):
         if full:
             # Rebuilt in the run's one transaction: until it commits, searches see the old index, and
             # a rebuild that fails (full disk, Ctrl-C, kill -9) leaves the old index as it was.
-            store._create_schema()
+            clear_index(store.con, policy)
         store.set_meta("policy", policy.fingerprint())
-        todo, gone = plan or plan_index(store, sources, summary, policy)
-        total_bytes = sum(st.st_size for _, _, st, _ in todo) or 1
-        for row in gone:
-            delete_sessions(store.con, [r[0] for r in store.con.execute("SELECT id FROM sessions WHERE file_id=?", (row[0],))])
-            store.con.execute("DELETE FROM files WHERE id=?", (row[0],))
-        summary.removed = len(gone)
-        jobs = [(path, parser, st, row, _resume_point(store.con, path, parser, st, row))
-                for path, parser, st, row in todo]
-        results = parse_all(jobs, parallel=total_bytes >= PARALLEL_MIN_BYTES, policy=policy)
+        if plan is None:
+            plan = plan_full(store, sources, summary, policy)
+            _count(summary, plan)
+        store.set_meta("sources", sources_key(sources))
+        # A folder changed within the last seconds may change again within the same tick of a
+        # coarse file system clock (1-2 s on some disks) without its time moving: such a folder is
+        # recorded as unknown, so the next refresh lists it again.
+        settled = time.time_ns() - 2 * 10 ** 9
+        for source, dirs in plan.listings.items():
+            store.con.execute("DELETE FROM dirs WHERE source=?", (source,))
+            store.con.executemany("INSERT OR REPLACE INTO dirs(source, path, mtime_ns) VALUES(?,?,?)",
+                                  [(source, db_path(d), m if m < settled else 0) for d, m in dirs])
+        for row in plan.gone:
+            file_gone(store.con, row, keep=policy.keep_deleted)
+            summary.removed += 1
+        jobs = [job._replace(resume=_resume_point(store.con, job)) for job in plan.todo]
+        to_read = sum(j.stat.st_size - (j.resume["offset"] if j.resume else 0) for j in jobs)
+        results = parse_all(jobs, parallel=to_read >= PARALLEL_MIN_BYTES, policy=policy)
         done_bytes = 0
         for n, (job, result) in enumerate(zip(jobs, results), 1):
             index_file(batch, job, result, summary, policy)
             batch.done(0, files=1)
-            done_bytes += job[2].st_size
+            done_bytes += job.stat.st_size
             if progress:
-                progress(n, len(todo), done_bytes, total_bytes, time.monotonic() - t0)
+                progress(n, len(jobs), done_bytes, max(to_read, 1), time.monotonic() - t0)
+        if plan.todo:  # rows of files gone whose sessions all moved to files indexed now
+            store.con.execute("DELETE FROM files WHERE status='deleted' AND NOT EXISTS "
+                              "(SELECT 1 FROM sessions s WHERE s.file_id = files.id)")
         batch.commit()
     except BaseException:
         batch.rollback()
@@ -5404,123 +5766,161 @@ def run_index(store, sources, full=False, progress=None, policy=None):
     finally:
         if results is not None:
             results.close()  # stops the worker processes, also when interrupted
+    _save_sweep(store, plan)
     summary.seconds = time.monotonic() - t0
     return summary
 
 
-def _fingerprint(path, offset):
-    """Hashes of the file's first bytes and of the bytes just before `offset`: if both are unchanged,
-    the file only grew since that offset was indexed."""
+def _count(summary, plan):
+    summary.seen, summary.unchanged = plan.checked, plan.checked - len(plan.todo)
+
+
+def file_checksum(path, length):
+    """A checksum of the file's first `length` bytes: what was indexed. If it is unchanged, the file
+    only grew since (an append), and reading can go on from there. CRC-32 reads at several GB/s."""
+    crc, left = 0, length
     with open(path, "rb") as f:
-        head = f.read(min(TAIL_CHECK, offset))
-        f.seek(max(0, offset - TAIL_CHECK))
-        tail = f.read(min(TAIL_CHECK, offset))
-    import hashlib
-    return hashlib.sha1(head).hexdigest()[:16] + hashlib.sha1(tail).hexdigest()[:16]
+        while left > 0:
+            block = f.read(min(left, 1 << 20))
+            if not block:
+                return None  # shorter than that now
+            crc = zlib.crc32(block, crc)
+            left -= len(block)
+    return "%d:%08x" % (length, crc)
 
 
-def _resume_point(con, path, parser, st, row):
+def _resume_point(con, job):
     """The checkpoint to go on from when the file only grew since it was indexed, else None."""
-    if row is None or not parser.resumable or row[2] != parser.id or row[3] != parser.version:
+    row, parser = job.row, job.parser
+    if (row is None or not parser.resumable or row.parser != parser.id or row.parser_version != parser.version
+            or row.status != "ok"):
         return None
     try:
-        ck = json.loads(con.execute("SELECT checkpoint FROM files WHERE id=?", (row[0],)).fetchone()[0] or "null")
-        if ck and st.st_size >= ck["offset"] and _fingerprint(path, ck["offset"]) == ck["fingerprint"]:
+        ck = json.loads(con.execute("SELECT checkpoint FROM files WHERE id=?", (row.id,)).fetchone()[0] or "null")
+        if ck and job.stat.st_size >= ck["offset"] and file_checksum(job.path, ck["offset"]) == ck["checksum"]:
             return ck
     except (OSError, ValueError, KeyError, TypeError):
         pass
     return None
 
 
+# What a worker hands back for one file (or one slice of it): status is "ok", "skipped" (not a
+# session file) or "error" (not readable now: left for the next run); payload is the Prepared
+# sessions or the reason; the parser's report: skipped lines, unrecognised record types, versions.
+ParseResult = collections.namedtuple("ParseResult", "status payload skipped checkpoint unknown versions")
+
+
 def parse_file(path, parser_id, resume, limit, redact_secrets=True):
     """Run a parser on one file (or one slice of it) and compress its chunks.
 
-    Arguments and result are plain picklable values, so this can run in a worker process:
-    (status, sessions or reason, skipped-lines dict, checkpoint). status is "ok", "skipped" (not a
-    session file: recorded, so it is not retried until it changes) or "error" (left for next run).
+    Arguments and result are plain picklable values, so this can run in a worker process.
     """
     parser = PARSERS[parser_id]
     report = ParseReport()
+
+    def result(status, payload, checkpoint=None):
+        return ParseResult(status, payload, report.skipped, checkpoint, report.unknown, sorted(report.versions))
     try:
         if parser.resumable:
             sessions = parser.parse(path, report, resume=resume, limit=limit)
         else:
             sessions = parser.parse(path, report)
     except NotASessionFile as e:
-        return "skipped", "not a %s session file (%s)" % (parser.label, e), report.skipped, None
+        return result("skipped", "not a %s session file (%s)" % (parser.label, e))
     except OSError as e:
-        return "error", "cannot read: %s" % (e.strerror or e), report.skipped, None
+        return result("error", "cannot read: %s" % (e.strerror or e))
     except Exception as e:  # a parser bug must not stop the run; the file is reported instead
-        return "error", "%s parser failed: %s: %s" % (parser_id, type(e).__name__, e), report.skipped, None
+        return result("error", "%s parser failed: %s: %s" % (parser_id, type(e).__name__, e))
     try:
         prepared = [Prepared(s, fresh=resume is None, redact_secrets=redact_secrets) for s in sessions]
     except Exception as e:  # same promise as above: one bad file never stops the run
-        return "error", "%s parser failed: %s: %s" % (parser_id, type(e).__name__, e), report.skipped, None
+        return result("error", "%s parser failed: %s: %s" % (parser_id, type(e).__name__, e))
     checkpoint = None
     if parser.resumable and sessions and sessions[0].checkpoint:
         ck = sessions[0].checkpoint
         try:
-            checkpoint = dict(ck, fingerprint=_fingerprint(path, ck["offset"]))
+            checkpoint = dict(ck, checksum=file_checksum(path, ck["offset"]))
         except OSError as e:
-            return "error", "cannot read: %s" % (e.strerror or e), report.skipped, None
-    return "ok", prepared, report.skipped, checkpoint
+            return result("error", "cannot read: %s" % (e.strerror or e))
+    return result("ok", prepared, checkpoint)
 
 
 def index_file(batch, job, result, summary, policy):
     """Replace (or extend) what the index held for one file with its parse result.
 
-    A bad file is reported, never fatal, and a file that cannot be read now keeps whatever was
-    indexed from it before. A resumable file that only grew is extended from its checkpoint; one
-    larger than SLICE_BYTES arrives in slices, each committed like an append.
+    A bad file is reported, never fatal: a file that cannot be read now keeps whatever was indexed
+    from it before (and is tried again next run), and a file that was a session file and no longer
+    parses ("damaged": a garbage first line, a truncated rewrite, a corrupt store) keeps its last
+    good sessions until it parses again or is gone. A resumable file that only grew is extended from
+    its checkpoint; one larger than SLICE_BYTES arrives in slices, each committed like an append.
     """
-    path, parser, st, row, resume = job
-    con = batch.con
-    file_id = row[0] if row else None
+    con, resume, st = batch.con, job.resume, job.stat
+    file_id = job.row.id if job.row else None
     existing = None
     if resume and file_id is not None:
         r = con.execute("SELECT id FROM sessions WHERE file_id=?", (file_id,)).fetchone()
         existing = r[0] if r else None
     fresh = resume is None
-    skipped_lines = 0
+    skipped_lines, unknown, versions, written = 0, collections.Counter(), set(), []
     while True:
-        status, payload, skipped, checkpoint = result
-        skipped_lines += sum(skipped.values())
-        if status == "error":
-            summary.problem(path, payload)
+        skipped_lines += sum(result.skipped.values())
+        unknown.update(result.unknown)
+        versions.update(result.versions)
+        if result.status == "error":  # kept as it was, tried again next run
+            summary.problem(job.path, result.payload)
+            if file_id is None:
+                con.execute("INSERT INTO files(path, source, parser, parser_version, size, mtime_ns, status, reason) "
+                            "VALUES(?,?,?,?,-1,?,'unreadable',?)", (db_path(job.path), job.source, job.parser.id,
+                                                                    job.parser.version, st.st_mtime_ns, result.payload))
+            else:
+                con.execute("UPDATE files SET status='unreadable', reason=? WHERE id=?", (result.payload, file_id))
             return
-        sessions = payload if status == "ok" else []
+        if result.status == "skipped" and job.row is not None and job.row.sessions and \
+                job.row.status in ("ok", "damaged"):
+            # It held sessions and no longer parses: keep them, say so, and look again when it changes.
+            con.execute("UPDATE files SET status='damaged', reason=?, size=?, mtime_ns=?, indexed_at=? WHERE id=?",
+                        (result.payload, st.st_size, st.st_mtime_ns, iso(now_utc()), file_id))
+            summary.problem(job.path, "damaged, kept what was indexed from it before: %s" % result.payload)
+            return
+        sessions = result.payload if result.status == "ok" else []
         if fresh and file_id is not None:
-            delete_sessions(con, [r[0] for r in con.execute("SELECT id FROM sessions WHERE file_id=?", (file_id,))])
+            delete_sessions(con, "file_id=?", (file_id,))
         fresh = False
         if file_id is None:
-            file_id = con.execute("INSERT INTO files(path, parser) VALUES(?, ?)", (path, parser.id)).lastrowid
+            file_id = con.execute("INSERT INTO files(path, parser) VALUES(?, ?)", (db_path(job.path), job.parser.id)).lastrowid
         for s in sessions:
             if not policy.keeps(s.meta[0], s.meta[1], s.meta[3]):
                 continue  # forgotten, or run in an excluded project
             existing = write_session(con, file_id, s, existing=existing if resume else None,
                                      from_seq=resume["seq"] if resume else 0)
+            written.append((s.meta[0], s.meta[1]))
             summary.chunks += s.count
         complete = all(s.complete for s in sessions)
+        checkpoint = result.checkpoint
+        count = con.execute("SELECT count(*) FROM sessions WHERE file_id=?", (file_id,)).fetchone()[0]
         # An unfinished file keeps size -1: the next run sees it as changed and resumes it.
-        con.execute("UPDATE files SET parser=?, parser_version=?, size=?, mtime_ns=?, status=?, reason=?, skipped=?, "
-                    "indexed_at=?, checkpoint=? WHERE id=?",
-                    (parser.id, parser.version, st.st_size if complete else -1, st.st_mtime_ns,
-                     "ok" if status == "ok" else "skipped", None if status == "ok" else payload,
-                     skipped_lines, iso(now_utc()), json.dumps(checkpoint) if checkpoint else None, file_id))
+        con.execute("UPDATE files SET source=?, parser=?, parser_version=?, size=?, mtime_ns=?, status=?, reason=?, "
+                    "skipped=?, indexed_at=?, checkpoint=?, sessions=?, unknown=? WHERE id=?",
+                    (job.source, job.parser.id, job.parser.version, st.st_size if complete else -1, st.st_mtime_ns,
+                     "ok" if result.status == "ok" else "skipped", None if result.status == "ok" else result.payload,
+                     skipped_lines, iso(now_utc()), json.dumps(checkpoint) if checkpoint else None, count,
+                     json.dumps({"types": dict(unknown), "versions": sorted(versions)}) if unknown or versions else None,
+                     file_id))
         read_to = checkpoint["offset"] if checkpoint else st.st_size
         batch.done(read_to - (resume["offset"] if resume else 0))
         if complete:
             break
         resume = checkpoint
-        result = parse_file(path, parser.id, resume, SLICE_BYTES, policy.redact)
-    if status == "skipped":
-        summary.problem(path, payload)
+        result = parse_file(job.path, job.parser.id, resume, SLICE_BYTES, policy.redact)
+    # A session found in this file that the index kept from a file now gone has moved here: the
+    # kept copy goes (the session follows its file).
+    for agent, session_id in written:
+        delete_sessions(con, "agent=? AND session_id=? AND deleted IS NOT NULL", (agent, session_id))
+    if result.status == "skipped":
+        summary.problem(job.path, result.payload)
     summary.indexed += 1
     summary.sessions += len(sessions)
     summary.skipped_lines += skipped_lines
-
-
-PARALLEL_MIN_BYTES = 16 * 1024 * 1024  # below this, starting a worker process costs more than it saves
 
 
 def _quiet_worker():
@@ -5534,7 +5934,7 @@ def _quiet_worker():
 def parse_all(jobs, parallel, policy):
     """Parse results for jobs, in order. With `parallel`, parsing runs in worker processes (the
     machine's other cores) while the caller writes; a few results are kept ahead, never all."""
-    args = [(path, parser.id, resume, SLICE_BYTES, policy.redact) for path, parser, _, _, resume in jobs]
+    args = [(job.path, job.parser.id, job.resume, SLICE_BYTES, policy.redact) for job in jobs]
     if not parallel:
         for a in args:
             yield parse_file(*a)
@@ -5542,9 +5942,9 @@ def parse_all(jobs, parallel, policy):
     import multiprocessing
     from collections import deque
     methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+    mp = multiprocessing.get_context("fork" if "fork" in methods else None)
     try:
-        pool = ctx.Pool(max(1, min(4, os.cpu_count() or 2)), initializer=_quiet_worker)
+        pool = mp.Pool(max(1, min(4, os.cpu_count() or 2)), initializer=_quiet_worker)
     except (OSError, ImportError, ValueError):  # no semaphores or processes here: parse in-process
         for a in args:
             yield parse_file(*a)
@@ -5894,12 +6294,26 @@ def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION
             for w, seq, kind, role, tool, ts, text in scored[:limit]]
 
 
-SESSION_COLUMNS = "id, agent, session_id, path, cwd, name, created, modified, parent, chunk_count, summary"
+SESSION_COLUMNS = "id, agent, session_id, path, cwd, name, created, modified, parent, chunk_count, summary, deleted"
+SESSION_KEYS = [c.strip() for c in SESSION_COLUMNS.split(",")]
+
+
+def session_dict(row):
+    """A sessions row as a dict, its path printable (see shown_path)."""
+    s = dict(zip(SESSION_KEYS, row))
+    s["path"] = shown_path(s["path"])
+    return s
 
 
 def session_row(con, sid):
     row = con.execute("SELECT %s FROM sessions WHERE id=?" % SESSION_COLUMNS, (sid,)).fetchone()
-    return dict(zip([c.strip() for c in SESSION_COLUMNS.split(",")], row)) if row else None
+    return session_dict(row) if row else None
+
+
+def resume_command(s):
+    """The command that reopens a session in its agent; None when the agent has none or its file is gone."""
+    parser = PARSERS.get(s["agent"])
+    return parser.resume_command(s) if parser and not s.get("deleted") else None
 
 
 def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES_PER_SESSION):
@@ -5945,7 +6359,6 @@ def use_color(stream):
 
 
 def result_json(con, s, score, stage, matches):
-    parser = PARSERS.get(s["agent"])
     snippet = matches[0]["snippet"] if matches else fallback_snippet(con, s)
     return {
         "sessionId": s["session_id"], "source": s["agent"], "agent": s["agent"], "path": s["path"],
@@ -5953,16 +6366,17 @@ def result_json(con, s, score, stage, matches):
         "created": s["created"], "modified": s["modified"], "parent": s["parent"],
         "matchedSnippet": snippet,
         "matches": matches,
-        "resumeCommand": parser.resume_command(s) if parser else None,
+        "resumeCommand": resume_command(s),
+        "fileDeleted": s["deleted"] is not None,
         "chunkCount": s["chunk_count"],
     }
 
 
 # The JSON contract of a search result, by preset (--fields). "summary" is the default shape.
 FIELD_PRESETS = {
-    "minimal": ("sessionId", "agent", "name", "modified", "score", "resumeCommand"),
+    "minimal": ("sessionId", "agent", "name", "modified", "score", "resumeCommand", "fileDeleted"),
     "summary": ("sessionId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
-                "modified", "parent", "matchedSnippet", "matches", "resumeCommand"),
+                "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted"),
 }
 FIELD_PRESETS["full"] = FIELD_PRESETS["summary"] + ("chunkCount",)
 SUMMARY_MATCH_KEYS = ("seq", "kind", "tool", "snippet")  # "full" keeps every key of every match
@@ -6041,8 +6455,8 @@ def print_results(data, color, out):
     results = data["results"]
     out.write('Found %d session%s matching "%s"\n' % (len(results), "" if len(results) == 1 else "s", data["query"]))
     for r in results:
-        out.write("\n[%.2f] %s (%s) - %s\n" % (r["score"], r["sessionId"][:8], r["name"] or "Unnamed",
-                                              short_date(r["modified"])))
+        out.write("\n[%.2f] %s (%s) - %s%s\n" % (r["score"], r["sessionId"][:8], r["name"] or "Unnamed",
+                                                short_date(r["modified"]), " (file deleted)" if r.get("fileDeleted") else ""))
         out.write("  %s\n" % (r["cwd"] or "(no working directory)"))
         if r["matchedSnippet"]:
             out.write("  %s\n" % highlight(r["matchedSnippet"], color))
@@ -6083,8 +6497,7 @@ COLLAPSIBLE = ("tool", "thinking", "context")
 
 
 def _session_rows(con, where, params=()):
-    cols = [c.strip() for c in SESSION_COLUMNS.split(",")]
-    rows = [dict(zip(cols, r)) for r in con.execute(
+    rows = [session_dict(r) for r in con.execute(
         "SELECT %s FROM sessions WHERE %s ORDER BY modified DESC, chunk_count DESC" % (SESSION_COLUMNS, where), params)]
     # One session may be stored twice (an agent's database and its older JSON files): like search,
     # count it once, keeping the most recently modified copy.
@@ -6121,7 +6534,7 @@ def resolve_session(con, ref):
     def stages():
         if os.sep in ref or os.path.exists(ref):
             paths = {os.path.abspath(os.path.expanduser(ref)), os.path.realpath(os.path.expanduser(ref))}
-            yield _session_rows(con, "path IN (%s)" % ",".join("?" * len(paths)), list(paths))
+            yield _session_rows(con, "path IN (%s)" % ",".join("?" * len(paths)), [db_path(p) for p in paths])
         yield _session_rows(con, "session_id = ?", (ref,))
         yield _session_rows(con, "session_id LIKE ? ESCAPE '\\'", (like_escape(ref) + "%",))
         yield from _name_matches(con, ref)
@@ -6144,10 +6557,9 @@ def resolve_session(con, ref):
 
 
 def session_header(s):
-    parser = PARSERS.get(s["agent"])
     return {"sessionId": s["session_id"], "agent": s["agent"], "name": s["name"], "cwd": s["cwd"],
             "created": s["created"], "modified": s["modified"], "path": s["path"], "parent": s["parent"],
-            "resumeCommand": parser.resume_command(s) if parser else None,
+            "resumeCommand": resume_command(s), "fileDeleted": s["deleted"] is not None,
             "summary": s.get("summary"),  # the agent's own summary of the session (pi's sessions-meta)
             "chunkCount": s["chunk_count"]}
 
@@ -6295,7 +6707,8 @@ def chunk_block(c, color=False, collapsed=False):
 def header_text(h):
     rows = [("session", h["sessionId"]), ("agent", h["agent"]), ("name", h["name"] or "Unnamed"),
             ("cwd", h["cwd"] or "-"), ("created", short_date(h["created"])), ("modified", short_date(h["modified"])),
-            ("path", h["path"] or "-"), ("parent", h["parent"] or "-"), ("resume", h["resumeCommand"] or "-"),
+            ("path", (h["path"] or "-") + (" (file deleted: shown from the index)" if h.get("fileDeleted") else "")),
+            ("parent", h["parent"] or "-"), ("resume", h["resumeCommand"] or "-"),
             ("summary", h["summary"]), ("chunks", h["chunkCount"])]
     return "".join("%-9s %s\n" % (k + ":", v) for k, v in rows if v is not None) + "\n"
 
@@ -6383,8 +6796,24 @@ def status_text(info):
     if info["indexExists"]:
         out.append("size:     %.1f MB, %d sessions, %d chunks from %d files"
                    % (info["indexBytes"] / 1e6, info["sessions"], info["chunks"], info["files"]))
-        out += ["          %-10s %6d sessions %9d chunks" % (p["agent"], p["sessions"], p["chunks"]) for p in info["perAgent"]]
+        out += ["          %-10s %6d sessions %9d chunks%s" % (
+            p["agent"], p["sessions"], p["chunks"],
+            "  (%d kept from deleted files)" % p["deletedKept"] if p["deletedKept"] else "") for p in info["perAgent"]]
         out.append("updated:  %s (%d session files changed since)" % (info["lastIndex"] or "never", info["changedSinceLastIndex"]))
+        for p in info["perAgent"]:
+            unknown = p.get("unrecognizedRecords")
+            if unknown:
+                versions = p.get("versionsSeen") or []
+                out.append("drift:    %s: %d records of %d unknown types (%s)%s%s" % (
+                    p["agent"], sum(unknown.values()), len(unknown), ", ".join(sorted(unknown)[:5]),
+                    " from %s" % ", ".join(versions[-3:]) if versions else "",
+                    "; Sesame was checked against %s" % p["verified"] if p.get("verified") else ""))
+        if info["notIndexed"]:
+            states = collections.Counter(f["state"] for f in info["notIndexed"])
+            out.append("skipped:  %d files not indexed (%s); sesame status --json lists them with the reason" % (
+                info["filesNotIndexed"], ", ".join("%d %s" % (n, k) for k, n in sorted(states.items()))))
+            out += ["          %s %s: %s" % (f["state"], f["path"], f["reason"]) for f in info["notIndexed"]
+                    if f["state"] != "skipped"][:10]
     out.append("config:   %s%s" % (info["configPath"], "" if info["configFound"] else " (none: using discovered sources)"))
     out += ["source:   %-10s %s (%s)" % (s["parser"], s["path"], s["origin"]) for s in info["sources"]]
     if not info["sources"]:
@@ -6586,7 +7015,10 @@ class Context:
             raise ConfigError('%s: "exclude" must be a list of path patterns (strings)' % self.cfg_path)
         if not isinstance(redact_secrets, bool):
             raise ConfigError('%s: "redact" must be true or false' % self.cfg_path)
-        self.policy = Policy(exclude, redact_secrets, load_forgotten(self.env))
+        keep_deleted = self.cfg.get("keepDeletedSessions", True)
+        if not isinstance(keep_deleted, bool):
+            raise ConfigError('%s: "keepDeletedSessions" must be true or false' % self.cfg_path)
+        self.policy = Policy(exclude, redact_secrets, load_forgotten(self.env), keep_deleted)
 
     def store(self, create=True):
         return Store.open(self.index_path, create=create)
@@ -6617,7 +7049,7 @@ def refresh_before_reading(ctx, store, first_use):
         _stderr("sesame: building the index for the first time (sesame status shows what it covers)")
         progress = _progress_printer(sys.stderr) if sys.stderr.isatty() else None
     try:
-        summary = refresh_index(ctx, store, wait_seconds=0, progress=progress)
+        summary = refresh_index(ctx, store, wait_seconds=0, progress=progress, quick=not first_use)
     except sqlite3.OperationalError as e:  # full disk, read-only index: the index is still there
         _stderr("sesame: cannot update the index (%s); using it as it is" % e)
         return
@@ -6630,15 +7062,24 @@ def refresh_before_reading(ctx, store, first_use):
         _stderr("sesame: " + summary.line())
 
 
-def refresh_index(ctx, store, wait_seconds, progress=None, full=False):
-    """Run the indexer under the lock; None when another indexer holds it past wait_seconds."""
+def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=False):
+    """Run the indexer under the lock; None when another indexer holds it past wait_seconds.
+    `quick` looks at the disk by the freshness rules (what searches do), else at every file."""
     lock = IndexLock(os.path.dirname(ctx.index_path))
     if not lock.acquire(wait_seconds):
         return None
     try:
-        return run_index(store, ctx.sources, full=full, progress=progress, policy=ctx.policy)
+        return run_index(store, ctx.sources, full=full, progress=progress, policy=ctx.policy, quick=quick,
+                         cwd=_cwd() if quick else None)
     finally:
         lock.release()
+
+
+def _cwd():
+    try:
+        return os.getcwd()
+    except OSError:  # the folder was removed under us
+        return None
 
 
 def cmd_index(args, ctx):
@@ -6726,10 +7167,9 @@ def cmd_forget(args, ctx):
         store = ctx.store()
         try:
             with store.transaction():  # its file is read again at the next refresh
-                for (file_id,) in store.con.execute("SELECT id FROM files WHERE path=?", (item.get("path"),)).fetchall():
-                    delete_sessions(store.con, [r[0] for r in store.con.execute("SELECT id FROM sessions WHERE file_id=?",
-                                                                                (file_id,))])
-                    store.con.execute("DELETE FROM files WHERE id=?", (file_id,))
+                for (file_id,) in store.con.execute("SELECT id FROM files WHERE path=?",
+                                                    (db_path(item.get("path")),)).fetchall():
+                    store.con.execute("UPDATE files SET size=-1, checkpoint=NULL WHERE id=?", (file_id,))
         finally:
             store.close()
         result = {"remembered": item}
@@ -6742,8 +7182,7 @@ def cmd_forget(args, ctx):
             if not any((i["agent"], i["sessionId"]) == (item["agent"], item["sessionId"]) for i in items):
                 save_forgotten(items + [item], ctx.env)
             with store.transaction():
-                delete_sessions(store.con, [r[0] for r in store.con.execute(
-                    "SELECT id FROM sessions WHERE agent=? AND session_id=?", (item["agent"], item["sessionId"]))])
+                delete_sessions(store.con, "agent=? AND session_id=?", (item["agent"], item["sessionId"]))
         finally:
             store.close()
         result = {"forgotten": item}
@@ -6813,21 +7252,46 @@ def status_info(ctx):
     if store is not None:
         try:
             con = store.con
-            per = {a: {"agent": a, "sessions": n, "chunks": c or 0} for a, n, c in con.execute(
-                "SELECT agent, count(*), sum(chunk_count) FROM sessions GROUP BY agent ORDER BY agent")}
+            per = {a: {"agent": a, "sessions": n, "chunks": c or 0, "deletedKept": d or 0} for a, n, c, d in con.execute(
+                "SELECT agent, count(*), sum(chunk_count), sum(deleted IS NOT NULL) FROM sessions "
+                "GROUP BY agent ORDER BY agent")}
+            for parser_id, unknown in con.execute("SELECT parser, unknown FROM files WHERE unknown IS NOT NULL"):
+                p = per.setdefault(parser_id, {"agent": parser_id, "sessions": 0, "chunks": 0, "deletedKept": 0})
+                try:
+                    seen = json.loads(unknown)
+                except ValueError:
+                    continue
+                counts = p.setdefault("unrecognizedRecords", {})
+                for kind, n in (seen.get("types") or {}).items():
+                    counts[kind] = counts.get(kind, 0) + n
+                p["versionsSeen"] = sorted(set(p.get("versionsSeen", [])) | set(seen.get("versions") or []))
+            for p in per.values():
+                parser = PARSERS.get(p["agent"])
+                p["verified"] = parser.verified if parser else None
+                if not p.get("unrecognizedRecords"):
+                    p.pop("unrecognizedRecords", None)
+            not_indexed = [{"path": shown_path(path), "agent": parser_id, "state": state, "reason": reason}
+                           for path, parser_id, state, reason in con.execute(
+                               "SELECT path, parser, status, reason FROM files WHERE status NOT IN ('ok', 'deleted') "
+                               "ORDER BY status, path LIMIT 1000")]
             info.update({
                 "indexBytes": store.size_bytes(),
                 "lastIndex": store.meta("last_index"),
                 "sessions": sum(p["sessions"] for p in per.values()),
                 "chunks": sum(p["chunks"] for p in per.values()),
                 "files": con.execute("SELECT count(*) FROM files").fetchone()[0],
-                "filesNotIndexed": con.execute("SELECT count(*) FROM files WHERE status != 'ok'").fetchone()[0],
+                "filesNotIndexed": con.execute("SELECT count(*) FROM files WHERE status NOT IN ('ok', 'deleted')").fetchone()[0],
+                "notIndexed": not_indexed,
                 "perAgent": list(per.values()),
-                "changedSinceLastIndex": sum(map(len, plan_index(store, ctx.sources, IndexSummary(), ctx.policy))),
+                "changedSinceLastIndex": _changed_count(plan_full(store, ctx.sources, IndexSummary(), ctx.policy)),
             })
         finally:
             store.close()
     return info
+
+
+def _changed_count(plan):
+    return len(plan.todo) + len(plan.gone)
 
 
 def cmd_status(args, ctx):

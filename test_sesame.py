@@ -556,7 +556,7 @@ def test_unchanged_files_are_not_read_again(corpus, capsys, monkeypatch):
     assert calls == [] and json.loads(out)["filesUnchanged"] == 10
 
 
-def test_edited_file_is_reindexed_and_deleted_file_disappears(corpus, capsys):
+def test_edited_file_is_reindexed_and_a_deleted_file_keeps_its_session_marked(corpus, capsys):
     assert search_ids(capsys, "carousel") == ["bbbb2222-carousel"]
     w = PiWriter(corpus, "bbbb2222-carousel", cwd="/home/dev/site", start="2026-02-01T10:00:00.000Z")
     w.user("Now a testimonial slider instead.").save()
@@ -565,7 +565,48 @@ def test_edited_file_is_reindexed_and_deleted_file_disappears(corpus, capsys):
     os.remove(w.path)
     code, out, _ = run(capsys, "index", "--json")
     assert json.loads(out)["filesRemoved"] == 1
+    code, out, _ = run(capsys, "search", "testimonial", "--json")
+    (r,) = json.loads(out)["results"]
+    assert r["sessionId"] == "bbbb2222-carousel" and r["fileDeleted"] is True and r["resumeCommand"] is None
+    code, out, _ = run(capsys, "search", "testimonial")
+    assert "(file deleted)" in out
+    code, out, _ = run(capsys, "show", "bbbb2222", "--json")
+    shown = json.loads(out)
+    assert shown["session"]["fileDeleted"] is True and shown["session"]["resumeCommand"] is None
+    assert "testimonial slider" in shown["chunks"][0]["text"]
+    code, out, _ = run(capsys, "show", "bbbb2222")
+    assert "file deleted" in out and "testimonial slider" in out
+    # A rebuild cannot read the file again: the kept session stays.
+    run(capsys, "index", "--full")
+    assert search_ids(capsys, "testimonial") == ["bbbb2222-carousel"]
+    # `forget` removes a kept session for good.
+    assert run(capsys, "forget", "bbbb2222")[0] == 0
     assert search_ids(capsys, "testimonial") == []
+
+
+def test_live_files_report_file_deleted_false(corpus, capsys):
+    code, out, _ = run(capsys, "search", "carousel", "--json", "--fields", "minimal")
+    assert json.loads(out)["results"][0]["fileDeleted"] is False
+
+
+def test_a_moved_file_is_not_a_deletion_the_session_follows_it(corpus, capsys, tmp_path):
+    path = [os.path.join(d, f) for d, _, fs in os.walk(corpus) for f in fs if "bbbb2222" in f][0]
+    moved = os.path.join(str(corpus), "--home-dev-elsewhere--")
+    os.makedirs(moved)
+    shutil.move(path, os.path.join(moved, os.path.basename(path)))
+    code, out, _ = run(capsys, "search", "carousel", "--json")
+    (r,) = json.loads(out)["results"]
+    assert r["fileDeleted"] is False and r["path"].startswith(moved)
+    con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
+    assert con.execute("SELECT count(*) FROM sessions WHERE session_id='bbbb2222-carousel'").fetchone()[0] == 1
+    assert con.execute("SELECT count(*) FROM files WHERE status='deleted'").fetchone()[0] == 0
+
+
+def test_keep_deleted_sessions_false_mirrors_deletions(corpus, capsys, tmp_path):
+    write_config({"sources": [{"parser": "pi", "path": str(corpus)}], "keepDeletedSessions": False}, tmp_path)
+    path = [os.path.join(d, f) for d, _, fs in os.walk(corpus) for f in fs if "bbbb2222" in f][0]
+    os.remove(path)
+    assert search_ids(capsys, "carousel") == []
 
 
 def test_appended_message_becomes_searchable(corpus, capsys):
@@ -574,6 +615,117 @@ def test_appended_message_becomes_searchable(corpus, capsys):
         f.write(line({"type": "message", "id": "zz", "parentId": None, "timestamp": "2026-02-10T11:00:00.000Z",
                       "message": {"role": "user", "content": "also bump the wombat dependency"}}))
     assert search_ids(capsys, "wombat") == ["cccc3333-ci"]
+
+
+# -- Freshness: what a search sees at once, and what within the sweep ---------------------------
+
+def age(root, days=30):
+    """Make every file and folder under root look untouched for `days`, as an old history does."""
+    t = time.time() - days * 86400
+    for d, _, fs in os.walk(str(root), topdown=False):
+        for f in fs:
+            os.utime(os.path.join(d, f), (t, t))
+        os.utime(d, (t, t))
+
+
+def append_user(path, text, when="2026-06-01T00:00:00.000Z"):
+    with open(path, "a") as f:
+        f.write(line({"type": "message", "id": "app-%d" % time.monotonic_ns(), "parentId": None, "timestamp": when,
+                      "message": {"role": "user", "content": text}}))
+
+
+@pytest.fixture
+def history(env, capsys, monkeypatch, tmp_path):
+    """40 old, idle pi sessions in 4 project folders (p0 is a real folder), indexed and aged; each
+    search sweeps 5 older files."""
+    monkeypatch.setattr(sesame, "SWEEP_MIN_FILES", 5)
+    monkeypatch.setattr(sesame, "SWEEP_SECONDS", 0)
+    project = tmp_path / "p0"
+    project.mkdir()
+    paths = []
+    for i in range(40):
+        cwd = str(project) if i % 4 == 0 else "/home/dev/p%d" % (i % 4)
+        w = PiWriter(env, "old-%02d" % i, cwd=cwd, start="2026-01-%02dT10:00:00.000Z" % (1 + i % 28))
+        w.user("old session number %d about routine things" % i).assistant("done")
+        paths.append(w.save())
+    age(env)
+    assert run(capsys, "index")[0] == 0
+    paths = Paths(paths)
+    paths.project = project
+    return paths
+
+
+class Paths(list):
+    """A list that can carry attributes."""
+
+
+@pytest.fixture
+def counted_stats(monkeypatch):
+    """How many session files each refresh compares with the disk."""
+    calls = []
+    original = sesame.stat_file
+
+    def counting(path, parser):
+        calls.append(path)
+        return original(path, parser)
+    monkeypatch.setattr(sesame, "stat_file", counting)
+    return calls
+
+
+def test_a_search_compares_a_bounded_number_of_old_files_not_all(history, capsys, counted_stats):
+    for _ in range(3):
+        del counted_stats[:]
+        assert search_ids(capsys, "routine") != []
+        assert len(counted_stats) == 5   # the sweep's share; nothing else is active or in this folder
+
+
+def test_the_sweep_checks_every_file_within_files_over_share_searches(history, capsys, counted_stats):
+    for _ in range(8):
+        search_ids(capsys, "routine")
+    assert sorted(set(counted_stats)) == sorted(history)
+
+
+def test_a_new_session_in_a_known_or_a_new_folder_is_found_by_the_next_search(history, env, capsys):
+    PiWriter(env, "new-one", cwd="/home/dev/p1").user("a fresh axolotl question").save()
+    PiWriter(env, "new-two", cwd="/home/dev/brand/new").user("a fresh capybara question").save()
+    assert search_ids(capsys, "axolotl") == ["new-one"]
+    assert search_ids(capsys, "capybara") == ["new-two"]
+
+
+def test_an_append_to_an_active_session_is_found_by_the_next_search(history, env, capsys):
+    path = PiWriter(env, "active", cwd="/home/dev/p2").user("working on the quokka feature").save()
+    assert search_ids(capsys, "quokka") == ["active"]
+    append_user(path, "and now the wallaby part")
+    assert search_ids(capsys, "wallaby") == ["active"]
+
+
+def test_an_append_to_an_old_idle_session_of_this_folder_is_found_at_once(history, capsys, monkeypatch):
+    monkeypatch.chdir(history.project / ".")
+    append_user(history[8], "resumed: the numbat migration is back")   # old-08 ran in p0
+    assert search_ids(capsys, "numbat") == ["old-08"]
+
+
+def test_an_append_to_an_old_idle_session_elsewhere_is_found_within_the_sweep(history, capsys):
+    append_user(history[13], "resumed elsewhere: the dugong report")
+    found = [search_ids(capsys, "dugong") for _ in range(9)]
+    assert ["old-13"] in found
+
+
+def test_a_deleted_session_file_is_seen_by_the_next_search(history, capsys):
+    os.remove(history[21])
+    code, out, _ = run(capsys, "search", "number 21", "--json")
+    assert [(r["sessionId"], r["fileDeleted"]) for r in json.loads(out)["results"]][0] == ("old-21", True)
+
+
+def test_an_old_file_edited_in_place_is_seen_within_the_sweep_and_at_once_by_index(history, capsys):
+    for path, word in ((history[5], "pelican"), (history[6], "flamingo")):
+        text = open(path).read().replace("routine things", word + " things!")
+        with open(path, "w") as f:
+            f.write(text)
+        os.utime(os.path.dirname(path), (time.time() - 86400 * 30,) * 2)   # the folder looks untouched
+    assert ["old-05"] in [search_ids(capsys, "pelican") for _ in range(9)]
+    assert run(capsys, "index")[0] == 0
+    assert search_ids(capsys, "flamingo", "--no-refresh") == ["old-06"]
 
 
 def read_starts(monkeypatch):
@@ -935,11 +1087,11 @@ def test_human_output_shows_count_id_name_date_cwd_and_snippet(corpus, capsys):
 
 
 @pytest.mark.parametrize("preset,keys", [
-    ("minimal", ["sessionId", "agent", "name", "modified", "score", "resumeCommand"]),
+    ("minimal", ["sessionId", "agent", "name", "modified", "score", "resumeCommand", "fileDeleted"]),
     ("summary", ["sessionId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
-                 "modified", "parent", "matchedSnippet", "matches", "resumeCommand"]),
+                 "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted"]),
     ("full", ["sessionId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
-              "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "chunkCount"]),
+              "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted", "chunkCount"]),
     ("name,score", ["name", "score"]),
 ])
 def test_field_presets_give_exactly_their_keys(corpus, capsys, preset, keys):
@@ -1184,7 +1336,8 @@ def test_json_has_header_chunks_and_what_was_omitted(sessions, capsys):
     assert data["session"] == {
         "sessionId": "aaaa1111-nix", "agent": "pi", "name": "Simplify the nix flake", "cwd": "/home/dev/infra",
         "created": "2026-01-05T10:00:00.000Z", "modified": data["session"]["modified"], "path": sessions["nix"],
-        "parent": None, "resumeCommand": "pi --session " + sessions["nix"], "summary": None, "chunkCount": 6}
+        "parent": None, "resumeCommand": "pi --session " + sessions["nix"], "fileDeleted": False, "summary": None,
+        "chunkCount": 6}
     assert [(c["seq"], c["kind"]) for c in data["chunks"]] == [
         (0, "user"), (1, "thinking"), (2, "assistant"), (3, "tool"), (4, "summary"), (5, "user")]
     assert data["chunks"][3] == {"seq": 3, "kind": "tool", "role": "assistant", "tool": "bash",
@@ -3441,6 +3594,70 @@ def one_line_error(err):
 # Bad input: lines, files, folders
 # ---------------------------------------------------------------------------------------------
 
+def test_a_file_name_that_is_not_utf8_is_indexed_shown_and_printed_safely(env, capsys):
+    good_session(env)
+    folder = os.path.join(str(env), "--home-dev-odd--").encode()
+    os.makedirs(folder)
+    w = PiWriter(env, "odd-name", cwd="/home/dev/odd")
+    w.user("the marmoset file name test").assistant("ok")
+    with open(os.path.join(folder, b"odd_\xff\xfe.jsonl"), "w") as f:
+        f.writelines(line(e) for e in w.lines)
+    code, out, err = run(capsys, "index", "--json")
+    assert code == 0 and json.loads(out)["filesSkipped"] == 0, err
+    code, out, err = run(capsys, "search", "marmoset", "--json")
+    (r,) = json.loads(out)["results"]
+    assert r["sessionId"] == "odd-name" and r["path"].endswith("odd_\\xff\\xfe.jsonl")
+    code, out, err = run(capsys, "search", "marmoset")
+    assert code == 0 and "marmoset" in out
+    code, out, err = run(capsys, "show", "odd-name")
+    assert code == 0 and "odd_\\xff\\xfe.jsonl" in out
+    # A second run sees the same file unchanged (the stored name is the real one, byte for byte).
+    assert json.loads(run(capsys, "index", "--json")[1])["filesIndexed"] == 0
+
+
+def test_a_damaged_file_keeps_its_last_good_sessions_until_it_parses_again(env, capsys):
+    path = good_session(env, "will-break", word="tapir")
+    good_session(env, "stays-fine", word="okapi")
+    run(capsys, "index")
+    good = open(path, "rb").read()
+    with open(path, "wb") as f:
+        f.write(b"\x00garbage that is not a session\n")
+    code, out, err = run(capsys, "index", "--json")
+    assert code == 0 and any("damaged" in p["reason"] for p in json.loads(out)["skipped"])
+    assert search_ids(capsys, "tapir") == ["will-break"]
+    status = json.loads(run(capsys, "status", "--json")[1])
+    assert [f["path"] for f in status["notIndexed"] if f["state"] == "damaged"] == [path]
+    assert "damaged" in run(capsys, "status")[1]
+    with open(path, "wb") as f:
+        f.write(good.replace(b"tapir", b"bongo"))
+    assert search_ids(capsys, "bongo") == ["will-break"] and search_ids(capsys, "tapir") == []
+
+
+def test_an_edit_that_keeps_the_size_is_reindexed(env, capsys):
+    path = good_session(env, "scrubbed", word="sk-SECRETSECRET12")
+    run(capsys, "index")
+    text = open(path).read()
+    with open(path, "w") as f:
+        f.write(text.replace("sk-SECRETSECRET12", "xx-REMOVEDREMOVE"))
+    assert search_ids(capsys, "REMOVEDREMOVE") == ["scrubbed"]
+    assert search_ids(capsys, "SECRETSECRET12") == []
+
+
+def test_a_middle_rewrite_followed_by_an_append_is_reread_from_the_start(env, capsys):
+    w = PiWriter(env, "rewritten")
+    for i in range(30):
+        w.user("line %d about the gazebo" % i)
+    path = w.save()
+    run(capsys, "index")
+    text = open(path).read()
+    with open(path, "w") as f:
+        f.write(text.replace("line 12 about the gazebo", "line 12 about the pergola"))
+    append_user(path, "an appended note")
+    assert search_ids(capsys, "pergola") == ["rewritten"]
+    code, out, _ = run(capsys, "show", "rewritten", "--json", "--max-chars", "0")
+    assert not any("line 12 about the gazebo" in c["text"] for c in json.loads(out)["chunks"])
+
+
 def test_truncated_corrupt_and_non_json_lines_are_skipped_and_counted(env, capsys):
     w = PiWriter(env, "bad-lines")
     w.user("first words: okapi")
@@ -3634,13 +3851,14 @@ def test_file_that_disappears_while_being_indexed_is_reported_and_the_run_goes_o
     assert search_ids(capsys, "gecko") == []
 
 
-def test_file_that_disappears_after_being_indexed_leaves_the_index(env, capsys, monkeypatch):
+def test_file_that_disappears_after_being_indexed_stays_searchable_marked_deleted(env, capsys, monkeypatch):
     path = good_session(env, "short-lived", word="lemur")
     good_session(env)
     index_json(capsys)
     os.remove(path)
     s = index_json(capsys)
-    assert s["filesRemoved"] == 1 and search_ids(capsys, "lemur") == []
+    assert s["filesRemoved"] == 1 and search_ids(capsys, "lemur") == ["short-lived"]
+    assert json.loads(run(capsys, "search", "lemur", "--json")[1])["results"][0]["fileDeleted"] is True
 
 
 def _deny(monkeypatch, path):
@@ -4308,8 +4526,8 @@ def _kill_trials(trials, fault_corpus, tmp_path, capsys, monkeypatch):
     t0 = time.monotonic()
     index_json(capsys)
     incr_seconds = time.monotonic() - t0
-    shutil.rmtree(data)
-    index_json(capsys)
+    # The reference for incremental runs is the same run uninterrupted: the sessions of the files v2
+    # deleted are kept (marked deleted), which a clean build of v2 cannot know about.
     ref_v2 = _search_outputs(capsys)
     assert ref_v2 != ref_v1
     killed = 0
