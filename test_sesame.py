@@ -4785,7 +4785,7 @@ def _bench_queries(data_dir, rnd):
     con = sqlite3.connect(os.path.join(data_dir, "index.sqlite"))
     fts = con.execute("SELECT name FROM sqlite_master WHERE sql LIKE '%USING fts5%' ORDER BY name").fetchone()[0]
     con.execute("CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, %s, 'row')" % fts)
-    rare = [t for (t,) in con.execute("SELECT term FROM temp.v WHERE doc BETWEEN 1 AND 20 AND length(term) >= 5 "
+    rare = [t for (t,) in con.execute("SELECT term FROM temp.v WHERE doc BETWEEN 1 AND 50 AND length(term) >= 4 "
                                       "AND term GLOB '[a-z][a-z][a-z]*' ORDER BY cnt, term LIMIT 2000")]
     users = [sesame.unpack(t) for (t,) in con.execute("SELECT text FROM chunks WHERE kind='user' AND length(text) > 40 "
                                                        "ORDER BY id LIMIT 4000")]
