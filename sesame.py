@@ -123,8 +123,11 @@ KIND_COLUMN = {
     "tool": "tools",
     "thinking": "aside", "context": "aside",
 }
-DOC_COLUMNS = ("name", "talk", "tools", "aside")
-DOC_WEIGHTS = {"name": 6.0, "talk": 3.0, "tools": 1.0, "aside": 0.3}
+# `parts` holds the parts of camelCase names found anywhere in the session (see identifier_parts):
+# enough to find `handlePaymentIntentWebhook` by "payment intent webhook", never more than the
+# name itself would count.
+DOC_COLUMNS = ("name", "talk", "tools", "aside", "parts")
+DOC_WEIGHTS = {"name": 6.0, "talk": 3.0, "tools": 1.0, "aside": 0.3, "parts": 0.8}
 # Chunk-level weights pick the best matching chunks (snippets) inside a ranked session.
 KIND_WEIGHT = {"user": 1.5, "assistant": 1.2, "summary": 1.2, "custom": 1.0, "tool": 0.8,
                "thinking": 0.3, "context": 0.2}
@@ -4941,7 +4944,8 @@ CREATE TABLE docs(id INTEGER PRIMARY KEY, session INTEGER NOT NULL, first_seq IN
 CREATE INDEX docs_session ON docs(session, first_seq);
 CREATE TABLE touched(session INTEGER NOT NULL, tool TEXT, path TEXT);
 CREATE INDEX touched_session ON touched(session);
-CREATE VIRTUAL TABLE docs_fts USING fts5(name, talk, tools, aside, content='', tokenize='%s');
+CREATE VIRTUAL TABLE docs_fts USING fts5(name, talk, tools, aside, parts, content='', tokenize='%s');
+CREATE TABLE vocab(term TEXT PRIMARY KEY) WITHOUT ROWID;
 """ % TOKENIZE
 
 FTS_HASHSIZE = 32 * 1024 * 1024  # bigger in-memory batches before a flush: faster bulk builds
@@ -5141,14 +5145,17 @@ def label_text(s):
 
 
 def doc_columns(name, chunk_rows):
-    """The text of one docs_fts row: (name, talk, tools, aside) from (kind, text) rows.
+    """The text of one docs_fts row: (name, talk, tools, aside, parts) from (kind, text) rows.
 
     Used both to insert and to delete a row; the two must produce the same text to the byte.
     """
     cols = {"talk": [], "tools": [], "aside": []}
+    parts = [identifier_parts(name)] if name else []
     for kind, text in chunk_rows:
         cols[KIND_COLUMN.get(kind, "aside")].append(text)
-    return (name or "", "\n\n".join(cols["talk"]), "\n\n".join(cols["tools"]), "\n\n".join(cols["aside"]))
+        parts.append(identifier_parts(text))
+    return (name or "", "\n\n".join(cols["talk"]), "\n\n".join(cols["tools"]), "\n\n".join(cols["aside"]),
+            "\n".join(p for p in parts if p))
 
 
 def _part_rows(con, sid, first, last):
@@ -5161,7 +5168,8 @@ def delete_parts(con, sid, name, from_seq=0):
     for doc_id, first, last in con.execute(
             "SELECT id, first_seq, last_seq FROM docs WHERE session=? AND (last_seq >= ? OR first_seq >= ?)",
             (sid, from_seq, from_seq)).fetchall():
-        con.execute("INSERT INTO docs_fts(docs_fts, rowid, name, talk, tools, aside) VALUES('delete', ?, ?, ?, ?, ?)",
+        con.execute("INSERT INTO docs_fts(docs_fts, rowid, name, talk, tools, aside, parts) "
+                    "VALUES('delete', ?, ?, ?, ?, ?, ?)",
                     (doc_id,) + doc_columns(name, _part_rows(con, sid, first, last)))
         con.execute("DELETE FROM docs WHERE id=?", (doc_id,))
 
@@ -5189,7 +5197,7 @@ def insert_parts(con, sid, parts):
     """Index (first, last, columns) parts of one session in docs_fts."""
     for first, last, cols in parts:
         doc = con.execute("INSERT INTO docs(session, first_seq, last_seq) VALUES(?,?,?)", (sid, first, last)).lastrowid
-        con.execute("INSERT INTO docs_fts(rowid, name, talk, tools, aside) VALUES(?,?,?,?,?)", (doc,) + cols)
+        con.execute("INSERT INTO docs_fts(rowid, name, talk, tools, aside, parts) VALUES(?,?,?,?,?,?)", (doc,) + cols)
 
 
 def build_parts(con, sid, name, from_seq):
@@ -5215,7 +5223,7 @@ class Prepared:
     """A parsed session made ready to write: plain values only (cheap to send from a worker), the
     chunk text compressed, and its parts already cut when it starts at chunk 0."""
 
-    __slots__ = ("meta", "rows", "touched", "parts", "complete", "count")
+    __slots__ = ("meta", "rows", "touched", "parts", "complete", "count", "words")
 
     def __init__(self, s, fresh, redact_secrets=True):
         for c in s.chunks:
@@ -5235,6 +5243,8 @@ class Prepared:
                           for f, l, p in cut_parts((i, c.kind, c.text) for i, c in enumerate(s.chunks))]
         self.complete = s.complete
         self.count = len(s.chunks)
+        # The words people and the assistant used, for spelling corrections (see near_words).
+        self.words = sorted(vocabulary([label_text(s)] + [c.text for c in s.chunks if KIND_COLUMN.get(c.kind) == "talk"]))
 
     def __getstate__(self):
         return [getattr(self, k) for k in self.__slots__]
@@ -5680,6 +5690,7 @@ class Batch:
         self.store, self.bytes, self.files = store, 0, 0
         self.one_transaction = one_transaction
         self.con = store.con
+        self.words = set()  # vocabulary seen in this batch, written once at commit
         self.con.execute("BEGIN IMMEDIATE")
 
     def done(self, nbytes, files=0):
@@ -5690,6 +5701,9 @@ class Batch:
             self.con.execute("BEGIN IMMEDIATE")
 
     def commit(self):
+        if self.words:
+            self.con.executemany("INSERT OR IGNORE INTO vocab(term) VALUES(?)", ((w,) for w in sorted(self.words)))
+            self.words = set()
         self.store.set_meta("last_index", iso(now_utc()))
         self.con.execute("COMMIT")
         self.bytes = self.files = 0
@@ -5900,6 +5914,7 @@ def index_file(batch, job, result, summary, policy):
                 continue  # forgotten, or run in an excluded project
             existing = write_session(con, file_id, s, existing=existing if resume else None,
                                      from_seq=resume["seq"] if resume else 0)
+            batch.words.update(s.words)
             written.append((s.meta[0], s.meta[1]))
             summary.chunks += s.count
         complete = all(s.complete for s in sessions)
@@ -6016,15 +6031,343 @@ class IndexLock:
 
 
 # ==================================================================================================
-# Query: user text -> safe FTS5 expressions
+# Text analysis: the index's tokenizer and stemmer, in Python
+# ==================================================================================================
+#
+# FTS5 tokenizes with `porter unicode61 remove_diacritics 2`. The query builder, the snippet
+# matcher and the highlighter must see the same words as the index, or a session found by a word
+# shows no match for it (a stemmed-only match, `parser.py`, `node-v20`). So this section does in
+# Python exactly what SQLite does: unicode61 (tokens are runs of letters, digits and private-use
+# characters; a few combining accents continue a token; case and Latin accents are folded away) and
+# the porter stemmer of fts5_tokenize.c, rule for rule. The tests compare both with SQLite over
+# every word of the samples and every character of the Basic Multilingual Plane; they agree except
+# for characters Python's and SQLite's Unicode tables classify differently (newer scripts, symbols).
+
+# Letters and digits (Python's word characters minus "_"), private-use characters, and the
+# combining accents unicode61 keeps inside a token (sqlite3Fts5UnicodeIsdiacritic).
+_ACCENTS = "\u0300-\u0304\u0306-\u030c\u030f\u0311\u031b\u0323-\u0328\u032d\u032e\u0330\u0331"
+TOKEN_RE = LazyPattern("(?:[^\\W_]|[\ue000-\uf8ff])(?:[^\\W_]|[\ue000-\uf8ff%s])*" % _ACCENTS)
+_FOLDED = {}
+
+
+def _fold_char(c):
+    folded = _FOLDED.get(c)
+    if folded is None:
+        import unicodedata
+        low = c.casefold()
+        if len(low) != 1:  # ß, ligatures: unicode61 keeps them
+            low = c.lower() if len(c.lower()) == 1 else c
+        parts = unicodedata.normalize("NFD", low)
+        if unicodedata.combining(low):
+            folded = ""  # an accent inside a token is dropped
+        elif len(parts) > 1 and parts[0].isascii() and all(unicodedata.combining(p) for p in parts[1:]):
+            folded = parts[0].lower()  # remove_diacritics: é -> e, but й and ί stay what they are
+        else:
+            folded = low
+        _FOLDED[c] = folded
+    return folded
+
+
+def fold_token(token):
+    """A token as unicode61 stores it: lower case, Latin accents removed."""
+    if token.isascii():
+        return token.lower()
+    return "".join(_fold_char(c) for c in token)
+
+
+def fts_tokens(text):
+    """The tokens FTS5's unicode61 tokenizer makes of text, before stemming."""
+    return [t for t in (fold_token(t) for t in TOKEN_RE.findall(text)) if t]
+
+
+def _vowel(c, y_is_vowel):
+    return c in "aeiou" or (y_is_vowel and c == "y")
+
+
+def _gobble_vc(w, start, end, prev_consonant):
+    """Index just past the first vowels-then-consonant run of w[start:end], or 0 (fts5PorterGobbleVC):
+    the Porter 'measure' counts such runs."""
+    consonant, i = prev_consonant, start
+    while i < end:
+        consonant = not _vowel(w[i], consonant)
+        if not consonant:
+            break
+        i += 1
+    i += 1
+    while i < end:
+        consonant = not _vowel(w[i], consonant)
+        if consonant:
+            return i + 1
+        i += 1
+    return 0
+
+
+def _m_gt0(w, n):
+    return _gobble_vc(w, 0, n, False) != 0
+
+
+def _m_gt1(w, n):
+    k = _gobble_vc(w, 0, n, False)
+    return bool(k) and _gobble_vc(w, k, n, True) != 0
+
+
+def _m_eq1(w, n):
+    k = _gobble_vc(w, 0, n, False)
+    return bool(k) and _gobble_vc(w, k, n, True) == 0
+
+
+def _cvc(w, n):
+    """Porter's *o: the stem ends consonant-vowel-consonant, the last not w, x or y."""
+    if w[n - 1] in "wxy":
+        return False
+    mask, consonant = 0, False
+    for i in range(n):
+        consonant = not _vowel(w[i], consonant)
+        mask = (mask << 1) + consonant
+    return (mask & 7) == 5
+
+
+def _has_vowel(w, n):
+    return any(_vowel(w[i], i > 0) for i in range(n))
+
+
+def _m_gt1_s_or_t(w, n):
+    return w[n - 1] in "st" and _m_gt1(w, n)
+
+
+# Steps 2, 3 and 4 as fts5_tokenize.c has them: a step's rules are picked by the word's second to
+# last letter and tried in order; the first whose suffix matches decides, applied or not.
+_STEP2 = {
+    "a": (("ational", _m_gt0, "ate"), ("tional", _m_gt0, "tion")),
+    "c": (("enci", _m_gt0, "ence"), ("anci", _m_gt0, "ance")),
+    "e": (("izer", _m_gt0, "ize"),),
+    "g": (("logi", _m_gt0, "log"),),
+    "l": (("bli", _m_gt0, "ble"), ("alli", _m_gt0, "al"), ("entli", _m_gt0, "ent"), ("eli", _m_gt0, "e"),
+          ("ousli", _m_gt0, "ous")),
+    "o": (("ization", _m_gt0, "ize"), ("ation", _m_gt0, "ate"), ("ator", _m_gt0, "ate")),
+    "s": (("alism", _m_gt0, "al"), ("iveness", _m_gt0, "ive"), ("fulness", _m_gt0, "ful"),
+          ("ousness", _m_gt0, "ous")),
+    "t": (("aliti", _m_gt0, "al"), ("iviti", _m_gt0, "ive"), ("biliti", _m_gt0, "ble")),
+}
+_STEP3 = {
+    "a": (("ical", _m_gt0, "ic"),),
+    "s": (("ness", _m_gt0, ""),),
+    "t": (("icate", _m_gt0, "ic"), ("iciti", _m_gt0, "ic")),
+    "u": (("ful", _m_gt0, ""),),
+    "v": (("ative", _m_gt0, ""),),
+    "z": (("alize", _m_gt0, "al"),),
+}
+_STEP4 = {
+    "a": (("al", _m_gt1, ""),),
+    "c": (("ance", _m_gt1, ""), ("ence", _m_gt1, "")),
+    "e": (("er", _m_gt1, ""),),
+    "i": (("ic", _m_gt1, ""),),
+    "l": (("able", _m_gt1, ""), ("ible", _m_gt1, "")),
+    "n": (("ant", _m_gt1, ""), ("ement", _m_gt1, ""), ("ment", _m_gt1, ""), ("ent", _m_gt1, "")),
+    "o": (("ion", _m_gt1_s_or_t, ""), ("ou", _m_gt1, "")),
+    "s": (("ism", _m_gt1, ""),),
+    "t": (("ate", _m_gt1, ""), ("iti", _m_gt1, "")),
+    "u": (("ous", _m_gt1, ""),),
+    "v": (("ive", _m_gt1, ""),),
+    "z": (("ize", _m_gt1, ""),),
+}
+
+
+def _step(w, rules):
+    for suffix, condition, replacement in rules.get(w[-2:-1], ()):
+        if len(w) > len(suffix) and w.endswith(suffix):
+            stem = len(w) - len(suffix)
+            return w[:stem] + replacement if condition(w, stem) else w
+    return w
+
+
+_STEMS = {}
+
+
+def porter_stem(token):
+    """A folded token as FTS5's porter tokenizer stems it (fts5PorterCb): the Porter algorithm on
+    the token's UTF-8 bytes, for tokens of 3 to 64 bytes; others are left as they are."""
+    stem = _STEMS.get(token)
+    if stem is None:
+        if token.isascii():
+            stem = _porter(token) if 3 <= len(token) <= 64 else token
+        else:
+            raw = token.encode("utf-8")
+            # Bytes of non-ASCII letters are consonants to the C code and never part of a suffix:
+            # stemming the bytes, one character each, is exactly what it does.
+            stem = _porter(raw.decode("latin-1")).encode("latin-1").decode("utf-8", "replace") \
+                if 3 <= len(raw) <= 64 else token
+        if len(_STEMS) < 200000:
+            _STEMS[token] = stem
+    return stem
+
+
+def _porter(w):
+    if w[-1] == "s":  # step 1a
+        if w[-2] == "e":
+            w = w[:-2] if (len(w) > 4 and w[-4:-2] == "ss") or (len(w) > 3 and w[-3] == "i") else w[:-1]
+        elif w[-2] != "s":
+            w = w[:-1]
+    n, removed = len(w), False  # step 1b
+    if n > 3 and w.endswith("eed"):
+        if _m_gt0(w, n - 3):
+            w = w[:-1]
+    elif n > 2 and w.endswith("ed"):
+        if _has_vowel(w, n - 2):
+            w, removed = w[:-2], True
+    elif n > 3 and w.endswith("ing"):
+        if _has_vowel(w, n - 3):
+            w, removed = w[:-3], True
+    if removed:
+        n = len(w)
+        if n > 2 and w[-2:] in ("at", "bl", "iz"):
+            w += "e"
+        elif not _vowel(w[-1], False) and w[-1] not in "lsz" and n >= 2 and w[-1] == w[-2]:
+            w = w[:-1]
+        elif _m_eq1(w, n) and _cvc(w, n):
+            w += "e"
+    if w[-1] == "y" and _has_vowel(w, len(w) - 1):  # step 1c
+        w = w[:-1] + "i"
+    w = _step(_step(_step(w, _STEP2), _STEP3), _STEP4)
+    n = len(w)
+    if w[-1] == "e" and (_m_gt1(w, n - 1) or (_m_eq1(w, n - 1) and not _cvc(w, n - 1))):  # step 5a
+        w = w[:-1]
+    n = len(w)
+    if n > 1 and w[-1] == "l" and w[-2] == "l" and _m_gt1(w, n - 1):  # step 5b
+        w = w[:-1]
+    return w
+
+
+def fts_terms(text):
+    """What the index stores for text: its tokens, stemmed."""
+    return [porter_stem(t) for t in fts_tokens(text)]
+
+
+# Identifiers as words. unicode61 already splits snake_case, kebab-case and dotted names at their
+# punctuation, but `handlePaymentIntentWebhook` is one token; its parts are indexed as extra text
+# (a low-weight column) so that "payment intent webhook" finds it, while the whole name still
+# matches (and ranks) as itself.
+_CAMEL_RE = LazyPattern(r"[A-Za-z0-9]*(?:[a-z][A-Z]|[A-Z][A-Z][a-z])[A-Za-z0-9]*")
+_CAMEL_PART_RE = LazyPattern(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+_LOWER_UPPER_RE = LazyPattern(r"[a-z][A-Z]|[A-Z][A-Z][a-z]")
+
+
+def split_identifier(word):
+    """The parts of a camelCase, PascalCase or ACRONYMCase word, lower-cased: handlePaymentIntent ->
+    [handle, payment, intent]; HTTPServerError -> [http, server, error]. [word] when it has none."""
+    parts = [p.lower() for p in _CAMEL_PART_RE.findall(word)]
+    return parts if len(parts) > 1 else [word.lower()]
+
+
+def identifier_parts(text):
+    """The parts of every camelCase identifier in text, as text to index beside it ("" if none)."""
+    if not _LOWER_UPPER_RE.search(text):
+        return ""
+    return "\n".join(" ".join(split_identifier(m)) for m in _CAMEL_RE.findall(text))
+
+
+# ==================================================================================================
+# Query: user text -> words, their expansions, and safe FTS5 expressions
 # ==================================================================================================
 
 MAX_QUERY_TERMS = 32
-_TOKEN_CHAR = LazyPattern(r"[0-9A-Za-z]|[^\x00-\x7f]")
+_QUERY_CHUNK = LazyPattern(r'(-?)"([^"]*)"|(\S+)')
+
+# English function words: they say nothing about what a session was about, yet their position
+# lists are the longest in the index (every match costs a walk over them). They are left out of
+# the ranking expressions when the query has other words, and still highlighted; inside a
+# "quoted phrase" they count as written.
+STOPWORDS = frozenset("""
+a an the and or of in on at to for with by from into onto about as is are was were be been being am it its
+this that these those there here i we you he she they them me my our your his her their us do does did
+done how what where when why which who whom whose can could should would will shall may might must
+so but if then than too also just some any all has have had having get got make made let via per
+please thanks thank hi hey ok okay yes lets one""".split())
+
+# Coding abbreviations and their long forms, both ways. An expansion counts for matching and ranks
+# below the word the user typed (see QueryWord.alternatives).
+ABBREVIATIONS = [
+    ("k8s", "kubernetes"), ("db", "database"), ("pg", "postgres", "postgresql"), ("auth", "authentication"),
+    ("authn", "authentication"), ("authz", "authorization"), ("env", "environment"), ("envs", "environments"),
+    ("config", "configuration", "cfg", "conf"), ("repo", "repository"), ("repos", "repositories"),
+    ("deps", "dependencies"), ("dep", "dependency"), ("perf", "performance"), ("msg", "message"),
+    ("msgs", "messages"), ("err", "error"), ("errs", "errors"), ("js", "javascript"), ("ts", "typescript"),
+    ("py", "python"), ("rb", "ruby"), ("rs", "rust"), ("impl", "implementation"), ("fn", "function", "func"),
+    ("args", "arguments"), ("arg", "argument"), ("param", "parameter"), ("params", "parameters"),
+    ("dir", "directory"), ("dirs", "directories"), ("pkg", "package"), ("pkgs", "packages"), ("lib", "library"),
+    ("libs", "libraries"), ("app", "application"), ("dev", "development"), ("prod", "production"),
+    ("doc", "documentation"), ("docs", "documentation"), ("req", "request"), ("reqs", "requests"),
+    ("res", "response"), ("resp", "response"), ("tmp", "temporary", "temp"), ("ci", "continuous integration"),
+    ("cd", "continuous deployment"), ("gh", "github"), ("tf", "terraform"), ("ml", "machine learning"),
+    ("ui", "user interface"), ("cli", "command line"), ("async", "asynchronous"), ("init", "initialize", "initialization"),
+    ("btn", "button"), ("img", "image"), ("imgs", "images"), ("pw", "password"), ("pwd", "password"),
+    ("passwd", "password"), ("regex", "regular expression", "regexp"), ("mgmt", "management"), ("svc", "service"),
+    ("ns", "namespace"), ("vm", "virtual machine"), ("vms", "virtual machines"), ("w/", "with"), ("spec", "specification"),
+    ("ssl", "tls"), ("cert", "certificate"), ("certs", "certificates"), ("calc", "calculate", "calculation"),
+    ("admin", "administrator"), ("ctx", "context"), ("var", "variable"), ("vars", "variables"), ("cmd", "command"),
+    ("cmds", "commands"), ("ws", "websocket"), ("mq", "message queue"), ("gc", "garbage collection"),
+    ("ocr", "optical character recognition"), ("llm", "language model"), ("ssr", "server side rendering"),
+    ("e2e", "end to end"), ("i18n", "internationalization", "translation"), ("l10n", "localization"),
+    ("a11y", "accessibility"), ("tz", "timezone", "time zone"), ("dns", "domain name"), ("os", "operating system"),
+]
+
+
+def _abbreviation_table():
+    table = {}
+    for forms in ABBREVIATIONS:
+        for form in forms:
+            table.setdefault(form, []).extend(f for f in forms if f != form and f not in table[form])
+    return table
+
+
+class QueryWord:
+    """One word (or "quoted phrase") of the query.
+
+    `alternatives` are the FTS5 strings any of which matches it, each with how much it counts:
+    what the user typed counts twice (FTS5's bm25 adds up each matching phrase of an expression,
+    so a phrase given twice weighs double), an expansion (an abbreviation's long form, a spelling
+    correction, the parts of a camelCase name) once. `stems` lists, per alternative, the stemmed
+    tokens the snippet matcher looks for, so that it matches what ranking matched.
+    """
+
+    def __init__(self, text, phrase=False, prefix=False):
+        self.text, self.phrase, self.prefix = text, phrase, prefix
+        self.tokens = fts_tokens(text)
+        self.stop = not phrase and not prefix and all(t in STOPWORDS for t in self.tokens)
+        self.expansions = []     # (kind, text): "abbreviation", "spelling", "parts"
+        self.df = None           # in how many ranking documents it occurs (0, 1, 2, or 3 meaning "3 or more")
+        self.dropped = False     # absent from the index and nothing close: left out
+
+    def fts(self, text=None, prefix=None):
+        text = self.text if text is None else text
+        prefix = self.prefix if prefix is None else prefix
+        return '"%s"%s' % (text.replace('"', '""'), "*" if prefix else "")
+
+    def alternatives(self, double=True):
+        own = [] if self.dropped or (self.df == 0 and self.expansions) else [self.fts()] * (2 if double else 1)
+        for kind, text in self.expansions:
+            own.append(self.fts(text, prefix=False) if kind != "parts" else "parts : " + self.fts(text, prefix=False))
+        return own
+
+    def group(self, double=True):
+        alts = self.alternatives(double)
+        return alts[0] if len(alts) == 1 else "(%s)" % " OR ".join(alts) if alts else None
+
+    def match_forms(self):
+        """[(stems, is_prefix)] the matcher looks for: the word itself and each expansion."""
+        forms = []
+        if not self.dropped:
+            forms.append(([porter_stem(t) for t in self.tokens[:-1]] +
+                          ([self.tokens[-1]] if self.prefix else [porter_stem(self.tokens[-1])]), self.prefix))
+        for kind, text in self.expansions:
+            toks = fts_tokens(text) if kind != "parts" else text.split()
+            if toks:
+                forms.append(([porter_stem(t) for t in toks], False))
+        return forms
 
 
 class Query:
-    """A search box string, made safe for FTS5 (fts5.md §4).
+    """A search box string, made safe for FTS5.
 
     Every word becomes a quoted FTS5 string, so punctuation, keywords (AND, OR, NOT) and code
     (`parser.py`, `OPS-306`, `std::vector<int>`) are literal text; the tokenizer turns `parser.py`
@@ -6034,37 +6377,55 @@ class Query:
 
     def __init__(self, text):
         self.text = text
-        self.terms, self.excluded = [], []
-        self.words = []  # (text, is_prefix) of each term, for Matcher
+        self.words, self.excluded = [], []
         clean = re.sub(r"[\x00-\x1f\x7f]", " ", text)
-        for m in re.finditer(r'(-?)"([^"]*)"|(\S+)', clean):
+        seen = set()
+        for m in _QUERY_CHUNK.finditer(clean):
             if m.group(3) is None:
-                neg, core, prefix = bool(m.group(1)), m.group(2), False
+                neg, core, prefix, phrase = bool(m.group(1)), m.group(2), False, True
             else:
                 word = m.group(3)
                 neg = len(word) > 1 and word[0] == "-" and word[1].isalpha()
                 core = word[1:] if neg else word
                 prefix = core.endswith("*")
                 core = core.rstrip("*")
-                if prefix and len(_TOKEN_CHAR.findall(core)) < 2:
+                phrase = False
+                if prefix and sum(len(t) for t in fts_tokens(core)) < 2:
                     prefix = False
-            if not _TOKEN_CHAR.search(core):
+            if not fts_tokens(core):
                 continue
-            term = '"%s"%s' % (core.replace('"', '""'), "*" if prefix else "")
-            target = self.excluded if neg else self.terms
-            if term not in target:
-                target.append(term)
-                if not neg:
-                    self.words.append((core, prefix))
-        self.terms, self.words = self.terms[:MAX_QUERY_TERMS], self.words[:MAX_QUERY_TERMS]
-        if not self.terms:
+            key = (neg, core.lower(), prefix)
+            if key in seen:
+                continue
+            seen.add(key)
+            if neg:
+                self.excluded.append('"%s"' % core.replace('"', '""'))
+            else:
+                self.words.append(QueryWord(core, phrase=phrase, prefix=prefix))
+        self.words = self.words[:MAX_QUERY_TERMS]
+        if not self.words:
             raise UsageError("nothing to search for in %r: give at least one word%s"
                              % (text, " that is not excluded" if self.excluded else ""))
 
-    def stages(self, terms=None):
+    @property
+    def terms(self):
+        """The FTS5 groups of the words that take part in ranking. A word's own form is given twice
+        only when some word has expansions (so that they weigh half of it); otherwise once."""
+        words = self.ranking_words()
+        double = any(w.expansions for w in words)
+        return [w.group(double) for w in words]
+
+    def ranking_words(self):
+        words = [w for w in self.words if not w.dropped and w.group()]
+        content = [w for w in words if not w.stop]
+        return content or words
+
+    def stages(self):
         """FTS5 expressions from strict to loose: every word, all but one, any word. Sessions found
-        by an earlier stage rank above those only a later one finds (fts5.md §4.3)."""
-        t = terms or self.terms
+        by an earlier stage rank above those only a later one finds."""
+        t = self.terms
+        if not t:
+            return []
         out = [" AND ".join(t)]
         if 3 <= len(t) <= 8:
             out.append(" OR ".join("(%s)" % " AND ".join(t[:i] + t[i + 1:]) for i in range(len(t))))
@@ -6072,60 +6433,180 @@ class Query:
             out.append(" OR ".join(t))
         return out
 
+    def notes(self):
+        """What was searched besides the words as typed: [{"word", "searched", "why"}]."""
+        out = []
+        for w in self.words:
+            if w.dropped:
+                out.append({"word": w.text, "searched": [], "why": "not found anywhere"})
+            elif w.expansions and (w.df == 0 or any(k != "parts" for k, _ in w.expansions)):
+                out.append({"word": w.text, "searched": [t for _, t in w.expansions],
+                            "why": "spelling" if w.df == 0 else w.expansions[0][0]})
+        return out
 
 
-# Common English endings, stripped from query words so that Matcher finds the forms the porter
-# stemmer conflates in the index ("tests" -> "test" finds "testing"). Longest first.
-_SUFFIXES = ("ations", "ation", "ments", "ment", "ness", "ings", "ing", "ies", "ied", "ers", "er", "ed",
-             "es", "ly", "s")
+def _df(con, fts):
+    """In how many ranking documents an FTS5 string occurs: 0, 1, 2, or 3 for "3 or more" (cheap
+    for any word: it stops at the third)."""
+    return con.execute("SELECT count(*) FROM (SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT 3)",
+                       (fts,)).fetchone()[0]
+
+
+def expand_query(con, query):
+    """Find out which words occur, and add expansions: abbreviations (both ways), camelCase parts,
+    and for a word the index does not have, the nearest words it has (a misspelling)."""
+    abbreviations = _abbreviation_table()
+    for w in query.words:
+        if w.phrase:
+            w.df = _df(con, w.fts())
+            continue
+        low = w.text.lower()
+        parts = split_identifier(w.text) if not w.prefix else [low]
+        if len(parts) > 1 and all(p.isalnum() for p in parts):
+            w.expansions.append(("parts", " ".join(parts)))
+        for long_form in abbreviations.get(low, ()):
+            w.expansions.append(("abbreviation", long_form))
+        w.df = _df(con, w.fts())
+        if w.df == 0 and not w.prefix:
+            close = [t for t in near_words(con, low) if t != low]
+            w.expansions += [("spelling", t) for t in close[:3]]
+            if not w.expansions or all(_df(con, w.fts(t, False)) == 0 for _, t in w.expansions):
+                w.dropped = True
+        elif w.df == 1 and not w.prefix and len(low) >= 5 and not w.expansions:
+            # A word found once may itself be the typo; a much more frequent neighbour is searched too.
+            w.expansions += [("spelling", t) for t in near_words(con, low, min_count=20)[:2] if t != low]
+    live = [w for w in query.words if not w.dropped]
+    if not live:  # nothing close to any word either: search the words as given (there will be no result)
+        for w in query.words:
+            w.dropped = False
+            w.expansions = []
+    return query
+
+
+# -- Spelling: the vocabulary and words close to a misspelt one ----------------------------------
+#
+# The index keeps the vocabulary of what people and agents said (the talk of every session: the
+# words typos are made in; tool output is mostly code and numbers) in `vocab`. A word absent from
+# the index is matched to vocabulary words at edit distance 1 (words of 4-7 letters) or 2 (longer
+# words) that start with the same letter, or with its second letter when the first was the typo;
+# the closest, then the most frequent, are searched in its place (at most three).
+
+VOCAB_WORD = LazyPattern(r"[a-z][a-z0-9]{3,29}")
+
+
+def vocabulary(texts):
+    """The words of texts worth offering as spelling corrections (lower case, 4-30 characters)."""
+    words = set()
+    for text in texts:
+        words.update(VOCAB_WORD.findall(text.lower()))
+    return words
+
+
+def near_words(con, word, min_count=1):
+    """Vocabulary words within edit distance 1 (words of 4-7 letters) or 2 (longer) of word, the
+    closest first, then the most frequent; only those in at least min_count ranking documents."""
+    if not 4 <= len(word) <= 30 or not word.isalnum():
+        return []
+    limit = 1 if len(word) <= 7 else 2
+    letters, found = set(word), set()
+    for first in dict.fromkeys(word[:2]):
+        for (term,) in con.execute("SELECT term FROM vocab WHERE term >= ? AND term < ? AND length(term) BETWEEN ? AND ?",
+                                   (first, first + "\uffff", len(word) - limit, len(word) + limit)):
+            # An edit adds at most one letter and removes at most one: a cheap test before the real one.
+            if len(letters ^ set(term)) <= 2 * limit and edit_distance(word, term, limit) <= limit:
+                found.add((edit_distance(word, term, limit), term))
+    ranked = []
+    for d, term in sorted(found)[:12]:
+        n = con.execute("SELECT count(*) FROM (SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT 200)",
+                        ('"%s"' % term,)).fetchone()[0]
+        if n >= min_count:
+            ranked.append((d, -n, term))
+    return [t for _, _, t in sorted(ranked)]
+
+
+def edit_distance(a, b, limit):
+    """Damerau-Levenshtein distance (adjacent transpositions count 1), or limit+1 once it is more."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    prev2, prev = None, list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = a[i - 1] != b[j - 1]
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+            if prev2 is not None and i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        if min(cur) > limit:
+            return limit + 1
+        prev2, prev = prev, cur
+    return prev[-1]
 
 
 class Matcher:
-    """Finds query words inside chunk text, to pick a session's best chunks and cut snippets.
+    """Finds the query's words in chunk text the way the index matched them: tokens as unicode61
+    finds them, compared by their porter stems, so `simplify` finds "simplified", `parser.py` finds
+    "parser.py", and an expansion (`kubernetes` for `k8s`) is found and marked too.
 
-    Ranking is FTS5's job; this only has to point at the right place, so it mimics the tokenizer
-    roughly: case-insensitive, tokens of letters and digits, words matched from their start with
-    any ending (a cheap stand-in for porter stemming), phrases as token sequences.
+    Each form of a word is a sequence of stems (a phrase, or a word the tokenizer cuts in several,
+    like `node-v20`), the last possibly a prefix. One regular expression finds, at C speed, the
+    tokens that begin like some form's first stem; only those are stemmed and compared.
     """
 
-    TOKEN = r"[^\W_]"
-
     def __init__(self, query):
-        self.patterns, self.needles = [], []
-        for core, prefix in query.words:
-            tokens = re.findall(r"[^\W_]+", core.lower())
-            if not tokens:
-                continue
-            parts = [re.escape(self._stem(t)) for t in tokens]
-            pat = "(?<!%s)%s%s*" % (self.TOKEN, "[\\W_]+".join(parts), self.TOKEN)
-            self.patterns.append(re.compile(pat, re.IGNORECASE))
-            self.needles.append(self._stem(tokens[0]))  # must occur (lower-cased) wherever pat matches
-
-    @staticmethod
-    def _stem(token):
-        for suffix in _SUFFIXES:
-            if token.endswith(suffix) and len(token) - len(suffix) >= 3:
-                return token[:-len(suffix)]
-        return token
+        self.forms = []  # (word index, [stems], prefix)
+        words = query.words
+        content = {i for i, w in enumerate(words) if not w.stop and not w.dropped}
+        for i, w in enumerate(words):
+            if content and i not in content:
+                continue  # stop words are not marked when the query has other words
+            for stems, prefix in w.match_forms():
+                if stems and stems[0]:
+                    self.forms.append((i, stems, prefix))
+        needles = sorted({stems[0][:3] for _, stems, _ in self.forms}, key=lambda n: (-len(n), n))
+        self.pattern = re.compile(r"(?<![^\W_])(?:%s)(?:[^\W_]|[%s])*" % ("|".join(map(re.escape, needles)), _ACCENTS),
+                                  re.IGNORECASE) if needles else None
 
     def spans(self, text):
-        """[(start, end, term index)] of every match, in order."""
+        """[(start, end, word index)] of every match, in order."""
+        if self.pattern is None:
+            return []
         out = []
-        for i, pat in enumerate(self.patterns):
-            out.extend((m.start(), m.end(), i) for m in pat.finditer(text))
+        for m in self.pattern.finditer(text):
+            folded = fold_token(m.group())
+            stem = porter_stem(folded)
+            for i, stems, prefix in self.forms:
+                if len(stems) == 1:
+                    if folded.startswith(stems[0]) if prefix else stem == stems[0]:
+                        out.append((m.start(), m.end(), i))
+                elif stem == stems[0]:
+                    end = self._phrase_end(text, m.end(), stems[1:], prefix)
+                    if end:
+                        out.append((m.start(), end, i))
         out.sort()
         return out
 
+    @staticmethod
+    def _phrase_end(text, pos, rest, prefix):
+        """Where the phrase ends when the tokens after `pos` are `rest` (else None)."""
+        for k, want in enumerate(rest):
+            t = TOKEN_RE.search(text, pos)
+            if not t:
+                return None
+            folded = fold_token(t.group())
+            if not (folded.startswith(want) if prefix and k == len(rest) - 1 else porter_stem(folded) == want):
+                return None
+            pos = t.end()
+        return pos
+
     def present(self, text):
-        """The indexes of the query words found in text (a search per word: stops at the first hit)."""
-        low = text.lower()  # a substring test first: the regex only runs where the word may be
-        return [i for i, pat in enumerate(self.patterns) if self.needles[i] in low and pat.search(text)]
+        """The indexes of the query words found in text."""
+        return sorted({i for _, _, i in self.spans(text)})
 
     @staticmethod
     def snippet(text, spans, width=SNIPPET_CHARS):
         """A window of about `width` characters around the densest cluster of matches, matches marked."""
         best, best_n, j = spans[0][0], 0, 0
-        window = collections.Counter()  # term -> matches starting in [start, start + 2/3 width]
+        window = collections.Counter()  # word -> matches starting in [start, start + 2/3 width]
         for k, (start, _, _) in enumerate(spans[:400]):  # slide a window over the matches: O(n)
             while j < len(spans) and spans[j][0] <= start + 2 * width // 3:
                 window[spans[j][2]] += 1
@@ -6151,6 +6632,21 @@ class Matcher:
             pos = e
         out.append(text[pos:hi])
         return ("…" if lo > 0 else "") + " ".join("".join(out).split()) + ("…" if hi < len(text) else "")
+
+    @staticmethod
+    def coverage(spans, width=SNIPPET_CHARS * 2):
+        """The most distinct words found within `width` characters of each other (proximity)."""
+        best, j = 0, 0
+        window = collections.Counter()
+        for k, (start, _, i) in enumerate(spans):
+            window[i] += 1
+            while spans[j][0] < start - width:
+                window[spans[j][2]] -= 1
+                if not window[spans[j][2]]:
+                    del window[spans[j][2]]
+                j += 1
+            best = max(best, len(window))
+        return best
 
 
 # ==================================================================================================
@@ -6229,50 +6725,61 @@ def _doc_weights():
     return ", ".join(str(DOC_WEIGHTS[c]) for c in DOC_COLUMNS)
 
 
-COMMON_SHARE = 0.5  # a word in more than this share of the ranking documents tells nothing
+STAGE_NAMES = ("all words", "all words but one", "some words")
+PROXIMITY_TOP = 20      # candidates re-ranked by how close together their best window holds the words
+PROXIMITY_WEIGHT = 0.6  # a window with every word close together adds this share to the score
 
 
-def telling_terms(con, terms):
-    """The query terms that can tell sessions apart. BM25 gives a word found in more than half of the
-    documents no weight at all, yet its long position lists make every stage slow (fts5.md §4.3),
-    so such words ("the", "in") are left out of the ranking; they still mark snippets. A query made
-    only of such words keeps its rarest one."""
-    if len(terms) < 2:
-        return terms
-    total = con.execute("SELECT count(*) FROM docs").fetchone()[0]
-    df = {t: con.execute("SELECT count(*) FROM docs_fts WHERE docs_fts MATCH ?", (t,)).fetchone()[0] for t in terms}
-    kept = [t for t in terms if df[t] <= COMMON_SHARE * total]
-    return kept or [min(terms, key=lambda t: (df[t], terms.index(t)))]
+class Candidate:
+    """A session the ranking found: its row id, bm25 score (positive, higher is better), the stage
+    that found it, and its best part's chunk range; matches are found when it is shown."""
+
+    __slots__ = ("sid", "score", "stage", "part", "matches", "coverage")
+
+    def __init__(self, sid, score, stage, part):
+        self.sid, self.score, self.stage, self.part = sid, score, stage, part
+        self.matches = self.coverage = None
 
 
-def ranked_sessions(con, query, filters):
-    """Yield (session row id, bm25, stage, best part's (first_seq, last_seq)) best first: stage 0
-    has every word, then all but one, then any. A session scores as its best part (bm25 is negative:
-    lower is better)."""
+def ranked_sessions(con, query, filters, need):
+    """At least `need` Candidates (when there are), best first: sessions with every word, then
+    all but one, then any. A session scores as its best part; one session stored twice (an agent's
+    database and its older JSON files) counts once. Each stage asks FTS5 for a bounded number of
+    rows (LIMIT), more only when those did not hold enough distinct sessions."""
     where, params = filters.sql()
     exclude = ""
     if query.excluded:
         exclude = (" AND d.session NOT IN (SELECT d2.session FROM docs_fts JOIN docs d2 ON d2.id = docs_fts.rowid "
                    "WHERE docs_fts MATCH ?)")
         params = params + [" OR ".join(query.excluded)]
-    # bm25() cannot sit inside an aggregate, so parts come back best first and the first part seen
-    # of each session stands for it (fts5.md §2.7: grouping in Python is also the fastest way).
-    sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq FROM docs_fts "
-           "JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
-           "WHERE docs_fts MATCH ?%s%s ORDER BY score, d.session") % (_doc_weights(), where, exclude)
-    seen = set()
-    for stage, expr in enumerate(query.stages(telling_terms(con, query.terms))):
+    sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq, s.agent, s.session_id "
+           "FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
+           "WHERE docs_fts MATCH ?%s%s ORDER BY score, d.session LIMIT ?") % (_doc_weights(), where, exclude)
+    out, seen, keys = [], set(), set()
+    for stage, expr in enumerate(query.stages()):
         if filters.tools_only:
-            expr = "{tools} : (%s)" % expr
-        for sid, score, first, last in con.execute(sql, [expr] + params).fetchall():
-            if sid not in seen:
+            expr = "{tools parts} : (%s)" % expr
+        limit = min(max(2 * need, 20), 1 << 62)
+        while True:
+            rows = con.execute(sql, [expr] + params + [limit]).fetchall()
+            fresh = {r[0] for r in rows if r[0] not in seen and (r[4], r[5]) not in keys}
+            if len(out) + len(fresh) >= need or len(rows) < limit:
+                break
+            limit = min(limit * 4, 1 << 62)
+        for sid, score, first, last, agent, session_id in rows:
+            if sid not in seen and (agent, session_id) not in keys:
                 seen.add(sid)
-                yield sid, score, stage, (first, last)
+                keys.add((agent, session_id))
+                out.append(Candidate(sid, -score, stage, (first, last)))
+        if len(out) >= need:
+            break
+    return out
 
 
 def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION):
     """The chunks of a session that match best, with snippets: those of its best part, or with a
-    tool filter those of the asked-for tool calls anywhere in the session."""
+    tool filter those of the asked-for tool calls anywhere in the session. Also returns the
+    proximity of the best chunk: the most distinct query words found close together."""
     sql = "SELECT seq, kind, role, tool, ts, text FROM chunks WHERE session=?"
     params = [session["id"]]
     if filters.tools_only:
@@ -6286,19 +6793,20 @@ def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION
     found = []
     for seq, kind, role, tool, ts, text in con.execute(sql + " ORDER BY seq", params):
         text = unpack(text)
-        words = matcher.present(text)
-        if words:
-            found.append((words, seq, kind, role, tool, ts, text))
-    # A word found in few chunks of the part says more than one found in all of them ("the"): each
-    # word weighs by its rarity here, a chunk by the words it has and by its kind.
+        spans = matcher.spans(text)
+        if spans:
+            found.append(({i for _, _, i in spans}, spans, seq, kind, role, tool, ts, text))
+    # A word found in few chunks of the part says more than one found in all of them: each word
+    # weighs by its rarity here, a chunk by the words it has and by its kind.
     df = collections.Counter(i for words, *_ in found for i in words)
     n = len(found)
-    scored = sorted(((sum(math.log(1 + n / df[i]) for i in words) * KIND_WEIGHT.get(kind, 0.5),
-                      seq, kind, role, tool, ts, text) for words, seq, kind, role, tool, ts, text in found),
+    scored = sorted(((sum(math.log(1 + n / df[i]) for i in words) * KIND_WEIGHT.get(kind, 0.5), seq, spans,
+                      kind, role, tool, ts, text) for words, spans, seq, kind, role, tool, ts, text in found),
                     key=lambda x: (-x[0], x[1]))
+    coverage = max((Matcher.coverage(x[2]) for x in scored[:limit]), default=0)
     return [{"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts, "score": round(w, 3),
-             "snippet": Matcher.snippet(text, matcher.spans(text))}
-            for w, seq, kind, role, tool, ts, text in scored[:limit]]
+             "snippet": Matcher.snippet(text, spans)}
+            for w, seq, spans, kind, role, tool, ts, text in scored[:limit]], coverage
 
 
 SESSION_COLUMNS = "id, agent, session_id, path, cwd, name, created, modified, parent, chunk_count, summary, deleted"
@@ -6323,30 +6831,58 @@ def resume_command(s):
     return parser.resume_command(s) if parser and not s.get("deleted") else None
 
 
-def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES_PER_SESSION):
-    """Rank sessions for a query: [(session dict, score, stage, matches)], and whether more exist."""
+def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES_PER_SESSION, page=None):
+    """Rank sessions for a query and yield the page asked for, one result at a time (the caller stops
+    when its output is full): (session dict, score, stage, matches); a last None means that more
+    results exist after the page. `page`, a dict, gets "size": how many results the page holds.
+
+    Only what is shown is built: the ranking asks FTS5 for offset + limit + 1 sessions, and the
+    best chunks and snippets of a result are found when it is yielded. (With --tool the words must
+    be in a call of that tool: each candidate is checked, from the first, to count the offset right.)
+    """
     con = store.con
-    need = offset + limit + 1
-    hits, keys = [], set()
+    expand_query(con, query)
     matcher = Matcher(query)
+    need = offset + limit + 1
+    verify = filters.tools_only
     try:
-        for sid, score, stage, part in ranked_sessions(con, query, filters):
-            s = session_row(con, sid)
-            key = (s["agent"], s["session_id"])
-            if key in keys:
-                continue  # one session stored twice (e.g. an agent's database and its older JSON files)
-            keys.add(key)
-            found = best_matches(con, s, part, matcher, filters, limit=matches)
-            if filters.tools_only and not found:
+        candidates = ranked_sessions(con, query, filters, need if not verify else max(need * 2, 40))
+        _rerank_by_proximity(con, candidates, query, matcher, filters, matches)
+        if page is not None:
+            page["size"] = min(limit, max(0, len(candidates) - offset))
+        shown = 0
+        for c in candidates[0 if verify else offset:]:
+            s = session_row(con, c.sid)
+            if c.matches is None:
+                c.matches, c.coverage = best_matches(con, s, c.part, matcher, filters, limit=matches)
+            if verify and not c.matches:
                 continue  # the words were in some tool call, but not in one of the asked-for tools
-            hits.append((s, score, stage, found))
-            if len(hits) >= need:
-                break
+            shown += 1
+            if verify and shown <= offset:
+                continue
+            if shown > (offset if verify else 0) + limit:
+                yield None  # one more exists
+                return
+            yield s, c.score, c.stage, c.matches
     except sqlite3.OperationalError as e:
         if _is_corrupt(e):
             raise
         raise SesameError("search failed: %s" % e, hint="report this query; it should have been made safe")
-    return hits[offset:offset + limit], len(hits) > offset + limit
+
+
+def _rerank_by_proximity(con, candidates, query, matcher, filters, matches):
+    """Among the first PROXIMITY_TOP candidates of each stage, prefer the session whose best chunks
+    hold more of the query's words close together: a long question then ranks like its keywords."""
+    n = len(query.ranking_words())
+    if n < 3:
+        return
+    top = candidates[:PROXIMITY_TOP]
+    for c in top:
+        c.matches, c.coverage = best_matches(con, session_row(con, c.sid), c.part, matcher, filters, limit=matches)
+    for c in top:
+        c.score *= 1 + PROXIMITY_WEIGHT * max(0, c.coverage - 1) / (n - 1)
+    top.sort(key=lambda c: (c.stage, -c.score))
+    candidates[:PROXIMITY_TOP] = top
 
 
 def fallback_snippet(con, s):
@@ -6365,11 +6901,16 @@ def use_color(stream):
     return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
 
 
-def result_json(con, s, score, stage, matches):
+def result_json(con, s, score, stage, matches, every_word_known=True):
+    """One search result as JSON (every field; the presets choose). Words the index does not have
+    at all make no result "matchedAllTerms"."""
     snippet = matches[0]["snippet"] if matches else fallback_snippet(con, s)
     return {
         "sessionId": s["session_id"], "source": s["agent"], "agent": s["agent"], "path": s["path"],
-        "cwd": s["cwd"], "name": s["name"], "score": round(-score, 3), "matchedAllTerms": stage == 0,
+        "cwd": s["cwd"], "name": s["name"], "score": float("%.4g" % score),
+        "matchedAllTerms": stage == 0 and every_word_known,
+        "stage": STAGE_NAMES[stage],
+        "matchedWords": sorted({w.lower() for m in matches for w in re.findall(r"\*\*(.+?)\*\*", m["snippet"])}),
         "created": s["created"], "modified": s["modified"], "parent": s["parent"],
         "matchedSnippet": snippet,
         "matches": matches,
@@ -6385,7 +6926,7 @@ FIELD_PRESETS = {
     "summary": ("sessionId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
                 "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted"),
 }
-FIELD_PRESETS["full"] = FIELD_PRESETS["summary"] + ("chunkCount",)
+FIELD_PRESETS["full"] = FIELD_PRESETS["summary"] + ("chunkCount", "stage", "matchedWords")
 SUMMARY_MATCH_KEYS = ("seq", "kind", "tool", "snippet")  # "full" keeps every key of every match
 FULL_MATCHES = 10
 
@@ -6414,6 +6955,8 @@ def shorten_snippet(snippet, width):
     """Cut a snippet to about `width` characters around its first match, keeping ** pairs whole."""
     if not snippet or len(snippet) <= width:
         return snippet
+    if width <= 0:
+        return "…"
     first = max(0, snippet.find(HL_OPEN))
     lo = max(0, min(first - width // 4, len(snippet) - width))
     cut = snippet[lo:lo + width]
@@ -6422,26 +6965,35 @@ def shorten_snippet(snippet, width):
     return ("…" if lo > 0 else "") + cut.strip() + "…"
 
 
+SNIPPET_WIDTHS = (120, 60, 0)  # what fit_budget shortens snippets to, in turn
+
+
+def _shortened(data, width):
+    for r in data["results"]:
+        if r.get("matchedSnippet"):
+            r["matchedSnippet"] = shorten_snippet(r["matchedSnippet"], width)
+        for m in r.get("matches") or []:
+            if m.get("snippet"):
+                m["snippet"] = shorten_snippet(m["snippet"], width)
+    return data
+
+
 def fit_budget(data, max_chars, render):
     """Render `data` within max_chars: shorten snippets first, then drop the lowest-ranked results,
-    and say in the output what was left out (data["truncated"]; paging fields point past it)."""
+    and say in the output what was left out (data["truncated"]; paging fields point past it). The
+    first result always stays, cut as far as it goes, so that paging with any budget moves on."""
     text = render(data)
     if not max_chars or len(text) <= max_chars:
         return text
     results = data["results"]
-    note = data["truncated"] = {"maxChars": max_chars, "droppedResults": 0, "snippetsShortenedTo": None}
-    for width in (120, 60):
+    note = data.setdefault("truncated", {"maxChars": max_chars, "droppedResults": 0, "snippetsShortenedTo": None,
+                                         "overBudget": False})
+    for width in SNIPPET_WIDTHS:
         note["snippetsShortenedTo"] = width
-        for r in results:
-            if "matchedSnippet" in r:
-                r["matchedSnippet"] = shorten_snippet(r["matchedSnippet"], width)
-            for m in r.get("matches") or []:
-                if m.get("snippet"):
-                    m["snippet"] = shorten_snippet(m["snippet"], width)
-        text = render(data)
+        text = render(_shortened(data, width))
         if len(text) <= max_chars:
             return text
-    while results:
+    while len(results) > 1:
         results.pop()
         note["droppedResults"] += 1
         data["resultCount"] = len(results)
@@ -6450,7 +7002,8 @@ def fit_budget(data, max_chars, render):
         text = render(data)
         if len(text) <= max_chars:
             return text
-    raise UsageError("--max-chars %d is too small: even an empty result takes %d characters" % (max_chars, len(text)))
+    note["overBudget"] = True  # even one result is longer: it is shown all the same
+    return render(data)
 
 
 def short_date(ts):
@@ -6469,9 +7022,10 @@ def print_results(data, color, out):
             out.write("  %s\n" % highlight(r["matchedSnippet"], color))
     cut = data.get("truncated")
     if cut:
-        out.write("\n(output limited to %d characters: %s%s)\n" % (
+        out.write("\n(output limited to %d characters: %s%s%s)\n" % (
             cut["maxChars"], "%d lower-ranked results left out, " % cut["droppedResults"] if cut["droppedResults"] else "",
-            "snippets shortened" if cut["snippetsShortenedTo"] else ""))
+            "snippets shortened" if cut["snippetsShortenedTo"] is not None else "",
+            "; one result is always shown" if cut.get("overBudget") else ""))
     if data["hasMore"]:
         out.write("\n(more results: --offset %d)\n" % data["nextOffset"])
 
@@ -7204,8 +7758,11 @@ def cmd_forget(args, ctx):
 
 
 def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=None, after=None, before=None,
-                    agent=None, tools=False, tool=None, path=None, fields=None):
-    """A search as data: the object `sesame search --json` prints (the MCP server returns it too)."""
+                    agent=None, tools=False, tool=None, path=None, fields=None, max_chars=0, render=None):
+    """A search as data: the object `sesame search --json` prints (the MCP server returns it too).
+
+    With max_chars and render (what the caller will print), results are built only while they can
+    still fit: one that cannot, even with the shortest snippets, is left for the next page."""
     fields, full = parse_fields(fields)
     query = Query(text)
     if limit < 1 or offset < 0:
@@ -7213,17 +7770,37 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
     filters = Filters(cwd=cwd, after=after, before=before, agent=agent, tools_only=tools, tool=tool, path=path)
     first_use = not os.path.exists(ctx.index_path)
     store = ctx.store()
+    data = {"query": query.text, "resultCount": 0, "offset": offset, "limit": limit, "hasMore": False,
+            "nextOffset": None, "alsoSearched": [], "results": []}
+    results, page = data["results"], {}
     try:
         if refresh:
             refresh_before_reading(ctx, store, first_use)
-        hits, more = search(store, query, filters, limit=limit, offset=offset,
-                            matches=FULL_MATCHES if full else MATCHES_PER_SESSION)
-        results = [shape_result(result_json(store.con, s, score, stage, matches), fields, full)
-                   for s, score, stage, matches in hits]
+        for hit in search(store, query, filters, limit=limit, offset=offset,
+                          matches=FULL_MATCHES if full else MATCHES_PER_SESSION, page=page):
+            if hit is None:
+                data["hasMore"] = True
+                break
+            data["alsoSearched"] = query.notes()
+            results.append(shape_result(result_json(store.con, *hit, not any(w.dropped for w in query.words)),
+                                        fields, full))
+            if max_chars and render and len(results) > 1 and _smallest_size(data, render) > max_chars:
+                results.pop()  # it cannot fit (fit_budget would drop it): the next page starts with it
+                data["hasMore"] = True
+                data["truncated"] = {"maxChars": max_chars, "droppedResults": max(1, page.get("size", limit) - len(results)),
+                                     "snippetsShortenedTo": None, "overBudget": False}
+                break
+        data["alsoSearched"] = query.notes()
     finally:
         store.close()
-    return {"query": query.text, "resultCount": len(results), "offset": offset, "limit": limit,
-            "hasMore": more, "nextOffset": offset + len(results) if more else None, "results": results}
+    data["resultCount"] = len(results)
+    data["nextOffset"] = offset + len(results) if data["hasMore"] else None
+    return data
+
+
+def _smallest_size(data, render):
+    """How long render(data) is with every snippet at its shortest (what fit_budget can reach)."""
+    return len(render(_shortened(json.loads(json.dumps(data)), SNIPPET_WIDTHS[-1])))
 
 
 def render_results(data, color=False):
@@ -7235,17 +7812,19 @@ def render_results(data, color=False):
 def cmd_search(args, ctx):
     if args.max_chars is not None and args.max_chars < 0:
         raise UsageError("--max-chars must be 0 (no limit) or more")
-    data = search_sessions(ctx, " ".join(args.query), limit=DEFAULT_LIMIT if args.limit is None else args.limit,
-                           offset=args.offset,
-                           refresh=not args.no_refresh, cwd=args.cwd, after=args.after, before=args.before,
-                           agent=args.agent, tools=args.tools, tool=args.tool, path=args.path, fields=args.fields)
-    # Without --limit or --max-chars, output stays within DEFAULT_MAX_CHARS: an agent pays per byte.
-    budget = args.max_chars if args.max_chars is not None else (DEFAULT_MAX_CHARS if args.limit is None else 0)
+    # The output stays within DEFAULT_MAX_CHARS unless --max-chars says otherwise (0: no limit): an
+    # agent pays for every byte it reads.
+    budget = DEFAULT_MAX_CHARS if args.max_chars is None else args.max_chars
     if args.json:
-        sys.stdout.write(fit_budget(data, budget, lambda d: to_json(d) + "\n"))
+        render = lambda d: to_json(d) + "\n"  # noqa: E731
     else:
         color = use_color(sys.stdout)
-        sys.stdout.write(fit_budget(data, budget, lambda d: render_results(d, color)))
+        render = lambda d: render_results(d, color)  # noqa: E731
+    data = search_sessions(ctx, " ".join(args.query), limit=DEFAULT_LIMIT if args.limit is None else args.limit,
+                           offset=args.offset, refresh=not args.no_refresh, cwd=args.cwd, after=args.after,
+                           before=args.before, agent=args.agent, tools=args.tools, tool=args.tool, path=args.path,
+                           fields=args.fields, max_chars=budget, render=render)
+    sys.stdout.write(fit_budget(data, budget, render))
     return EXIT_OK
 
 

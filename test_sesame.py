@@ -970,7 +970,8 @@ def test_query_of_only_punctuation_is_a_usage_error(corpus, capsys):
 
 def test_query_escaping_makes_every_word_a_literal():
     q = sesame.Query('parser.py -excluded "exact phrase" pref* AND')
-    assert q.terms == ['"parser.py"', '"exact phrase"', '"pref"*', '"AND"']
+    assert q.terms == ['"parser.py"', '"exact phrase"', '"pref"*']   # "AND" is a stop word here
+    assert sesame.Query("AND").terms == ['"AND"']
     assert q.excluded == ['"excluded"']
 
 
@@ -1055,9 +1056,37 @@ def test_agent_filter(corpus, capsys):
 
 
 def test_limit_and_offset_page_without_gaps(corpus, capsys):
-    all_ids = search_ids(capsys, "the", "--limit", "50")
-    pages = [search_ids(capsys, "the", "--limit", "3", "--offset", str(o)) for o in range(0, len(all_ids), 3)]
+    all_ids = search_ids(capsys, "the", "--limit", "50", "--max-chars", "0")
+    pages = [search_ids(capsys, "the", "--limit", "3", "--offset", str(o), "--max-chars", "0")
+             for o in range(0, len(all_ids), 3)]
     assert [i for p in pages for i in p] == all_ids
+
+
+def follow_pages(capsys, query, *argv):
+    """Every result id, following nextOffset from the first page until hasMore is false."""
+    ids, offset = [], 0
+    for _ in range(100):
+        code, out, err = run(capsys, "search", query, "--json", "--offset", str(offset), *argv)
+        assert code == 0, err
+        data = json.loads(out)
+        ids += [r["sessionId"] for r in data["results"]]
+        if not data["hasMore"]:
+            return ids
+        assert data["nextOffset"] > offset, "paging must move on"
+        offset = data["nextOffset"]
+    raise AssertionError("paging did not end")
+
+
+@pytest.mark.parametrize("budget", ["1", "150", "600", "2000"])
+def test_paging_with_any_budget_ends_and_returns_every_result_once(corpus, capsys, budget):
+    everything = search_ids(capsys, "the", "--limit", "50", "--max-chars", "0")
+    assert len(everything) >= 5
+    assert follow_pages(capsys, "the", "--limit", "4", "--max-chars", budget) == everything
+
+
+def test_the_default_budget_also_applies_with_limit(corpus, capsys):
+    code, out, _ = run(capsys, "search", "the", "--json", "--limit", "50", "--fields", "full")
+    assert len(out) <= sesame.DEFAULT_MAX_CHARS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1091,7 +1120,8 @@ def test_human_output_shows_count_id_name_date_cwd_and_snippet(corpus, capsys):
     ("summary", ["sessionId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
                  "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted"]),
     ("full", ["sessionId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
-              "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted", "chunkCount"]),
+              "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted", "chunkCount", "stage",
+              "matchedWords"]),
     ("name,score", ["name", "score"]),
 ])
 def test_field_presets_give_exactly_their_keys(corpus, capsys, preset, keys):
@@ -1115,7 +1145,11 @@ def test_unknown_field_is_a_usage_error_listing_the_valid_ones(corpus, capsys):
 def test_max_chars_bounds_the_output_and_says_what_was_left_out(corpus, capsys, fmt, budget):
     code, full_out, _ = run(capsys, "search", "the", "--limit", "10", *fmt)
     code, out, _ = run(capsys, "search", "the", "--limit", "10", "--max-chars", str(budget), *fmt)
-    assert code == 0 and len(out) <= budget
+    assert code == 0
+    if fmt and json.loads(out)["resultCount"] == 1 and len(out) > budget:
+        assert json.loads(out)["truncated"]["overBudget"] is True   # one result always shows
+    else:
+        assert len(out) <= budget
     if budget >= len(full_out):
         assert out == full_out
     elif fmt:
@@ -1134,9 +1168,13 @@ def test_default_search_output_stays_under_4000_characters(corpus, capsys):
         assert code == 0 and len(out) <= 4000
 
 
-def test_too_small_budget_is_a_usage_error(corpus, capsys):
-    code, out, err = run(capsys, "search", "carousel", "--json", "--max-chars", "20")
-    assert code == 2 and "too small" in err
+def test_a_budget_smaller_than_one_result_still_shows_one_and_moves_on(corpus, capsys):
+    code, out, err = run(capsys, "search", "the", "--json", "--max-chars", "20")
+    data = json.loads(out)
+    assert code == 0 and data["resultCount"] == 1 and data["hasMore"] and data["nextOffset"] == 1
+    assert data["truncated"]["overBudget"] is True and data["results"][0]["matchedSnippet"] == "…"
+    code, out, err = run(capsys, "search", "the", "--max-chars", "20")
+    assert code == 0 and "one result is always shown" in out
 
 
 def test_search_json_is_byte_stable(corpus, capsys):
@@ -4664,7 +4702,7 @@ def test_watch_beside_a_manual_index_loses_no_update(corpus, capsys):
         out, err = p.communicate(timeout=10)
     assert p.returncode == 0 and "Traceback" not in err
     run(capsys, "index")
-    assert sorted(search_ids(capsys, "gazelle", "--limit", "20")) == ["both-%d" % i for i in range(8)]
+    assert sorted(search_ids(capsys, "gazelle", "--limit", "20", "--max-chars", "0")) == ["both-%d" % i for i in range(8)]
 
 
 # ---------------------------------------------------------------------------------------------
