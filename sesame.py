@@ -113,7 +113,7 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 # (they are the source of truth), a newer one is refused rather than damaged. From schema 4 on the
 # index also keeps sessions whose files are gone: a later migration must carry those over (their
 # chunks are in the index; their ranking rows can be rebuilt from them with build_parts).
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Chunk kinds, and the FTS column of the per-session documents each kind is indexed in. The column
 # weights are the ranking policy: what the user and the assistant said outranks what tools printed,
@@ -5144,6 +5144,9 @@ def label_text(s):
     return "\n".join(t for t in [s.name, s.summary] + list(s.labels) if t)
 
 
+_TOOL_OUTPUT_RE = LazyPattern(r"\n(?:output|error):\n")  # where tool_text() puts a call's result
+
+
 def doc_columns(name, chunk_rows):
     """The text of one docs_fts row: (name, talk, tools, aside, parts) from (kind, text) rows.
 
@@ -5152,8 +5155,14 @@ def doc_columns(name, chunk_rows):
     cols = {"talk": [], "tools": [], "aside": []}
     parts = [identifier_parts(name)] if name else []
     for kind, text in chunk_rows:
-        cols[KIND_COLUMN.get(kind, "aside")].append(text)
-        parts.append(identifier_parts(text))
+        column = KIND_COLUMN.get(kind, "aside")
+        cols[column].append(text)
+        # camelCase parts of what was said and of tool arguments (the command, the edit), not of
+        # tool output: that is mostly code read back, where a name's parts mean little and cost much.
+        if column == "talk":
+            parts.append(identifier_parts(text))
+        elif column == "tools":
+            parts.append(identifier_parts(_TOOL_OUTPUT_RE.split(text, 1)[0]))
     return (name or "", "\n\n".join(cols["talk"]), "\n\n".join(cols["tools"]), "\n\n".join(cols["aside"]),
             "\n".join(p for p in parts if p))
 
@@ -6247,9 +6256,10 @@ def fts_terms(text):
 # punctuation, but `handlePaymentIntentWebhook` is one token; its parts are indexed as extra text
 # (a low-weight column) so that "payment intent webhook" finds it, while the whole name still
 # matches (and ranks) as itself.
-_CAMEL_RE = LazyPattern(r"[A-Za-z0-9]*(?:[a-z][A-Z]|[A-Z][A-Z][a-z])[A-Za-z0-9]*")
 _CAMEL_PART_RE = LazyPattern(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
-_LOWER_UPPER_RE = LazyPattern(r"[a-z][A-Z]|[A-Z][A-Z][a-z]")
+_IDENT_RE = LazyPattern(r"[A-Za-z][A-Za-z0-9]+")
+_CASE_CHANGE_RE = LazyPattern(r"[a-z][A-Z]|[A-Z][A-Z][a-z]")
+_PARTS = {}
 
 
 def split_identifier(word):
@@ -6260,10 +6270,21 @@ def split_identifier(word):
 
 
 def identifier_parts(text):
-    """The parts of every camelCase identifier in text, as text to index beside it ("" if none)."""
-    if not _LOWER_UPPER_RE.search(text):
-        return ""
-    return "\n".join(" ".join(split_identifier(m)) for m in _CAMEL_RE.findall(text))
+    """The parts of every camelCase name in text, each name once, as text to index beside it ("" if
+    none). It runs over everything indexed, so it looks only at whitespace-separated words in mixed
+    case (str.split and the case tests run in C), and remembers what it found for each."""
+    out = []
+    for word in dict.fromkeys(text.split()):
+        if word.islower() or word.isupper():
+            continue
+        parts = _PARTS.get(word)
+        if parts is None:
+            parts = "\n".join(" ".join(split_identifier(w)) for w in _IDENT_RE.findall(word) if _CASE_CHANGE_RE.search(w))
+            if len(_PARTS) < 100000:
+                _PARTS[word] = parts
+        if parts:
+            out.append(parts)
+    return "\n".join(out)
 
 
 # ==================================================================================================
@@ -6565,12 +6586,23 @@ class Matcher:
         needles = sorted({stems[0][:3] for _, stems, _ in self.forms}, key=lambda n: (-len(n), n))
         self.pattern = re.compile(r"(?<![^\W_])(?:%s)(?:[^\W_]|[%s])*" % ("|".join(map(re.escape, needles)), _ACCENTS),
                                   re.IGNORECASE) if needles else None
+        # A word may also be a part of a camelCase name (indexed in the `parts` column): a capital
+        # after a lower-case letter or digit, starting like a one-word form, up to the next capital.
+        camel = sorted({stems[0][:3] for _, stems, prefix in self.forms if len(stems) == 1 and stems[0].isascii()
+                        and stems[0][:1].isalpha()}, key=lambda n: (-len(n), n))
+        self.camel = re.compile(r"(?<=[a-z0-9])(?:%s)[a-z0-9]*" % "|".join(re.escape(n[:1].upper() + n[1:]) for n in camel)) \
+            if camel else None
 
     def spans(self, text):
         """[(start, end, word index)] of every match, in order."""
         if self.pattern is None:
             return []
         out = []
+        for m in self.camel.finditer(text) if self.camel else ():
+            part = m.group().lower()
+            for i, stems, prefix in self.forms:
+                if len(stems) == 1 and (part.startswith(stems[0]) if prefix else porter_stem(part) == stems[0]):
+                    out.append((m.start(), m.end(), i))
         for m in self.pattern.finditer(text):
             folded = fold_token(m.group())
             stem = porter_stem(folded)
@@ -6623,10 +6655,15 @@ class Matcher:
         if hi < len(text):
             cut = text.rfind(" ", lo, hi)
             hi = cut if cut > best else hi
-        out, pos = [], lo
+        marks = []  # matches inside the window; touching ones (parts of one camelCase name) as one
         for s, e, _ in spans:
-            if s < pos or e > hi:
-                continue
+            if lo <= s and e <= hi:
+                if marks and s <= marks[-1][1]:
+                    marks[-1][1] = max(marks[-1][1], e)
+                else:
+                    marks.append([s, e])
+        out, pos = [], lo
+        for s, e in marks:
             out.append(text[pos:s])
             out.append(HL_OPEN + text[s:e] + HL_CLOSE)
             pos = e
@@ -6804,9 +6841,17 @@ def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION
                       kind, role, tool, ts, text) for words, spans, seq, kind, role, tool, ts, text in found),
                     key=lambda x: (-x[0], x[1]))
     coverage = max((Matcher.coverage(x[2]) for x in scored[:limit]), default=0)
-    return [{"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts, "score": round(w, 3),
-             "snippet": Matcher.snippet(text, spans)}
-            for w, seq, spans, kind, role, tool, ts, text in scored[:limit]], coverage
+    matches = [{"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts, "score": round(w, 3),
+                "snippet": Matcher.snippet(text, spans)}
+               for w, seq, spans, kind, role, tool, ts, text in scored[:limit]]
+    if not matches and not filters.tools_only:
+        # Found by its name (or summary) alone: that is the match to show (it has no chunk: seq null).
+        label = "\n".join(t for t in (session.get("name"), session.get("summary")) if t)
+        spans = matcher.spans(label)
+        if spans:
+            matches.append({"seq": None, "kind": "name", "role": None, "tool": None, "timestamp": None,
+                            "score": 0.0, "snippet": Matcher.snippet(label, spans)})
+    return matches, coverage
 
 
 SESSION_COLUMNS = "id, agent, session_id, path, cwd, name, created, modified, parent, chunk_count, summary, deleted"
@@ -7388,7 +7433,8 @@ def _mcp_search(ctx, query, tool=None, **kw):
     out = io.StringIO()
     print_results(data, False, out)
     # The text is what most clients hand the model: say how to open each result where it matched.
-    hints = ["%s around=%d" % (r["sessionId"], r["matches"][0]["seq"]) for r in data["results"] if r["matches"]]
+    hints = ["%s around=%d" % (r["sessionId"], r["matches"][0]["seq"]) for r in data["results"]
+             if r.get("matches") and r["matches"][0]["seq"] is not None]
     if hints:
         out.write("\nTo read a result, call show with session=ID and around=SEQ: %s\n" % "; ".join(hints))
     return out.getvalue(), data
