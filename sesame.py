@@ -6356,7 +6356,8 @@ class QueryWord:
         self.tokens = fts_tokens(text)
         self.stop = not phrase and not prefix and all(t in STOPWORDS for t in self.tokens)
         self.expansions = []     # (kind, text): "abbreviation", "spelling", "parts"
-        self.df = None           # in how many ranking documents it occurs (0, 1, 2, or 3 meaning "3 or more")
+        self.df = None           # in how many ranking documents it occurs (counted up to half of them)
+        self.common = False      # in more than half of them: it tells nothing apart (see Query.stages)
         self.dropped = False     # absent from the index and nothing close: left out
 
     def fts(self, text=None, prefix=None):
@@ -6442,16 +6443,32 @@ class Query:
         return content or words
 
     def stages(self):
-        """FTS5 expressions from strict to loose: every word, all but one, any word. Sessions found
-        by an earlier stage rank above those only a later one finds."""
-        t = self.terms
-        if not t:
+        """[(scored expression, filter expression or None)] from strict to loose: every word, all but
+        one, any word. Sessions found by an earlier stage rank above those only a later one finds.
+
+        A word found in more than half of the ranking documents adds nothing to a bm25 score (FTS5
+        gives it no weight) but costs the most to score (its positions are everywhere). So when a
+        query has such words, the score comes from the others (at least the two rarest words), and
+        the stage's condition over every word is checked as a filter, which FTS5 answers without
+        reading positions: the same sessions in the same order, several times faster."""
+        words = self.ranking_words()
+        if not words:
             return []
-        out = [" AND ".join(t)]
-        if 3 <= len(t) <= 8:
-            out.append(" OR ".join("(%s)" % " AND ".join(t[:i] + t[i + 1:]) for i in range(len(t))))
-        if len(t) >= 2:
-            out.append(" OR ".join(t))
+        double = any(w.expansions for w in words)
+        groups = [w.group(double) for w in words]
+        keep = {i for i, w in enumerate(words) if not w.common}
+        for _, i in sorted((w.df or 0, i) for i, w in enumerate(words) if w.common):
+            if len(keep) >= min(2, len(words)):
+                break
+            keep.add(i)
+        scored = [g for i, g in enumerate(groups) if i in keep]
+        plain = len(scored) == len(groups)
+        out = [(" AND ".join(scored), None if plain else " AND ".join(groups))]
+        if 3 <= len(groups) <= 8:
+            most = " OR ".join("(%s)" % " AND ".join(groups[:i] + groups[i + 1:]) for i in range(len(groups)))
+            out.append((most, None) if plain else (" OR ".join(scored), most))
+        if len(groups) >= 2:
+            out.append((" OR ".join(scored), None))
         return out
 
     def notes(self):
@@ -6466,41 +6483,40 @@ class Query:
         return out
 
 
-def _df(con, fts):
-    """In how many ranking documents an FTS5 string occurs: 0, 1, 2, or 3 for "3 or more" (cheap
-    for any word: it stops at the third)."""
-    return con.execute("SELECT count(*) FROM (SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT 3)",
-                       (fts,)).fetchone()[0]
+def _df(con, fts, limit=3):
+    """In how many ranking documents an FTS5 string occurs, counted up to `limit` (cheap: FTS5 only
+    walks the word's list of documents, and stops there)."""
+    return con.execute("SELECT count(*) FROM (SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT ?)",
+                       (fts, limit)).fetchone()[0]
 
 
 def expand_query(con, query):
-    """Find out which words occur, and add expansions: abbreviations (both ways), camelCase parts,
-    and for a word the index does not have, the nearest words it has (a misspelling)."""
+    """Find out which words occur and how often, and add expansions: abbreviations (both ways),
+    camelCase parts, and for a word the index does not have, the nearest words it has (a typo)."""
     abbreviations = _abbreviation_table()
+    half = con.execute("SELECT count(*) FROM docs").fetchone()[0] // 2
     for w in query.words:
-        if w.phrase:
-            w.df = _df(con, w.fts())
-            continue
-        low = w.text.lower()
-        parts = split_identifier(w.text) if not w.prefix else [low]
-        if len(parts) > 1 and all(p.isalnum() for p in parts):
-            w.expansions.append(("parts", " ".join(parts)))
-        for long_form in abbreviations.get(low, ()):
-            w.expansions.append(("abbreviation", long_form))
+        if not w.phrase:
+            low = w.text.lower()
+            parts = split_identifier(w.text) if not w.prefix else [low]
+            if len(parts) > 1 and all(p.isalnum() for p in parts):
+                w.expansions.append(("parts", " ".join(parts)))
+            for long_form in abbreviations.get(low, ()):
+                w.expansions.append(("abbreviation", long_form))
         w.df = _df(con, w.fts())
-        if w.df == 0 and not w.prefix:
-            close = [t for t in near_words(con, low) if t != low]
-            w.expansions += [("spelling", t) for t in close[:3]]
+        if w.df == 0 and not w.prefix and not w.phrase:
+            w.expansions += [("spelling", t) for t in near_words(con, low)[:3] if t != low]
             if not w.expansions or all(_df(con, w.fts(t, False)) == 0 for _, t in w.expansions):
                 w.dropped = True
-        elif w.df == 1 and not w.prefix and len(low) >= 5 and not w.expansions:
-            # A word found once may itself be the typo; a much more frequent neighbour is searched too.
+        elif w.df == 1 and not w.prefix and not w.phrase and len(low) >= 5 and not w.expansions:
+            # A word found once may itself be the typo: a much more frequent neighbour is searched too.
             w.expansions += [("spelling", t) for t in near_words(con, low, min_count=20)[:2] if t != low]
-    live = [w for w in query.words if not w.dropped]
-    if not live:  # nothing close to any word either: search the words as given (there will be no result)
+        elif w.df >= 3 and half >= 2:  # how common: counted up to half the documents, no further
+            w.df = _df(con, w.group(False), half + 1)
+            w.common = w.df > half
+    if all(w.dropped for w in query.words):  # nothing close to any word: search them as given (no result)
         for w in query.words:
-            w.dropped = False
-            w.expansions = []
+            w.dropped, w.expansions = False, []
     return query
 
 
@@ -6592,28 +6608,38 @@ class Matcher:
                         and stems[0][:1].isalpha()}, key=lambda n: (-len(n), n))
         self.camel = re.compile(r"(?<=[a-z0-9])(?:%s)[a-z0-9]*" % "|".join(re.escape(n[:1].upper() + n[1:]) for n in camel)) \
             if camel else None
+        # Forms by their first stem (one dict lookup per candidate token); one-word prefixes apart.
+        self.by_stem, self.prefixes = {}, []
+        for form in self.forms:
+            if form[2] and len(form[1]) == 1:
+                self.prefixes.append(form)
+            else:
+                self.by_stem.setdefault(form[1][0], []).append(form)
 
     def spans(self, text):
         """[(start, end, word index)] of every match, in order."""
         if self.pattern is None:
             return []
         out = []
+        by_stem, prefixes = self.by_stem, self.prefixes
         for m in self.camel.finditer(text) if self.camel else ():
             part = m.group().lower()
-            for i, stems, prefix in self.forms:
-                if len(stems) == 1 and (part.startswith(stems[0]) if prefix else porter_stem(part) == stems[0]):
+            for i, stems, prefix in by_stem.get(porter_stem(part), ()):
+                if len(stems) == 1:
                     out.append((m.start(), m.end(), i))
         for m in self.pattern.finditer(text):
-            folded = fold_token(m.group())
-            stem = porter_stem(folded)
-            for i, stems, prefix in self.forms:
+            token = m.group()
+            folded = token.lower() if token.isascii() else fold_token(token)
+            for i, stems, prefix in by_stem.get(porter_stem(folded), ()):
                 if len(stems) == 1:
-                    if folded.startswith(stems[0]) if prefix else stem == stems[0]:
-                        out.append((m.start(), m.end(), i))
-                elif stem == stems[0]:
+                    out.append((m.start(), m.end(), i))
+                else:
                     end = self._phrase_end(text, m.end(), stems[1:], prefix)
                     if end:
                         out.append((m.start(), end, i))
+            for i, stems, _ in prefixes:
+                if folded.startswith(stems[0]):
+                    out.append((m.start(), m.end(), i))
         out.sort()
         return out
 
@@ -6763,7 +6789,7 @@ def _doc_weights():
 
 
 STAGE_NAMES = ("all words", "all words but one", "some words")
-PROXIMITY_TOP = 20      # candidates re-ranked by how close together their best window holds the words
+PROXIMITY_TOP = 12      # candidates re-ranked by how close together their best window holds the words
 PROXIMITY_WEIGHT = 0.6  # a window with every word close together adds this share to the score
 
 
@@ -6778,11 +6804,15 @@ class Candidate:
         self.matches = self.coverage = None
 
 
+STAGE_SECONDS = 0.4  # a stage query running longer is given up (the next, looser stage goes on)
+
+
 def ranked_sessions(con, query, filters, need):
     """At least `need` Candidates (when there are), best first: sessions with every word, then
     all but one, then any. A session scores as its best part; one session stored twice (an agent's
     database and its older JSON files) counts once. Each stage asks FTS5 for a bounded number of
-    rows (LIMIT), more only when those did not hold enough distinct sessions."""
+    rows (LIMIT), more only when those did not hold enough distinct sessions; a stage that runs
+    past STAGE_SECONDS (thousands of documents holding every common word) is given up."""
     where, params = filters.sql()
     exclude = ""
     if query.excluded:
@@ -6791,18 +6821,33 @@ def ranked_sessions(con, query, filters, need):
         params = params + [" OR ".join(query.excluded)]
     sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq, s.agent, s.session_id "
            "FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
-           "WHERE docs_fts MATCH ?%s%s ORDER BY score, d.session LIMIT ?") % (_doc_weights(), where, exclude)
+           "WHERE docs_fts MATCH ?%%s%s%s ORDER BY score, d.session LIMIT ?") % (_doc_weights(), where, exclude)
+    # The filter must not be handed to FTS5 as a rowid constraint (it would run the query once per
+    # row): the unary + keeps it a plain test on the rows the scored expression found.
+    filtered = sql % " AND +docs_fts.rowid IN (SELECT rowid FROM docs_fts WHERE docs_fts MATCH ?)"
+    plain = sql % ""
     out, seen, keys = [], set(), set()
-    for stage, expr in enumerate(query.stages()):
+    for stage, (expr, condition) in enumerate(query.stages()):
         if filters.tools_only:
             expr = "{tools parts} : (%s)" % expr
+            condition = condition and "{tools parts} : (%s)" % condition
         limit = min(max(2 * need, 20), 1 << 62)
-        while True:
-            rows = con.execute(sql, [expr] + params + [limit]).fetchall()
-            fresh = {r[0] for r in rows if r[0] not in seen and (r[4], r[5]) not in keys}
-            if len(out) + len(fresh) >= need or len(rows) < limit:
-                break
-            limit = min(limit * 4, 1 << 62)
+        deadline = time.monotonic() + STAGE_SECONDS
+        con.set_progress_handler(lambda: time.monotonic() > deadline, 20000)
+        try:
+            while True:
+                args = [expr] + ([condition] if condition else []) + params + [limit]
+                rows = con.execute(filtered if condition else plain, args).fetchall()
+                fresh = {r[0] for r in rows if r[0] not in seen and (r[4], r[5]) not in keys}
+                if len(out) + len(fresh) >= need or len(rows) < limit:
+                    break
+                limit = min(limit * 4, 1 << 62)
+        except sqlite3.OperationalError as e:
+            if "interrupt" not in str(e):
+                raise
+            continue  # too slow: leave this stage to the looser ones
+        finally:
+            con.set_progress_handler(None, 0)
         for sid, score, first, last, agent, session_id in rows:
             if sid not in seen and (agent, session_id) not in keys:
                 seen.add(sid)
@@ -6919,7 +6964,7 @@ def _rerank_by_proximity(con, candidates, query, matcher, filters, matches):
     """Among the first PROXIMITY_TOP candidates of each stage, prefer the session whose best chunks
     hold more of the query's words close together: a long question then ranks like its keywords."""
     n = len(query.ranking_words())
-    if n < 3:
+    if n < 4:
         return
     top = candidates[:PROXIMITY_TOP]
     for c in top:
