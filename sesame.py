@@ -5789,6 +5789,8 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
         if plan.todo:  # rows of files gone whose sessions all moved to files indexed now
             store.con.execute("DELETE FROM files WHERE status='deleted' AND NOT EXISTS "
                               "(SELECT 1 FROM sessions s WHERE s.file_id = files.id)")
+        if store.meta("built") is None:
+            store.set_meta("built", iso(now_utc()))  # a first complete index: searches stop waiting for it
         batch.commit()
     except BaseException:
         batch.rollback()
@@ -7630,6 +7632,9 @@ def serve_mcp(inp=None, out=None):
     out = out or sys.stdout
     real_stdout, sys.stdout = sys.stdout, sys.stderr  # a stray print must never corrupt the protocol stream
     _stderr("sesame mcp: serving sesame %s on stdio" % __version__)
+    import threading
+    stop = threading.Event()
+    threading.Thread(target=_keep_fresh, args=(stop, MCP_REFRESH_SECONDS), daemon=True).start()
     try:
         for line in iter(inp.readline, b""):
             if not line.strip():
@@ -7641,8 +7646,27 @@ def serve_mcp(inp=None, out=None):
     except BrokenPipeError:
         pass  # the client went away: nothing left to answer
     finally:
+        stop.set()
         sys.stdout = real_stdout
     return EXIT_OK
+
+
+MCP_REFRESH_SECONDS = 30.0
+
+
+def _keep_fresh(stop, interval):
+    """The MCP server's background refresh: every file checked every `interval` seconds while the
+    server runs (as `sesame watch` does), so that each call's own quick refresh finds little to do."""
+    while not stop.wait(interval):
+        try:
+            ctx = Context()
+            store = ctx.store()
+            try:
+                refresh_index(ctx, store, wait_seconds=0)
+            finally:
+                store.close()
+        except Exception as e:  # noqa: BLE001  (a broken config or a full disk: the calls say so)
+            _stderr("sesame mcp: background refresh: %s" % getattr(e, "message", e))
 
 
 def cmd_mcp(args, ctx):
@@ -7708,10 +7732,21 @@ def refresh_before_reading(ctx, store, first_use):
     finally:
         if progress:
             sys.stderr.write("\r\x1b[K")
-    if summary is None:
+    if summary is None and store.meta("built") is None:
+        # Another process is building the very first index: what is there so far is partial.
+        n = store.con.execute("SELECT count(*) FROM sessions").fetchone()[0]
+        _stderr("sesame: another sesame process is building the index (%d sessions so far); waiting up to %ds"
+                % (n, FIRST_INDEX_WAIT))
+        summary = refresh_index(ctx, store, wait_seconds=FIRST_INDEX_WAIT, quick=True)
+        if summary is None:
+            _stderr("sesame: the index is still being built; these results are partial")
+    elif summary is None:
         _stderr("sesame: another sesame index is running; using the index as it is")
     elif first_use:
         _stderr("sesame: " + summary.line())
+
+
+FIRST_INDEX_WAIT = 60  # seconds a search waits for another process that builds the first index
 
 
 def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=False):
@@ -7773,6 +7808,7 @@ def cmd_index(args, ctx):
 
 LOCK_WAIT_SECONDS = 600
 WATCH_INTERVAL = 5.0
+WATCH_MAX_PAUSE = 300.0   # the longest a watch waits after a failed round (full disk) before trying again
 
 
 def cmd_watch(args, ctx):
@@ -7781,16 +7817,23 @@ def cmd_watch(args, ctx):
     if not args.interval > 0:
         raise UsageError("--interval must be a positive number of seconds")
     _stderr("sesame: keeping %s fresh every %gs (Ctrl-C stops)" % (ctx.index_path, args.interval))
+    pause = args.interval
     try:
         while True:
-            store = ctx.store()
             try:
-                summary = refresh_index(ctx, store, wait_seconds=0)
-            finally:
-                store.close()
-            if summary is not None and (summary.indexed or summary.removed or summary.problems):
-                _stderr(summary.line())
-            time.sleep(args.interval)
+                store = ctx.store()
+                try:
+                    summary = refresh_index(ctx, store, wait_seconds=0)
+                finally:
+                    store.close()
+                if summary is not None and (summary.indexed or summary.removed or summary.problems):
+                    _stderr(summary.line())
+                pause = args.interval
+            except (sqlite3.Error, OSError, SesameError) as e:
+                # A full disk, a locked or damaged index: say so, wait longer each time, and go on.
+                pause = min(max(pause * 2, args.interval), WATCH_MAX_PAUSE)
+                _stderr("sesame: cannot update the index (%s); trying again in %gs" % (getattr(e, "message", e), pause))
+            time.sleep(pause)
             ctx = Context(ctx.env)  # pick up config changes; a broken config stops the watch with its error
     except KeyboardInterrupt:
         return EXIT_OK

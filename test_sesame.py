@@ -728,6 +728,61 @@ def test_an_old_file_edited_in_place_is_seen_within_the_sweep_and_at_once_by_ind
     assert search_ids(capsys, "flamingo", "--no-refresh") == ["old-06"]
 
 
+def test_watch_reports_a_failed_round_backs_off_and_goes_on(env, capsys, monkeypatch):
+    good_session(env)
+    rounds, sleeps = [], []
+    real = sesame.refresh_index
+
+    def flaky(ctx, store, wait_seconds, **kw):
+        rounds.append(1)
+        if len(rounds) <= 2:
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(ctx, store, wait_seconds, **kw)
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        if len(sleeps) >= 4:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(sesame, "refresh_index", flaky)
+    monkeypatch.setattr(sesame.time, "sleep", sleep)
+    code, out, err = run(capsys, "watch", "--interval", "1")
+    assert code == 0 and len(rounds) == 4 and "disk is full" in err and "Traceback" not in err
+    assert sleeps[:3] == [2, 4, 1]   # longer after each failure, the normal interval once it works
+    assert search_ids(capsys, "pangolin", "--no-refresh") == ["good-1"]
+
+
+def test_a_search_while_another_process_builds_the_first_index_waits_then_says_partial(env, capsys, monkeypatch):
+    good_session(env)
+    store = sesame.Store.open(str(env.parent / "data" / "index.sqlite"))   # an index not built yet
+    store.close()
+    lock = sesame.IndexLock(str(env.parent / "data"))
+    assert lock.acquire(0)
+    monkeypatch.setattr(sesame, "FIRST_INDEX_WAIT", 0.3)
+    try:
+        code, out, err = run(capsys, "search", "pangolin", "--json")
+    finally:
+        lock.release()
+    assert code == 0 and "building the index" in err and "partial" in err
+    assert search_ids(capsys, "pangolin") == ["good-1"]   # the lock is free: the search builds it
+
+
+def test_the_mcp_server_keeps_the_index_fresh_between_calls(history, capsys, monkeypatch):
+    import threading
+    append_user(history[13], "edited while the server ran: the okapi plan")
+    stop = threading.Event()
+    worker = threading.Thread(target=sesame._keep_fresh, args=(stop, 0.05), daemon=True)
+    worker.start()
+    try:
+        for _ in range(100):
+            if search_ids(capsys, "okapi", "--no-refresh"):
+                break
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        worker.join(5)
+    assert search_ids(capsys, "okapi", "--no-refresh") == ["old-13"]
+
+
 def read_starts(monkeypatch):
     """Record the byte offsets the indexer starts reading JSONL files from."""
     starts = []
