@@ -3190,10 +3190,12 @@ class _AiderSession:
 
 
 # -------------------------------------------------------------------------------------------------
-# Cline / Roo Code / Kilo Code: VS Code globalStorage/<extension>/tasks/<taskId>/, formats.md §7
+# Cline / Roo Code / Kilo Code: VS Code globalStorage/<extension>/tasks/<taskId>/, ~/.cline/data, formats.md §7
 # -------------------------------------------------------------------------------------------------
 
 CLINE_EXTENSIONS = ("saoudrizwan.claude-dev", "rooveterinaryinc.roo-cline", "kilocode.kilo-code")
+# The Cline SDK (CLI 3.x) wraps what the user typed: <user_input mode="act">...</user_input>.
+CLINE_USER_INPUT_RE = LazyPattern(r"<user_input(?:\s[^>]*)?>(.*?)</user_input>", re.S)
 # The environment block each request carries names the workspace (Cline: "Working", Roo: "Workspace").
 CLINE_CWD_RE = LazyPattern(r"# Current (?:Working|Workspace) Directory \((.+?)\) Files")
 CLINE_TASK_RE = LazyPattern(r"<task>\s*(.*?)\s*</task>", re.S)
@@ -3210,9 +3212,25 @@ class ClineParser(Parser):
     are wrapped in `<task>` tags with an `<environment_details>` block appended to every request; that
     file is read only when a task has no ui_messages.json, and for the cwd. The title Cline shows is
     the first prompt, so the name is left unset. Roo records a sub-task's parent in history_item.json.
+
+    The Cline SDK (Cline CLI 3.x, 2026) keeps a session in ~/.cline/data/sessions/<id>/: `<id>.messages.json`
+    `{sessionId, origin: {version}, messages: [{role, content: [Anthropic-style blocks], ts}]}` and the
+    manifest `<id>.json` (cwd, started_at, ended_at, parent_session_id, metadata.title). The same
+    session is listed in data/db/sessions.db, which adds nothing to search.
     """
 
-    id, label, version = "cline", "Cline / Roo Code / Kilo Code", 1
+    id, label, version = "cline", "Cline / Roo Code / Kilo Code", 2
+    verified = "Cline CLI 3.0.65, 2026-11-24"
+    # ui_messages records with nothing to search: progress, costs, checkpoints, approvals, screenshots.
+    IGNORED_SAYS = frozenset({
+        "api_req_started", "api_req_finished", "api_req_retried", "api_req_cost", "checkpoint_created",
+        "checkpoint_saved", "completion_result_partial", "shell_integration_warning", "browser_action_result",
+        "resume_task", "resume_completed_task", "new_task", "condense_context_error", "user_feedback_diff",
+        "deleted_api_reqs", "info", "load_mcp_documentation", "task_progress", "hook", "hook_output",
+        "command_permission", "auto_approval_max_req_reached", "mcp_server_request_started",
+        "generate_explanation", "clineignore_error", "tool_permission_request", "subagent", "error_retry",
+        "codebase_search_result", "api_req_deleted", "user_edit_todos", "too_many_tools_warning",
+        "shell_integration_warning_with_suggestion", "checkpoint_restored", "reasoning_delta"})
 
     def default_roots(self, env):
         roots = []
@@ -3227,21 +3245,34 @@ class ClineParser(Parser):
             else os.path.join(_home(env), ".cline", "data"))
         if os.path.isdir(os.path.join(data, "tasks")):
             roots.append(os.path.join(data, "tasks"))
+        sdk = _env_path(env, "CLINE_SESSION_DATA_DIR") or os.path.join(data, "sessions")
+        if os.path.isdir(sdk):
+            roots.append(sdk)
         return roots or [os.path.join(_primary_global_storage(env), CLINE_EXTENSIONS[0], "tasks")]
 
     def list_files(self, root):
-        # One file per task folder: ui_messages.json, else the API history (older or broken tasks).
-        files = walk_files(root, lambda n: n in ("ui_messages.json", "api_conversation_history.json"), max_depth=2)
+        # One file per task folder: ui_messages.json, else the API history (older or broken tasks);
+        # one <id>.messages.json per SDK session folder.
+        files = walk_files(root, lambda n: n in ("ui_messages.json", "api_conversation_history.json")
+                           or n.endswith(".messages.json"), max_depth=2)
         chosen = {}
         for f in files:
             d = os.path.dirname(f)
-            if os.path.basename(f) == "ui_messages.json" or d not in chosen:
+            if os.path.basename(f) != "api_conversation_history.json" or d not in chosen:
                 chosen[d] = f
         return sorted(chosen.values())
+
+    def sidecars(self, path):
+        # The SDK's manifest beside the messages gets the end time and the title.
+        if path.endswith(".messages.json"):
+            return [path[:-len(".messages.json")] + ".json"]
+        return []
 
     def parse(self, path, report):
         folder = os.path.dirname(os.path.abspath(path))
         base = os.path.basename(path)
+        if base.endswith(".messages.json"):
+            return [self._sdk_session(path, report)]
         data = _load_json_file(path)
         if not isinstance(data, list):
             raise NotASessionFile("not a JSON list of task messages")
@@ -3325,12 +3356,15 @@ class ClineParser(Parser):
                 s.add("summary", summary or text, role="system", ts=ts)
             elif what in ("error", "api_req_failed", "mistake_limit_reached", "diff_error"):
                 s.add("context", text, role="system", ts=ts)
-            elif what == "api_req_started" and not s.cwd:
+            elif what == "api_req_started":
                 req = _json_arg(text)
                 hit = CLINE_CWD_RE.search(req.get("request") or "") if isinstance(req, dict) and isinstance(req.get("request"), str) else None
-                if hit:
+                if hit and not s.cwd:
                     s.cwd = hit.group(1)
-            # everything else is progress, cost, checkpoints, screenshots: nothing to search
+            elif what not in self.IGNORED_SAYS and not (m.get("ask") and what in (
+                    "completion_result", "command", "tool", "followup", "resume_task", "api_req_failed")):
+                if isinstance(what, str):
+                    report.unrecognized(("ask " if m.get("ask") else "say ") + what)
 
     def _api_history(self, s, messages, report):
         tools = _ToolCalls(s)
@@ -3365,6 +3399,136 @@ class ClineParser(Parser):
                     tools.call(b.get("id"), str(b.get("name") or "tool"), b.get("input"), ts=ts)
                 elif btype == "tool_result":
                     tools.result(b.get("tool_use_id"), text_of(b.get("content")), bool(b.get("is_error")), ts=ts)
+                elif btype not in ("image", "document", "redacted_thinking"):
+                    report.unrecognized("block " + str(btype))
+
+    # -- Cline SDK sessions ---------------------------------------------------------------------------
+
+    def _sdk_session(self, path, report):
+        data = _load_json_file(path)
+        if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+            raise NotASessionFile("not a Cline SDK messages file")
+        sid = _str(data.get("sessionId")) or os.path.basename(path)[:-len(".messages.json")]
+        s = Session(self.id, sid, path)
+        manifest = _read_json(path[:-len(".messages.json")] + ".json") or {}
+        meta = manifest.get("metadata") if isinstance(manifest.get("metadata"), dict) else {}
+        s.cwd = _str(manifest.get("cwd")) or _str(manifest.get("workspace_root"))
+        s.parent = _str(manifest.get("parent_session_id"))
+        title = _str(meta.get("title"))
+        origin = data.get("origin") if isinstance(data.get("origin"), dict) else {}
+        report.saw_version(origin.get("version"))
+        tools = _ToolCalls(s)
+        for m in data["messages"]:
+            if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
+                report.skip("malformed message")
+                continue
+            ts = norm_time(m.get("ts") or m.get("createdAt"))
+            s.touch(ts)
+            content = m.get("content")
+            for b in content if isinstance(content, list) else [{"type": "text", "text": content}]:
+                if not isinstance(b, dict):
+                    continue
+                btype = b.get("type")
+                if btype == "text" and isinstance(b.get("text"), str):
+                    if m["role"] == "assistant":
+                        s.add("assistant", b["text"], role="assistant", ts=ts)
+                        continue
+                    typed = CLINE_USER_INPUT_RE.findall(b["text"])
+                    if typed:   # the user's words; whatever surrounds them was added by Cline
+                        s.add("user", "\n\n".join(typed), role="user", ts=ts)
+                        s.add("context", CLINE_USER_INPUT_RE.sub("", b["text"]), role="user", ts=ts)
+                    else:
+                        s.add("context", b["text"], role="user", ts=ts)
+                elif btype in ("thinking", "reasoning"):
+                    t = b.get("thinking") if isinstance(b.get("thinking"), str) else b.get("text")
+                    s.add("thinking", t if isinstance(t, str) else "", role="assistant", ts=ts)
+                elif btype == "tool_use":
+                    tools.call(b.get("id"), str(b.get("name") or "tool"), b.get("input"), ts=ts)
+                elif btype == "tool_result":
+                    out, failed = self._sdk_output(b.get("content"))
+                    tools.result(b.get("tool_use_id"), out, bool(b.get("is_error")) or failed,
+                                 name=b.get("name"), ts=ts)
+                elif btype not in ("image", "file", "redacted_thinking"):
+                    report.unrecognized("block " + str(btype))
+        for key in ("started_at", "ended_at"):
+            s.touch(norm_time(manifest.get(key)))
+        # By default the title is the first prompt (perhaps shortened): a name only when it is not.
+        prompts = [c.text for c in s.chunks if c.kind == "user"][:1] + [
+            CLINE_USER_INPUT_RE.sub(r"\1", p) for p in (manifest.get("prompt"), meta.get("prompt")) if isinstance(p, str)]
+        if title and not any(p.strip().startswith(title.rstrip(".… ")) for p in prompts):
+            s.name = title
+        if s.created is None:
+            s.created = s.modified = _file_mtime(path)
+        return s
+
+    @staticmethod
+    def _sdk_output(content):
+        """A tool result's text, and whether it failed. run_commands answers with one
+        {query, result, error, success} entry per command."""
+        if isinstance(content, list) and content and all(isinstance(c, dict) and "query" in c for c in content):
+            lines, failed = [], False
+            for c in content:
+                lines.append("$ %s" % c.get("query"))
+                for k in ("result", "error"):
+                    if isinstance(c.get(k), str) and c[k] and c[k] not in lines[-1]:
+                        lines.append(c[k])
+                failed = failed or c.get("success") is False
+            return "\n".join(lines), failed
+        return _out_text(content), False
+
+
+# -------------------------------------------------------------------------------------------------
+# Kilo Code (Kilo CLI 7.x and the extension built on it): ~/.local/share/kilo/kilo.db, formats.md §7
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class KiloParser(OpenCodeParser):
+    """Kilo Code's current store: the Kilo CLI is an OpenCode fork and writes OpenCode's SQLite schema
+    (session / message / part, MessageV2 JSON) to kilo.db (or kilo-<channel>.db) in its own data
+    folder, so OpenCode's reading serves; only where it lies, its name and the resume command differ.
+    Each session row names the Kilo release that wrote it (`version`). The database is in WAL mode:
+    a prompt may change only kilo.db-wal, which is therefore watched with it. Kilo's older VS Code
+    extension kept Cline-style task folders, read by the Cline parser.
+    """
+
+    id, label, version = "kilo", "Kilo Code", 1
+    verified = "7.7.9, 2026-11-24"
+
+    def default_roots(self, env):
+        base = _env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
+        data = os.path.join(base, "kilo")
+        roots = [data]
+        if env.get("KILO_DB"):   # absolute, or relative to the data folder
+            roots.append(os.path.join(data, os.path.expanduser(env["KILO_DB"])))
+        return roots
+
+    def list_files(self, root):
+        if os.path.isfile(root):
+            return [root] if root.endswith(".db") else []
+        return walk_files(root, lambda n: n.startswith("kilo") and n.endswith(".db"), max_depth=1)
+
+    def sidecars(self, path):
+        return [path + "-wal"]
+
+    def parse(self, path, report):
+        sessions = OpenCodeParser.parse(self, path, report)
+        try:
+            con = open_agent_db(path)
+        except OSError:
+            return sessions
+        try:
+            for (v,) in con.execute("SELECT DISTINCT version FROM session LIMIT 20"):
+                report.saw_version(v)
+        except sqlite3.DatabaseError:
+            pass
+        finally:
+            con.close()
+        return sessions
+
+    def resume_command(self, session):
+        # `kilo -s ID` resumes in the session's own folder from anywhere (checked with 7.7.9).
+        return "kilo -s %s" % shell_quote(session["session_id"]) if session.get("session_id") else None
 
 
 # -------------------------------------------------------------------------------------------------
@@ -4301,36 +4465,92 @@ class QwenParser(Parser):
 
 
 # -------------------------------------------------------------------------------------------------
-# Kimi Code: ~/.kimi-code/sessions/wd_<slug>/<sessionId>/agents/<agentId>/wire.jsonl, formats.md §12
+# Kimi: Kimi Code ~/.kimi-code/sessions/.../wire.jsonl, kimi-cli ~/.kimi/sessions/<md5>/..., formats.md §12
 # -------------------------------------------------------------------------------------------------
+
+# A kimi-cli 0.x session file is named by its UUID (a revert rotates it to <uuid>_<n>.jsonl: the old
+# history, not a session of its own).
+_KIMI_SESSION_FILE = LazyPattern(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.jsonl\Z")
+# kimi-cli inserts this user message at each checkpoint when asked to: not typed by anyone.
+_KIMI_CHECKPOINT = LazyPattern(r"\A\s*<system>CHECKPOINT \d+</system>\s*\Z")
 
 
 @register
 class KimiParser(Parser):
-    """Kimi Code wire journals (op log, protocol 1.x).
+    """Kimi sessions, in the three layouts Kimi has written.
 
-    Line 1 `{type: metadata, protocol_version, created_at}`; then ops `{type, ..., time(ms)}`. User
-    turns are `context.append_message` (origin.kind `user`; `injection`/`system_trigger` are
-    injected -> context); assistant thinking/text/tool calls/results are `context.append_loop_event`
-    events (`content.part`, `tool.call`, `tool.result`); `context.apply_compaction` carries the
-    summary. `turn.prompt` repeats the user text and is not indexed. The session's `state.json`
-    (three folders up) gives the title (custom title first) and workDir. Every folder under
-    `agents/` other than `main` is a sub-agent: its own Session, parent from `parentAgentId`.
+    Kimi Code (the current CLI): ~/.kimi-code/sessions/wd_<slug>/<sessionId>/agents/<agentId>/wire.jsonl,
+    an op log (protocol 1.x). Line 1 `{type: metadata, protocol_version, created_at}`; then ops
+    `{type, ..., time(ms)}`. User turns are `context.append_message` (origin.kind `user`;
+    `injection`/`system_trigger` are injected -> context); assistant thinking/text/tool calls/results
+    are `context.append_loop_event` events (`content.part`, `tool.call`, `tool.result`);
+    `context.apply_compaction` carries the summary. `turn.prompt` repeats the user text and is not
+    indexed. The session's `state.json` (three folders up) gives the title (custom title first) and
+    workDir. Every folder under `agents/` other than `main` is a sub-agent: its own Session, parent
+    from `parentAgentId`.
+
+    kimi-cli 1.x (the archived Python CLI, protocol 1.9/1.10): ~/.kimi/sessions/<md5(cwd)>/<sessionId>/
+    wire.jsonl, after the same metadata line `{timestamp (epoch s), message: {type, payload}}` events:
+    TurnBegin/SteerInput (what the user typed), ContentPart (text, think), ToolCall, ToolResult
+    (return_value: output, is_error). state.json beside it holds `custom_title`: a title the user
+    set (`title_generated`) or, until then, the shortened first prompt (not a name). A sub-agent has
+    its own wire in subagents/<agentId>/ (meta.json describes it), so the SubagentEvent copies in
+    the parent's wire are skipped. The cwd is in ~/.kimi/kimi.json, whose work_dirs are the folders
+    the sessions folder names by md5.
+
+    kimi-cli 0.x: ~/.kimi/sessions/<md5(cwd)>/<sessionId>.jsonl, the model's context itself:
+    `{role, content, tool_calls, tool_call_id}` lines between `_checkpoint`/`_usage` bookkeeping
+    lines, without timestamps.
     """
 
-    id, label, version = "kimi", "Kimi Code", 1
+    id, label, version = "kimi", "Kimi", 2
+    verified = "kimi-cli 1.52.0 and 1.40.0, 2026-11-24"
+    # Records read for nothing on purpose: the op log's settings, snapshots and LLM bookkeeping, and
+    # kimi-cli's progress, status, approvals and hooks (the sub-agent's own wire holds its events).
+    IGNORED = frozenset({
+        "metadata", "config.update", "profile.bind", "tools.set_active_tools", "turn.prompt", "llm.request",
+        "llm.response", "llm.tools_snapshot", "turn.end", "context.checkpoint", "context.revert",
+        "StepBegin", "StepInterrupted", "StepRetry", "TurnEnd", "StatusUpdate", "Notification",
+        "HookTriggered", "HookResolved", "HookRequest", "HookResponse", "MCPLoadingBegin", "MCPLoadingEnd",
+        "CompactionBegin", "CompactionEnd", "ApprovalRequest", "ApprovalResponse", "ApprovalRequestResolved",
+        "ToolCallRequest", "ToolCallPart", "QuestionResponse", "SubagentEvent"})
+    IGNORED_LOOP_EVENTS = frozenset({"step.begin", "step.end", "turn.begin", "turn.end", "usage", "status"})
 
     def default_roots(self, env):
         home = agent_dir(env, "KIMI_CODE_HOME", ".kimi-code")
-        return [os.path.join(home, "sessions")]
+        share = agent_dir(env, "KIMI_SHARE_DIR", ".kimi")
+        return [os.path.join(home, "sessions"), os.path.join(share, "sessions")]
 
     def list_files(self, root):
-        return walk_files(root, lambda n: n == "wire.jsonl", max_depth=5)
+        return walk_files(root, lambda n: n == "wire.jsonl" or _KIMI_SESSION_FILE.match(n), max_depth=5)
 
     def parse(self, path, report):
         head = first_json_line(path)
-        if not head or head.get("type") != "metadata" or "protocol_version" not in head:
-            raise NotASessionFile("no Kimi wire metadata line")
+        if head and head.get("type") == "metadata" and "protocol_version" in head:
+            if self._is_cli_wire(path):
+                return [self._parse_wire(path, report)]
+            return [self._parse_kimi_code(path, head, report)]
+        if head and isinstance(head.get("role"), str) and _KIMI_SESSION_FILE.match(os.path.basename(path)):
+            return [self._parse_context(path, report)]
+        raise NotASessionFile("no Kimi wire metadata line")
+
+    @staticmethod
+    def _is_cli_wire(path):
+        """kimi-cli's events are `{timestamp, message}` envelopes, Kimi Code's ops carry their `type`; a
+        journal holding only its metadata line is told by where it lies (Kimi Code's under agents/)."""
+        lines = [l for l in read_head(path, 65536).split(b"\n")[1:] if l.strip()]
+        if lines:
+            try:
+                second = json.loads(lines[0])
+            except ValueError:
+                second = None
+            if isinstance(second, dict):
+                return isinstance(second.get("message"), dict) and "type" not in second
+        return os.path.basename(os.path.dirname(os.path.dirname(path))) != "agents"
+
+    # -- Kimi Code op log --------------------------------------------------------------------------
+
+    def _parse_kimi_code(self, path, head, report):
         agent_folder = os.path.dirname(path)
         agents_dir = os.path.dirname(agent_folder)
         state = None
@@ -4405,13 +4625,17 @@ class KimiParser(Parser):
                     out = res.get("output") if isinstance(res, dict) else res
                     err = bool(res.get("isError")) if isinstance(res, dict) else False
                     calls.result(ev.get("toolCallId") or ev.get("parentUuid"), _out_text(out), err, ts=ts)
+                elif et not in self.IGNORED_LOOP_EVENTS and isinstance(et, str):
+                    report.unrecognized("loop event " + et)
             elif etype == "context.apply_compaction":
                 s.add("summary", e.get("summary") if isinstance(e.get("summary"), str) else "", role="compaction", ts=ts)
+            elif isinstance(etype, str) and etype not in self.IGNORED and not etype.startswith(("llm.", "tools.")):
+                report.unrecognized(etype)
         if created and (s.created is None or created < s.created):
             s.created = created
         s.modified = s.modified or norm_time(state.get("updatedAt")) or created
         _finish_times(s, path)
-        return [s]
+        return s
 
     @staticmethod
     def _message(s, m, ts, calls):
@@ -4429,6 +4653,145 @@ class KimiParser(Parser):
                     calls.call(c.get("id"), fn.get("name"), _json_arg(fn.get("arguments")), ts)
         elif role == "tool":
             calls.result(m.get("toolCallId"), text, bool(m.get("isError")), ts=ts)
+
+    # -- kimi-cli (Python) ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _share_dir(path):
+        """~/.kimi for a file under ~/.kimi/sessions/<md5>/..., else None."""
+        parts = os.path.abspath(path).split(os.sep)
+        if "sessions" not in parts:
+            return None
+        return os.sep.join(parts[:len(parts) - 1 - parts[::-1].index("sessions")])
+
+    def _work_dir(self, path, group):
+        """The cwd of the sessions folder `group` (md5 of the path, or <kaos>_<md5>), from kimi.json."""
+        share = self._share_dir(path)
+        meta = _read_json(os.path.join(share, "kimi.json")) if share else None
+        import hashlib
+        for wd in meta.get("work_dirs") or [] if isinstance(meta, dict) else []:
+            p = wd.get("path") if isinstance(wd, dict) else None
+            if isinstance(p, str) and p:
+                digest = hashlib.md5(p.encode("utf-8")).hexdigest()
+                if group in (digest, "%s_%s" % (wd.get("kaos"), digest)):
+                    return p
+        return None
+
+    def _parse_wire(self, path, report):
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.basename(os.path.dirname(folder)) == "subagents":   # <session>/subagents/<agentId>/
+            session_dir = os.path.dirname(os.path.dirname(folder))
+            s = Session(self.id, "%s/%s" % (os.path.basename(session_dir), os.path.basename(folder)), path)
+            s.parent = os.path.basename(session_dir)
+            meta = _read_json(os.path.join(folder, "meta.json")) or {}
+            s.name = _str(meta.get("description"))
+        else:
+            session_dir = folder
+            s = Session(self.id, os.path.basename(folder), path)
+            # state.json; older 1.x releases kept the title in metadata.json
+            state = _read_json(os.path.join(folder, "state.json")) or {}
+            legacy = _read_json(os.path.join(folder, "metadata.json")) or {}
+            title = _str(state.get("custom_title")) or _str(legacy.get("title"))
+            if title and title != "Untitled" and (state.get("title_generated") or legacy.get("title_generated")):
+                s.name = title
+        s.cwd = self._work_dir(path, os.path.basename(os.path.dirname(session_dir)))
+        calls = _Calls(s)
+        last = None   # the chunk kind streamed content parts extend
+        for _, e in iter_jsonl(path, report):
+            m = e.get("message")
+            if not isinstance(m, dict):
+                if e.get("type") != "metadata":
+                    report.skip("unknown line")
+                continue
+            mtype, p = m.get("type"), m.get("payload") if isinstance(m.get("payload"), dict) else {}
+            ts = norm_time(e.get("timestamp"))
+            s.touch(ts)
+            if mtype in ("TurnBegin", "SteerInput"):
+                last = None
+                u = p.get("user_input")
+                _add_user(s, u if isinstance(u, str) else text_of(u), ts)
+            elif mtype == "ContentPart":
+                kind = {"text": "assistant", "think": "thinking"}.get(p.get("type"))
+                text = p.get("text") if kind == "assistant" else p.get("think")
+                if kind is None:
+                    if p.get("type") not in ("image_url", "audio_url", "video_url"):
+                        report.unrecognized("ContentPart " + str(p.get("type")))
+                    continue
+                if last == kind and s.chunks and s.chunks[-1].kind == kind and isinstance(text, str):
+                    s.chunks[-1].text += text
+                else:
+                    s.add(kind, text if isinstance(text, str) else "", role="assistant", ts=ts)
+                    last = kind
+            elif mtype == "ToolCall":
+                last = None
+                fn = p.get("function") if isinstance(p.get("function"), dict) else {}
+                calls.call(p.get("id"), fn.get("name"), _json_arg(fn.get("arguments")), ts)
+            elif mtype == "ToolResult":
+                last = None
+                rv = p.get("return_value") if isinstance(p.get("return_value"), dict) else {}
+                out = _out_text(rv.get("output"))
+                if rv.get("is_error") and isinstance(rv.get("message"), str) and rv["message"] not in out:
+                    out = (rv["message"] + "\n" + out).strip()   # "Command failed with exit code: 3."
+                calls.result(p.get("tool_call_id"), out, bool(rv.get("is_error")), ts=ts)
+            elif mtype in ("BtwBegin", "BtwEnd"):   # a side question asked during a turn, and its answer
+                last = None
+                if mtype == "BtwBegin":
+                    s.add("user", p.get("question") if isinstance(p.get("question"), str) else "", role="user", ts=ts)
+                else:
+                    s.add("assistant", p.get("response") if isinstance(p.get("response"), str) else "",
+                          role="assistant", ts=ts)
+            elif mtype == "PlanDisplay":
+                s.add("assistant", p.get("content") if isinstance(p.get("content"), str) else "", role="assistant", ts=ts)
+            elif mtype == "QuestionRequest":
+                qs = p.get("questions") if isinstance(p.get("questions"), list) else []
+                s.add("assistant", "\n".join(q["question"] for q in qs if isinstance(q, dict)
+                                             and isinstance(q.get("question"), str)), role="assistant", ts=ts)
+            elif mtype not in self.IGNORED:
+                report.unrecognized(str(mtype))
+        if s.modified is None:
+            s.created = s.modified = _file_mtime(path)
+        return s
+
+    def _parse_context(self, path, report):
+        """kimi-cli 0.x: the context file is the whole session (no times: the file's mtime stands in)."""
+        s = Session(self.id, os.path.basename(path)[:-len(".jsonl")], path)
+        s.cwd = self._work_dir(path, os.path.basename(os.path.dirname(os.path.abspath(path))))
+        calls = _Calls(s)
+        for _, m in iter_jsonl(path, report):
+            role = m.get("role")
+            if role == "user":
+                text = text_of(m.get("content"))
+                if not _KIMI_CHECKPOINT.match(text):
+                    _add_user(s, text, None)
+            elif role == "assistant":
+                content = m.get("content")
+                for block in content if isinstance(content, list) else []:
+                    if isinstance(block, dict) and block.get("type") == "think":
+                        s.add("thinking", block.get("think") if isinstance(block.get("think"), str) else "",
+                              role="assistant")
+                s.add("assistant", text_of(content), role="assistant")
+                for c in m.get("tool_calls") or []:
+                    fn = c.get("function") if isinstance(c, dict) and isinstance(c.get("function"), dict) else {}
+                    calls.call(c.get("id") if isinstance(c, dict) else None, fn.get("name"),
+                               _json_arg(fn.get("arguments")), None)
+            elif role == "tool":   # a failure is only told by the text: "<system>ERROR: Command failed ..."
+                out = text_of(m.get("content"))
+                calls.result(m.get("tool_call_id"), out, out.lstrip().startswith("<system>ERROR"), ts=None)
+            elif not (isinstance(role, str) and role.startswith("_")) and role != "system":
+                report.unrecognized("role " + str(role))
+        s.created = s.modified = _file_mtime(path)
+        return s
+
+    def resume_command(self, session):
+        sid = session.get("session_id") or ""
+        if not sid or "/" in sid:
+            return None   # sub-agents cannot be resumed on their own
+        path = session.get("path") or ""
+        if "/.kimi-code/" in path or not path.endswith("wire.jsonl"):
+            return None   # no resume flag documented for Kimi Code; kimi-cli 0.x had only --continue
+        cmd = "kimi -r %s" % shell_quote(sid)
+        # kimi-cli looks the session up among the current directory's sessions.
+        return "cd %s && %s" % (shell_quote(session["cwd"]), cmd) if session.get("cwd") else cmd
 
 
 # -------------------------------------------------------------------------------------------------

@@ -2451,6 +2451,96 @@ def test_cline_other_json_is_not_a_task(tmp_path):
         am_parse("cline", am_write(tmp_path / "t" / "ui_messages.json", json.dumps([{"role": "user", "content": "x"}])))
 
 
+def test_cline_sdk_session_user_input_unwrapped_commands_and_manifest(tmp_path):
+    # As Cline CLI 3.0.65 writes ~/.cline/data/sessions/<id>/: the messages and the manifest beside them.
+    folder = tmp_path / "sessions" / "1795484309604_nyc35"
+    messages = {"version": 1, "agent": "lead", "sessionId": "1795484309604_nyc35",
+                "origin": {"source": "cli", "mode": "user", "version": "3.0.65"}, "system_prompt": "You are Cline",
+                "messages": [
+        {"id": "u1", "role": "user", "ts": 1795484309900, "content": [
+            {"type": "text", "text": '<user_input mode="act">Now a failing one: run `echo failing-cline; exit 3`</user_input>'}]},
+        {"id": "a1", "role": "assistant", "ts": 1795484310000, "content": [
+            {"type": "tool_use", "id": "call_07", "name": "run_commands", "input": {"commands": ["echo failing-cline; exit 3"]}}]},
+        {"id": "u2", "role": "user", "ts": 1795484310200, "content": [
+            {"type": "tool_result", "tool_use_id": "call_07", "name": "run_commands", "content": [
+                {"query": "echo failing-cline; exit 3", "result": "[Command exited with code 3]\nfailing-cline\n",
+                 "error": "Command exited with code 3", "success": False}]}]},
+        {"id": "a2", "role": "assistant", "ts": 1795484310300, "content": [{"type": "text", "text": "It failed with code 3."}]}]}
+    path = am_write(folder / "1795484309604_nyc35.messages.json", json.dumps(messages))
+    manifest = {"session_id": "1795484309604_nyc35", "cwd": "/tmp/proj", "started_at": "2026-11-24T01:38:29.610Z",
+                "ended_at": "2026-11-24T01:38:30.402Z", "status": "completed",
+                "prompt": '<user_input mode="act">Now a failing one: run `echo failing-cline; exit 3`</user_input>',
+                "metadata": {"title": "Now a failing one: run `echo failing-cline; exit 3`",
+                             "systemPrompt": "You are Cline, an AI coding agent."}}
+    am_write(folder / "1795484309604_nyc35.json", json.dumps(manifest))
+    assert PARSERS["cline"].list_files(str(tmp_path / "sessions")) == [str(path)]
+    assert PARSERS["cline"].sidecars(str(path)) == [str(folder / "1795484309604_nyc35.json")]
+    report = ParseReport()
+    [s] = PARSERS["cline"].parse(str(path), report)
+    assert (s.session_id, s.cwd, s.name) == ("1795484309604_nyc35", "/tmp/proj", None)   # the title is the prompt
+    assert am_texts(s, "user") == ["Now a failing one: run `echo failing-cline; exit 3`"]
+    [tool] = [c for c in s.chunks if c.kind == "tool"]
+    assert tool.tool == "run_commands" and "error:" in tool.text and "Command exited with code 3" in tool.text
+    assert am_texts(s, "assistant") == ["It failed with code 3."]
+    assert s.created == "2026-11-24T01:38:29.610Z" and s.modified == "2026-11-24T01:38:30.402Z"
+    assert report.versions == {"3.0.65"} and not report.unknown
+    assert not any("You are Cline" in c.text for c in s.chunks)
+    manifest["metadata"]["title"] = "Exit codes"   # a title that is not the prompt is a name
+    am_write(folder / "1795484309604_nyc35.json", json.dumps(manifest))
+    assert am_parse("cline", path)[0].name == "Exit codes"
+
+
+def test_cline_sdk_sessions_folder_is_a_default_root(tmp_path):
+    (tmp_path / ".cline" / "data" / "sessions").mkdir(parents=True)
+    assert PARSERS["cline"].default_roots({"HOME": str(tmp_path)}) == [str(tmp_path / ".cline" / "data" / "sessions")]
+
+
+def test_cline_unknown_message_kinds_are_counted_for_the_drift_report(tmp_path):
+    rows = am_UI_MESSAGES[:2] + [{"ts": 1735000012000, "type": "say", "say": "hologram", "text": "?"}]
+    report = ParseReport()
+    PARSERS["cline"].parse(str(am_write(tmp_path / "t" / "1" / "ui_messages.json", json.dumps(rows))), report)
+    assert report.unknown == {"say hologram": 1}   # api_req_started and the rest are skipped on purpose
+
+
+def am_kilo_db(path):
+    """kilo.db as Kilo CLI 7.7.9 writes it: OpenCode's schema; `run` keeps the prompt in quotes."""
+    rows = [("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
+             ("ses_df4d0df1cffetirRruEbdqdRk1", "global", None, "sunny-orchid", "/tmp/st/kilo/proj",
+              "Kilo renamed walrus", "7.7.9", 1795483967715, 1795483973382)),
+            ("INSERT INTO message VALUES (?,?,?,?,?)", ("msg_1", "ses_df4d0df1cffetirRruEbdqdRk1", 1795483971532,
+             1795483971532, json.dumps({"role": "user", "time": {"created": 1795483971532}, "agent": "code"}))),
+            ("INSERT INTO message VALUES (?,?,?,?,?)", ("msg_2", "ses_df4d0df1cffetirRruEbdqdRk1", 1795483972260,
+             1795483972260, json.dumps({"role": "assistant", "time": {"created": 1795483972260},
+                                        "path": {"cwd": "/tmp/st/kilo/proj"}})))]
+    parts = [("prt_1", "msg_1", {"type": "text", "text": '"Second session about walruses, run `echo walrus-two`"'}),
+             ("prt_2", "msg_2", {"type": "step-start", "snapshot": "4b82"}),
+             ("prt_3", "msg_2", {"type": "tool", "tool": "bash", "callID": "call_ad", "state": {
+                 "status": "completed", "input": {"command": "echo walrus-two"}, "output": "walrus-two\n",
+                 "metadata": {"exit": 0, "truncated": False}}}),
+             ("prt_4", "msg_2", {"type": "text", "text": "Done with the walrus."})]
+    for pid, mid, data in parts:
+        rows.append(("INSERT INTO part VALUES (?,?,?,?,?,?)",
+                     (pid, mid, "ses_df4d0df1cffetirRruEbdqdRk1", 0, 0, json.dumps(data))))
+    return ogc_make_db(path, ogc_OPENCODE_SCHEMA, rows)
+
+
+def test_kilo_db_sessions_are_kilo_sessions_with_version_and_resume_command(tmp_path):
+    db = am_kilo_db(tmp_path / ".local" / "share" / "kilo" / "kilo.db")
+    (tmp_path / ".local" / "share" / "kilo" / "opencode.db").write_text("")   # not Kilo's: not listed
+    kilo = PARSERS["kilo"]
+    [root] = kilo.default_roots({"HOME": str(tmp_path)})
+    assert kilo.list_files(root) == [str(db)] and kilo.sidecars(str(db)) == [str(db) + "-wal"]
+    report = ParseReport()
+    [s] = kilo.parse(str(db), report)
+    assert (s.agent, s.session_id, s.name, s.cwd) == ("kilo", "ses_df4d0df1cffetirRruEbdqdRk1", "Kilo renamed walrus",
+                                                      "/tmp/st/kilo/proj")
+    assert am_texts(s, "user") == ['"Second session about walruses, run `echo walrus-two`"']
+    assert [c.tool for c in s.chunks if c.kind == "tool"] == ["bash"]
+    assert report.versions == {"7.7.9"}
+    assert kilo.resume_command({"session_id": s.session_id}) == "kilo -s ses_df4d0df1cffetirRruEbdqdRk1"
+    assert kilo.default_roots({"XDG_DATA_HOME": "/x", "KILO_DB": "kilo-beta.db"}) == ["/x/kilo", "/x/kilo/kilo-beta.db"]
+
+
 # ==== GitHub Copilot CLI ===========================================================================
 
 def am_copilot_events():
@@ -2880,6 +2970,106 @@ def test_kimi_state_json_is_not_a_session(tmp_path):
     (tmp_path / "state.json").write_text('{"title": "x"}')
     with pytest.raises(NotASessionFile):
         ot_parse("kimi", tmp_path / "state.json")
+
+
+def ot_kimi_cli_session(tmp_path, events, state=None, cwd="/home/u/proj", sid="e262be1f-673c-4628-9d78-97b1c81d88be"):
+    """A kimi-cli 1.x session as 1.52.0 writes it: ~/.kimi/sessions/<md5(cwd)>/<id>/wire.jsonl, and the
+    work dir in ~/.kimi/kimi.json."""
+    share = tmp_path / ".kimi"
+    share.mkdir(parents=True, exist_ok=True)
+    (share / "kimi.json").write_text(json.dumps({"work_dirs": [{"path": cwd, "kaos": "local", "last_session_id": sid}]}))
+    folder = share / "sessions" / hashlib.md5(cwd.encode()).hexdigest() / sid
+    if state is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "state.json").write_text(json.dumps(state))
+    return ot_write_jsonl(folder / "wire.jsonl", [{"type": "metadata", "protocol_version": "1.10"}] + [
+        {"timestamp": 1795484101.5 + i, "message": {"type": t, "payload": p}} for i, (t, p) in enumerate(events)])
+
+
+ot_KIMI_CLI_EVENTS = [
+    ("TurnBegin", {"user_input": "Now a failing one: run `echo failing-kimi; exit 3`"}),
+    ("StepBegin", {"n": 1}),
+    ("ToolCall", {"type": "function", "id": "call_03", "function": {
+        "name": "Shell", "arguments": "{\"command\": \"echo failing-kimi; exit 3\"}"}, "extras": None}),
+    ("ToolResult", {"tool_call_id": "call_03", "return_value": {
+        "is_error": True, "output": "failing-kimi\n", "message": "Command failed with exit code: 3.",
+        "display": [{"type": "brief", "text": "Failed with exit code: 3"}], "extras": None}}),
+    ("StatusUpdate", {"context_tokens": 50}),
+    ("StepBegin", {"n": 2}),
+    ("ContentPart", {"type": "think", "think": "It exited with 3."}),
+    ("ContentPart", {"type": "text", "text": "The command failed"}),
+    ("ContentPart", {"type": "text", "text": " with code 3."}),
+    ("SubagentEvent", {"agent_id": "a1", "event": {"type": "ContentPart", "payload": {"type": "text", "text": "copy"}}}),
+    ("TurnEnd", {}),
+]
+
+
+def test_kimi_cli_wire_prompts_tools_failures_cwd_and_resume(tmp_path):
+    p = ot_kimi_cli_session(tmp_path, ot_KIMI_CLI_EVENTS, state={
+        "version": 1, "custom_title": "Now a failing one: run `echo failing-kimi; exit 3`", "title_generated": False})
+    assert PARSERS["kimi"].list_files(str(tmp_path / ".kimi" / "sessions")) == [str(p)]
+    report = ParseReport()
+    [s] = PARSERS["kimi"].parse(str(p), report)
+    assert (s.session_id, s.cwd, s.parent) == ("e262be1f-673c-4628-9d78-97b1c81d88be", "/home/u/proj", None)
+    assert s.name is None   # the automatic title is the shortened first prompt
+    assert ot_kinds(s) == ["user", "tool", "thinking", "assistant"]   # the sub-agent's copy is not indexed
+    tool = s.chunks[1]
+    assert tool.tool == "Shell" and "error:" in tool.text and "exit code: 3" in tool.text and "failing-kimi" in tool.text
+    assert ot_texts(s, "assistant") == ["The command failed with code 3."]
+    assert s.created == "2026-11-24T01:35:01.500Z" and s.modified == "2026-11-24T01:35:11.500Z"
+    assert not report.unknown
+    assert PARSERS["kimi"].resume_command({"session_id": s.session_id, "cwd": s.cwd, "path": str(p)}) == \
+        "cd /home/u/proj && kimi -r e262be1f-673c-4628-9d78-97b1c81d88be"
+
+
+def test_kimi_cli_title_set_by_the_user_is_the_name_and_unknown_events_are_counted(tmp_path):
+    p = ot_kimi_cli_session(tmp_path, ot_KIMI_CLI_EVENTS[:1] + [("Hologram", {})],
+                            state={"custom_title": "Exit codes", "title_generated": True})
+    report = ParseReport()
+    [s] = PARSERS["kimi"].parse(str(p), report)
+    assert s.name == "Exit codes" and report.unknown == {"Hologram": 1}
+
+
+def test_kimi_cli_subagent_wire_is_its_own_session(tmp_path):
+    ot_kimi_cli_session(tmp_path, ot_KIMI_CLI_EVENTS[:1])
+    [session] = (tmp_path / ".kimi" / "sessions").glob("*/*")
+    sub = session / "subagents" / "a1" / "wire.jsonl"
+    ot_write_jsonl(sub, [{"type": "metadata", "protocol_version": "1.10"},
+                         {"timestamp": 1795484200.0, "message": {"type": "TurnBegin", "payload": {"user_input": "count files"}}}])
+    (sub.parent / "meta.json").write_text(json.dumps({"agent_id": "a1", "description": "Count the files"}))
+    assert len(PARSERS["kimi"].list_files(str(tmp_path / ".kimi" / "sessions"))) == 2
+    [s] = ot_parse("kimi", sub)
+    assert (s.session_id, s.parent, s.name, s.cwd) == ("e262be1f-673c-4628-9d78-97b1c81d88be/a1",
+                                                       "e262be1f-673c-4628-9d78-97b1c81d88be", "Count the files", "/home/u/proj")
+
+
+def test_kimi_cli_0x_context_file_is_a_session(tmp_path):
+    # kimi-cli 0.x: ~/.kimi/sessions/<md5(cwd)>/<id>.jsonl holds the model's context, nothing else.
+    (tmp_path / "kimi.json").write_text(json.dumps({"work_dirs": [{"path": "/w"}]}))
+    group = tmp_path / "sessions" / hashlib.md5(b"/w").hexdigest()
+    p = ot_write_jsonl(group / "1279524b-c991-4a49-ae24-df1ac18c2d62.jsonl", [
+        {"role": "_checkpoint", "id": 0},
+        {"role": "user", "content": "list the files"},
+        {"role": "user", "content": [{"type": "text", "text": "<system>CHECKPOINT 1</system>"}]},
+        {"role": "_usage", "token_count": 50},
+        {"role": "assistant", "content": [{"type": "think", "think": "use ls"}, {"type": "text", "text": "Listing."}],
+         "tool_calls": [{"type": "function", "id": "c1", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]},
+        {"role": "tool", "content": [{"type": "text", "text": "README.md"}], "tool_call_id": "c1"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"type": "function", "id": "c2", "function": {"name": "Bash", "arguments": "{\"command\": \"exit 3\"}"}}]},
+        {"role": "tool", "content": [{"type": "text", "text": "<system>ERROR: Command failed with exit code: 3.</system>"}],
+         "tool_call_id": "c2"}])
+    ot_write_jsonl(group / "1279524b-c991-4a49-ae24-df1ac18c2d62_1.jsonl", [{"role": "user", "content": "old"}])
+    assert PARSERS["kimi"].list_files(str(tmp_path / "sessions")) == [str(p)]   # a rotated history is not listed
+    [s] = ot_parse("kimi", p)
+    assert (s.session_id, s.cwd) == ("1279524b-c991-4a49-ae24-df1ac18c2d62", "/w")
+    assert ot_kinds(s) == ["user", "thinking", "assistant", "tool", "tool"] and "README.md" in ot_texts(s, "tool")[0]
+    assert "error:" in ot_texts(s, "tool")[1]   # kimi-cli 0.50 says a command failed only in the text
+
+
+def test_kimi_default_roots_cover_kimi_code_and_kimi_cli():
+    assert PARSERS["kimi"].default_roots({"HOME": "/h"}) == ["/h/.kimi-code/sessions", "/h/.kimi/sessions"]
+    assert PARSERS["kimi"].default_roots({"HOME": "/h", "KIMI_SHARE_DIR": "/k"})[1] == "/k/sessions"
 
 
 # ---------------------------------------------------------------- openclaw
