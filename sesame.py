@@ -2570,6 +2570,131 @@ _CURSOR_SKIP_DIRS = ("extensions", "node_modules", ".git", "worktrees", "ai-trac
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+# The Cursor CLI's tools, by their field number in agent.v1.ToolCall (a oneof); each tool's message is
+# {1: args, 2: result}. The numbers are Cursor's own (its bundled protobuf descriptors).
+_CURSOR_TOOLS = {
+    1: "shell", 3: "delete", 4: "glob", 5: "grep", 8: "read", 9: "update_todos", 10: "read_todos", 12: "edit",
+    13: "ls", 14: "read_lints", 15: "mcp", 16: "sem_search", 17: "create_plan", 18: "web_search", 19: "task",
+    20: "list_mcp_resources", 21: "read_mcp_resource", 22: "apply_agent_diff", 23: "ask_question", 24: "fetch",
+    25: "switch_mode", 28: "generate_image", 29: "record_screen", 30: "computer_use", 31: "write_shell_stdin",
+    32: "reflect", 33: "setup_vm_environment", 34: "truncated", 37: "web_fetch", 42: "await",
+    44: "get_mcp_tools", 55: "send_message", 58: "send_to_user", 61: "pi_read", 62: "pi_bash", 63: "pi_edit",
+    64: "pi_write", 65: "pi_grep", 66: "pi_find", 67: "pi_ls", 69: "search_conversations"}
+# Fields of agent.v1.ToolCall beside the tool: hook contexts, the call id, start and end times (ms).
+_CURSOR_TOOL_META = frozenset({54, 57, 59, 60})
+# The arguments indexed by name, per tool (field number -> name); other tools give their strings.
+_CURSOR_TOOL_ARGS = {
+    "shell": {1: "command", 2: "working_directory"}, "read": {1: "path"}, "edit": {1: "path", 6: "content"},
+    "delete": {1: "path"}, "ls": {1: "path"}, "grep": {1: "pattern", 2: "path", 3: "glob"},
+    "glob": {1: "target_directory", 2: "glob_pattern"}, "mcp": {1: "name", 4: "provider", 5: "tool_name"},
+    "task": {1: "description", 2: "prompt"}, "fetch": {1: "url"}, "web_fetch": {1: "url"},
+    "web_search": {1: "search_term"}, "sem_search": {1: "query"}}
+
+
+_CONTROL_CHARS = LazyPattern(r"[\x00-\x08\x0e-\x1f]")   # bytes with these are no text
+
+
+def _varint(data, i):
+    shift = value = 0
+    while True:
+        if i >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        b = data[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+
+
+def protobuf_fields(data):
+    """The (field number, value) pairs of one protobuf message, in wire order: varints and fixed
+    64/32-bit fields as ints, length-delimited fields as bytes (a string, bytes, a nested message or
+    a packed list: only the schema, which the reader does not have, tells which). Raises ValueError
+    for bytes that are not a well-formed message (groups, wire types 3 and 4, are not proto3)."""
+    out, i, n = [], 0, len(data)
+    while i < n:
+        key, i = _varint(data, i)
+        field, wire = key >> 3, key & 7
+        if field == 0:
+            raise ValueError("field number 0")
+        if wire == 0:
+            value, i = _varint(data, i)
+        elif wire == 2:
+            size, i = _varint(data, i)
+            if i + size > n:
+                raise ValueError("length past the end")
+            value, i = bytes(data[i:i + size]), i + size
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+            if i + size > n:
+                raise ValueError("fixed field past the end")
+            value, i = int.from_bytes(data[i:i + size], "little"), i + size
+        else:
+            raise ValueError("wire type %d" % wire)
+        out.append((field, value))
+    return out
+
+
+class ProtoMessage:
+    """A decoded protobuf message read by field number: `get` is a field's (last) value, `all` a
+    repeated field's values, `text` a string, `message` a nested message (None when absent or not a
+    message)."""
+
+    def __init__(self, data):
+        self.fields = {}
+        for field, value in protobuf_fields(data):
+            self.fields.setdefault(field, []).append(value)
+
+    @classmethod
+    def parse(cls, data):
+        """The message, or None when `data` is not one."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            return None
+        try:
+            return cls(bytes(data))
+        except ValueError:
+            return None
+
+    def get(self, n):
+        values = self.fields.get(n)
+        return values[-1] if values else None
+
+    def all(self, n):
+        return self.fields.get(n, [])
+
+    def text(self, n):
+        value = self.get(n)
+        if isinstance(value, bytes):
+            try:
+                return value.decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+        return None
+
+    def message(self, n):
+        return ProtoMessage.parse(self.get(n))
+
+    def strings(self, depth=4):
+        """Every text in the message and the messages it holds (for messages read without a schema)."""
+        found = []
+        for values in self.fields.values():
+            for v in values:
+                if not isinstance(v, bytes) or not v:
+                    continue
+                try:
+                    t = v.decode("utf-8")
+                except UnicodeDecodeError:
+                    t = None
+                if t is not None and not _CONTROL_CHARS.search(t):
+                    found.append(t)
+                elif depth:
+                    inner = ProtoMessage.parse(v)
+                    if inner is not None:
+                        found.extend(inner.strings(depth - 1))
+        return found
+
+
 def _cursor_roots_ide(env):
     """globalStorage of the Cursor editor, per OS (VS Code layout)."""
     home = os.path.expanduser("~")
@@ -2590,17 +2715,31 @@ class CursorParser(Parser):
       `{role, message: {content: [Anthropic-style blocks]}}` per line, no timestamps; sub-agents in
       <id>/subagents/<child>.jsonl. The prompt is wrapped in `<user_query>`; the rest is context.
     * Cursor CLI: ~/.cursor/chats/<md5(cwd)>/<id>/store.db, table meta (key "0" = hex-encoded JSON:
-      agentId, name, createdAt) and content-addressed blobs; the blobs that are JSON chat messages
-      are indexed in the order they were written (protobuf blobs are tree nodes and are skipped).
+      agentId, name, createdAt, latestRootBlobId) and blobs named by the SHA-256 of their bytes; meta.json
+      beside it adds the cwd and times. The root blob is a protobuf ConversationStateStructure: field 1
+      lists JSON prompt messages (system prompt, injected context), field 8 the turns. A turn holds the
+      user's message and its steps (assistant text, thinking, tool calls with their results), each a
+      protobuf blob of its own; a shell turn is a command the user ran. Stores older than turns hold
+      the conversation as JSON messages (AI SDK parts), read in root order, else in the order written.
+      The same chat's transcript (below) is then not indexed again: the store has more (tool output,
+      times).
     * The editor: globalStorage/state.vscdb, table cursorDiskKV: `composerData:<id>` (name, times,
       ordered bubble headers) and `bubbleId:<composer>:<bubble>` (type 1 user, 2 assistant). One
       database gives every editor chat.
     """
 
-    id, label, version = "cursor", "Cursor", 1
+    id, label, version = "cursor", "Cursor", 2
+    # Transcript lines and content blocks read for nothing on purpose.
+    IGNORED_BLOCKS = frozenset({"image", "redacted", "redacted_thinking", "file", "image_url"})
 
     def default_roots(self, env):
         return [os.path.join(os.path.expanduser("~"), ".cursor"), _cursor_roots_ide(env)]
+
+    def sidecars(self, path):
+        # WAL stores: a prompt may change only the -wal file (and the CLI's meta.json).
+        if path.endswith("store.db"):
+            return [path + "-wal", os.path.join(os.path.dirname(path), "meta.json")]
+        return [path + "-wal"] if path.endswith(".vscdb") else []
 
     def list_files(self, root):
         if os.path.isfile(root):
@@ -2617,7 +2756,7 @@ class CursorParser(Parser):
 
     def parse(self, path, report):
         if path.endswith(".jsonl"):
-            return [self._parse_transcript(path, report)]
+            return self._parse_transcript(path, report)
         with open(path, "rb") as f:
             if f.read(16) != _SQLITE_MAGIC:
                 raise NotASessionFile("neither a transcript nor an SQLite store")
@@ -2666,7 +2805,7 @@ class CursorParser(Parser):
             return json.dumps(content, ensure_ascii=False)
         return ""
 
-    def _blocks(self, s, role, content, calls, ts=None):
+    def _blocks(self, s, role, content, calls, ts=None, report=None):
         """Anthropic-style (tool_use/tool_result) and AI-SDK-style (tool-call/tool-result) blocks."""
         if isinstance(content, str):
             content = [{"type": "text", "text": content}]
@@ -2690,10 +2829,14 @@ class CursorParser(Parser):
                 t = block.get("thinking") if isinstance(block.get("thinking"), str) else block.get("text")
                 s.add("thinking", t if isinstance(t, str) else "", role="assistant", ts=ts)
             elif isinstance(block.get("text"), str):   # text, and unknown blocks that carry visible text
+                if btype != "text" and report is not None:
+                    report.unrecognized("block " + str(btype))
                 if role == "user":
                     self._user_text(s, block["text"], ts)
                 else:
                     s.add("assistant", block["text"], role="assistant", ts=ts)
+            elif btype not in self.IGNORED_BLOCKS and report is not None:
+                report.unrecognized("block " + str(btype))
 
     @staticmethod
     def _tool_result(s, calls, call_id, name, output, is_error, ts):
@@ -2723,6 +2866,22 @@ class CursorParser(Parser):
         if not first or not (first.get("role") in ("user", "assistant", "system") or first.get("type") == "turn_ended"):
             raise NotASessionFile("no Cursor transcript line")
         sid = os.path.splitext(os.path.basename(path))[0]
+        # The CLI's store.db for the same chat id (if any) holds the same conversation with its tool
+        # output and times: the chat is indexed from there. Else it knows the start and the title.
+        meta, store_has_chat = {}, False
+        db = self._cli_store_for(path, sid)
+        if db:
+            try:
+                con = open_agent_db(db)
+                try:
+                    meta = self._meta(con) or {}
+                    store_has_chat = bool(meta) and bool(self._parse_store(con, db, ParseReport()).chunks)
+                finally:
+                    con.close()
+            except (OSError, sqlite3.DatabaseError, NotASessionFile):
+                pass
+        if store_has_chat:
+            return []
         s = Session(self.id, sid, path)
         if os.path.basename(os.path.dirname(path)) == "subagents":
             s.parent = os.path.basename(os.path.dirname(os.path.dirname(path)))
@@ -2732,41 +2891,31 @@ class CursorParser(Parser):
             msg = rec.get("message")
             if role is None:
                 if rec.get("type") != "turn_ended":
-                    report.skip("unknown line")
+                    report.unrecognized(str(rec.get("type")))
                 continue
             content = msg.get("content") if isinstance(msg, dict) else rec.get("content")
             if role in ("user", "assistant"):
-                self._blocks(s, role, content, calls)
+                self._blocks(s, role, content, calls, report=report)
             elif role != "system":
-                report.skip("unknown role")
-        # No timestamps in the lines: the file's mtime is the last activity; the CLI's store.db for the
-        # same chat id (if any) knows the start and the title.
+                report.unrecognized("role " + str(role))
+        # No timestamps in the lines: the file's mtime is the last activity.
         s.modified = _file_mtime(path)
-        meta = self._cli_meta_for(path, sid)
         s.created = norm_time(meta.get("createdAt")) or s.modified
         if s.created > s.modified:
             s.created = s.modified
         s.name = self._name(meta.get("name"))
-        return s
+        return [s]
 
-    def _cli_meta_for(self, path, sid):
+    @staticmethod
+    def _cli_store_for(path, sid):
+        """The CLI's store.db of the chat whose transcript is `path`: ~/.cursor/chats/*/<id>/store.db."""
         parts = os.path.abspath(path).split(os.sep)
         if "projects" not in parts:
-            return {}
+            return None
         cursor_dir = os.sep.join(parts[:len(parts) - 1 - parts[::-1].index("projects")])
         import glob
-        for db in glob.glob(os.path.join(glob.escape(cursor_dir), "chats", "*", glob.escape(sid), "store.db")):
-            try:
-                con = open_agent_db(db)
-            except OSError:
-                continue
-            try:
-                return self._meta(con) or {}
-            except sqlite3.DatabaseError:
-                return {}
-            finally:
-                con.close()
-        return {}
+        found = glob.glob(os.path.join(glob.escape(cursor_dir), "chats", "*", glob.escape(sid), "store.db"))
+        return sorted(found)[0] if found else None
 
     # -- Cursor CLI store.db --------------------------------------------------------------------------
 
@@ -2787,29 +2936,187 @@ class CursorParser(Parser):
         meta = _json_value(value)
         return meta if isinstance(meta, dict) else None
 
+    @staticmethod
+    def _blob(con, ref):
+        """A blob's bytes by its id (32 raw bytes, as protobuf fields name blobs, or hex text)."""
+        if isinstance(ref, (bytes, bytearray)):
+            if len(ref) != 32:
+                return None
+            ref = ref.hex()
+        if not isinstance(ref, str) or not ref:
+            return None
+        row = con.execute("SELECT data FROM blobs WHERE id = ?", (ref.lower(),)).fetchone()
+        data = row[0] if row else None
+        if isinstance(data, str):
+            return data.encode("utf-8")
+        return bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else None
+
+    def _referenced(self, con, ref):
+        """A protobuf message a field names by blob id, or holds inline."""
+        data = self._blob(con, ref)
+        return ProtoMessage.parse(data if data is not None else ref)
+
     def _parse_store(self, con, path, report):
         meta = self._meta(con)
         if meta is None:
             raise NotASessionFile("store.db without readable meta")
-        sid = meta.get("agentId") if isinstance(meta.get("agentId"), str) else os.path.basename(os.path.dirname(path))
+        folder = os.path.dirname(os.path.abspath(path))
+        side = _read_json(os.path.join(folder, "meta.json")) or {}   # the CLI's plain-JSON copy, with the cwd
+        sid = meta.get("agentId") if isinstance(meta.get("agentId"), str) else os.path.basename(folder)
         s = Session(self.id, sid, path)
-        s.name = self._name(meta.get("name"))
+        s.name = self._name(meta.get("name")) or self._name(side.get("title"))
+        s.cwd = _str(side.get("cwd"))
+        state = ProtoMessage.parse(self._blob(con, meta.get("latestRootBlobId")))
+        if state is not None and state.all(8):
+            for ref in state.all(1):   # the prompt's JSON messages: system prompt and injected context
+                m = _json_value(self._blob(con, ref))
+                if s.cwd is None and isinstance(m, dict) and m.get("role") == "user":
+                    hit = _CURSOR_WORKSPACE.search(text_of(m.get("content")))
+                    s.cwd = hit.group(1).strip() if hit else None
+            for ref in state.all(8):
+                self._store_turn(s, con, ref, report)
+        else:
+            if state is not None and state.all(1):   # the conversation as JSON messages, in root order
+                messages = (self._blob(con, ref) for ref in state.all(1))
+            else:   # no root: JSON blobs in the order they were written (rowid); the rest are tree nodes
+                messages = (d for (d,) in con.execute(
+                    "SELECT data FROM blobs WHERE hex(substr(data, 1, 1)) = '7B' ORDER BY rowid"))
+            calls = []
+            for data in messages:
+                m = _json_value(data)
+                if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                    continue
+                role = m["role"]
+                if role == "tool":
+                    self._blocks(s, "user", m.get("content"), calls, report=report)
+                elif role in ("user", "assistant"):
+                    self._blocks(s, role, m.get("content"), calls, report=report)
+                elif role != "system":   # the agent's system prompt, identical in every chat: not indexed
+                    report.unrecognized("role " + role)
         wal = path + "-wal"
-        s.modified = max(_file_mtime(path), _file_mtime(wal) if os.path.exists(wal) else "")
-        s.created = norm_time(meta.get("createdAt")) or s.modified
-        calls = []
-        # Message blobs are JSON; tree nodes are protobuf. rowid is insertion order = conversation order.
-        for (data,) in con.execute("SELECT data FROM blobs WHERE hex(substr(data, 1, 1)) = '7B' ORDER BY rowid"):
-            m = _json_value(data)
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                continue
-            role = m["role"]
-            if role == "tool":
-                self._blocks(s, "user", m.get("content"), calls)
-            elif role in ("user", "assistant"):
-                self._blocks(s, role, m.get("content"), calls)
-            # role "system": the agent's system prompt, identical in every chat: not indexed
+        s.touch(max(_file_mtime(path), _file_mtime(wal) if os.path.exists(wal) else ""))
+        s.touch(norm_time(side.get("updatedAtMs") or side.get("updatedAt")))
+        created = norm_time(meta.get("createdAt")) or norm_time(side.get("createdAtMs") or side.get("createdAt"))
+        if created and created < s.created:
+            s.created = created
         return s
+
+    def _store_turn(self, s, con, ref, report):
+        """One agent.v1.ConversationTurnStructure: 1 an agent turn {1 user message, 2 steps} (blob ids),
+        2 a shell turn {1 ShellCommand{1 command}, 2 ShellOutput{1 stdout, 2 stderr, 3 exit code}}."""
+        turn = self._referenced(con, ref)
+        if turn is None:
+            report.skip("unreadable turn")
+            return
+        if 1 in turn.fields:
+            agent = turn.message(1)
+            if agent is None:
+                report.skip("unreadable turn")
+                return
+            user = self._referenced(con, agent.get(1)) if agent.get(1) is not None else None
+            if user is not None:
+                text = user.text(1) or (self._blob(con, user.get(18)) or b"").decode("utf-8", "replace")
+                ts = norm_time(user.get(25))
+                s.touch(ts)
+                self._user_text(s, text, ts)
+            for step_ref in agent.all(2):
+                step = self._referenced(con, step_ref)
+                if step is None:
+                    report.skip("unreadable step")
+                else:
+                    self._store_step(s, con, step, report)
+        elif 2 in turn.fields:
+            shell = turn.message(2)
+            command = self._referenced(con, shell.get(1)) if shell is not None and shell.get(1) else None
+            output = self._referenced(con, shell.get(2)) if shell is not None and shell.get(2) else None
+            if command is not None:
+                out = "\n".join(t for t in (output.text(1), output.text(2)) if t) if output is not None else ""
+                failed = output is not None and (output.get(3) or 0) != 0
+                s.add("tool", tool_text("shell", {"command": command.text(1)}, out, failed), role="user", tool="shell")
+        else:
+            report.unrecognized("store turn %s" % ",".join(map(str, sorted(turn.fields))))
+
+    def _store_step(self, s, con, step, report):
+        """One agent.v1.ConversationStep: 1 assistant {1 text, 2 started ms}, 2 a tool call,
+        3 thinking {1 text, 3 started ms}."""
+        if 1 in step.fields or 3 in step.fields:
+            kind = "assistant" if 1 in step.fields else "thinking"
+            m = step.message(1 if kind == "assistant" else 3)
+            if m is None:
+                report.skip("unreadable step")
+                return
+            ts = norm_time(m.get(2 if kind == "assistant" else 3))
+            s.touch(ts)
+            s.add(kind, m.text(1) or "", role="assistant", ts=ts)
+        elif 2 in step.fields:
+            call = step.message(2)
+            if call is not None:
+                self._store_tool(s, con, call, report)
+        else:
+            report.unrecognized("store step %s" % ",".join(map(str, sorted(step.fields))))
+
+    def _store_tool(self, s, con, call, report):
+        """An agent.v1.ToolCall: the tool's own message {1 args, 2 result}, whose result is a oneof in
+        which field 1 is success and every other field a way to fail."""
+        tools = [n for n in call.fields if n not in _CURSOR_TOOL_META]
+        if not tools:
+            return
+        number = tools[0]
+        name = _CURSOR_TOOLS.get(number) or "tool_%d" % number
+        if number not in _CURSOR_TOOLS:
+            report.unrecognized("store tool %d" % number)
+        tool = call.message(number)
+        if tool is None:
+            return
+        if name == "truncated":   # Cursor shortened the call: the original step may still be stored
+            original = self._referenced(con, tool.get(1)) if tool.get(1) else None
+            if original is not None and 2 in original.fields and original.message(2) is not None \
+                    and 34 not in original.message(2).fields:
+                self._store_tool(s, con, original.message(2), report)
+            return
+        ts = norm_time(call.get(59))
+        s.touch(ts)
+        args_msg = tool.message(1)
+        names = _CURSOR_TOOL_ARGS.get(name)
+        if args_msg is None:
+            args = None
+        elif names:
+            args = {key: args_msg.text(n) for n, key in names.items() if args_msg.text(n)}
+            if name == "mcp":   # the MCP tool's own arguments: a map of google.protobuf.Value
+                extra = [t for e in args_msg.all(2) for t in (ProtoMessage.parse(e) or ProtoMessage(b"")).strings()]
+                if extra:
+                    args["arguments"] = " ".join(extra)
+        else:
+            args = {"input": "\n".join(args_msg.strings())}
+        output, failed = self._store_result(con, name, tool.message(2))
+        s.add("tool", tool_text(name, args, output, failed), role="assistant", tool=name, path=tool_path(args), ts=ts)
+
+    def _store_result(self, con, name, result):
+        """(text, failed) of a tool's result message."""
+        if result is None:
+            return "", False
+        outcome = [n for n in result.fields if n < 100]   # 101+: the shell's sandbox, pid...
+        if not outcome:
+            return "", False
+        number = outcome[0]
+        body = result.message(number)
+        failed = number != 1
+        if body is None:
+            return "", failed
+        if name == "shell":   # success and failure alike: 3 exit code, 5 stdout, 6 stderr
+            failed = failed or bool(body.get(3))
+            text = "\n".join(t for t in (body.text(5), body.text(6)) if t)
+            if not text:   # only the head and tail of a long output, or the interleaved output
+                text = "\n".join(t for n in (15, 16, 13, 14, 10, 9) for t in [body.text(n)] if t)
+            return text, failed
+        if name == "read" and number == 1:
+            text = body.text(1)
+            if not text and body.get(10):
+                text = (self._blob(con, body.get(10)) or b"").decode("utf-8", "replace")
+            return text or "", False
+        if name == "edit" and number == 1:
+            return "\n".join(t for t in (body.text(8), body.text(5)) if t), False
+        return "\n".join(body.strings()), failed
 
     # -- the editor's state.vscdb ---------------------------------------------------------------------
 
@@ -2828,7 +3135,7 @@ class CursorParser(Parser):
             s.created, s.modified = norm_time(data.get("createdAt")), norm_time(data.get("lastUpdatedAt"))
             calls = []
             for bubble in self._bubbles(con, cid, data, report):
-                self._bubble(s, bubble, calls)
+                self._bubble(s, bubble, calls, report)
             if not s.chunks and not s.name:
                 continue   # an empty draft the editor opened and never used
             if s.cwd is None:
@@ -2867,7 +3174,7 @@ class CursorParser(Parser):
         conv = data.get("conversation")
         return [b for b in conv if isinstance(b, dict)] if isinstance(conv, list) else []
 
-    def _bubble(self, s, b, calls):
+    def _bubble(self, s, b, calls, report=None):
         timing = b.get("timingInfo") if isinstance(b.get("timingInfo"), dict) else {}
         ts = norm_time(b.get("createdAt") or timing.get("clientStartTime"))
         s.touch(ts)
@@ -2878,6 +3185,8 @@ class CursorParser(Parser):
             self._user_text(s, text, ts)
             return
         if b.get("type") != 2:
+            if report is not None:
+                report.unrecognized("bubble type %s" % b.get("type"))
             return
         thinking = b.get("thinking")
         if isinstance(thinking, dict):
@@ -2941,7 +3250,13 @@ class CursorParser(Parser):
         return folders
 
     def resume_command(self, session):
-        return None   # formats.md shows no resume command for Cursor
+        # The CLI's chats (store.db, agent transcripts): `agent --resume <chatId>` (the binary was
+        # cursor-agent), among the chats of the current folder. Editor composers have no command.
+        path, sid = session.get("path") or "", session.get("session_id")
+        if not sid or path.endswith(".vscdb") or os.sep + "subagents" + os.sep in path:
+            return None
+        cmd = "agent --resume %s" % shell_quote(sid)
+        return "cd %s && %s" % (shell_quote(session["cwd"]), cmd) if session.get("cwd") else cmd
 
 
 # -------------------------------------------------------------------------------------------------
@@ -3221,16 +3536,21 @@ class ClineParser(Parser):
 
     id, label, version = "cline", "Cline / Roo Code / Kilo Code", 2
     verified = "Cline CLI 3.0.65, 2026-11-24"
-    # ui_messages records with nothing to search: progress, costs, checkpoints, approvals, screenshots.
-    IGNORED_SAYS = frozenset({
-        "api_req_started", "api_req_finished", "api_req_retried", "api_req_cost", "checkpoint_created",
-        "checkpoint_saved", "completion_result_partial", "shell_integration_warning", "browser_action_result",
-        "resume_task", "resume_completed_task", "new_task", "condense_context_error", "user_feedback_diff",
-        "deleted_api_reqs", "info", "load_mcp_documentation", "task_progress", "hook", "hook_output",
-        "command_permission", "auto_approval_max_req_reached", "mcp_server_request_started",
-        "generate_explanation", "clineignore_error", "tool_permission_request", "subagent", "error_retry",
-        "codebase_search_result", "api_req_deleted", "user_edit_todos", "too_many_tools_warning",
-        "shell_integration_warning_with_suggestion", "checkpoint_restored", "reasoning_delta"})
+    # ui_messages records (say or ask types) with nothing to search: progress, costs, retries, checkpoints,
+    # approvals, hooks, screenshots, state snapshots (Cline, Roo Code and Kilo Code alike).
+    IGNORED = frozenset({
+        "api_req_finished", "api_req_retried", "api_req_retry_delayed", "api_req_rate_limit_wait",
+        "api_req_deleted", "deleted_api_reqs", "error_retry", "image", "checkpoint_created", "checkpoint_saved",
+        "shell_integration_warning", "shell_integration_warning_with_suggestion", "browser_action_result",
+        "mcp_server_request_started", "mcp_notification", "load_mcp_documentation", "info", "task_progress",
+        "hook_status", "hook_output_stream", "subagent", "use_subagents", "subagent_usage",
+        "conditional_rules_applied", "partial_tool_result", "state_snapshot", "clineignore_error",
+        "rooignore_error", "command_permission_denied", "user_feedback_diff", "generate_explanation",
+        "condense_context_error", "sliding_window_truncation", "codebase_search_result", "user_edit_todos",
+        "too_many_tools_warning", "subtask_result", "inspect_site_result", "payment_required_prompt",
+        "resume_task", "resume_completed_task", "auto_approval_max_req_reached", "new_task", "spawn_task",
+        "condense", "change_todo_list", "summarize_task", "report_bug", "status_acknowledgment",
+        "generate_report", "make_plan"})
 
     def default_roots(self, env):
         roots = []
@@ -3324,8 +3644,8 @@ class ClineParser(Parser):
             text = m.get("text") if isinstance(m.get("text"), str) else ""
             if what in ("task", "user_feedback"):
                 s.add("user", text, role="user", ts=ts)
-            elif what in ("text", "completion_result", "followup", "plan_mode_respond"):
-                if what in ("followup", "plan_mode_respond"):
+            elif what in ("text", "completion_result", "followup", "plan_mode_respond", "act_mode_respond", "qna_respond"):
+                if what in ("followup", "plan_mode_respond", "act_mode_respond", "qna_respond"):
                     obj = _json_arg(text)
                     if isinstance(obj, dict):
                         text = obj.get("question") or obj.get("response") or ""
@@ -3361,10 +3681,8 @@ class ClineParser(Parser):
                 hit = CLINE_CWD_RE.search(req.get("request") or "") if isinstance(req, dict) and isinstance(req.get("request"), str) else None
                 if hit and not s.cwd:
                     s.cwd = hit.group(1)
-            elif what not in self.IGNORED_SAYS and not (m.get("ask") and what in (
-                    "completion_result", "command", "tool", "followup", "resume_task", "api_req_failed")):
-                if isinstance(what, str):
-                    report.unrecognized(("ask " if m.get("ask") else "say ") + what)
+            elif isinstance(what, str) and what not in self.IGNORED:
+                report.unrecognized(("ask " if m.get("ask") else "say ") + what)
 
     def _api_history(self, s, messages, report):
         tools = _ToolCalls(s)
@@ -3954,12 +4272,17 @@ class CrushParser(Parser):
     """
 
     id, label, version = "crush", "Crush", 1
+    # Parts with nothing to search: the end of a turn, images and binary attachments.
+    IGNORED_PARTS = frozenset({"finish", "image_url", "binary"})
 
     def default_roots(self, env):
         return []  # per project only (formats.md §11): configure folders holding projects
 
     def list_files(self, root):
         return walk_projects(root, lambda n: n == "crush.db", allow_hidden=(".crush",))
+
+    def sidecars(self, path):
+        return [path + "-wal"]   # WAL mode: a prompt may change only crush.db-wal
 
     def parse(self, path, report):
         con = open_agent_db(path)
@@ -3999,15 +4322,14 @@ class CrushParser(Parser):
                     report.skip("malformed message parts")
                     continue
                 self._message(entry[0], entry[1], role, parts, norm_time(created),
-                              bool(is_summary) or mid in summaries)
+                              bool(is_summary) or mid in summaries, report)
         except sqlite3.DatabaseError as e:
             raise store_failure(e)
         finally:
             con.close()
         return order
 
-    @staticmethod
-    def _message(s, calls, role, parts, ts, is_summary):
+    def _message(self, s, calls, role, parts, ts, is_summary, report):
         s.touch(ts)
         for p in parts:
             if not isinstance(p, dict) or not isinstance(p.get("data"), dict):
@@ -4027,7 +4349,8 @@ class CrushParser(Parser):
                 args = {"command": d.get("command")}
                 s.add("tool", tool_text("bash", args, d.get("output") or "", bool(d.get("exit_code"))),
                       role="user", tool="bash", ts=ts)
-            # finish markers, images and binary attachments: nothing to search
+            elif ptype not in self.IGNORED_PARTS and ptype not in ("text", "reasoning"):
+                report.unrecognized("part " + str(ptype))
 
 
 # -------------------------------------------------------------------------------------------------

@@ -2136,6 +2136,151 @@ def test_cursor_cli_store_db_meta_and_json_message_blobs(tmp_path):
     assert not any("You are an agent" in c.text for c in s.chunks)
 
 
+def ogc_pb_varint(n):
+    out = bytearray()
+    while True:
+        n, low = n >> 7, n & 0x7F
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def ogc_pb(*fields):
+    """A protobuf message from (field number, value) pairs: ints as varints, text and bytes
+    length-delimited (nested messages are bytes made by ogc_pb)."""
+    out = b""
+    for n, v in fields:
+        if isinstance(v, int):
+            out += ogc_pb_varint(n << 3) + ogc_pb_varint(v)
+        else:
+            v = v.encode() if isinstance(v, str) else v
+            out += ogc_pb_varint(n << 3 | 2) + ogc_pb_varint(len(v)) + v
+    return out
+
+
+class ogc_BlobStore:
+    """A Cursor CLI store.db: blobs named by the SHA-256 of their bytes; protobuf fields name them by
+    the 32 raw bytes of that digest."""
+
+    def __init__(self):
+        self.blobs = []
+
+    def put(self, data):
+        data = json.dumps(data).encode() if isinstance(data, dict) else data
+        self.blobs.append(data)
+        return hashlib.sha256(data).digest()
+
+    def write(self, path, meta):
+        rows = [("INSERT INTO meta VALUES (?,?)", ("0", json.dumps(meta).encode().hex()))]
+        rows += [("INSERT OR IGNORE INTO blobs VALUES (?,?)", (hashlib.sha256(b).hexdigest(), b)) for b in self.blobs]
+        return ogc_make_db(path, "CREATE TABLE blobs (id TEXT PRIMARY KEY, data BLOB);"
+                                 "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);", rows)
+
+
+def ogc_cursor_turns_store(folder):
+    """A chat as the current Cursor CLI stores it: the root (agent.v1.ConversationStateStructure) lists
+    the JSON prompt messages (field 1) and the turns (field 8); a turn names its user message and
+    steps; a step is assistant text (1), a tool call (2) or thinking (3)."""
+    b = ogc_BlobStore()
+    prompt = [b.put({"role": "system", "content": "You are a coding agent"}),
+              b.put({"role": "user", "content": "<user_info>\nWorkspace Path: /home/u/app\n</user_info>"})]
+    user = b.put(ogc_pb((1, "<user_query>\nrun the tests\n</user_query>"), (2, "m-1"), (25, 1775522591000)))
+    thinking = b.put(ogc_pb((3, ogc_pb((1, "pytest first"), (2, 120), (3, 1775522592000)))))
+    shell_args = ogc_pb((1, "pytest -q"), (2, "/home/u/app"))                       # ShellArgs
+    shell_failure = ogc_pb((1, "pytest -q"), (3, 1), (5, "1 failed, 3 passed"))      # command, exit code, stdout
+    shell_call = ogc_pb((1, ogc_pb((1, shell_args), (2, ogc_pb((2, shell_failure))))),   # ToolCall.shell_tool_call
+                        (57, "call_1"), (59, 1775522593000))
+    shell = b.put(ogc_pb((2, shell_call)))
+    content = b.put(b"def test_login(): assert False\n")
+    read_call = ogc_pb((8, ogc_pb((1, ogc_pb((1, "tests/test_login.py"))),           # ToolCall.read_tool_call
+                                  (2, ogc_pb((1, ogc_pb((10, content))))))),          # success, content blob id
+                       (59, 1775522594000))
+    read = b.put(ogc_pb((2, read_call)))
+    unknown = b.put(ogc_pb((2, ogc_pb((99, ogc_pb((1, ogc_pb((1, "holo-arg"))))), (57, "call_3")))))
+    answer = b.put(ogc_pb((1, ogc_pb((1, "One test fails: test_login."), (2, 1775522595000)))))
+    turn1 = b.put(ogc_pb((1, ogc_pb((1, user), (2, thinking), (2, shell), (2, read), (2, unknown), (2, answer),
+                                    (3, "req-1")))))
+    turn2 = b.put(ogc_pb((2, ogc_pb((1, b.put(ogc_pb((1, "git status")))),
+                                    (2, b.put(ogc_pb((1, "nothing to commit"), (3, 0))))))))
+    root = b.put(ogc_pb((1, prompt[0]), (1, prompt[1]), (8, turn1), (8, turn2), (26, 1775522590321)))
+    db = b.write(folder / "store.db", {"agentId": folder.name, "latestRootBlobId": root.hex(), "name": "New Agent",
+                                        "mode": "default", "createdAt": 1775522590321, "lastUsedModel": "composer-2",
+                                        "blobEncryptionKey": "0f" * 32})
+    (folder / "meta.json").write_text(json.dumps({"schemaVersion": 1, "agentId": folder.name, "createdAtMs": 1775522590321,
+                                                  "updatedAtMs": 1775522596000, "hasConversation": True,
+                                                  "cwd": "/home/u/app", "title": "Failing login test"}))
+    return db
+
+
+def test_cursor_cli_store_turns_decoded_from_protobuf(tmp_path):
+    db = ogc_cursor_turns_store(tmp_path / ".cursor" / "chats" / "abc" / "c0ffee")
+    report = ParseReport()
+    [s] = PARSERS["cursor"].parse(str(db), report)
+    assert (s.session_id, s.cwd, s.name) == ("c0ffee", "/home/u/app", "Failing login test")
+    assert ogc_kinds(s) == ["user", "thinking", "tool", "tool", "tool", "assistant", "tool"]
+    assert ogc_texts(s, "user") == ["run the tests"] and ogc_texts(s, "thinking") == ["pytest first"]
+    shell, read, unknown, user_shell = [c for c in s.chunks if c.kind == "tool"]
+    assert shell.tool == "shell" and "command: pytest -q" in shell.text
+    assert "error:" in shell.text and "1 failed, 3 passed" in shell.text   # exit code 1: a failure
+    assert shell.ts == "2026-04-07T00:43:13.000Z"
+    assert read.tool == "read" and read.path == "tests/test_login.py" and "def test_login" in read.text
+    assert unknown.tool == "tool_99" and "holo-arg" in unknown.text
+    assert report.unknown == {"store tool 99": 1}
+    assert user_shell.tool == "shell" and "git status" in user_shell.text and "nothing to commit" in user_shell.text
+    assert ogc_texts(s, "assistant") == ["One test fails: test_login."]
+    assert s.created == "2026-04-07T00:43:10.321Z" and s.modified >= "2026-04-07T00:43:16.000Z"
+    assert not any("You are a coding agent" in c.text or "0f0f0f" in c.text for c in s.chunks)
+    assert PARSERS["cursor"].sidecars(str(db)) == [str(db) + "-wal", str(db.parent / "meta.json")]
+
+
+def test_cursor_transcript_of_a_chat_in_a_store_is_not_indexed_twice(tmp_path):
+    ogc_cursor_turns_store(tmp_path / ".cursor" / "chats" / "abc" / "c0ffee")
+    f = ogc_write_jsonl(tmp_path / ".cursor" / "projects" / "home-u-app" / "agent-transcripts" / "c0ffee" / "c0ffee.jsonl",
+                        [ogc_cursor_line("user", {"type": "text", "text": "<user_query>run the tests</user_query>"})])
+    assert ogc_parse("cursor", f) == []
+
+
+def test_cursor_cli_store_json_messages_in_root_order(tmp_path):
+    # Stores written before turns: the root lists JSON messages (AI SDK parts), in conversation order.
+    b = ogc_BlobStore()
+    answer = b.put({"role": "assistant", "content": [{"type": "text", "text": "Second"}]})
+    question = b.put({"role": "user", "content": "First"})
+    root = b.put(ogc_pb((1, question), (1, answer)))
+    db = b.write(tmp_path / "chats" / "h" / "a2" / "store.db", {"agentId": "a2", "latestRootBlobId": root.hex()})
+    s = ogc_parse("cursor", db)[0]
+    assert [c.text for c in s.chunks] == ["First", "Second"]
+
+
+def test_cursor_resume_command_for_cli_chats_only():
+    cursor = PARSERS["cursor"]
+    assert cursor.resume_command({"session_id": "c0ffee", "cwd": "/home/u/app", "path": "/h/.cursor/chats/x/c0ffee/store.db"}) \
+        == "cd /home/u/app && agent --resume c0ffee"
+    assert cursor.resume_command({"session_id": "k", "cwd": None, "path": "/h/globalStorage/state.vscdb"}) is None
+
+
+def test_cursor_transcript_lines_it_does_not_know_are_counted(tmp_path):
+    f = ogc_write_jsonl(tmp_path / "agent-transcripts" / "t1" / "t1.jsonl", [
+        ogc_cursor_line("user", {"type": "text", "text": "<user_query>hi</user_query>"}, {"type": "image", "data": "AAAA"}),
+        {"type": "turn_ended", "status": "completed"}, {"type": "hologram"},
+        ogc_cursor_line("assistant", {"type": "sparkle", "items": []})])
+    report = ParseReport()
+    PARSERS["cursor"].parse(str(f), report)
+    assert report.unknown == {"hologram": 1, "block sparkle": 1}   # images and turn_ended are known
+
+
+def test_protobuf_reader_reads_the_wire_format_and_refuses_what_is_not():
+    data = ogc_pb((1, 300), (2, "héllo"), (3, ogc_pb((1, "inner")))) + b"\x25\x01\x00\x00\x00" + \
+        b"\x29" + (7).to_bytes(8, "little")
+    assert sesame.protobuf_fields(data) == [(1, 300), (2, "héllo".encode()), (3, b"\x0a\x05inner"), (4, 1), (5, 7)]
+    m = sesame.ProtoMessage(data)
+    assert m.text(2) == "héllo" and m.message(3).text(1) == "inner" and m.get(9) is None
+    assert m.strings() == ["héllo", "inner"]
+    for bad in (b"\x0a\x05abc", b"\x08\x80", b"\x0b", b"\x00\x01"):   # short, unfinished varint, group, field 0
+        with pytest.raises(ValueError):
+            sesame.protobuf_fields(bad)
+    assert sesame.ProtoMessage.parse(b"{\"role\": 1}") is None
+
+
 def test_cursor_transcript_takes_title_and_start_from_the_cli_store(tmp_path):
     ogc_store_db(tmp_path / ".cursor" / "chats" / "abc" / "a1" / "store.db",
              {"agentId": "a1", "name": "Deploy script", "createdAt": 1000000000000})
@@ -2758,6 +2903,19 @@ def test_crush_sessions_subagents_title_sessions_and_tools(tmp_path):
     assert main.chunks[3].path == "KDLLexer.swift" and "struct KDLLexer" in main.chunks[3].text
     assert sub.parent == "s1" and am_texts(sub, "assistant") == ["found 6 test files"]
     assert sum(t == "tidy the KDL lexer" for s in sessions for t in am_texts(s, "user")) == 1
+
+
+def test_crush_part_types_it_does_not_know_are_counted_and_the_wal_is_watched(tmp_path):
+    db = am_crush_db(tmp_path / "kdl" / ".crush" / "crush.db")
+    con = sqlite3.connect(str(db))
+    con.execute("INSERT INTO messages VALUES('m5','s1','assistant',?, 'm', 1754062330, 1754062330, NULL, 'p', 0)",
+                (json.dumps([{"type": "hologram", "data": {"text": "?"}}, {"type": "finish", "data": {}}]),))
+    con.commit()
+    con.close()
+    report = ParseReport()
+    PARSERS["crush"].parse(str(db), report)
+    assert report.unknown == {"part hologram": 1}   # `finish` is skipped on purpose
+    assert PARSERS["crush"].sidecars(str(db)) == [str(db) + "-wal"]
 
 
 def test_crush_list_files_enters_dot_crush_only(tmp_path):
