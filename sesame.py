@@ -2952,8 +2952,11 @@ class CursorParser(Parser):
         return bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else None
 
     def _referenced(self, con, ref):
-        """A protobuf message a field names by blob id, or holds inline."""
+        """A protobuf message a field names by blob id (32 bytes), or holds inline; None when the blob
+        is not stored (a missing blob's id would decode as a message of noise)."""
         data = self._blob(con, ref)
+        if data is None and isinstance(ref, bytes) and len(ref) == 32:
+            return None
         return ProtoMessage.parse(data if data is not None else ref)
 
     def _parse_store(self, con, path, report):
@@ -2975,7 +2978,7 @@ class CursorParser(Parser):
                     s.cwd = hit.group(1).strip() if hit else None
             for ref in state.all(8):
                 self._store_turn(s, con, ref, report)
-        else:
+        if not s.chunks:   # no turns (older stores), or none of their blobs at hand: the JSON messages
             if state is not None and state.all(1):   # the conversation as JSON messages, in root order
                 messages = (self._blob(con, ref) for ref in state.all(1))
             else:   # no root: JSON blobs in the order they were written (rowid); the rest are tree nodes
@@ -3535,7 +3538,7 @@ class ClineParser(Parser):
     """
 
     id, label, version = "cline", "Cline / Roo Code / Kilo Code", 2
-    verified = "Cline CLI 3.0.65, 2026-11-24"
+    verified = "3.0.65, 2026-11-24"   # the Cline CLI (SDK layout)
     # ui_messages records (say or ask types) with nothing to search: progress, costs, retries, checkpoints,
     # approvals, hooks, screenshots, state snapshots (Cline, Roo Code and Kilo Code alike).
     IGNORED = frozenset({
@@ -4827,7 +4830,7 @@ class KimiParser(Parser):
     """
 
     id, label, version = "kimi", "Kimi", 2
-    verified = "kimi-cli 1.52.0 and 1.40.0, 2026-11-24"
+    verified = "1.52.0, 2026-11-24"   # kimi-cli (also 1.40.0 and 0.50); Kimi Code not run
     # Records read for nothing on purpose: the op log's settings, snapshots and LLM bookkeeping, and
     # kimi-cli's progress, status, approvals and hooks (the sub-agent's own wire holds its events).
     IGNORED = frozenset({

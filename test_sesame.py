@@ -2245,10 +2245,12 @@ def test_cursor_cli_store_json_messages_in_root_order(tmp_path):
     b = ogc_BlobStore()
     answer = b.put({"role": "assistant", "content": [{"type": "text", "text": "Second"}]})
     question = b.put({"role": "user", "content": "First"})
-    root = b.put(ogc_pb((1, question), (1, answer)))
+    root = b.put(ogc_pb((1, question), (1, answer), (8, b"\x07" * 32)))   # a turn whose blob is not there
     db = b.write(tmp_path / "chats" / "h" / "a2" / "store.db", {"agentId": "a2", "latestRootBlobId": root.hex()})
-    s = ogc_parse("cursor", db)[0]
+    report = ParseReport()
+    [s] = PARSERS["cursor"].parse(str(db), report)
     assert [c.text for c in s.chunks] == ["First", "Second"]
+    assert report.skipped == {"unreadable turn": 1}
 
 
 def test_cursor_resume_command_for_cli_chats_only():
