@@ -4834,8 +4834,10 @@ class KimiParser(Parser):
     # Records read for nothing on purpose: the op log's settings, snapshots and LLM bookkeeping, and
     # kimi-cli's progress, status, approvals and hooks (the sub-agent's own wire holds its events).
     IGNORED = frozenset({
-        "metadata", "config.update", "profile.bind", "tools.set_active_tools", "turn.prompt", "llm.request",
-        "llm.response", "llm.tools_snapshot", "turn.end", "context.checkpoint", "context.revert",
+        "metadata", "config.update", "profile.bind", "tools.set_active_tools", "turn.prompt", "turn.cancel",
+        "turn.ended", "usage.record", "permission.record_approval_result", "permission.set_mode",
+        "plan_mode.enter", "plan_mode.exit", "full_compaction.begin", "full_compaction.complete",
+        "plugin.session_start", "runtime.set_binding", "token_counting.measured", "token_counting.turn_recorded",
         "StepBegin", "StepInterrupted", "StepRetry", "TurnEnd", "StatusUpdate", "Notification",
         "HookTriggered", "HookResolved", "HookRequest", "HookResponse", "MCPLoadingBegin", "MCPLoadingEnd",
         "CompactionBegin", "CompactionEnd", "ApprovalRequest", "ApprovalResponse", "ApprovalRequestResolved",
@@ -4903,6 +4905,7 @@ class KimiParser(Parser):
         created = norm_time(state.get("createdAt")) or norm_time(head.get("created_at"))
         calls = _Calls(s)
         last_part = None  # (step, part type) of the chunk that streamed parts extend
+        steered = []      # steering input indexed from turn.steer, which the context may repeat
         for _, e in iter_jsonl(path, report):
             etype = e.get("type")
             ts = norm_time(e.get("time"))
@@ -4918,6 +4921,9 @@ class KimiParser(Parser):
                     continue
                 s.touch(ts)
                 last_part = None
+                if m.get("role") == "user" and text_of(m.get("content")).strip() in steered:
+                    steered.remove(text_of(m.get("content")).strip())   # the steer, indexed already
+                    continue
                 self._message(s, m, ts, calls)
             elif etype == "context.append_loop_event":
                 ev = e.get("event")
@@ -4955,6 +4961,11 @@ class KimiParser(Parser):
                     report.unrecognized("loop event " + et)
             elif etype == "context.apply_compaction":
                 s.add("summary", e.get("summary") if isinstance(e.get("summary"), str) else "", role="compaction", ts=ts)
+            elif etype == "turn.steer":   # typed while a turn runs; appended to the context only if it goes on
+                text = text_of(e.get("input"))
+                if text.strip():
+                    s.add("user", text, role="user", ts=ts)
+                    steered.append(text.strip())
             elif isinstance(etype, str) and etype not in self.IGNORED and not etype.startswith(("llm.", "tools.")):
                 report.unrecognized(etype)
         if created and (s.created is None or created < s.created):
@@ -4993,9 +5004,9 @@ class KimiParser(Parser):
     def _work_dir(self, path, group):
         """The cwd of the sessions folder `group` (md5 of the path, or <kaos>_<md5>), from kimi.json."""
         share = self._share_dir(path)
-        meta = _read_json(os.path.join(share, "kimi.json")) if share else None
+        meta = (_read_json(os.path.join(share, "kimi.json")) if share else None) or {}
         import hashlib
-        for wd in meta.get("work_dirs") or [] if isinstance(meta, dict) else []:
+        for wd in meta.get("work_dirs") or []:
             p = wd.get("path") if isinstance(wd, dict) else None
             if isinstance(p, str) and p:
                 digest = hashlib.md5(p.encode("utf-8")).hexdigest()
@@ -5113,7 +5124,7 @@ class KimiParser(Parser):
         if not sid or "/" in sid:
             return None   # sub-agents cannot be resumed on their own
         path = session.get("path") or ""
-        if "/.kimi-code/" in path or not path.endswith("wire.jsonl"):
+        if not path.endswith("wire.jsonl") or os.path.basename(os.path.dirname(os.path.dirname(path))) == "agents":
             return None   # no resume flag documented for Kimi Code; kimi-cli 0.x had only --continue
         cmd = "kimi -r %s" % shell_quote(sid)
         # kimi-cli looks the session up among the current directory's sessions.

@@ -3112,6 +3112,21 @@ def test_kimi_main_title_cwd_injection_and_tools(tmp_path):
     assert s.created == "2026-08-01T19:33:20.000Z"
 
 
+def test_kimi_code_steering_input_once_and_unknown_ops_counted(tmp_path):
+    p = ot_kimi_wire(tmp_path, "main", [
+        {"type": "turn.steer", "input": [{"type": "text", "text": "use rg instead"}], "origin": {"kind": "user"},
+         "time": 1785612812000},
+        {"type": "context.append_message", "message": {"role": "user", "content": [{"type": "text", "text": "use rg instead"}],
+                                                       "origin": {"kind": "user"}}, "time": 1785612812001},
+        {"type": "turn.steer", "input": [{"type": "text", "text": "stop"}], "time": 1785612813000},
+        {"type": "turn.cancel", "time": 1785612814000}, {"type": "usage.record", "time": 1785612814001},
+        {"type": "hologram.beam", "time": 1785612815000}])
+    report = ParseReport()
+    [s] = PARSERS["kimi"].parse(p, report)
+    assert ot_texts(s, "user") == ["use rg instead", "stop"]   # a cancelled steer is still what the user typed
+    assert report.unknown == {"hologram.beam": 1}
+
+
 def test_kimi_subagent_points_to_parent(tmp_path):
     p = ot_kimi_wire(tmp_path, "agent-0", [
         {"type": "context.append_message", "message": {"role": "user", "content": [{"type": "text", "text": "count files"}],
