@@ -2625,6 +2625,131 @@ _CURSOR_SKIP_DIRS = ("extensions", "node_modules", ".git", "worktrees", "ai-trac
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+# The Cursor CLI's tools, by their field number in agent.v1.ToolCall (a oneof); each tool's message is
+# {1: args, 2: result}. The numbers are Cursor's own (its bundled protobuf descriptors).
+_CURSOR_TOOLS = {
+    1: "shell", 3: "delete", 4: "glob", 5: "grep", 8: "read", 9: "update_todos", 10: "read_todos", 12: "edit",
+    13: "ls", 14: "read_lints", 15: "mcp", 16: "sem_search", 17: "create_plan", 18: "web_search", 19: "task",
+    20: "list_mcp_resources", 21: "read_mcp_resource", 22: "apply_agent_diff", 23: "ask_question", 24: "fetch",
+    25: "switch_mode", 28: "generate_image", 29: "record_screen", 30: "computer_use", 31: "write_shell_stdin",
+    32: "reflect", 33: "setup_vm_environment", 34: "truncated", 37: "web_fetch", 42: "await",
+    44: "get_mcp_tools", 55: "send_message", 58: "send_to_user", 61: "pi_read", 62: "pi_bash", 63: "pi_edit",
+    64: "pi_write", 65: "pi_grep", 66: "pi_find", 67: "pi_ls", 69: "search_conversations"}
+# Fields of agent.v1.ToolCall beside the tool: hook contexts, the call id, start and end times (ms).
+_CURSOR_TOOL_META = frozenset({54, 57, 59, 60})
+# The arguments indexed by name, per tool (field number -> name); other tools give their strings.
+_CURSOR_TOOL_ARGS = {
+    "shell": {1: "command", 2: "working_directory"}, "read": {1: "path"}, "edit": {1: "path", 6: "content"},
+    "delete": {1: "path"}, "ls": {1: "path"}, "grep": {1: "pattern", 2: "path", 3: "glob"},
+    "glob": {1: "target_directory", 2: "glob_pattern"}, "mcp": {1: "name", 4: "provider", 5: "tool_name"},
+    "task": {1: "description", 2: "prompt"}, "fetch": {1: "url"}, "web_fetch": {1: "url"},
+    "web_search": {1: "search_term"}, "sem_search": {1: "query"}}
+
+
+_CONTROL_CHARS = LazyPattern(r"[\x00-\x08\x0e-\x1f]")   # bytes with these are no text
+
+
+def _varint(data, i):
+    shift = value = 0
+    while True:
+        if i >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        b = data[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+
+
+def protobuf_fields(data):
+    """The (field number, value) pairs of one protobuf message, in wire order: varints and fixed
+    64/32-bit fields as ints, length-delimited fields as bytes (a string, bytes, a nested message or
+    a packed list: only the schema, which the reader does not have, tells which). Raises ValueError
+    for bytes that are not a well-formed message (groups, wire types 3 and 4, are not proto3)."""
+    out, i, n = [], 0, len(data)
+    while i < n:
+        key, i = _varint(data, i)
+        field, wire = key >> 3, key & 7
+        if field == 0:
+            raise ValueError("field number 0")
+        if wire == 0:
+            value, i = _varint(data, i)
+        elif wire == 2:
+            size, i = _varint(data, i)
+            if i + size > n:
+                raise ValueError("length past the end")
+            value, i = bytes(data[i:i + size]), i + size
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+            if i + size > n:
+                raise ValueError("fixed field past the end")
+            value, i = int.from_bytes(data[i:i + size], "little"), i + size
+        else:
+            raise ValueError("wire type %d" % wire)
+        out.append((field, value))
+    return out
+
+
+class ProtoMessage:
+    """A decoded protobuf message read by field number: `get` is a field's (last) value, `all` a
+    repeated field's values, `text` a string, `message` a nested message (None when absent or not a
+    message)."""
+
+    def __init__(self, data):
+        self.fields = {}
+        for field, value in protobuf_fields(data):
+            self.fields.setdefault(field, []).append(value)
+
+    @classmethod
+    def parse(cls, data):
+        """The message, or None when `data` is not one."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            return None
+        try:
+            return cls(bytes(data))
+        except ValueError:
+            return None
+
+    def get(self, n):
+        values = self.fields.get(n)
+        return values[-1] if values else None
+
+    def all(self, n):
+        return self.fields.get(n, [])
+
+    def text(self, n):
+        value = self.get(n)
+        if isinstance(value, bytes):
+            try:
+                return value.decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+        return None
+
+    def message(self, n):
+        return ProtoMessage.parse(self.get(n))
+
+    def strings(self, depth=4):
+        """Every text in the message and the messages it holds (for messages read without a schema)."""
+        found = []
+        for values in self.fields.values():
+            for v in values:
+                if not isinstance(v, bytes) or not v:
+                    continue
+                try:
+                    t = v.decode("utf-8")
+                except UnicodeDecodeError:
+                    t = None
+                if t is not None and not _CONTROL_CHARS.search(t):
+                    found.append(t)
+                elif depth:
+                    inner = ProtoMessage.parse(v)
+                    if inner is not None:
+                        found.extend(inner.strings(depth - 1))
+        return found
+
+
 def _cursor_roots_ide(env):
     """globalStorage of the Cursor editor, per OS (VS Code layout)."""
     home = os.path.expanduser("~")
@@ -2645,17 +2770,31 @@ class CursorParser(Parser):
       `{role, message: {content: [Anthropic-style blocks]}}` per line, no timestamps; sub-agents in
       <id>/subagents/<child>.jsonl. The prompt is wrapped in `<user_query>`; the rest is context.
     * Cursor CLI: ~/.cursor/chats/<md5(cwd)>/<id>/store.db, table meta (key "0" = hex-encoded JSON:
-      agentId, name, createdAt) and content-addressed blobs; the blobs that are JSON chat messages
-      are indexed in the order they were written (protobuf blobs are tree nodes and are skipped).
+      agentId, name, createdAt, latestRootBlobId) and blobs named by the SHA-256 of their bytes; meta.json
+      beside it adds the cwd and times. The root blob is a protobuf ConversationStateStructure: field 1
+      lists JSON prompt messages (system prompt, injected context), field 8 the turns. A turn holds the
+      user's message and its steps (assistant text, thinking, tool calls with their results), each a
+      protobuf blob of its own; a shell turn is a command the user ran. Stores older than turns hold
+      the conversation as JSON messages (AI SDK parts), read in root order, else in the order written.
+      The same chat's transcript (below) is then not indexed again: the store has more (tool output,
+      times).
     * The editor: globalStorage/state.vscdb, table cursorDiskKV: `composerData:<id>` (name, times,
       ordered bubble headers) and `bubbleId:<composer>:<bubble>` (type 1 user, 2 assistant). One
       database gives every editor chat.
     """
 
-    id, label, version = "cursor", "Cursor", 1
+    id, label, version = "cursor", "Cursor", 2
+    # Transcript lines and content blocks read for nothing on purpose.
+    IGNORED_BLOCKS = frozenset({"image", "redacted", "redacted_thinking", "file", "image_url"})
 
     def default_roots(self, env):
         return [os.path.join(os.path.expanduser("~"), ".cursor"), _cursor_roots_ide(env)]
+
+    def sidecars(self, path):
+        # WAL stores: a prompt may change only the -wal file (and the CLI's meta.json).
+        if path.endswith("store.db"):
+            return [path + "-wal", os.path.join(os.path.dirname(path), "meta.json")]
+        return [path + "-wal"] if path.endswith(".vscdb") else []
 
     def list_files(self, root):
         if os.path.isfile(root):
@@ -2672,7 +2811,7 @@ class CursorParser(Parser):
 
     def parse(self, path, report):
         if path.endswith(".jsonl"):
-            return [self._parse_transcript(path, report)]
+            return self._parse_transcript(path, report)
         with open(path, "rb") as f:
             if f.read(16) != _SQLITE_MAGIC:
                 raise NotASessionFile("neither a transcript nor an SQLite store")
@@ -2721,7 +2860,7 @@ class CursorParser(Parser):
             return json.dumps(content, ensure_ascii=False)
         return ""
 
-    def _blocks(self, s, role, content, calls, ts=None):
+    def _blocks(self, s, role, content, calls, ts=None, report=None):
         """Anthropic-style (tool_use/tool_result) and AI-SDK-style (tool-call/tool-result) blocks."""
         if isinstance(content, str):
             content = [{"type": "text", "text": content}]
@@ -2745,10 +2884,14 @@ class CursorParser(Parser):
                 t = block.get("thinking") if isinstance(block.get("thinking"), str) else block.get("text")
                 s.add("thinking", t if isinstance(t, str) else "", role="assistant", ts=ts)
             elif isinstance(block.get("text"), str):   # text, and unknown blocks that carry visible text
+                if btype != "text" and report is not None:
+                    report.unrecognized("block " + str(btype))
                 if role == "user":
                     self._user_text(s, block["text"], ts)
                 else:
                     s.add("assistant", block["text"], role="assistant", ts=ts)
+            elif btype not in self.IGNORED_BLOCKS and report is not None:
+                report.unrecognized("block " + str(btype))
 
     @staticmethod
     def _tool_result(s, calls, call_id, name, output, is_error, ts):
@@ -2778,6 +2921,22 @@ class CursorParser(Parser):
         if not first or not (first.get("role") in ("user", "assistant", "system") or first.get("type") == "turn_ended"):
             raise NotASessionFile("no Cursor transcript line")
         sid = os.path.splitext(os.path.basename(path))[0]
+        # The CLI's store.db for the same chat id (if any) holds the same conversation with its tool
+        # output and times: the chat is indexed from there. Else it knows the start and the title.
+        meta, store_has_chat = {}, False
+        db = self._cli_store_for(path, sid)
+        if db:
+            try:
+                con = open_agent_db(db)
+                try:
+                    meta = self._meta(con) or {}
+                    store_has_chat = bool(meta) and bool(self._parse_store(con, db, ParseReport()).chunks)
+                finally:
+                    con.close()
+            except (OSError, sqlite3.DatabaseError, NotASessionFile):
+                pass
+        if store_has_chat:
+            return []
         s = Session(self.id, sid, path)
         if os.path.basename(os.path.dirname(path)) == "subagents":
             s.parent = os.path.basename(os.path.dirname(os.path.dirname(path)))
@@ -2787,41 +2946,31 @@ class CursorParser(Parser):
             msg = rec.get("message")
             if role is None:
                 if rec.get("type") != "turn_ended":
-                    report.skip("unknown line")
+                    report.unrecognized(str(rec.get("type")))
                 continue
             content = msg.get("content") if isinstance(msg, dict) else rec.get("content")
             if role in ("user", "assistant"):
-                self._blocks(s, role, content, calls)
+                self._blocks(s, role, content, calls, report=report)
             elif role != "system":
-                report.skip("unknown role")
-        # No timestamps in the lines: the file's mtime is the last activity; the CLI's store.db for the
-        # same chat id (if any) knows the start and the title.
+                report.unrecognized("role " + str(role))
+        # No timestamps in the lines: the file's mtime is the last activity.
         s.modified = _file_mtime(path)
-        meta = self._cli_meta_for(path, sid)
         s.created = norm_time(meta.get("createdAt")) or s.modified
         if s.created > s.modified:
             s.created = s.modified
         s.name = self._name(meta.get("name"))
-        return s
+        return [s]
 
-    def _cli_meta_for(self, path, sid):
+    @staticmethod
+    def _cli_store_for(path, sid):
+        """The CLI's store.db of the chat whose transcript is `path`: ~/.cursor/chats/*/<id>/store.db."""
         parts = os.path.abspath(path).split(os.sep)
         if "projects" not in parts:
-            return {}
+            return None
         cursor_dir = os.sep.join(parts[:len(parts) - 1 - parts[::-1].index("projects")])
         import glob
-        for db in glob.glob(os.path.join(glob.escape(cursor_dir), "chats", "*", glob.escape(sid), "store.db")):
-            try:
-                con = open_agent_db(db)
-            except OSError:
-                continue
-            try:
-                return self._meta(con) or {}
-            except sqlite3.DatabaseError:
-                return {}
-            finally:
-                con.close()
-        return {}
+        found = glob.glob(os.path.join(glob.escape(cursor_dir), "chats", "*", glob.escape(sid), "store.db"))
+        return sorted(found)[0] if found else None
 
     # -- Cursor CLI store.db --------------------------------------------------------------------------
 
@@ -2842,29 +2991,190 @@ class CursorParser(Parser):
         meta = _json_value(value)
         return meta if isinstance(meta, dict) else None
 
+    @staticmethod
+    def _blob(con, ref):
+        """A blob's bytes by its id (32 raw bytes, as protobuf fields name blobs, or hex text)."""
+        if isinstance(ref, (bytes, bytearray)):
+            if len(ref) != 32:
+                return None
+            ref = ref.hex()
+        if not isinstance(ref, str) or not ref:
+            return None
+        row = con.execute("SELECT data FROM blobs WHERE id = ?", (ref.lower(),)).fetchone()
+        data = row[0] if row else None
+        if isinstance(data, str):
+            return data.encode("utf-8")
+        return bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else None
+
+    def _referenced(self, con, ref):
+        """A protobuf message a field names by blob id (32 bytes), or holds inline; None when the blob
+        is not stored (a missing blob's id would decode as a message of noise)."""
+        data = self._blob(con, ref)
+        if data is None and isinstance(ref, bytes) and len(ref) == 32:
+            return None
+        return ProtoMessage.parse(data if data is not None else ref)
+
     def _parse_store(self, con, path, report):
         meta = self._meta(con)
         if meta is None:
             raise NotASessionFile("store.db without readable meta")
-        sid = meta.get("agentId") if isinstance(meta.get("agentId"), str) else os.path.basename(os.path.dirname(path))
+        folder = os.path.dirname(os.path.abspath(path))
+        side = _read_json(os.path.join(folder, "meta.json")) or {}   # the CLI's plain-JSON copy, with the cwd
+        sid = meta.get("agentId") if isinstance(meta.get("agentId"), str) else os.path.basename(folder)
         s = Session(self.id, sid, path)
-        s.name = self._name(meta.get("name"))
+        s.name = self._name(meta.get("name")) or self._name(side.get("title"))
+        s.cwd = _str(side.get("cwd"))
+        state = ProtoMessage.parse(self._blob(con, meta.get("latestRootBlobId")))
+        if state is not None and state.all(8):
+            for ref in state.all(1):   # the prompt's JSON messages: system prompt and injected context
+                m = _json_value(self._blob(con, ref))
+                if s.cwd is None and isinstance(m, dict) and m.get("role") == "user":
+                    hit = _CURSOR_WORKSPACE.search(text_of(m.get("content")))
+                    s.cwd = hit.group(1).strip() if hit else None
+            for ref in state.all(8):
+                self._store_turn(s, con, ref, report)
+        if not s.chunks:   # no turns (older stores), or none of their blobs at hand: the JSON messages
+            if state is not None and state.all(1):   # the conversation as JSON messages, in root order
+                messages = (self._blob(con, ref) for ref in state.all(1))
+            else:   # no root: JSON blobs in the order they were written (rowid); the rest are tree nodes
+                messages = (d for (d,) in con.execute(
+                    "SELECT data FROM blobs WHERE hex(substr(data, 1, 1)) = '7B' ORDER BY rowid"))
+            calls = []
+            for data in messages:
+                m = _json_value(data)
+                if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                    continue
+                role = m["role"]
+                if role == "tool":
+                    self._blocks(s, "user", m.get("content"), calls, report=report)
+                elif role in ("user", "assistant"):
+                    self._blocks(s, role, m.get("content"), calls, report=report)
+                elif role != "system":   # the agent's system prompt, identical in every chat: not indexed
+                    report.unrecognized("role " + role)
         wal = path + "-wal"
-        s.modified = max(_file_mtime(path), _file_mtime(wal) if os.path.exists(wal) else "")
-        s.created = norm_time(meta.get("createdAt")) or s.modified
-        calls = []
-        # Message blobs are JSON; tree nodes are protobuf. rowid is insertion order = conversation order.
-        for (data,) in con.execute("SELECT data FROM blobs WHERE hex(substr(data, 1, 1)) = '7B' ORDER BY rowid"):
-            m = _json_value(data)
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                continue
-            role = m["role"]
-            if role == "tool":
-                self._blocks(s, "user", m.get("content"), calls)
-            elif role in ("user", "assistant"):
-                self._blocks(s, role, m.get("content"), calls)
-            # role "system": the agent's system prompt, identical in every chat: not indexed
+        s.touch(max(_file_mtime(path), _file_mtime(wal) if os.path.exists(wal) else ""))
+        s.touch(norm_time(side.get("updatedAtMs") or side.get("updatedAt")))
+        created = norm_time(meta.get("createdAt")) or norm_time(side.get("createdAtMs") or side.get("createdAt"))
+        if created and created < s.created:
+            s.created = created
         return s
+
+    def _store_turn(self, s, con, ref, report):
+        """One agent.v1.ConversationTurnStructure: 1 an agent turn {1 user message, 2 steps} (blob ids),
+        2 a shell turn {1 ShellCommand{1 command}, 2 ShellOutput{1 stdout, 2 stderr, 3 exit code}}."""
+        turn = self._referenced(con, ref)
+        if turn is None:
+            report.skip("unreadable turn")
+            return
+        if 1 in turn.fields:
+            agent = turn.message(1)
+            if agent is None:
+                report.skip("unreadable turn")
+                return
+            user = self._referenced(con, agent.get(1)) if agent.get(1) is not None else None
+            if user is not None:
+                text = user.text(1) or (self._blob(con, user.get(18)) or b"").decode("utf-8", "replace")
+                ts = norm_time(user.get(25))
+                s.touch(ts)
+                self._user_text(s, text, ts)
+            for step_ref in agent.all(2):
+                step = self._referenced(con, step_ref)
+                if step is None:
+                    report.skip("unreadable step")
+                else:
+                    self._store_step(s, con, step, report)
+        elif 2 in turn.fields:
+            shell = turn.message(2)
+            command = self._referenced(con, shell.get(1)) if shell is not None and shell.get(1) else None
+            output = self._referenced(con, shell.get(2)) if shell is not None and shell.get(2) else None
+            if command is not None:
+                out = "\n".join(t for t in (output.text(1), output.text(2)) if t) if output is not None else ""
+                failed = output is not None and (output.get(3) or 0) != 0
+                s.add("tool", tool_text("shell", {"command": command.text(1)}, out, failed), role="user", tool="shell")
+        else:
+            report.unrecognized("store turn %s" % ",".join(map(str, sorted(turn.fields))))
+
+    def _store_step(self, s, con, step, report):
+        """One agent.v1.ConversationStep: 1 assistant {1 text, 2 started ms}, 2 a tool call,
+        3 thinking {1 text, 3 started ms}."""
+        if 1 in step.fields or 3 in step.fields:
+            kind = "assistant" if 1 in step.fields else "thinking"
+            m = step.message(1 if kind == "assistant" else 3)
+            if m is None:
+                report.skip("unreadable step")
+                return
+            ts = norm_time(m.get(2 if kind == "assistant" else 3))
+            s.touch(ts)
+            s.add(kind, m.text(1) or "", role="assistant", ts=ts)
+        elif 2 in step.fields:
+            call = step.message(2)
+            if call is not None:
+                self._store_tool(s, con, call, report)
+        else:
+            report.unrecognized("store step %s" % ",".join(map(str, sorted(step.fields))))
+
+    def _store_tool(self, s, con, call, report):
+        """An agent.v1.ToolCall: the tool's own message {1 args, 2 result}, whose result is a oneof in
+        which field 1 is success and every other field a way to fail."""
+        tools = [n for n in call.fields if n not in _CURSOR_TOOL_META]
+        if not tools:
+            return
+        number = tools[0]
+        name = _CURSOR_TOOLS.get(number) or "tool_%d" % number
+        if number not in _CURSOR_TOOLS:
+            report.unrecognized("store tool %d" % number)
+        tool = call.message(number)
+        if tool is None:
+            return
+        if name == "truncated":   # Cursor shortened the call: the original step may still be stored
+            original = self._referenced(con, tool.get(1)) if tool.get(1) else None
+            if original is not None and 2 in original.fields and original.message(2) is not None \
+                    and 34 not in original.message(2).fields:
+                self._store_tool(s, con, original.message(2), report)
+            return
+        ts = norm_time(call.get(59))
+        s.touch(ts)
+        args_msg = tool.message(1)
+        names = _CURSOR_TOOL_ARGS.get(name)
+        if args_msg is None:
+            args = None
+        elif names:
+            args = {key: args_msg.text(n) for n, key in names.items() if args_msg.text(n)}
+            if name == "mcp":   # the MCP tool's own arguments: a map of google.protobuf.Value
+                extra = [t for e in args_msg.all(2) for t in (ProtoMessage.parse(e) or ProtoMessage(b"")).strings()]
+                if extra:
+                    args["arguments"] = " ".join(extra)
+        else:
+            args = {"input": "\n".join(args_msg.strings())}
+        output, failed = self._store_result(con, name, tool.message(2))
+        s.add("tool", tool_text(name, args, output, failed), role="assistant", tool=name, path=tool_path(args), ts=ts)
+
+    def _store_result(self, con, name, result):
+        """(text, failed) of a tool's result message."""
+        if result is None:
+            return "", False
+        outcome = [n for n in result.fields if n < 100]   # 101+: the shell's sandbox, pid...
+        if not outcome:
+            return "", False
+        number = outcome[0]
+        body = result.message(number)
+        failed = number != 1
+        if body is None:
+            return "", failed
+        if name == "shell":   # success and failure alike: 3 exit code, 5 stdout, 6 stderr
+            failed = failed or bool(body.get(3))
+            text = "\n".join(t for t in (body.text(5), body.text(6)) if t)
+            if not text:   # only the head and tail of a long output, or the interleaved output
+                text = "\n".join(t for n in (15, 16, 13, 14, 10, 9) for t in [body.text(n)] if t)
+            return text, failed
+        if name == "read" and number == 1:
+            text = body.text(1)
+            if not text and body.get(10):
+                text = (self._blob(con, body.get(10)) or b"").decode("utf-8", "replace")
+            return text or "", False
+        if name == "edit" and number == 1:
+            return "\n".join(t for t in (body.text(8), body.text(5)) if t), False
+        return "\n".join(body.strings()), failed
 
     # -- the editor's state.vscdb ---------------------------------------------------------------------
 
@@ -2883,7 +3193,7 @@ class CursorParser(Parser):
             s.created, s.modified = norm_time(data.get("createdAt")), norm_time(data.get("lastUpdatedAt"))
             calls = []
             for bubble in self._bubbles(con, cid, data, report):
-                self._bubble(s, bubble, calls)
+                self._bubble(s, bubble, calls, report)
             if not s.chunks and not s.name:
                 continue   # an empty draft the editor opened and never used
             if s.cwd is None:
@@ -2922,7 +3232,7 @@ class CursorParser(Parser):
         conv = data.get("conversation")
         return [b for b in conv if isinstance(b, dict)] if isinstance(conv, list) else []
 
-    def _bubble(self, s, b, calls):
+    def _bubble(self, s, b, calls, report=None):
         timing = b.get("timingInfo") if isinstance(b.get("timingInfo"), dict) else {}
         ts = norm_time(b.get("createdAt") or timing.get("clientStartTime"))
         s.touch(ts)
@@ -2933,6 +3243,8 @@ class CursorParser(Parser):
             self._user_text(s, text, ts)
             return
         if b.get("type") != 2:
+            if report is not None:
+                report.unrecognized("bubble type %s" % b.get("type"))
             return
         thinking = b.get("thinking")
         if isinstance(thinking, dict):
@@ -2996,7 +3308,13 @@ class CursorParser(Parser):
         return folders
 
     def resume_command(self, session):
-        return None   # formats.md shows no resume command for Cursor
+        # The CLI's chats (store.db, agent transcripts): `agent --resume <chatId>` (the binary was
+        # cursor-agent), among the chats of the current folder. Editor composers have no command.
+        path, sid = session.get("path") or "", session.get("session_id")
+        if not sid or path.endswith(".vscdb") or os.sep + "subagents" + os.sep in path:
+            return None
+        cmd = "agent --resume %s" % shell_quote(sid)
+        return "cd %s && %s" % (shell_quote(session["cwd"]), cmd) if session.get("cwd") else cmd
 
 
 # -------------------------------------------------------------------------------------------------
@@ -3245,10 +3563,12 @@ class _AiderSession:
 
 
 # -------------------------------------------------------------------------------------------------
-# Cline / Roo Code / Kilo Code: VS Code globalStorage/<extension>/tasks/<taskId>/, formats.md §7
+# Cline / Roo Code / Kilo Code: VS Code globalStorage/<extension>/tasks/<taskId>/, ~/.cline/data, formats.md §7
 # -------------------------------------------------------------------------------------------------
 
 CLINE_EXTENSIONS = ("saoudrizwan.claude-dev", "rooveterinaryinc.roo-cline", "kilocode.kilo-code")
+# The Cline SDK (CLI 3.x) wraps what the user typed: <user_input mode="act">...</user_input>.
+CLINE_USER_INPUT_RE = LazyPattern(r"<user_input(?:\s[^>]*)?>(.*?)</user_input>", re.S)
 # The environment block each request carries names the workspace (Cline: "Working", Roo: "Workspace").
 CLINE_CWD_RE = LazyPattern(r"# Current (?:Working|Workspace) Directory \((.+?)\) Files")
 CLINE_TASK_RE = LazyPattern(r"<task>\s*(.*?)\s*</task>", re.S)
@@ -3265,9 +3585,30 @@ class ClineParser(Parser):
     are wrapped in `<task>` tags with an `<environment_details>` block appended to every request; that
     file is read only when a task has no ui_messages.json, and for the cwd. The title Cline shows is
     the first prompt, so the name is left unset. Roo records a sub-task's parent in history_item.json.
+
+    The Cline SDK (Cline CLI 3.x, 2026) keeps a session in ~/.cline/data/sessions/<id>/: `<id>.messages.json`
+    `{sessionId, origin: {version}, messages: [{role, content: [Anthropic-style blocks], ts}]}` and the
+    manifest `<id>.json` (cwd, started_at, ended_at, parent_session_id, metadata.title). The same
+    session is listed in data/db/sessions.db, which adds nothing to search.
     """
 
-    id, label, version = "cline", "Cline / Roo Code / Kilo Code", 1
+    id, label, version = "cline", "Cline / Roo Code / Kilo Code", 2
+    verified = "3.0.65, 2026-11-24"   # the Cline CLI (SDK layout)
+    # ui_messages records (say or ask types) with nothing to search: progress, costs, retries, checkpoints,
+    # approvals, hooks, screenshots, state snapshots (Cline, Roo Code and Kilo Code alike).
+    IGNORED = frozenset({
+        "api_req_finished", "api_req_retried", "api_req_retry_delayed", "api_req_rate_limit_wait",
+        "api_req_deleted", "deleted_api_reqs", "error_retry", "image", "checkpoint_created", "checkpoint_saved",
+        "shell_integration_warning", "shell_integration_warning_with_suggestion", "browser_action_result",
+        "mcp_server_request_started", "mcp_notification", "load_mcp_documentation", "info", "task_progress",
+        "hook_status", "hook_output_stream", "subagent", "use_subagents", "subagent_usage",
+        "conditional_rules_applied", "partial_tool_result", "state_snapshot", "clineignore_error",
+        "rooignore_error", "command_permission_denied", "user_feedback_diff", "generate_explanation",
+        "condense_context_error", "sliding_window_truncation", "codebase_search_result", "user_edit_todos",
+        "too_many_tools_warning", "subtask_result", "inspect_site_result", "payment_required_prompt",
+        "resume_task", "resume_completed_task", "auto_approval_max_req_reached", "new_task", "spawn_task",
+        "condense", "change_todo_list", "summarize_task", "report_bug", "status_acknowledgment",
+        "generate_report", "make_plan"})
 
     def default_roots(self, env):
         roots = []
@@ -3282,21 +3623,34 @@ class ClineParser(Parser):
             else os.path.join(_home(env), ".cline", "data"))
         if os.path.isdir(os.path.join(data, "tasks")):
             roots.append(os.path.join(data, "tasks"))
+        sdk = _env_path(env, "CLINE_SESSION_DATA_DIR") or os.path.join(data, "sessions")
+        if os.path.isdir(sdk):
+            roots.append(sdk)
         return roots or [os.path.join(_primary_global_storage(env), CLINE_EXTENSIONS[0], "tasks")]
 
     def list_files(self, root):
-        # One file per task folder: ui_messages.json, else the API history (older or broken tasks).
-        files = walk_files(root, lambda n: n in ("ui_messages.json", "api_conversation_history.json"), max_depth=2)
+        # One file per task folder: ui_messages.json, else the API history (older or broken tasks);
+        # one <id>.messages.json per SDK session folder.
+        files = walk_files(root, lambda n: n in ("ui_messages.json", "api_conversation_history.json")
+                           or n.endswith(".messages.json"), max_depth=2)
         chosen = {}
         for f in files:
             d = os.path.dirname(f)
-            if os.path.basename(f) == "ui_messages.json" or d not in chosen:
+            if os.path.basename(f) != "api_conversation_history.json" or d not in chosen:
                 chosen[d] = f
         return sorted(chosen.values())
+
+    def sidecars(self, path):
+        # The SDK's manifest beside the messages gets the end time and the title.
+        if path.endswith(".messages.json"):
+            return [path[:-len(".messages.json")] + ".json"]
+        return []
 
     def parse(self, path, report):
         folder = os.path.dirname(os.path.abspath(path))
         base = os.path.basename(path)
+        if base.endswith(".messages.json"):
+            return [self._sdk_session(path, report)]
         data = _load_json_file(path)
         if not isinstance(data, list):
             raise NotASessionFile("not a JSON list of task messages")
@@ -3348,8 +3702,8 @@ class ClineParser(Parser):
             text = m.get("text") if isinstance(m.get("text"), str) else ""
             if what in ("task", "user_feedback"):
                 s.add("user", text, role="user", ts=ts)
-            elif what in ("text", "completion_result", "followup", "plan_mode_respond"):
-                if what in ("followup", "plan_mode_respond"):
+            elif what in ("text", "completion_result", "followup", "plan_mode_respond", "act_mode_respond", "qna_respond"):
+                if what in ("followup", "plan_mode_respond", "act_mode_respond", "qna_respond"):
                     obj = _json_arg(text)
                     if isinstance(obj, dict):
                         text = obj.get("question") or obj.get("response") or ""
@@ -3380,12 +3734,13 @@ class ClineParser(Parser):
                 s.add("summary", summary or text, role="system", ts=ts)
             elif what in ("error", "api_req_failed", "mistake_limit_reached", "diff_error"):
                 s.add("context", text, role="system", ts=ts)
-            elif what == "api_req_started" and not s.cwd:
+            elif what == "api_req_started":
                 req = _json_arg(text)
                 hit = CLINE_CWD_RE.search(req.get("request") or "") if isinstance(req, dict) and isinstance(req.get("request"), str) else None
-                if hit:
+                if hit and not s.cwd:
                     s.cwd = hit.group(1)
-            # everything else is progress, cost, checkpoints, screenshots: nothing to search
+            elif isinstance(what, str) and what not in self.IGNORED:
+                report.unrecognized(("ask " if m.get("ask") else "say ") + what)
 
     def _api_history(self, s, messages, report):
         tools = _ToolCalls(s)
@@ -3420,6 +3775,136 @@ class ClineParser(Parser):
                     tools.call(b.get("id"), str(b.get("name") or "tool"), b.get("input"), ts=ts)
                 elif btype == "tool_result":
                     tools.result(b.get("tool_use_id"), text_of(b.get("content")), bool(b.get("is_error")), ts=ts)
+                elif btype not in ("image", "document", "redacted_thinking"):
+                    report.unrecognized("block " + str(btype))
+
+    # -- Cline SDK sessions ---------------------------------------------------------------------------
+
+    def _sdk_session(self, path, report):
+        data = _load_json_file(path)
+        if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+            raise NotASessionFile("not a Cline SDK messages file")
+        sid = _str(data.get("sessionId")) or os.path.basename(path)[:-len(".messages.json")]
+        s = Session(self.id, sid, path)
+        manifest = _read_json(path[:-len(".messages.json")] + ".json") or {}
+        meta = manifest.get("metadata") if isinstance(manifest.get("metadata"), dict) else {}
+        s.cwd = _str(manifest.get("cwd")) or _str(manifest.get("workspace_root"))
+        s.parent = _str(manifest.get("parent_session_id"))
+        title = _str(meta.get("title"))
+        origin = data.get("origin") if isinstance(data.get("origin"), dict) else {}
+        report.saw_version(origin.get("version"))
+        tools = _ToolCalls(s)
+        for m in data["messages"]:
+            if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
+                report.skip("malformed message")
+                continue
+            ts = norm_time(m.get("ts") or m.get("createdAt"))
+            s.touch(ts)
+            content = m.get("content")
+            for b in content if isinstance(content, list) else [{"type": "text", "text": content}]:
+                if not isinstance(b, dict):
+                    continue
+                btype = b.get("type")
+                if btype == "text" and isinstance(b.get("text"), str):
+                    if m["role"] == "assistant":
+                        s.add("assistant", b["text"], role="assistant", ts=ts)
+                        continue
+                    typed = CLINE_USER_INPUT_RE.findall(b["text"])
+                    if typed:   # the user's words; whatever surrounds them was added by Cline
+                        s.add("user", "\n\n".join(typed), role="user", ts=ts)
+                        s.add("context", CLINE_USER_INPUT_RE.sub("", b["text"]), role="user", ts=ts)
+                    else:
+                        s.add("context", b["text"], role="user", ts=ts)
+                elif btype in ("thinking", "reasoning"):
+                    t = b.get("thinking") if isinstance(b.get("thinking"), str) else b.get("text")
+                    s.add("thinking", t if isinstance(t, str) else "", role="assistant", ts=ts)
+                elif btype == "tool_use":
+                    tools.call(b.get("id"), str(b.get("name") or "tool"), b.get("input"), ts=ts)
+                elif btype == "tool_result":
+                    out, failed = self._sdk_output(b.get("content"))
+                    tools.result(b.get("tool_use_id"), out, bool(b.get("is_error")) or failed,
+                                 name=b.get("name"), ts=ts)
+                elif btype not in ("image", "file", "redacted_thinking"):
+                    report.unrecognized("block " + str(btype))
+        for key in ("started_at", "ended_at"):
+            s.touch(norm_time(manifest.get(key)))
+        # By default the title is the first prompt (perhaps shortened): a name only when it is not.
+        prompts = [c.text for c in s.chunks if c.kind == "user"][:1] + [
+            CLINE_USER_INPUT_RE.sub(r"\1", p) for p in (manifest.get("prompt"), meta.get("prompt")) if isinstance(p, str)]
+        if title and not any(p.strip().startswith(title.rstrip(".… ")) for p in prompts):
+            s.name = title
+        if s.created is None:
+            s.created = s.modified = _file_mtime(path)
+        return s
+
+    @staticmethod
+    def _sdk_output(content):
+        """A tool result's text, and whether it failed. run_commands answers with one
+        {query, result, error, success} entry per command."""
+        if isinstance(content, list) and content and all(isinstance(c, dict) and "query" in c for c in content):
+            lines, failed = [], False
+            for c in content:
+                lines.append("$ %s" % c.get("query"))
+                for k in ("result", "error"):
+                    if isinstance(c.get(k), str) and c[k] and c[k] not in lines[-1]:
+                        lines.append(c[k])
+                failed = failed or c.get("success") is False
+            return "\n".join(lines), failed
+        return _out_text(content), False
+
+
+# -------------------------------------------------------------------------------------------------
+# Kilo Code (Kilo CLI 7.x and the extension built on it): ~/.local/share/kilo/kilo.db, formats.md §7
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class KiloParser(OpenCodeParser):
+    """Kilo Code's current store: the Kilo CLI is an OpenCode fork and writes OpenCode's SQLite schema
+    (session / message / part, MessageV2 JSON) to kilo.db (or kilo-<channel>.db) in its own data
+    folder, so OpenCode's reading serves; only where it lies, its name and the resume command differ.
+    Each session row names the Kilo release that wrote it (`version`). The database is in WAL mode:
+    a prompt may change only kilo.db-wal, which is therefore watched with it. Kilo's older VS Code
+    extension kept Cline-style task folders, read by the Cline parser.
+    """
+
+    id, label, version = "kilo", "Kilo Code", 1
+    verified = "7.7.9, 2026-11-24"
+
+    def default_roots(self, env):
+        base = _env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
+        data = os.path.join(base, "kilo")
+        roots = [data]
+        if env.get("KILO_DB"):   # absolute, or relative to the data folder
+            roots.append(os.path.join(data, os.path.expanduser(env["KILO_DB"])))
+        return roots
+
+    def list_files(self, root):
+        if os.path.isfile(root):
+            return [root] if root.endswith(".db") else []
+        return walk_files(root, lambda n: n.startswith("kilo") and n.endswith(".db"), max_depth=1)
+
+    def sidecars(self, path):
+        return [path + "-wal"]
+
+    def parse(self, path, report):
+        sessions = OpenCodeParser.parse(self, path, report)
+        try:
+            con = open_agent_db(path)
+        except OSError:
+            return sessions
+        try:
+            for (v,) in con.execute("SELECT DISTINCT version FROM session LIMIT 20"):
+                report.saw_version(v)
+        except sqlite3.DatabaseError:
+            pass
+        finally:
+            con.close()
+        return sessions
+
+    def resume_command(self, session):
+        # `kilo -s ID` resumes in the session's own folder from anywhere (checked with 7.7.9).
+        return "kilo -s %s" % shell_quote(session["session_id"]) if session.get("session_id") else None
 
 
 # -------------------------------------------------------------------------------------------------
@@ -3845,12 +4330,17 @@ class CrushParser(Parser):
     """
 
     id, label, version = "crush", "Crush", 1
+    # Parts with nothing to search: the end of a turn, images and binary attachments.
+    IGNORED_PARTS = frozenset({"finish", "image_url", "binary"})
 
     def default_roots(self, env):
         return []  # per project only (formats.md §11): configure folders holding projects
 
     def list_files(self, root):
         return walk_projects(root, lambda n: n == "crush.db", allow_hidden=(".crush",))
+
+    def sidecars(self, path):
+        return [path + "-wal"]   # WAL mode: a prompt may change only crush.db-wal
 
     def parse(self, path, report):
         con = open_agent_db(path)
@@ -3890,15 +4380,14 @@ class CrushParser(Parser):
                     report.skip("malformed message parts")
                     continue
                 self._message(entry[0], entry[1], role, parts, norm_time(created),
-                              bool(is_summary) or mid in summaries)
+                              bool(is_summary) or mid in summaries, report)
         except sqlite3.DatabaseError as e:
             raise store_failure(e)
         finally:
             con.close()
         return order
 
-    @staticmethod
-    def _message(s, calls, role, parts, ts, is_summary):
+    def _message(self, s, calls, role, parts, ts, is_summary, report):
         s.touch(ts)
         for p in parts:
             if not isinstance(p, dict) or not isinstance(p.get("data"), dict):
@@ -3918,7 +4407,8 @@ class CrushParser(Parser):
                 args = {"command": d.get("command")}
                 s.add("tool", tool_text("bash", args, d.get("output") or "", bool(d.get("exit_code"))),
                       role="user", tool="bash", ts=ts)
-            # finish markers, images and binary attachments: nothing to search
+            elif ptype not in self.IGNORED_PARTS and ptype not in ("text", "reasoning"):
+                report.unrecognized("part " + str(ptype))
 
 
 # -------------------------------------------------------------------------------------------------
@@ -4356,36 +4846,94 @@ class QwenParser(Parser):
 
 
 # -------------------------------------------------------------------------------------------------
-# Kimi Code: ~/.kimi-code/sessions/wd_<slug>/<sessionId>/agents/<agentId>/wire.jsonl, formats.md §12
+# Kimi: Kimi Code ~/.kimi-code/sessions/.../wire.jsonl, kimi-cli ~/.kimi/sessions/<md5>/..., formats.md §12
 # -------------------------------------------------------------------------------------------------
+
+# A kimi-cli 0.x session file is named by its UUID (a revert rotates it to <uuid>_<n>.jsonl: the old
+# history, not a session of its own).
+_KIMI_SESSION_FILE = LazyPattern(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.jsonl\Z")
+# kimi-cli inserts this user message at each checkpoint when asked to: not typed by anyone.
+_KIMI_CHECKPOINT = LazyPattern(r"\A\s*<system>CHECKPOINT \d+</system>\s*\Z")
 
 
 @register
 class KimiParser(Parser):
-    """Kimi Code wire journals (op log, protocol 1.x).
+    """Kimi sessions, in the three layouts Kimi has written.
 
-    Line 1 `{type: metadata, protocol_version, created_at}`; then ops `{type, ..., time(ms)}`. User
-    turns are `context.append_message` (origin.kind `user`; `injection`/`system_trigger` are
-    injected -> context); assistant thinking/text/tool calls/results are `context.append_loop_event`
-    events (`content.part`, `tool.call`, `tool.result`); `context.apply_compaction` carries the
-    summary. `turn.prompt` repeats the user text and is not indexed. The session's `state.json`
-    (three folders up) gives the title (custom title first) and workDir. Every folder under
-    `agents/` other than `main` is a sub-agent: its own Session, parent from `parentAgentId`.
+    Kimi Code (the current CLI): ~/.kimi-code/sessions/wd_<slug>/<sessionId>/agents/<agentId>/wire.jsonl,
+    an op log (protocol 1.x). Line 1 `{type: metadata, protocol_version, created_at}`; then ops
+    `{type, ..., time(ms)}`. User turns are `context.append_message` (origin.kind `user`;
+    `injection`/`system_trigger` are injected -> context); assistant thinking/text/tool calls/results
+    are `context.append_loop_event` events (`content.part`, `tool.call`, `tool.result`);
+    `context.apply_compaction` carries the summary. `turn.prompt` repeats the user text and is not
+    indexed. The session's `state.json` (three folders up) gives the title (custom title first) and
+    workDir. Every folder under `agents/` other than `main` is a sub-agent: its own Session, parent
+    from `parentAgentId`.
+
+    kimi-cli 1.x (the archived Python CLI, protocol 1.9/1.10): ~/.kimi/sessions/<md5(cwd)>/<sessionId>/
+    wire.jsonl, after the same metadata line `{timestamp (epoch s), message: {type, payload}}` events:
+    TurnBegin/SteerInput (what the user typed), ContentPart (text, think), ToolCall, ToolResult
+    (return_value: output, is_error). state.json beside it holds `custom_title`: a title the user
+    set (`title_generated`) or, until then, the shortened first prompt (not a name). A sub-agent has
+    its own wire in subagents/<agentId>/ (meta.json describes it), so the SubagentEvent copies in
+    the parent's wire are skipped. The cwd is in ~/.kimi/kimi.json, whose work_dirs are the folders
+    the sessions folder names by md5.
+
+    kimi-cli 0.x: ~/.kimi/sessions/<md5(cwd)>/<sessionId>.jsonl, the model's context itself:
+    `{role, content, tool_calls, tool_call_id}` lines between `_checkpoint`/`_usage` bookkeeping
+    lines, without timestamps.
     """
 
-    id, label, version = "kimi", "Kimi Code", 1
+    id, label, version = "kimi", "Kimi", 2
+    verified = "1.52.0, 2026-11-24"   # kimi-cli (also 1.40.0 and 0.50); Kimi Code not run
+    # Records read for nothing on purpose: the op log's settings, snapshots and LLM bookkeeping, and
+    # kimi-cli's progress, status, approvals and hooks (the sub-agent's own wire holds its events).
+    IGNORED = frozenset({
+        "metadata", "config.update", "profile.bind", "tools.set_active_tools", "turn.prompt", "turn.cancel",
+        "turn.ended", "usage.record", "permission.record_approval_result", "permission.set_mode",
+        "plan_mode.enter", "plan_mode.exit", "full_compaction.begin", "full_compaction.complete",
+        "plugin.session_start", "runtime.set_binding", "token_counting.measured", "token_counting.turn_recorded",
+        "StepBegin", "StepInterrupted", "StepRetry", "TurnEnd", "StatusUpdate", "Notification",
+        "HookTriggered", "HookResolved", "HookRequest", "HookResponse", "MCPLoadingBegin", "MCPLoadingEnd",
+        "CompactionBegin", "CompactionEnd", "ApprovalRequest", "ApprovalResponse", "ApprovalRequestResolved",
+        "ToolCallRequest", "ToolCallPart", "QuestionResponse", "SubagentEvent"})
+    IGNORED_LOOP_EVENTS = frozenset({"step.begin", "step.end", "turn.begin", "turn.end", "usage", "status"})
 
     def default_roots(self, env):
         home = agent_dir(env, "KIMI_CODE_HOME", ".kimi-code")
-        return [os.path.join(home, "sessions")]
+        share = agent_dir(env, "KIMI_SHARE_DIR", ".kimi")
+        return [os.path.join(home, "sessions"), os.path.join(share, "sessions")]
 
     def list_files(self, root):
-        return walk_files(root, lambda n: n == "wire.jsonl", max_depth=5)
+        return walk_files(root, lambda n: n == "wire.jsonl" or _KIMI_SESSION_FILE.match(n), max_depth=5)
 
     def parse(self, path, report):
         head = first_json_line(path)
-        if not head or head.get("type") != "metadata" or "protocol_version" not in head:
-            raise NotASessionFile("no Kimi wire metadata line")
+        if head and head.get("type") == "metadata" and "protocol_version" in head:
+            if self._is_cli_wire(path):
+                return [self._parse_wire(path, report)]
+            return [self._parse_kimi_code(path, head, report)]
+        if head and isinstance(head.get("role"), str) and _KIMI_SESSION_FILE.match(os.path.basename(path)):
+            return [self._parse_context(path, report)]
+        raise NotASessionFile("no Kimi wire metadata line")
+
+    @staticmethod
+    def _is_cli_wire(path):
+        """kimi-cli's events are `{timestamp, message}` envelopes, Kimi Code's ops carry their `type`; a
+        journal holding only its metadata line is told by where it lies (Kimi Code's under agents/)."""
+        lines = [l for l in read_head(path, 65536).split(b"\n")[1:] if l.strip()]
+        if lines:
+            try:
+                second = json.loads(lines[0])
+            except ValueError:
+                second = None
+            if isinstance(second, dict):
+                return isinstance(second.get("message"), dict) and "type" not in second
+        return os.path.basename(os.path.dirname(os.path.dirname(path))) != "agents"
+
+    # -- Kimi Code op log --------------------------------------------------------------------------
+
+    def _parse_kimi_code(self, path, head, report):
         agent_folder = os.path.dirname(path)
         agents_dir = os.path.dirname(agent_folder)
         state = None
@@ -4412,6 +4960,7 @@ class KimiParser(Parser):
         created = norm_time(state.get("createdAt")) or norm_time(head.get("created_at"))
         calls = _Calls(s)
         last_part = None  # (step, part type) of the chunk that streamed parts extend
+        steered = []      # steering input indexed from turn.steer, which the context may repeat
         for _, e in iter_jsonl(path, report):
             etype = e.get("type")
             ts = norm_time(e.get("time"))
@@ -4427,6 +4976,9 @@ class KimiParser(Parser):
                     continue
                 s.touch(ts)
                 last_part = None
+                if m.get("role") == "user" and text_of(m.get("content")).strip() in steered:
+                    steered.remove(text_of(m.get("content")).strip())   # the steer, indexed already
+                    continue
                 self._message(s, m, ts, calls)
             elif etype == "context.append_loop_event":
                 ev = e.get("event")
@@ -4460,13 +5012,22 @@ class KimiParser(Parser):
                     out = res.get("output") if isinstance(res, dict) else res
                     err = bool(res.get("isError")) if isinstance(res, dict) else False
                     calls.result(ev.get("toolCallId") or ev.get("parentUuid"), _out_text(out), err, ts=ts)
+                elif et not in self.IGNORED_LOOP_EVENTS and isinstance(et, str):
+                    report.unrecognized("loop event " + et)
             elif etype == "context.apply_compaction":
                 s.add("summary", e.get("summary") if isinstance(e.get("summary"), str) else "", role="compaction", ts=ts)
+            elif etype == "turn.steer":   # typed while a turn runs; appended to the context only if it goes on
+                text = text_of(e.get("input"))
+                if text.strip():
+                    s.add("user", text, role="user", ts=ts)
+                    steered.append(text.strip())
+            elif isinstance(etype, str) and etype not in self.IGNORED and not etype.startswith(("llm.", "tools.")):
+                report.unrecognized(etype)
         if created and (s.created is None or created < s.created):
             s.created = created
         s.modified = s.modified or norm_time(state.get("updatedAt")) or created
         _finish_times(s, path)
-        return [s]
+        return s
 
     @staticmethod
     def _message(s, m, ts, calls):
@@ -4484,6 +5045,145 @@ class KimiParser(Parser):
                     calls.call(c.get("id"), fn.get("name"), _json_arg(fn.get("arguments")), ts)
         elif role == "tool":
             calls.result(m.get("toolCallId"), text, bool(m.get("isError")), ts=ts)
+
+    # -- kimi-cli (Python) ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _share_dir(path):
+        """~/.kimi for a file under ~/.kimi/sessions/<md5>/..., else None."""
+        parts = os.path.abspath(path).split(os.sep)
+        if "sessions" not in parts:
+            return None
+        return os.sep.join(parts[:len(parts) - 1 - parts[::-1].index("sessions")])
+
+    def _work_dir(self, path, group):
+        """The cwd of the sessions folder `group` (md5 of the path, or <kaos>_<md5>), from kimi.json."""
+        share = self._share_dir(path)
+        meta = (_read_json(os.path.join(share, "kimi.json")) if share else None) or {}
+        import hashlib
+        for wd in meta.get("work_dirs") or []:
+            p = wd.get("path") if isinstance(wd, dict) else None
+            if isinstance(p, str) and p:
+                digest = hashlib.md5(p.encode("utf-8")).hexdigest()
+                if group in (digest, "%s_%s" % (wd.get("kaos"), digest)):
+                    return p
+        return None
+
+    def _parse_wire(self, path, report):
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.basename(os.path.dirname(folder)) == "subagents":   # <session>/subagents/<agentId>/
+            session_dir = os.path.dirname(os.path.dirname(folder))
+            s = Session(self.id, "%s/%s" % (os.path.basename(session_dir), os.path.basename(folder)), path)
+            s.parent = os.path.basename(session_dir)
+            meta = _read_json(os.path.join(folder, "meta.json")) or {}
+            s.name = _str(meta.get("description"))
+        else:
+            session_dir = folder
+            s = Session(self.id, os.path.basename(folder), path)
+            # state.json; older 1.x releases kept the title in metadata.json
+            state = _read_json(os.path.join(folder, "state.json")) or {}
+            legacy = _read_json(os.path.join(folder, "metadata.json")) or {}
+            title = _str(state.get("custom_title")) or _str(legacy.get("title"))
+            if title and title != "Untitled" and (state.get("title_generated") or legacy.get("title_generated")):
+                s.name = title
+        s.cwd = self._work_dir(path, os.path.basename(os.path.dirname(session_dir)))
+        calls = _Calls(s)
+        last = None   # the chunk kind streamed content parts extend
+        for _, e in iter_jsonl(path, report):
+            m = e.get("message")
+            if not isinstance(m, dict):
+                if e.get("type") != "metadata":
+                    report.skip("unknown line")
+                continue
+            mtype, p = m.get("type"), m.get("payload") if isinstance(m.get("payload"), dict) else {}
+            ts = norm_time(e.get("timestamp"))
+            s.touch(ts)
+            if mtype in ("TurnBegin", "SteerInput"):
+                last = None
+                u = p.get("user_input")
+                _add_user(s, u if isinstance(u, str) else text_of(u), ts)
+            elif mtype == "ContentPart":
+                kind = {"text": "assistant", "think": "thinking"}.get(p.get("type"))
+                text = p.get("text") if kind == "assistant" else p.get("think")
+                if kind is None:
+                    if p.get("type") not in ("image_url", "audio_url", "video_url"):
+                        report.unrecognized("ContentPart " + str(p.get("type")))
+                    continue
+                if last == kind and s.chunks and s.chunks[-1].kind == kind and isinstance(text, str):
+                    s.chunks[-1].text += text
+                else:
+                    s.add(kind, text if isinstance(text, str) else "", role="assistant", ts=ts)
+                    last = kind
+            elif mtype == "ToolCall":
+                last = None
+                fn = p.get("function") if isinstance(p.get("function"), dict) else {}
+                calls.call(p.get("id"), fn.get("name"), _json_arg(fn.get("arguments")), ts)
+            elif mtype == "ToolResult":
+                last = None
+                rv = p.get("return_value") if isinstance(p.get("return_value"), dict) else {}
+                out = _out_text(rv.get("output"))
+                if rv.get("is_error") and isinstance(rv.get("message"), str) and rv["message"] not in out:
+                    out = (rv["message"] + "\n" + out).strip()   # "Command failed with exit code: 3."
+                calls.result(p.get("tool_call_id"), out, bool(rv.get("is_error")), ts=ts)
+            elif mtype in ("BtwBegin", "BtwEnd"):   # a side question asked during a turn, and its answer
+                last = None
+                if mtype == "BtwBegin":
+                    s.add("user", p.get("question") if isinstance(p.get("question"), str) else "", role="user", ts=ts)
+                else:
+                    s.add("assistant", p.get("response") if isinstance(p.get("response"), str) else "",
+                          role="assistant", ts=ts)
+            elif mtype == "PlanDisplay":
+                s.add("assistant", p.get("content") if isinstance(p.get("content"), str) else "", role="assistant", ts=ts)
+            elif mtype == "QuestionRequest":
+                qs = p.get("questions") if isinstance(p.get("questions"), list) else []
+                s.add("assistant", "\n".join(q["question"] for q in qs if isinstance(q, dict)
+                                             and isinstance(q.get("question"), str)), role="assistant", ts=ts)
+            elif mtype not in self.IGNORED:
+                report.unrecognized(str(mtype))
+        if s.modified is None:
+            s.created = s.modified = _file_mtime(path)
+        return s
+
+    def _parse_context(self, path, report):
+        """kimi-cli 0.x: the context file is the whole session (no times: the file's mtime stands in)."""
+        s = Session(self.id, os.path.basename(path)[:-len(".jsonl")], path)
+        s.cwd = self._work_dir(path, os.path.basename(os.path.dirname(os.path.abspath(path))))
+        calls = _Calls(s)
+        for _, m in iter_jsonl(path, report):
+            role = m.get("role")
+            if role == "user":
+                text = text_of(m.get("content"))
+                if not _KIMI_CHECKPOINT.match(text):
+                    _add_user(s, text, None)
+            elif role == "assistant":
+                content = m.get("content")
+                for block in content if isinstance(content, list) else []:
+                    if isinstance(block, dict) and block.get("type") == "think":
+                        s.add("thinking", block.get("think") if isinstance(block.get("think"), str) else "",
+                              role="assistant")
+                s.add("assistant", text_of(content), role="assistant")
+                for c in m.get("tool_calls") or []:
+                    fn = c.get("function") if isinstance(c, dict) and isinstance(c.get("function"), dict) else {}
+                    calls.call(c.get("id") if isinstance(c, dict) else None, fn.get("name"),
+                               _json_arg(fn.get("arguments")), None)
+            elif role == "tool":   # a failure is only told by the text: "<system>ERROR: Command failed ..."
+                out = text_of(m.get("content"))
+                calls.result(m.get("tool_call_id"), out, out.lstrip().startswith("<system>ERROR"), ts=None)
+            elif not (isinstance(role, str) and role.startswith("_")) and role != "system":
+                report.unrecognized("role " + str(role))
+        s.created = s.modified = _file_mtime(path)
+        return s
+
+    def resume_command(self, session):
+        sid = session.get("session_id") or ""
+        if not sid or "/" in sid:
+            return None   # sub-agents cannot be resumed on their own
+        path = session.get("path") or ""
+        if not path.endswith("wire.jsonl") or os.path.basename(os.path.dirname(os.path.dirname(path))) == "agents":
+            return None   # no resume flag documented for Kimi Code; kimi-cli 0.x had only --continue
+        cmd = "kimi -r %s" % shell_quote(sid)
+        # kimi-cli looks the session up among the current directory's sessions.
+        return "cd %s && %s" % (shell_quote(session["cwd"]), cmd) if session.get("cwd") else cmd
 
 
 # -------------------------------------------------------------------------------------------------
@@ -5402,7 +6102,7 @@ def stat_file(path, parser):
     size, mtime = st.st_size, st.st_mtime_ns
     extra = parser.sidecars(path) if type(parser).sidecars is not Parser.sidecars else []
     if path.endswith(SQLITE_SUFFIXES):
-        extra = list(extra) + [path + "-wal"]
+        extra = list(dict.fromkeys(list(extra) + [path + "-wal"]))
     for p in extra:
         try:
             x = os.stat(p)

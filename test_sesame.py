@@ -2572,6 +2572,153 @@ def test_cursor_cli_store_db_meta_and_json_message_blobs(tmp_path):
     assert not any("You are an agent" in c.text for c in s.chunks)
 
 
+def ogc_pb_varint(n):
+    out = bytearray()
+    while True:
+        n, low = n >> 7, n & 0x7F
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def ogc_pb(*fields):
+    """A protobuf message from (field number, value) pairs: ints as varints, text and bytes
+    length-delimited (nested messages are bytes made by ogc_pb)."""
+    out = b""
+    for n, v in fields:
+        if isinstance(v, int):
+            out += ogc_pb_varint(n << 3) + ogc_pb_varint(v)
+        else:
+            v = v.encode() if isinstance(v, str) else v
+            out += ogc_pb_varint(n << 3 | 2) + ogc_pb_varint(len(v)) + v
+    return out
+
+
+class ogc_BlobStore:
+    """A Cursor CLI store.db: blobs named by the SHA-256 of their bytes; protobuf fields name them by
+    the 32 raw bytes of that digest."""
+
+    def __init__(self):
+        self.blobs = []
+
+    def put(self, data):
+        data = json.dumps(data).encode() if isinstance(data, dict) else data
+        self.blobs.append(data)
+        return hashlib.sha256(data).digest()
+
+    def write(self, path, meta):
+        rows = [("INSERT INTO meta VALUES (?,?)", ("0", json.dumps(meta).encode().hex()))]
+        rows += [("INSERT OR IGNORE INTO blobs VALUES (?,?)", (hashlib.sha256(b).hexdigest(), b)) for b in self.blobs]
+        return ogc_make_db(path, "CREATE TABLE blobs (id TEXT PRIMARY KEY, data BLOB);"
+                                 "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);", rows)
+
+
+def ogc_cursor_turns_store(folder):
+    """A chat as the current Cursor CLI stores it: the root (agent.v1.ConversationStateStructure) lists
+    the JSON prompt messages (field 1) and the turns (field 8); a turn names its user message and
+    steps; a step is assistant text (1), a tool call (2) or thinking (3)."""
+    b = ogc_BlobStore()
+    prompt = [b.put({"role": "system", "content": "You are a coding agent"}),
+              b.put({"role": "user", "content": "<user_info>\nWorkspace Path: /home/u/app\n</user_info>"})]
+    user = b.put(ogc_pb((1, "<user_query>\nrun the tests\n</user_query>"), (2, "m-1"), (25, 1775522591000)))
+    thinking = b.put(ogc_pb((3, ogc_pb((1, "pytest first"), (2, 120), (3, 1775522592000)))))
+    shell_args = ogc_pb((1, "pytest -q"), (2, "/home/u/app"))                       # ShellArgs
+    shell_failure = ogc_pb((1, "pytest -q"), (3, 1), (5, "1 failed, 3 passed"))      # command, exit code, stdout
+    shell_call = ogc_pb((1, ogc_pb((1, shell_args), (2, ogc_pb((2, shell_failure))))),   # ToolCall.shell_tool_call
+                        (57, "call_1"), (59, 1775522593000))
+    shell = b.put(ogc_pb((2, shell_call)))
+    content = b.put(b"def test_login(): assert False\n")
+    read_call = ogc_pb((8, ogc_pb((1, ogc_pb((1, "tests/test_login.py"))),           # ToolCall.read_tool_call
+                                  (2, ogc_pb((1, ogc_pb((10, content))))))),          # success, content blob id
+                       (59, 1775522594000))
+    read = b.put(ogc_pb((2, read_call)))
+    unknown = b.put(ogc_pb((2, ogc_pb((99, ogc_pb((1, ogc_pb((1, "holo-arg"))))), (57, "call_3")))))
+    answer = b.put(ogc_pb((1, ogc_pb((1, "One test fails: test_login."), (2, 1775522595000)))))
+    turn1 = b.put(ogc_pb((1, ogc_pb((1, user), (2, thinking), (2, shell), (2, read), (2, unknown), (2, answer),
+                                    (3, "req-1")))))
+    turn2 = b.put(ogc_pb((2, ogc_pb((1, b.put(ogc_pb((1, "git status")))),
+                                    (2, b.put(ogc_pb((1, "nothing to commit"), (3, 0))))))))
+    root = b.put(ogc_pb((1, prompt[0]), (1, prompt[1]), (8, turn1), (8, turn2), (26, 1775522590321)))
+    db = b.write(folder / "store.db", {"agentId": folder.name, "latestRootBlobId": root.hex(), "name": "New Agent",
+                                        "mode": "default", "createdAt": 1775522590321, "lastUsedModel": "composer-2",
+                                        "blobEncryptionKey": "0f" * 32})
+    (folder / "meta.json").write_text(json.dumps({"schemaVersion": 1, "agentId": folder.name, "createdAtMs": 1775522590321,
+                                                  "updatedAtMs": 1775522596000, "hasConversation": True,
+                                                  "cwd": "/home/u/app", "title": "Failing login test"}))
+    return db
+
+
+def test_cursor_cli_store_turns_decoded_from_protobuf(tmp_path):
+    db = ogc_cursor_turns_store(tmp_path / ".cursor" / "chats" / "abc" / "c0ffee")
+    report = ParseReport()
+    [s] = PARSERS["cursor"].parse(str(db), report)
+    assert (s.session_id, s.cwd, s.name) == ("c0ffee", "/home/u/app", "Failing login test")
+    assert ogc_kinds(s) == ["user", "thinking", "tool", "tool", "tool", "assistant", "tool"]
+    assert ogc_texts(s, "user") == ["run the tests"] and ogc_texts(s, "thinking") == ["pytest first"]
+    shell, read, unknown, user_shell = [c for c in s.chunks if c.kind == "tool"]
+    assert shell.tool == "shell" and "command: pytest -q" in shell.text
+    assert "error:" in shell.text and "1 failed, 3 passed" in shell.text   # exit code 1: a failure
+    assert shell.ts == "2026-04-07T00:43:13.000Z"
+    assert read.tool == "read" and read.path == "tests/test_login.py" and "def test_login" in read.text
+    assert unknown.tool == "tool_99" and "holo-arg" in unknown.text
+    assert report.unknown == {"store tool 99": 1}
+    assert user_shell.tool == "shell" and "git status" in user_shell.text and "nothing to commit" in user_shell.text
+    assert ogc_texts(s, "assistant") == ["One test fails: test_login."]
+    assert s.created == "2026-04-07T00:43:10.321Z" and s.modified >= "2026-04-07T00:43:16.000Z"
+    assert not any("You are a coding agent" in c.text or "0f0f0f" in c.text for c in s.chunks)
+    assert PARSERS["cursor"].sidecars(str(db)) == [str(db) + "-wal", str(db.parent / "meta.json")]
+
+
+def test_cursor_transcript_of_a_chat_in_a_store_is_not_indexed_twice(tmp_path):
+    ogc_cursor_turns_store(tmp_path / ".cursor" / "chats" / "abc" / "c0ffee")
+    f = ogc_write_jsonl(tmp_path / ".cursor" / "projects" / "home-u-app" / "agent-transcripts" / "c0ffee" / "c0ffee.jsonl",
+                        [ogc_cursor_line("user", {"type": "text", "text": "<user_query>run the tests</user_query>"})])
+    assert ogc_parse("cursor", f) == []
+
+
+def test_cursor_cli_store_json_messages_in_root_order(tmp_path):
+    # Stores written before turns: the root lists JSON messages (AI SDK parts), in conversation order.
+    b = ogc_BlobStore()
+    answer = b.put({"role": "assistant", "content": [{"type": "text", "text": "Second"}]})
+    question = b.put({"role": "user", "content": "First"})
+    root = b.put(ogc_pb((1, question), (1, answer), (8, b"\x07" * 32)))   # a turn whose blob is not there
+    db = b.write(tmp_path / "chats" / "h" / "a2" / "store.db", {"agentId": "a2", "latestRootBlobId": root.hex()})
+    report = ParseReport()
+    [s] = PARSERS["cursor"].parse(str(db), report)
+    assert [c.text for c in s.chunks] == ["First", "Second"]
+    assert report.skipped == {"unreadable turn": 1}
+
+
+def test_cursor_resume_command_for_cli_chats_only():
+    cursor = PARSERS["cursor"]
+    assert cursor.resume_command({"session_id": "c0ffee", "cwd": "/home/u/app", "path": "/h/.cursor/chats/x/c0ffee/store.db"}) \
+        == "cd /home/u/app && agent --resume c0ffee"
+    assert cursor.resume_command({"session_id": "k", "cwd": None, "path": "/h/globalStorage/state.vscdb"}) is None
+
+
+def test_cursor_transcript_lines_it_does_not_know_are_counted(tmp_path):
+    f = ogc_write_jsonl(tmp_path / "agent-transcripts" / "t1" / "t1.jsonl", [
+        ogc_cursor_line("user", {"type": "text", "text": "<user_query>hi</user_query>"}, {"type": "image", "data": "AAAA"}),
+        {"type": "turn_ended", "status": "completed"}, {"type": "hologram"},
+        ogc_cursor_line("assistant", {"type": "sparkle", "items": []})])
+    report = ParseReport()
+    PARSERS["cursor"].parse(str(f), report)
+    assert report.unknown == {"hologram": 1, "block sparkle": 1}   # images and turn_ended are known
+
+
+def test_protobuf_reader_reads_the_wire_format_and_refuses_what_is_not():
+    data = ogc_pb((1, 300), (2, "héllo"), (3, ogc_pb((1, "inner")))) + b"\x25\x01\x00\x00\x00" + \
+        b"\x29" + (7).to_bytes(8, "little")
+    assert sesame.protobuf_fields(data) == [(1, 300), (2, "héllo".encode()), (3, b"\x0a\x05inner"), (4, 1), (5, 7)]
+    m = sesame.ProtoMessage(data)
+    assert m.text(2) == "héllo" and m.message(3).text(1) == "inner" and m.get(9) is None
+    assert m.strings() == ["héllo", "inner"]
+    for bad in (b"\x0a\x05abc", b"\x08\x80", b"\x0b", b"\x00\x01"):   # short, unfinished varint, group, field 0
+        with pytest.raises(ValueError):
+            sesame.protobuf_fields(bad)
+    assert sesame.ProtoMessage.parse(b"{\"role\": 1}") is None
+
+
 def test_cursor_transcript_takes_title_and_start_from_the_cli_store(tmp_path):
     ogc_store_db(tmp_path / ".cursor" / "chats" / "abc" / "a1" / "store.db",
              {"agentId": "a1", "name": "Deploy script", "createdAt": 1000000000000})
@@ -2887,6 +3034,96 @@ def test_cline_other_json_is_not_a_task(tmp_path):
         am_parse("cline", am_write(tmp_path / "t" / "ui_messages.json", json.dumps([{"role": "user", "content": "x"}])))
 
 
+def test_cline_sdk_session_user_input_unwrapped_commands_and_manifest(tmp_path):
+    # As Cline CLI 3.0.65 writes ~/.cline/data/sessions/<id>/: the messages and the manifest beside them.
+    folder = tmp_path / "sessions" / "1795484309604_nyc35"
+    messages = {"version": 1, "agent": "lead", "sessionId": "1795484309604_nyc35",
+                "origin": {"source": "cli", "mode": "user", "version": "3.0.65"}, "system_prompt": "You are Cline",
+                "messages": [
+        {"id": "u1", "role": "user", "ts": 1795484309900, "content": [
+            {"type": "text", "text": '<user_input mode="act">Now a failing one: run `echo failing-cline; exit 3`</user_input>'}]},
+        {"id": "a1", "role": "assistant", "ts": 1795484310000, "content": [
+            {"type": "tool_use", "id": "call_07", "name": "run_commands", "input": {"commands": ["echo failing-cline; exit 3"]}}]},
+        {"id": "u2", "role": "user", "ts": 1795484310200, "content": [
+            {"type": "tool_result", "tool_use_id": "call_07", "name": "run_commands", "content": [
+                {"query": "echo failing-cline; exit 3", "result": "[Command exited with code 3]\nfailing-cline\n",
+                 "error": "Command exited with code 3", "success": False}]}]},
+        {"id": "a2", "role": "assistant", "ts": 1795484310300, "content": [{"type": "text", "text": "It failed with code 3."}]}]}
+    path = am_write(folder / "1795484309604_nyc35.messages.json", json.dumps(messages))
+    manifest = {"session_id": "1795484309604_nyc35", "cwd": "/tmp/proj", "started_at": "2026-11-24T01:38:29.610Z",
+                "ended_at": "2026-11-24T01:38:30.402Z", "status": "completed",
+                "prompt": '<user_input mode="act">Now a failing one: run `echo failing-cline; exit 3`</user_input>',
+                "metadata": {"title": "Now a failing one: run `echo failing-cline; exit 3`",
+                             "systemPrompt": "You are Cline, an AI coding agent."}}
+    am_write(folder / "1795484309604_nyc35.json", json.dumps(manifest))
+    assert PARSERS["cline"].list_files(str(tmp_path / "sessions")) == [str(path)]
+    assert PARSERS["cline"].sidecars(str(path)) == [str(folder / "1795484309604_nyc35.json")]
+    report = ParseReport()
+    [s] = PARSERS["cline"].parse(str(path), report)
+    assert (s.session_id, s.cwd, s.name) == ("1795484309604_nyc35", "/tmp/proj", None)   # the title is the prompt
+    assert am_texts(s, "user") == ["Now a failing one: run `echo failing-cline; exit 3`"]
+    [tool] = [c for c in s.chunks if c.kind == "tool"]
+    assert tool.tool == "run_commands" and "error:" in tool.text and "Command exited with code 3" in tool.text
+    assert am_texts(s, "assistant") == ["It failed with code 3."]
+    assert s.created == "2026-11-24T01:38:29.610Z" and s.modified == "2026-11-24T01:38:30.402Z"
+    assert report.versions == {"3.0.65"} and not report.unknown
+    assert not any("You are Cline" in c.text for c in s.chunks)
+    manifest["metadata"]["title"] = "Exit codes"   # a title that is not the prompt is a name
+    am_write(folder / "1795484309604_nyc35.json", json.dumps(manifest))
+    assert am_parse("cline", path)[0].name == "Exit codes"
+
+
+def test_cline_sdk_sessions_folder_is_a_default_root(tmp_path):
+    (tmp_path / ".cline" / "data" / "sessions").mkdir(parents=True)
+    assert PARSERS["cline"].default_roots({"HOME": str(tmp_path)}) == [str(tmp_path / ".cline" / "data" / "sessions")]
+
+
+def test_cline_unknown_message_kinds_are_counted_for_the_drift_report(tmp_path):
+    rows = am_UI_MESSAGES[:2] + [{"ts": 1735000012000, "type": "say", "say": "hologram", "text": "?"}]
+    report = ParseReport()
+    PARSERS["cline"].parse(str(am_write(tmp_path / "t" / "1" / "ui_messages.json", json.dumps(rows))), report)
+    assert report.unknown == {"say hologram": 1}   # api_req_started and the rest are skipped on purpose
+
+
+def am_kilo_db(path):
+    """kilo.db as Kilo CLI 7.7.9 writes it: OpenCode's schema; `run` keeps the prompt in quotes."""
+    rows = [("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
+             ("ses_df4d0df1cffetirRruEbdqdRk1", "global", None, "sunny-orchid", "/tmp/st/kilo/proj",
+              "Kilo renamed walrus", "7.7.9", 1795483967715, 1795483973382)),
+            ("INSERT INTO message VALUES (?,?,?,?,?)", ("msg_1", "ses_df4d0df1cffetirRruEbdqdRk1", 1795483971532,
+             1795483971532, json.dumps({"role": "user", "time": {"created": 1795483971532}, "agent": "code"}))),
+            ("INSERT INTO message VALUES (?,?,?,?,?)", ("msg_2", "ses_df4d0df1cffetirRruEbdqdRk1", 1795483972260,
+             1795483972260, json.dumps({"role": "assistant", "time": {"created": 1795483972260},
+                                        "path": {"cwd": "/tmp/st/kilo/proj"}})))]
+    parts = [("prt_1", "msg_1", {"type": "text", "text": '"Second session about walruses, run `echo walrus-two`"'}),
+             ("prt_2", "msg_2", {"type": "step-start", "snapshot": "4b82"}),
+             ("prt_3", "msg_2", {"type": "tool", "tool": "bash", "callID": "call_ad", "state": {
+                 "status": "completed", "input": {"command": "echo walrus-two"}, "output": "walrus-two\n",
+                 "metadata": {"exit": 0, "truncated": False}}}),
+             ("prt_4", "msg_2", {"type": "text", "text": "Done with the walrus."})]
+    for pid, mid, data in parts:
+        rows.append(("INSERT INTO part VALUES (?,?,?,?,?,?)",
+                     (pid, mid, "ses_df4d0df1cffetirRruEbdqdRk1", 0, 0, json.dumps(data))))
+    return ogc_make_db(path, ogc_OPENCODE_SCHEMA, rows)
+
+
+def test_kilo_db_sessions_are_kilo_sessions_with_version_and_resume_command(tmp_path):
+    db = am_kilo_db(tmp_path / ".local" / "share" / "kilo" / "kilo.db")
+    (tmp_path / ".local" / "share" / "kilo" / "opencode.db").write_text("")   # not Kilo's: not listed
+    kilo = PARSERS["kilo"]
+    [root] = kilo.default_roots({"HOME": str(tmp_path)})
+    assert kilo.list_files(root) == [str(db)] and kilo.sidecars(str(db)) == [str(db) + "-wal"]
+    report = ParseReport()
+    [s] = kilo.parse(str(db), report)
+    assert (s.agent, s.session_id, s.name, s.cwd) == ("kilo", "ses_df4d0df1cffetirRruEbdqdRk1", "Kilo renamed walrus",
+                                                      "/tmp/st/kilo/proj")
+    assert am_texts(s, "user") == ['"Second session about walruses, run `echo walrus-two`"']
+    assert [c.tool for c in s.chunks if c.kind == "tool"] == ["bash"]
+    assert report.versions == {"7.7.9"}
+    assert kilo.resume_command({"session_id": s.session_id}) == "kilo -s ses_df4d0df1cffetirRruEbdqdRk1"
+    assert kilo.default_roots({"XDG_DATA_HOME": "/x", "KILO_DB": "kilo-beta.db"}) == ["/x/kilo", "/x/kilo/kilo-beta.db"]
+
+
 # ==== GitHub Copilot CLI ===========================================================================
 
 def am_copilot_events():
@@ -3106,6 +3343,19 @@ def test_crush_sessions_subagents_title_sessions_and_tools(tmp_path):
     assert sum(t == "tidy the KDL lexer" for s in sessions for t in am_texts(s, "user")) == 1
 
 
+def test_crush_part_types_it_does_not_know_are_counted_and_the_wal_is_watched(tmp_path):
+    db = am_crush_db(tmp_path / "kdl" / ".crush" / "crush.db")
+    con = sqlite3.connect(str(db))
+    con.execute("INSERT INTO messages VALUES('m5','s1','assistant',?, 'm', 1754062330, 1754062330, NULL, 'p', 0)",
+                (json.dumps([{"type": "hologram", "data": {"text": "?"}}, {"type": "finish", "data": {}}]),))
+    con.commit()
+    con.close()
+    report = ParseReport()
+    PARSERS["crush"].parse(str(db), report)
+    assert report.unknown == {"part hologram": 1}   # `finish` is skipped on purpose
+    assert PARSERS["crush"].sidecars(str(db)) == [str(db) + "-wal"]
+
+
 def test_crush_list_files_enters_dot_crush_only(tmp_path):
     am_crush_db(tmp_path / "p1" / ".crush" / "crush.db")
     am_crush_db(tmp_path / "p1" / "node_modules" / "x" / ".crush" / "crush.db")
@@ -3298,6 +3548,21 @@ def test_kimi_main_title_cwd_injection_and_tools(tmp_path):
     assert s.created == "2026-08-01T19:33:20.000Z"
 
 
+def test_kimi_code_steering_input_once_and_unknown_ops_counted(tmp_path):
+    p = ot_kimi_wire(tmp_path, "main", [
+        {"type": "turn.steer", "input": [{"type": "text", "text": "use rg instead"}], "origin": {"kind": "user"},
+         "time": 1785612812000},
+        {"type": "context.append_message", "message": {"role": "user", "content": [{"type": "text", "text": "use rg instead"}],
+                                                       "origin": {"kind": "user"}}, "time": 1785612812001},
+        {"type": "turn.steer", "input": [{"type": "text", "text": "stop"}], "time": 1785612813000},
+        {"type": "turn.cancel", "time": 1785612814000}, {"type": "usage.record", "time": 1785612814001},
+        {"type": "hologram.beam", "time": 1785612815000}])
+    report = ParseReport()
+    [s] = PARSERS["kimi"].parse(p, report)
+    assert ot_texts(s, "user") == ["use rg instead", "stop"]   # a cancelled steer is still what the user typed
+    assert report.unknown == {"hologram.beam": 1}
+
+
 def test_kimi_subagent_points_to_parent(tmp_path):
     p = ot_kimi_wire(tmp_path, "agent-0", [
         {"type": "context.append_message", "message": {"role": "user", "content": [{"type": "text", "text": "count files"}],
@@ -3316,6 +3581,106 @@ def test_kimi_state_json_is_not_a_session(tmp_path):
     (tmp_path / "state.json").write_text('{"title": "x"}')
     with pytest.raises(NotASessionFile):
         ot_parse("kimi", tmp_path / "state.json")
+
+
+def ot_kimi_cli_session(tmp_path, events, state=None, cwd="/home/u/proj", sid="e262be1f-673c-4628-9d78-97b1c81d88be"):
+    """A kimi-cli 1.x session as 1.52.0 writes it: ~/.kimi/sessions/<md5(cwd)>/<id>/wire.jsonl, and the
+    work dir in ~/.kimi/kimi.json."""
+    share = tmp_path / ".kimi"
+    share.mkdir(parents=True, exist_ok=True)
+    (share / "kimi.json").write_text(json.dumps({"work_dirs": [{"path": cwd, "kaos": "local", "last_session_id": sid}]}))
+    folder = share / "sessions" / hashlib.md5(cwd.encode()).hexdigest() / sid
+    if state is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "state.json").write_text(json.dumps(state))
+    return ot_write_jsonl(folder / "wire.jsonl", [{"type": "metadata", "protocol_version": "1.10"}] + [
+        {"timestamp": 1795484101.5 + i, "message": {"type": t, "payload": p}} for i, (t, p) in enumerate(events)])
+
+
+ot_KIMI_CLI_EVENTS = [
+    ("TurnBegin", {"user_input": "Now a failing one: run `echo failing-kimi; exit 3`"}),
+    ("StepBegin", {"n": 1}),
+    ("ToolCall", {"type": "function", "id": "call_03", "function": {
+        "name": "Shell", "arguments": "{\"command\": \"echo failing-kimi; exit 3\"}"}, "extras": None}),
+    ("ToolResult", {"tool_call_id": "call_03", "return_value": {
+        "is_error": True, "output": "failing-kimi\n", "message": "Command failed with exit code: 3.",
+        "display": [{"type": "brief", "text": "Failed with exit code: 3"}], "extras": None}}),
+    ("StatusUpdate", {"context_tokens": 50}),
+    ("StepBegin", {"n": 2}),
+    ("ContentPart", {"type": "think", "think": "It exited with 3."}),
+    ("ContentPart", {"type": "text", "text": "The command failed"}),
+    ("ContentPart", {"type": "text", "text": " with code 3."}),
+    ("SubagentEvent", {"agent_id": "a1", "event": {"type": "ContentPart", "payload": {"type": "text", "text": "copy"}}}),
+    ("TurnEnd", {}),
+]
+
+
+def test_kimi_cli_wire_prompts_tools_failures_cwd_and_resume(tmp_path):
+    p = ot_kimi_cli_session(tmp_path, ot_KIMI_CLI_EVENTS, state={
+        "version": 1, "custom_title": "Now a failing one: run `echo failing-kimi; exit 3`", "title_generated": False})
+    assert PARSERS["kimi"].list_files(str(tmp_path / ".kimi" / "sessions")) == [str(p)]
+    report = ParseReport()
+    [s] = PARSERS["kimi"].parse(str(p), report)
+    assert (s.session_id, s.cwd, s.parent) == ("e262be1f-673c-4628-9d78-97b1c81d88be", "/home/u/proj", None)
+    assert s.name is None   # the automatic title is the shortened first prompt
+    assert ot_kinds(s) == ["user", "tool", "thinking", "assistant"]   # the sub-agent's copy is not indexed
+    tool = s.chunks[1]
+    assert tool.tool == "Shell" and "error:" in tool.text and "exit code: 3" in tool.text and "failing-kimi" in tool.text
+    assert ot_texts(s, "assistant") == ["The command failed with code 3."]
+    assert s.created == "2026-11-24T01:35:01.500Z" and s.modified == "2026-11-24T01:35:11.500Z"
+    assert not report.unknown
+    assert PARSERS["kimi"].resume_command({"session_id": s.session_id, "cwd": s.cwd, "path": str(p)}) == \
+        "cd /home/u/proj && kimi -r e262be1f-673c-4628-9d78-97b1c81d88be"
+
+
+def test_kimi_cli_title_set_by_the_user_is_the_name_and_unknown_events_are_counted(tmp_path):
+    p = ot_kimi_cli_session(tmp_path, ot_KIMI_CLI_EVENTS[:1] + [("Hologram", {})],
+                            state={"custom_title": "Exit codes", "title_generated": True})
+    report = ParseReport()
+    [s] = PARSERS["kimi"].parse(str(p), report)
+    assert s.name == "Exit codes" and report.unknown == {"Hologram": 1}
+
+
+def test_kimi_cli_subagent_wire_is_its_own_session(tmp_path):
+    ot_kimi_cli_session(tmp_path, ot_KIMI_CLI_EVENTS[:1])
+    [session] = (tmp_path / ".kimi" / "sessions").glob("*/*")
+    sub = session / "subagents" / "a1" / "wire.jsonl"
+    ot_write_jsonl(sub, [{"type": "metadata", "protocol_version": "1.10"},
+                         {"timestamp": 1795484200.0, "message": {"type": "TurnBegin", "payload": {"user_input": "count files"}}}])
+    (sub.parent / "meta.json").write_text(json.dumps({"agent_id": "a1", "description": "Count the files"}))
+    assert len(PARSERS["kimi"].list_files(str(tmp_path / ".kimi" / "sessions"))) == 2
+    [s] = ot_parse("kimi", sub)
+    assert (s.session_id, s.parent, s.name, s.cwd) == ("e262be1f-673c-4628-9d78-97b1c81d88be/a1",
+                                                       "e262be1f-673c-4628-9d78-97b1c81d88be", "Count the files", "/home/u/proj")
+
+
+def test_kimi_cli_0x_context_file_is_a_session(tmp_path):
+    # kimi-cli 0.x: ~/.kimi/sessions/<md5(cwd)>/<id>.jsonl holds the model's context, nothing else.
+    (tmp_path / "kimi.json").write_text(json.dumps({"work_dirs": [{"path": "/w"}]}))
+    group = tmp_path / "sessions" / hashlib.md5(b"/w").hexdigest()
+    p = ot_write_jsonl(group / "1279524b-c991-4a49-ae24-df1ac18c2d62.jsonl", [
+        {"role": "_checkpoint", "id": 0},
+        {"role": "user", "content": "list the files"},
+        {"role": "user", "content": [{"type": "text", "text": "<system>CHECKPOINT 1</system>"}]},
+        {"role": "_usage", "token_count": 50},
+        {"role": "assistant", "content": [{"type": "think", "think": "use ls"}, {"type": "text", "text": "Listing."}],
+         "tool_calls": [{"type": "function", "id": "c1", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]},
+        {"role": "tool", "content": [{"type": "text", "text": "README.md"}], "tool_call_id": "c1"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"type": "function", "id": "c2", "function": {"name": "Bash", "arguments": "{\"command\": \"exit 3\"}"}}]},
+        {"role": "tool", "content": [{"type": "text", "text": "<system>ERROR: Command failed with exit code: 3.</system>"}],
+         "tool_call_id": "c2"}])
+    ot_write_jsonl(group / "1279524b-c991-4a49-ae24-df1ac18c2d62_1.jsonl", [{"role": "user", "content": "old"}])
+    assert PARSERS["kimi"].list_files(str(tmp_path / "sessions")) == [str(p)]   # a rotated history is not listed
+    [s] = ot_parse("kimi", p)
+    assert (s.session_id, s.cwd) == ("1279524b-c991-4a49-ae24-df1ac18c2d62", "/w")
+    assert ot_kinds(s) == ["user", "thinking", "assistant", "tool", "tool"] and "README.md" in ot_texts(s, "tool")[0]
+    assert "error:" in ot_texts(s, "tool")[1]   # kimi-cli 0.50 says a command failed only in the text
+
+
+def test_kimi_default_roots_cover_kimi_code_and_kimi_cli():
+    assert PARSERS["kimi"].default_roots({"HOME": "/h"}) == ["/h/.kimi-code/sessions", "/h/.kimi/sessions"]
+    assert PARSERS["kimi"].default_roots({"HOME": "/h", "KIMI_SHARE_DIR": "/k"})[1] == "/k/sessions"
 
 
 # ---------------------------------------------------------------- openclaw
