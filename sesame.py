@@ -7617,6 +7617,24 @@ def session_row(con, sid):
     return session_dict(row) if row else None
 
 
+SHORT_ID_MIN = 8
+
+
+def short_id(con, session_id):
+    """The shortest prefix of a session id, at least SHORT_ID_MIN characters, that no other session
+    id in the index starts with: ids made within a minute (UUIDv7, timestamped ids) share their first
+    eight, so a fixed-length prefix would be ambiguous for `show` and `forget`. The ids next to it in
+    sorted order are the only ones that can share a longer prefix."""
+    longest = 0
+    for op, agg in (("<", "max"), (">", "min")):
+        other = con.execute("SELECT %s(session_id) FROM sessions WHERE session_id %s ?" % (agg, op),
+                            (session_id,)).fetchone()[0]
+        if other:
+            common = os.path.commonprefix([session_id.lower(), other.lower()])
+            longest = max(longest, len(common))
+    return session_id[:max(SHORT_ID_MIN, longest + 1)]
+
+
 def resume_command(s):
     """The command that reopens a session in its agent; None when the agent has none or its file is gone."""
     parser = PARSERS.get(s["agent"])
@@ -7698,7 +7716,8 @@ def result_json(con, s, score, stage, matches, every_word_known=True):
     at all make no result "matchedAllTerms"."""
     snippet = matches[0]["snippet"] if matches else fallback_snippet(con, s)
     return {
-        "sessionId": s["session_id"], "source": s["agent"], "agent": s["agent"], "path": s["path"],
+        "sessionId": s["session_id"], "shortId": short_id(con, s["session_id"]), "source": s["agent"],
+        "agent": s["agent"], "path": s["path"],
         "cwd": s["cwd"], "name": s["name"], "score": float("%.4g" % score),
         "matchedAllTerms": stage == 0 and every_word_known,
         "stage": STAGE_NAMES[stage],
@@ -7714,8 +7733,8 @@ def result_json(con, s, score, stage, matches, every_word_known=True):
 
 # The JSON contract of a search result, by preset (--fields). "summary" is the default shape.
 FIELD_PRESETS = {
-    "minimal": ("sessionId", "agent", "name", "modified", "score", "resumeCommand", "fileDeleted"),
-    "summary": ("sessionId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
+    "minimal": ("sessionId", "shortId", "agent", "name", "modified", "score", "resumeCommand", "fileDeleted"),
+    "summary": ("sessionId", "shortId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
                 "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted"),
 }
 FIELD_PRESETS["full"] = FIELD_PRESETS["summary"] + ("chunkCount", "stage", "matchedWords")
@@ -7807,7 +7826,7 @@ def print_results(data, color, out):
     results = data["results"]
     out.write('Found %d session%s matching "%s"\n' % (len(results), "" if len(results) == 1 else "s", data["query"]))
     for r in results:
-        out.write("\n[%.2f] %s (%s) - %s%s\n" % (r["score"], r["sessionId"][:8], r["name"] or "Unnamed",
+        out.write("\n[%.2f] %s (%s) - %s%s\n" % (r["score"], r.get("shortId") or r["sessionId"], r["name"] or "Unnamed",
                                                 short_date(r["modified"]), " (file deleted)" if r.get("fileDeleted") else ""))
         out.write("  %s\n" % (r["cwd"] or "(no working directory)"))
         if r["matchedSnippet"]:
@@ -7910,7 +7929,8 @@ def resolve_session(con, ref):
 
 
 def session_header(s):
-    return {"sessionId": s["session_id"], "agent": s["agent"], "name": s["name"], "cwd": s["cwd"],
+    return {"sessionId": s["session_id"], "shortId": s.get("short_id"), "agent": s["agent"], "name": s["name"],
+            "cwd": s["cwd"],
             "created": s["created"], "modified": s["modified"], "path": s["path"], "parent": s["parent"],
             "resumeCommand": resume_command(s), "fileDeleted": s["deleted"] is not None,
             "summary": s.get("summary"),  # the agent's own summary of the session (pi's sessions-meta)
@@ -7939,6 +7959,7 @@ def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, every
         if refresh:
             refresh_before_reading(ctx, store, first_use)
         s = resolve_session(store.con, ref)
+        s["short_id"] = short_id(store.con, s["session_id"])
         last = (store.con.execute("SELECT max(seq) FROM chunks WHERE session=?", (s["id"],)).fetchone()[0])
         last = -1 if last is None else last
         lo, hi = 0, last

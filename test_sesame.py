@@ -584,6 +584,23 @@ def test_edited_file_is_reindexed_and_a_deleted_file_keeps_its_session_marked(co
     assert search_ids(capsys, "testimonial") == []
 
 
+def test_ids_made_within_a_minute_get_a_longer_short_id_that_show_and_forget_accept(env, capsys):
+    # UUIDv7 ids (pi 0.73, Codex 0.169): the first 8 characters are the creation time in minutes.
+    a, b = "019a93b9-f380-7600-98ff-940e6b99603c", "019a93b9-f3c1-7a11-8e0d-2c4d1b0e6f11"
+    PiWriter(env, a).user("the quokka import job").save()
+    PiWriter(env, b).user("the quokka export job").save()
+    PiWriter(env, "5e1f0c2a-0000-4000-8000-000000000001").user("the quokka audit").save()
+    data = json.loads(run(capsys, "search", "quokka", "--json", "--fields", "minimal")[1])
+    short = {r["sessionId"]: r["shortId"] for r in data["results"]}
+    assert short[a] == "019a93b9-f38" and short[b] == "019a93b9-f3c"
+    assert short["5e1f0c2a-0000-4000-8000-000000000001"] == "5e1f0c2a"
+    code, out, _ = run(capsys, "search", "quokka import")
+    assert "019a93b9-f38 " in out
+    assert json.loads(run(capsys, "show", short[a], "--json")[1])["session"]["sessionId"] == a
+    assert run(capsys, "show", "019a93b9")[0] == 1   # the 8-character prefix is ambiguous
+    assert json.loads(run(capsys, "forget", short[b], "--json")[1])["forgotten"]["sessionId"] == b
+
+
 def test_live_files_report_file_deleted_false(corpus, capsys):
     code, out, _ = run(capsys, "search", "carousel", "--json", "--fields", "minimal")
     assert json.loads(out)["results"][0]["fileDeleted"] is False
@@ -1361,10 +1378,10 @@ def test_human_output_shows_count_id_name_date_cwd_and_snippet(corpus, capsys):
 
 
 @pytest.mark.parametrize("preset,keys", [
-    ("minimal", ["sessionId", "agent", "name", "modified", "score", "resumeCommand", "fileDeleted"]),
-    ("summary", ["sessionId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
-                 "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted"]),
-    ("full", ["sessionId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
+    ("minimal", ["sessionId", "shortId", "agent", "name", "modified", "score", "resumeCommand", "fileDeleted"]),
+    ("summary", ["sessionId", "shortId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms",
+                 "created", "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted"]),
+    ("full", ["sessionId", "shortId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
               "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted", "chunkCount", "stage",
               "matchedWords"]),
     ("name,score", ["name", "score"]),
@@ -1617,7 +1634,8 @@ def test_tools_expands_tool_calls_and_all_expands_thinking_too(sessions, capsys)
 def test_json_has_header_chunks_and_what_was_omitted(sessions, capsys):
     data = show_json(capsys, "aaaa")
     assert data["session"] == {
-        "sessionId": "aaaa1111-nix", "agent": "pi", "name": "Simplify the nix flake", "cwd": "/home/dev/infra",
+        "sessionId": "aaaa1111-nix", "shortId": "aaaa1111", "agent": "pi", "name": "Simplify the nix flake",
+        "cwd": "/home/dev/infra",
         "created": "2026-01-05T10:00:00.000Z", "modified": data["session"]["modified"], "path": sessions["nix"],
         "parent": None, "resumeCommand": "pi --session " + sessions["nix"], "fileDeleted": False, "summary": None,
         "chunkCount": 6}
