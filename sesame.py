@@ -7821,15 +7821,21 @@ def short_date(ts):
     return ts[:16].replace("T", " ") + " UTC" if ts else "unknown date"
 
 
-def print_results(data, color, out):
-    """Human search output: a count line, then per session score, id, name, date, cwd, snippet."""
+def print_results(data, color, out, words=None):
+    """Human search output: a count line, then per session its rank, id, name, date, cwd, snippet."""
+    words = words or CLI_WORDS
     results = data["results"]
     out.write('Found %d session%s matching "%s"\n' % (len(results), "" if len(results) == 1 else "s", data["query"]))
-    for r in results:
-        out.write("\n[%.2f] %s (%s) - %s%s\n" % (r["score"], r.get("shortId") or r["sessionId"], r["name"] or "Unnamed",
-                                                short_date(r["modified"]), " (file deleted)" if r.get("fileDeleted") else ""))
-        out.write("  %s\n" % (r["cwd"] or "(no working directory)"))
-        if r["matchedSnippet"]:
+    for note in data.get("alsoSearched") or ():
+        out.write("(%s)\n" % (("also searched %s for %s" % (", ".join(note["searched"]), note["word"]))
+                              if note["searched"] else "%s: %s, left out" % (note["word"], note["why"])))
+    for rank, r in enumerate(results, data["offset"] + 1):
+        # The rank, not the score: bm25 scores mean little to a reader (and round to 0.00 in a small index).
+        out.write("\n%d. %s (%s) - %s%s\n" % (rank, r.get("shortId") or r.get("sessionId"), r.get("name") or "Unnamed",
+                                            short_date(r.get("modified")), " (file deleted)" if r.get("fileDeleted") else ""))
+        if "cwd" in r:
+            out.write("  %s\n" % (r["cwd"] or "(no working directory)"))
+        if r.get("matchedSnippet"):
             out.write("  %s\n" % highlight(r["matchedSnippet"], color))
     cut = data.get("truncated")
     if cut:
@@ -7838,7 +7844,7 @@ def print_results(data, color, out):
             "snippets shortened" if cut["snippetsShortenedTo"] is not None else "",
             "; one result is always shown" if cut.get("overBudget") else ""))
     if data["hasMore"]:
-        out.write("\n(more results: --offset %d)\n" % data["nextOffset"])
+        out.write("\n(more results: %s)\n" % (words["offset"] % data["nextOffset"]))
 
 
 def highlight(snippet, color):
@@ -8092,7 +8098,12 @@ def _count_seqs(n, first):
     return "%d chunk%s (seq %s)" % (n, "" if n == 1 else "s", first if n == 1 else "%d-%d" % (first, first + n - 1))
 
 
-def show_text(data, color=False, max_chars=0):
+# How the text output names the options that move on, on the command line and for MCP clients.
+CLI_WORDS = {"around": "--around SEQ", "max_chars": "--max-chars", "offset": "--offset %d"}
+MCP_WORDS = {"around": "around: SEQ", "max_chars": "max_chars", "offset": "offset: %d"}
+
+
+def show_text(data, color=False, max_chars=0, words=CLI_WORDS):
     """The human output of `sesame show`, at most max_chars long (0: no limit)."""
     def block(c):
         return chunk_block(c, color, c["collapsed"])
@@ -8100,8 +8111,8 @@ def show_text(data, color=False, max_chars=0):
     head = header_text(data["session"])
     if max_chars:
         n = data["session"]["chunkCount"] or 0  # the widest "… N chunks" notes, kept room for
-        notes = "… %s not shown\n\n… %s not shown (use --around SEQ or a larger --max-chars)\n" % (
-            _count_seqs(n, n), _count_seqs(n, n))
+        notes = "… %s not shown\n\n… %s not shown (use %s or a larger %s)\n" % (
+            _count_seqs(n, n), _count_seqs(n, n), words["around"], words["max_chars"])
         budget = max_chars - len(head) - len(notes)
         costs = [len(block(c)) for c in data["chunks"]]
         if sum(costs) > budget:
@@ -8114,17 +8125,22 @@ def show_text(data, color=False, max_chars=0):
     parts.extend(block(c) for c in chunks)
     if om["after"]:
         first = chunks[-1]["seq"] + 1 if chunks else om["before"]
-        parts.append("… %s not shown (use --around SEQ%s)\n" % (
-            _count_seqs(om["after"], first), " or a larger --max-chars" if data["truncated"] else ""))
+        parts.append("… %s not shown (use %s%s)\n" % (
+            _count_seqs(om["after"], first), words["around"], " or a larger " + words["max_chars"] if data["truncated"] else ""))
     text = "".join(parts)
     return text[:max_chars] if max_chars else text  # a header longer than the limit: still never over it
 
 
-def cmd_show(args, ctx):
+def run_show(ctx, args):
+    """`sesame show` as data: the session's JSON (bounded: SHOW_JSON_MAX_CHARS unless max_chars says)."""
     if args.max_chars is not None and args.max_chars < 0:
         raise UsageError("--max-chars must be at least 0 (0: no limit)")
-    data = show_session(ctx, " ".join(args.session), around=args.around, context=args.context, tools=args.tools,
+    return show_session(ctx, " ".join(args.session), around=args.around, context=args.context, tools=args.tools,
                         everything=args.all, refresh=not args.no_refresh)
+
+
+def cmd_show(args, ctx):
+    data = run_show(ctx, args)
     if args.json:
         emit_json(bound_json(data, SHOW_JSON_MAX_CHARS if args.max_chars is None else args.max_chars))
     else:
@@ -8150,18 +8166,6 @@ class RpcError(Exception):
     def __init__(self, code, message):
         super().__init__(message)
         self.code, self.message = code, message
-
-
-def _schema_str(desc):
-    return {"type": "string", "description": desc}
-
-
-def _schema_int(desc, minimum=0):
-    return {"type": "integer", "minimum": minimum, "description": desc}
-
-
-def _schema(required=(), **props):
-    return {"type": "object", "properties": props, "required": list(required), "additionalProperties": False}
 
 
 def status_text(info):
@@ -8196,55 +8200,101 @@ def status_text(info):
     return "\n".join(out) + "\n"
 
 
-def _mcp_search(ctx, query, tool=None, **kw):
-    data = search_sessions(ctx, query, tool=[tool] if isinstance(tool, str) else tool, **kw)
+# The tools take the options of the commands of the same name, in snake_case (--max-chars is
+# max_chars): their schemas are made from the command line's own definitions, and a call runs the
+# command line's code with them, so the two never drift apart.
+
+def _command_parser(command):
+    return build_parser(command)._subparsers._group_actions[0].choices[command]
+
+
+def tool_schema(command):
+    """The JSON schema of an MCP tool, from the options of the command it runs."""
+    props, required = {}, []
+    for a in _command_parser(command)._actions:
+        if a.dest in ("help", "json"):
+            continue
+        if not a.option_strings:
+            prop = {"type": "string"}
+            required.append(a.dest)
+        elif a.nargs == 0:
+            prop = {"type": "boolean"}
+        elif type(a).__name__ == "_AppendAction":
+            prop = {"type": "array", "items": {"type": "string"}}
+        elif a.type is int:
+            prop = {"type": "integer", "minimum": 0}
+        elif a.type is float:
+            prop = {"type": "number", "minimum": 0}
+        else:
+            prop = {"type": "string"}
+        prop["description"] = (a.help or "").replace("--", "")
+        props[a.dest] = prop
+    if command == "search":
+        props["agent"]["enum"] = list(PARSERS)
+    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+
+
+def tool_args(command, arguments):
+    """An MCP call's arguments as the command line's parsed arguments (so the same checks apply)."""
+    schema = tool_schema(command)
+    check_arguments(schema, arguments)
+    argv, words = [command], []
+    for name, value in arguments.items():
+        option = "--" + name.replace("_", "-")
+        if name in schema["required"]:
+            words.append(str(value))
+        elif value is True:
+            argv.append(option)
+        elif isinstance(value, list) or (schema["properties"][name]["type"] == "array" and isinstance(value, str)):
+            for v in [value] if isinstance(value, str) else value:
+                argv += [option, v]
+        elif value is not False and value is not None:
+            argv += [option, str(value)]
+    return build_parser(command).parse_args(argv + ["--"] + words)
+
+
+def _mcp_search(ctx, arguments):
+    text, data = run_search(ctx, tool_args("search", arguments), lambda d: to_json(d) + "\n")
     out = io.StringIO()
-    print_results(data, False, out)
+    print_results(data, False, out, MCP_WORDS)
     # The text is what most clients hand the model: say how to open each result where it matched.
-    hints = ["%s around=%d" % (r["sessionId"], r["matches"][0]["seq"]) for r in data["results"]
+    hints = ["%s around=%d" % (r.get("shortId") or r["sessionId"], r["matches"][0]["seq"]) for r in data["results"]
              if r.get("matches") and r["matches"][0]["seq"] is not None]
     if hints:
         out.write("\nTo read a result, call show with session=ID and around=SEQ: %s\n" % "; ".join(hints))
     return out.getvalue(), data
 
 
-def _mcp_show(ctx, session, around=None, context=SHOW_CONTEXT, max_chars=SHOW_JSON_MAX_CHARS, tools=False, all=False):
-    data = show_session(ctx, session, around=around, context=context, tools=tools, everything=all)
-    return show_text(data, False, max_chars), bound_json(data, max_chars)
+def _mcp_show(ctx, arguments):
+    args = tool_args("show", arguments)
+    data = run_show(ctx, args)
+    limit = SHOW_JSON_MAX_CHARS if args.max_chars is None else args.max_chars
+    return show_text(data, False, limit, MCP_WORDS), bound_json(data, limit)
 
 
-def _mcp_status(ctx):
+def _mcp_status(ctx, arguments):
+    check_arguments(MCP_TOOLS["status"][2], arguments)
     info = status_info(ctx)
     return status_text(info), info
 
 
 MCP_TOOLS = {
     "search": (_mcp_search, "Find past coding-agent sessions (pi, Claude Code, Codex, ...) by what they were about. "
-               "Ranks whole sessions; each result has sessionId and matches[].seq to pass to show.", _schema(
-                   ["query"],
-                   query=_schema_str('2-5 distinctive words; "exact phrase", prefix*, -excluded work'),
-                   limit=_schema_int("sessions to return (default %d)" % DEFAULT_LIMIT, 1),
-                   offset=_schema_int("skip this many results (paging)"),
-                   cwd=_schema_str("only sessions run in this directory or below"),
-                   after=_schema_str("only sessions active at or after WHEN: 7d, 2w, 3m, 1y, 12h, today, yesterday, YYYY-MM-DD"),
-                   before=_schema_str("only sessions whose last activity is before WHEN"),
-                   agent={"type": "string", "enum": list(PARSERS), "description": "only this agent's sessions"},
-                   tools={"type": "boolean", "description": "match only inside tool calls and their output"},
-                   tool={"type": "array", "items": {"type": "string"}, "description": "match only inside calls of these tools"},
-                   path=_schema_str("only sessions whose tool calls touched a path containing this text"))),
+               "Ranks whole sessions; each result has sessionId and matches[].seq to pass to show. Output is "
+               "bounded (max_chars, %d by default); nextOffset pages on." % DEFAULT_MAX_CHARS, None),
     "show": (_mcp_show, "Read one session as a conversation. Use around=SEQ (from search matches[].seq) to read the "
-             "part that matched; output is bounded by max_chars and says what was left out.", _schema(
-                 ["session"],
-                 session=_schema_str("session id, unique id prefix, session file path or session name"),
-                 around=_schema_int("show the chunks around this seq"),
-                 context=_schema_int("chunks on each side of around (default %d)" % SHOW_CONTEXT),
-                 max_chars=_schema_int("bound on the output size (default %d; 0: no limit)" % SHOW_JSON_MAX_CHARS),
-                 tools={"type": "boolean", "description": "show tool calls in full (arguments and output)"},
-                 all={"type": "boolean", "description": "show tool calls, thinking and injected context in full"})),
-    "status": (_mcp_status, "What the session index covers: sessions per agent, sources, freshness.", _schema()),
+             "part that matched; output is bounded by max_chars (%d by default) and says what was left out."
+             % SHOW_JSON_MAX_CHARS, None),
+    "status": (_mcp_status, "What the session index covers: sessions per agent, sources, freshness, files not "
+               "indexed and why.", {"type": "object", "properties": {}, "required": [], "additionalProperties": False}),
 }
 
-_JSON_TYPES = {"string": str, "integer": int, "boolean": bool, "array": list}
+
+def _tool_list():
+    return [{"name": n, "description": d, "inputSchema": schema or tool_schema(n)} for n, (_, d, schema) in MCP_TOOLS.items()]
+
+
+_JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list}
 
 
 def check_arguments(schema, args):
@@ -8259,10 +8309,11 @@ def check_arguments(schema, args):
         want = _JSON_TYPES[prop["type"]]
         if want is list and isinstance(value, str):
             value = [value]  # a lone string where a list of strings is expected: take it as a list of one
-        ok = isinstance(value, want) and not (want is int and isinstance(value, bool))  # bool is an int in Python
+        ok = isinstance(value, want) and not (want is not bool and isinstance(value, bool))  # bool is an int in Python
         if not ok or (want is list and not all(isinstance(v, str) for v in value)):
-            raise UsageError("argument %r must be %s" % (name, "an array of strings" if want is list else "a " + prop["type"]))
-        if want is int and value < prop.get("minimum", value):
+            raise UsageError("argument %r must be %s" % (name, "an array of strings" if want is list else
+                                                         "an integer" if prop["type"] == "integer" else "a " + prop["type"]))
+        if prop["type"] in ("integer", "number") and value < prop.get("minimum", value):
             raise UsageError("argument %r must be at least %d" % (name, prop["minimum"]))
         if "enum" in prop and value not in prop["enum"]:
             raise UsageError("argument %r must be one of: %s" % (name, ", ".join(prop["enum"])))
@@ -8271,17 +8322,18 @@ def check_arguments(schema, args):
 def call_tool(params):
     name, args = params.get("name"), params.get("arguments")
     if name not in MCP_TOOLS:
-        raise RpcError(INVALID_PARAMS, "Unknown tool: %s" % name)
+        raise RpcError(INVALID_PARAMS, "no tool named %r: the tools are %s" % (name, ", ".join(MCP_TOOLS))
+                       if name is not None else "tools/call needs a tool name: %s" % ", ".join(MCP_TOOLS))
     if args is None:
         args = {}
     if not isinstance(args, dict):
         raise RpcError(INVALID_PARAMS, "arguments must be an object")
-    run, _, schema = MCP_TOOLS[name]
+    run = MCP_TOOLS[name][0]
     try:
-        check_arguments(schema, args)
-        text, data = run(Context(), **args)
+        text, data = run(Context(), args)
     except SesameError as e:
-        msg = "sesame: %s%s" % (e.message, " (%s)" % e.hint if e.hint else "")
+        msg = "sesame: %s%s" % (e.message.replace("(see: sesame search --help)", "").replace(
+            "(see: sesame show --help)", "").strip(), " (%s)" % e.hint if e.hint else "")
         return {"content": [{"type": "text", "text": msg}], "isError": True}
     except Exception as e:  # noqa: BLE001  (a busy index, a bad file: the server must stay up)
         _stderr("sesame mcp: %s failed:\n%s" % (name, _traceback()))
@@ -8301,8 +8353,7 @@ def _initialize(params):
 MCP_METHODS = {
     "initialize": _initialize,
     "ping": lambda params: {},
-    "tools/list": lambda params: {"tools": [{"name": n, "description": d, "inputSchema": s}
-                                            for n, (_, d, s) in MCP_TOOLS.items()]},
+    "tools/list": lambda params: {"tools": _tool_list()},
     "tools/call": call_tool,
 }
 
@@ -8664,22 +8715,28 @@ def render_results(data, color=False):
     return buf.getvalue()
 
 
-def cmd_search(args, ctx):
+def run_search(ctx, args, render):
+    """`sesame search` as data and its rendering within the budget: (text, data). The output stays
+    within DEFAULT_MAX_CHARS unless --max-chars says otherwise (0: no limit): agents pay per byte."""
     if args.max_chars is not None and args.max_chars < 0:
         raise UsageError("--max-chars must be 0 (no limit) or more")
-    # The output stays within DEFAULT_MAX_CHARS unless --max-chars says otherwise (0: no limit): an
-    # agent pays for every byte it reads.
+    if not args.query:
+        raise UsageError("give the words to search for", hint='sesame search "nix flake"')
     budget = DEFAULT_MAX_CHARS if args.max_chars is None else args.max_chars
+    data = search_sessions(ctx, " ".join(args.query), limit=DEFAULT_LIMIT if args.limit is None else args.limit,
+                           offset=args.offset, refresh=not args.no_refresh, cwd=args.cwd, after=args.after,
+                           before=args.before, agent=args.agent, tools=args.tools, tool=args.tool, path=args.path,
+                           fields=args.fields, max_chars=budget, render=render)
+    return fit_budget(data, budget, render), data
+
+
+def cmd_search(args, ctx):
     if args.json:
         render = lambda d: to_json(d) + "\n"  # noqa: E731
     else:
         color = use_color(sys.stdout)
         render = lambda d: render_results(d, color)  # noqa: E731
-    data = search_sessions(ctx, " ".join(args.query), limit=DEFAULT_LIMIT if args.limit is None else args.limit,
-                           offset=args.offset, refresh=not args.no_refresh, cwd=args.cwd, after=args.after,
-                           before=args.before, agent=args.agent, tools=args.tools, tool=args.tool, path=args.path,
-                           fields=args.fields, max_chars=budget, render=render)
-    sys.stdout.write(fit_budget(data, budget, render))
+    sys.stdout.write(run_search(ctx, args, render)[0])
     return EXIT_OK
 
 
@@ -8781,7 +8838,7 @@ def _add_json(p):
 
 
 def _search_arguments(s):
-    s.add_argument("query", nargs="+", help='words, "exact phrase", prefix*, -excluded')
+    s.add_argument("query", nargs="*", help='words, "exact phrase", prefix*, -excluded (after -- any word is a word)')
     s.add_argument("--limit", type=int, help="sessions to show (default %d)" % DEFAULT_LIMIT)
     s.add_argument("--offset", type=int, default=0, help="skip this many results (paging)")
     s.add_argument("--cwd", help="only sessions run in this directory or below")
@@ -8836,7 +8893,7 @@ COMMANDS = {
     "search": ("find sessions by what they were about (refreshes the index first)", _search_arguments, cmd_search),
     "index": ("bring the index up to date (incremental)", _index_arguments, cmd_index),
     "status": ("what is indexed, from where, and how fresh", _add_json, cmd_status),
-    "watch": ("keep the index fresh in the background", _watch_arguments, cmd_watch),
+    "watch": ("keep the index fresh until stopped (runs in the foreground; Ctrl-C stops it)", _watch_arguments, cmd_watch),
     "sources": ("every supported agent, where it looks, what was found", _add_json, cmd_sources),
     "forget": ("remove a session from the index and keep it out", _forget_arguments, cmd_forget),
     "show": ("print one session as a readable conversation", _show_arguments, cmd_show),
@@ -8853,7 +8910,7 @@ def build_parser(command=None):
         """argparse that raises UsageError (one line, exit 2) instead of printing usage and exiting."""
 
         def error(self, message):
-            raise UsageError("%s (see: %s --help)" % (message, self.prog))
+            raise UsageError("%s%s (see: %s --help)" % (message, _did_you_mean(message, self), self.prog))
 
     class _Formatter(argparse.HelpFormatter):
         """Asks for the terminal's width only when help is printed (argparse asks, importing shutil,
@@ -8879,6 +8936,68 @@ def build_parser(command=None):
     return p
 
 
+def _did_you_mean(message, parser):
+    """"; did you mean --limit?" for an argparse complaint about an option it does not know."""
+    import difflib
+    unknown = re.findall(r"(--?[\w-]+)", message.split(":", 1)[-1]) if "unrecognized" in message else []
+    # argparse keeps the option names nowhere public; a subcommand's are in its own parser
+    parsers = [parser] + [sp for a in parser._actions for sp in (getattr(a, "choices", None) or {}).values()
+                          if hasattr(sp, "_actions")]
+    known = [o for p in parsers for a in p._actions for o in a.option_strings]
+    close = [difflib.get_close_matches(u, known, 1) for u in unknown]
+    return "".join("; did you mean %s?" % c[0] for c in close if c)
+
+
+SHORT_USAGE = """usage: sesame COMMAND [ARGUMENTS]    (sesame COMMAND --help for one, sesame --help for all)
+
+  sesame search WORDS...       find sessions by what they were about
+  sesame show SESSION          read one session (id, id prefix, file or name)
+  sesame status                what is indexed, from where, how fresh
+  sesame sources               every supported agent and where it looks
+  sesame index | watch         bring the index up to date (search does it by itself)
+  sesame forget SESSION        remove a session from the index and keep it out
+  sesame mcp                   serve search, show and status to agents over MCP
+"""
+
+
+def _command_of(argv):
+    """The command word of argv; unknown or missing ones are usage errors that say what to type."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command in COMMANDS or any(a in ("-h", "--help", "--version") for a in argv[:1]):
+        return command
+    if command is None:
+        raise UsageError("no command given%s" % (" for %s" % " ".join(argv) if argv else ""),
+                         hint="for example: sesame search nix flake; sesame --help lists every command")
+    import difflib
+    close = difflib.get_close_matches(command, list(COMMANDS), 1, 0.5)
+    raise UsageError("unknown command %r%s" % (command, "; did you mean %r?" % close[0] if close else ""),
+                     hint="the commands are %s" % ", ".join(COMMANDS))
+
+
+def _search_argv(argv, parser):
+    """Words of a search that look like options but are not ones (`-draft`, sessions without
+    "draft") are query words: move them after `--`, where argparse takes anything as a word."""
+    sub = parser._subparsers._group_actions[0].choices["search"]
+    takes_value = {o for a in sub._actions for o in a.option_strings if a.nargs != 0}
+    known = {o for a in sub._actions for o in a.option_strings}
+    options, words, i = [], [], argv.index("search") + 1
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            words += argv[i + 1:]
+            break
+        name = a.split("=", 1)[0]
+        if a.startswith("--") or name in known:
+            options.append(a)
+            if name in takes_value and "=" not in a and i + 1 < len(argv):
+                options.append(argv[i + 1])
+                i += 1
+        else:
+            words.append(a)
+        i += 1
+    return argv[:argv.index("search") + 1] + options + ["--"] + words
+
+
 def error_json(e):
     return {"error": {"code": e.kind, "message": e.message, "hint": e.hint}}
 
@@ -8891,10 +9010,16 @@ def main(argv=None):
     argv = [clean_text(a) for a in argv]
     want_json = "--json" in argv
     try:
-        command = next((a for a in argv if not a.startswith("-")), None)
-        args = build_parser(command if command in COMMANDS else None).parse_args(argv)
+        if not argv:
+            sys.stdout.write(SHORT_USAGE)
+            return EXIT_USAGE
+        command = _command_of(argv)
+        parser = build_parser(command)
+        if command == "search":
+            argv = _search_argv(argv, parser)
+        args = parser.parse_args(argv)
         if not args.command:
-            build_parser().print_help()
+            sys.stdout.write(SHORT_USAGE)
             return EXIT_USAGE
         # The MCP server reads the config per call (and reports a broken one per call), not at start.
         return args.func(args, None if args.command == "mcp" else Context())

@@ -1777,6 +1777,101 @@ def test_mcp_server_full_exchange_over_stdio(sessions, tmp_path):
             proc.kill()
 
 
+def mcp_call(tool, arguments):
+    reply = sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                   "params": {"name": tool, "arguments": arguments}})
+    return reply["result"]
+
+
+def test_mcp_tools_take_every_option_of_their_command_in_snake_case(corpus, capsys):
+    tools = {t["name"]: t["inputSchema"] for t in sesame.handle_message(
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})["result"]["tools"]}
+    assert set(tools["search"]["properties"]) == {"query", "limit", "offset", "cwd", "after", "before", "agent",
+                                                  "tools", "tool", "path", "no_refresh", "fields", "max_chars"}
+    assert set(tools["show"]["properties"]) == {"session", "around", "context", "max_chars", "tools", "all",
+                                                "no_refresh"}
+    assert tools["search"]["properties"]["max_chars"]["type"] == "integer"
+    assert tools["search"]["properties"]["tool"]["type"] == "array"
+    r = mcp_call("search", {"query": "upload bucket", "fields": "minimal", "max_chars": 0, "no_refresh": True})
+    assert r["isError"] is False and set(r["structuredContent"]["results"][0]) == set(sesame.FIELD_PRESETS["minimal"])
+    r = mcp_call("search", {"query": "upload", "tool": "bash"})
+    assert [x["sessionId"] for x in r["structuredContent"]["results"]] == ["efef9999-toolonly"]
+    r = mcp_call("search", {"query": "upload", "limit": "three"})
+    assert r["isError"] is True and "an integer" in r["content"][0]["text"]
+
+
+def test_mcp_search_is_bounded_like_the_cli_and_pages_to_the_end(corpus, capsys):
+    everything = search_ids(capsys, "the", "--limit", "50", "--max-chars", "0")
+    for budget in (1, 300, 1500):
+        ids, offset = [], 0
+        for _ in range(60):
+            r = mcp_call("search", {"query": "the", "limit": 4, "offset": offset, "max_chars": budget})
+            data = r["structuredContent"]
+            ids += [x["sessionId"] for x in data["results"]]
+            if not data["hasMore"]:
+                break
+            assert "offset: %d" % data["nextOffset"] in r["content"][0]["text"]
+            assert "--offset" not in r["content"][0]["text"]
+            offset = data["nextOffset"]
+        assert ids == everything
+    r = mcp_call("search", {"query": "the", "limit": 50})
+    assert len(json.dumps(r["structuredContent"], ensure_ascii=False, separators=(",", ":"))) <= sesame.DEFAULT_MAX_CHARS
+
+
+def test_mcp_show_text_names_tool_arguments_not_flags(corpus, capsys):
+    w = PiWriter(corpus, "long-talk")
+    for i in range(40):
+        w.user("message number %d about the long talk" % i)
+    w.save()
+    r = mcp_call("show", {"session": "long-talk", "max_chars": 1000})
+    assert "around: SEQ" in r["content"][0]["text"] and "--around" not in r["content"][0]["text"]
+
+
+def test_mcp_errors_are_one_readable_sentence(corpus, capsys):
+    reply = sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}})
+    assert "needs a tool name" in reply["error"]["message"] and "None" not in reply["error"]["message"]
+    r = mcp_call("search", {"query": "x", "colour": True})
+    assert r["isError"] and "unknown argument 'colour'" in r["content"][0]["text"]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="the MCP Python SDK needs Python 3.10+")
+def test_the_official_mcp_python_sdk_client_uses_every_tool(corpus, tmp_path):
+    mcp = pytest.importorskip("mcp", reason="the MCP Python SDK is not installed (pip install mcp)")
+    import asyncio
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    def data(result):   # SDK 1.x spells it structuredContent, 2.x structured_content
+        return getattr(result, "structured_content", None) or getattr(result, "structuredContent", None)
+
+    def failed(result):
+        return getattr(result, "is_error", None) or getattr(result, "isError", None)
+
+    async def session(errlog):
+        params = StdioServerParameters(command=sys.executable, args=[os.path.join(HERE, "sesame.py"), "mcp"],
+                                       env=dict(os.environ))
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with mcp.ClientSession(read, write) as client:
+                await client.initialize()
+                names = sorted(t.name for t in (await client.list_tools()).tools)
+                found = await client.call_tool("search", {"query": "the", "limit": 2, "max_chars": 600})
+                page2 = await client.call_tool("search", {"query": "the", "limit": 2,
+                                                          "offset": data(found)["nextOffset"]})
+                shown = await client.call_tool("show", {"session": "cccc3333", "around": 1})
+                status = await client.call_tool("status", {})
+                bad = await client.call_tool("show", {"session": "no-such-session-at-all"})
+                return names, found, page2, shown, status, bad
+
+    with open(str(tmp_path / "server.log"), "w") as errlog:   # the server's stderr (pytest's has no file)
+        names, found, page2, shown, status, bad = asyncio.run(session(errlog))
+    assert names == ["search", "show", "status"]
+    assert not failed(found) and data(found)["results"] and data(found)["hasMore"]
+    first = {r["sessionId"] for r in data(found)["results"]}
+    assert first.isdisjoint(r["sessionId"] for r in data(page2)["results"])
+    assert not failed(shown) and data(shown)["session"]["sessionId"] == "cccc3333-ci"
+    assert not failed(status) and data(status)["sessions"] >= 10
+    assert failed(bad) and "no session matches" in bad.content[0].text
+
+
 # ---------------------------------------------------------------------------------------------
 # Agent parsers: one block per agent section of sesame.py. Each pins that agent's traps with small
 # literal files written here, then checks every file of ../shared/samples/<agent> when present.
