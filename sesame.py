@@ -972,6 +972,12 @@ class Parser:
     def resume_command(self, session):
         return None
 
+    def retention(self, env):
+        """How long the agent keeps its transcripts before deleting them, as the user's settings
+        say: {"days": N, "setting": where it is set}; None when it keeps them (status reports it:
+        what Sesame indexed stays after the agent deletes it, see keepDeletedSessions)."""
+        return None
+
     def current_sessions(self, env):
         """Session ids or file paths of this agent's sessions that the calling process runs inside
         (agents tell it through the environment, e.g. a session id variable); [] when unknown. Search
@@ -8186,6 +8192,11 @@ def status_text(info):
                     p["agent"], sum(unknown.values()), len(unknown), ", ".join(sorted(unknown)[:5]),
                     " from %s" % ", ".join(versions[-3:]) if versions else "",
                     "; Sesame was checked against %s" % p["verified"] if p.get("verified") else ""))
+        for p in info["perAgent"]:
+            if p.get("retention"):
+                out.append("keeps:    %s deletes transcripts after %s days (%s); Sesame keeps what it indexed%s" % (
+                    p["agent"], p["retention"]["days"], p["retention"]["setting"],
+                    "" if info.get("keepDeletedSessions", True) else " only while the files exist (keepDeletedSessions)"))
         if info["notIndexed"]:
             states = collections.Counter(f["state"] for f in info["notIndexed"])
             out.append("skipped:  %d files not indexed (%s); sesame status --json lists them with the reason" % (
@@ -8766,6 +8777,7 @@ def status_info(ctx):
             for p in per.values():
                 parser = PARSERS.get(p["agent"])
                 p["verified"] = parser.verified if parser else None
+                p["retention"] = parser.retention(ctx.env) if parser else None
                 if not p.get("unrecognizedRecords"):
                     p.pop("unrecognizedRecords", None)
             not_indexed = [{"path": shown_path(path), "agent": parser_id, "state": state, "reason": reason}
@@ -8780,6 +8792,7 @@ def status_info(ctx):
                 "files": con.execute("SELECT count(*) FROM files").fetchone()[0],
                 "filesNotIndexed": con.execute("SELECT count(*) FROM files WHERE status NOT IN ('ok', 'deleted')").fetchone()[0],
                 "notIndexed": not_indexed,
+                "keepDeletedSessions": ctx.policy.keep_deleted,
                 "perAgent": list(per.values()),
                 "changedSinceLastIndex": _changed_count(plan_full(store, ctx.sources, IndexSummary(), ctx.policy)),
             })
