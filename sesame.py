@@ -6967,6 +6967,7 @@ def fts_terms(text):
 _CAMEL_PART_RE = LazyPattern(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _IDENT_RE = LazyPattern(r"[A-Za-z][A-Za-z0-9]+")
 _CASE_CHANGE_RE = LazyPattern(r"[a-z][A-Z]|[A-Z][A-Z][a-z]")
+_NOT_SPACE_RE = LazyPattern(r"\S*")
 _PARTS = {}
 
 
@@ -6979,12 +6980,17 @@ def split_identifier(word):
 
 def identifier_parts(text):
     """The parts of every camelCase name in text, each name once, as text to index beside it ("" if
-    none). It runs over everything indexed, so it looks only at whitespace-separated words in mixed
-    case (str.split and the case tests run in C), and remembers what it found for each."""
-    out = []
-    for word in dict.fromkeys(text.split()):
-        if word.islower() or word.isupper():
+    none). It runs over much of what is indexed, so it starts from the case changes themselves (a
+    regular expression, in C), takes the whitespace-delimited word around each, and remembers the
+    parts it found for a word."""
+    out, seen = [], set()
+    for m in _CASE_CHANGE_RE.finditer(text):
+        start = max(text.rfind(" ", 0, m.start()), text.rfind("\n", 0, m.start())) + 1
+        end = _NOT_SPACE_RE.match(text, m.end()).end()
+        word = text[start:end]
+        if word in seen:
             continue
+        seen.add(word)
         parts = _PARTS.get(word)
         if parts is None:
             parts = "\n".join(" ".join(split_identifier(w)) for w in _IDENT_RE.findall(word) if _CASE_CHANGE_RE.search(w))
