@@ -905,6 +905,15 @@ def agent_dir(env, var, *default):
     return os.path.expanduser(value) if value else os.path.join(_home(env), *default)
 
 
+def _settings_json(path):
+    """An agent's JSON settings file as a dict, or None when it is missing or not JSON."""
+    try:
+        data = _load_json_file(path)
+    except OSError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def open_agent_db(path, attempts=5):
     """Open an agent's SQLite store strictly read-only.
 
@@ -1575,6 +1584,14 @@ class ClaudeCodeParser(Parser):
             entries.add("context", a["content"], ts=ts, role="hook")
         elif atype == "nested_memory" and isinstance(a.get("content"), dict):
             entries.add("context", str(a["content"].get("content") or ""), ts=ts, role="memory")
+
+    def retention(self, env):
+        """Claude Code deletes transcripts older than `cleanupPeriodDays` (settings.json; 30 by default)."""
+        settings = os.path.join(agent_dir(env, "CLAUDE_CONFIG_DIR", ".claude"), "settings.json")
+        days = (_settings_json(settings) or {}).get("cleanupPeriodDays", 30)
+        if not isinstance(days, (int, float)) or isinstance(days, bool):
+            days = 30
+        return {"days": days, "setting": "cleanupPeriodDays in %s" % settings}
 
     def resume_command(self, session):
         if not session.get("session_id") or session["session_id"].startswith("agent-"):
@@ -2608,6 +2625,17 @@ class GeminiParser(Parser):
                 if hashlib.sha256(abs_path.encode("utf-8")).hexdigest() == project_hash:
                     return abs_path
         return None
+
+    def retention(self, env):
+        """Gemini CLI deletes sessions older than general.sessionRetention.maxAge when it is enabled."""
+        home = env.get("GEMINI_CLI_HOME")
+        settings = os.path.join(os.path.expanduser(home) if home else _home(env), ".gemini", "settings.json")
+        policy = ((_settings_json(settings) or {}).get("general") or {}).get("sessionRetention")
+        if not isinstance(policy, dict) or policy.get("enabled") is not True:
+            return None
+        m = re.fullmatch(r"\s*(\d+)\s*([hdwm])\s*", str(policy.get("maxAge") or ""))
+        days = int(m.group(1)) * {"h": 1 / 24, "d": 1, "w": 7, "m": 30}[m.group(2)] if m else None
+        return {"days": days, "setting": "general.sessionRetention in %s" % settings}
 
     def resume_command(self, session):
         return None   # formats.md shows no resume-by-id command for Gemini CLI
@@ -5377,6 +5405,21 @@ class HermesParser(Parser):
     def default_roots(self, env):
         home = agent_dir(env, "HERMES_HOME", ".hermes")
         return [os.path.join(home, "state.db"), os.path.join(home, "sessions")]
+
+    def retention(self, env):
+        """Hermes prunes ended sessions older than sessions.retention_days (90) when auto_prune is on."""
+        config = os.path.join(agent_dir(env, "HERMES_HOME", ".hermes"), "config.yaml")
+        try:
+            with open(config, encoding="utf-8", errors="replace") as f:
+                text = f.read(1 << 20)
+        except OSError:
+            return None
+        # The two keys of the `sessions:` block, read without a YAML parser (stdlib has none).
+        block = re.search(r"(?m)^sessions:[ \t]*\n((?:[ \t]+.*\n?)*)", text)
+        if not block or not re.search(r"(?m)^\s+auto_prune:\s*(true|yes|on)\b", block.group(1), re.I):
+            return None
+        days = re.search(r"(?m)^\s+retention_days:\s*(\d+)", block.group(1))
+        return {"days": int(days.group(1)) if days else 90, "setting": "sessions.retention_days in %s" % config}
 
     def list_files(self, root):
         if os.path.isfile(root):

@@ -232,6 +232,30 @@ def install(tmp_path, source=None, **extra_env):
     return run_installed
 
 
+def readme_blocks(language="sh"):
+    """The README's fenced code blocks of one language, in order."""
+    with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
+        return re.findall(r"```%s\n(.*?)```" % language, f.read(), re.S)
+
+
+def test_the_readme_install_command_works_on_a_fresh_account(tmp_path):
+    install_block = readme_blocks()[0]
+    assert "~/.local/bin" in install_block
+    home, work = tmp_path / "home", tmp_path / "checkout"
+    home.mkdir()
+    work.mkdir()
+    shutil.copy(os.path.join(HERE, "sesame.py"), str(work / "sesame.py"))
+    python_dir = os.path.dirname(os.path.realpath(sys.executable))
+    env = {"HOME": str(home), "PATH": python_dir + os.pathsep + "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    r = subprocess.run(["sh", "-c", install_block], cwd=str(work), env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "sesame " + sesame.__version__ in r.stdout and "add ~/.local/bin to your PATH" in r.stdout
+    env["PATH"] = str(home / ".local" / "bin") + os.pathsep + env["PATH"]
+    r = subprocess.run(["sh", "-c", install_block + "\nsesame --version"], cwd=str(work), env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "PATH" not in r.stdout and r.stdout.count("sesame " + sesame.__version__) == 2
+
+
 def test_installed_command_fills_a_private_code_cache_and_remembers_the_interpreter(tmp_path):
     sesame_cmd = install(tmp_path)
     r = sesame_cmd("--version")
@@ -624,6 +648,36 @@ def test_keep_deleted_sessions_false_mirrors_deletions(corpus, capsys, tmp_path)
     path = [os.path.join(d, f) for d, _, fs in os.walk(corpus) for f in fs if "bbbb2222" in f][0]
     os.remove(path)
     assert search_ids(capsys, "carousel") == []
+
+
+def test_status_says_how_long_each_agent_keeps_transcripts(tmp_path):
+    home = tmp_path / "home"
+    env = {"HOME": str(home)}
+    (home / ".claude").mkdir(parents=True)
+    assert PARSERS["claude"].retention(env)["days"] == 30   # Claude Code's default
+    (home / ".claude" / "settings.json").write_text('{"cleanupPeriodDays": 99}')
+    assert PARSERS["claude"].retention(env) == {"days": 99, "setting": "cleanupPeriodDays in %s"
+                                                % (home / ".claude" / "settings.json")}
+    assert PARSERS["gemini"].retention(env) is None          # off unless enabled
+    (home / ".gemini").mkdir()
+    (home / ".gemini" / "settings.json").write_text('{"general": {"sessionRetention": {"enabled": true, "maxAge": "2w"}}}')
+    assert PARSERS["gemini"].retention(env)["days"] == 14
+    (home / ".hermes").mkdir()
+    (home / ".hermes" / "config.yaml").write_text("model: x\nsessions:\n  auto_prune: true\n  retention_days: 45\n")
+    assert PARSERS["hermes"].retention(env)["days"] == 45
+    assert PARSERS["pi"].retention(env) is None
+
+
+def test_status_text_warns_that_claude_deletes_and_sesame_keeps(env, capsys, tmp_path):
+    proj = tmp_path / "home" / ".claude" / "projects" / "-home-dev-x"
+    proj.mkdir(parents=True)
+    with open(str(proj / "11111111-2222-4333-8444-555555555555.jsonl"), "w") as f:
+        f.write(line({"type": "user", "uuid": "u1", "sessionId": "11111111-2222-4333-8444-555555555555", "cwd": "/home/dev/x",
+                      "timestamp": "2026-03-01T10:00:00.000Z", "message": {"role": "user", "content": "hello there"}}))
+    write_config({"sources": [{"parser": "claude", "path": str(proj.parent)}]}, tmp_path)
+    run(capsys, "index")
+    out = run(capsys, "status")[1]
+    assert "claude deletes transcripts after 30 days" in out and "Sesame keeps what it indexed" in out
 
 
 def test_appended_message_becomes_searchable(corpus, capsys):
