@@ -7091,6 +7091,7 @@ ABBREVIATIONS = [
 
 
 def _abbreviation_table():
+    """{form: [the other forms of its group]} (both ways)."""
     table = {}
     for forms in ABBREVIATIONS:
         for form in forms:
@@ -7200,32 +7201,31 @@ class Query:
         return content or words
 
     def stages(self):
-        """[(scored expression, filter expression or None)] from strict to loose: every word, all but
-        one, any word. Sessions found by an earlier stage rank above those only a later one finds.
+        """[(expression, None)] from strict to loose: every telling word, all but one, any.
+        Sessions found by an earlier stage rank above those only a later one finds.
 
-        A word found in more than half of the ranking documents adds nothing to a bm25 score (FTS5
-        gives it no weight) but costs the most to score (its positions are everywhere). So when a
-        query has such words, the score comes from the others (at least the two rarest words), and
-        the stage's condition over every word is checked as a filter, which FTS5 answers without
-        reading positions: the same sessions in the same order, several times faster."""
+        A word found in more than half of the ranking documents cannot tell sessions apart: BM25
+        gives it no weight, and long sessions hold it anyway, so requiring it would put any long
+        session above a short one that is about the query. Such words take no part in the stages
+        (while at least the two rarest words do); they still count in the re-ranking (the words
+        written together, the best window) and are marked in snippets. Leaving them out also
+        spares FTS5 their position lists, the costliest part of a query."""
         words = self.ranking_words()
         if not words:
             return []
-        double = any(w.expansions for w in words)
-        groups = [w.group(double) for w in words]
         keep = {i for i, w in enumerate(words) if not w.common}
         for _, i in sorted((w.df or 0, i) for i, w in enumerate(words) if w.common):
             if len(keep) >= min(2, len(words)):
                 break
             keep.add(i)
-        scored = [g for i, g in enumerate(groups) if i in keep]
-        plain = len(scored) == len(groups)
-        out = [(" AND ".join(scored), None if plain else " AND ".join(groups))]
-        if 3 <= len(groups) <= 8:
-            most = " OR ".join("(%s)" % " AND ".join(groups[:i] + groups[i + 1:]) for i in range(len(groups)))
-            out.append((most, None) if plain else (" OR ".join(scored), most))
-        if len(groups) >= 2:
-            out.append((" OR ".join(scored), None))
+        words = [w for i, w in enumerate(words) if i in keep]
+        double = any(w.expansions for w in words)
+        t = [w.group(double) for w in words]
+        out = [(" AND ".join(t), None)]
+        if 3 <= len(t) <= 8:
+            out.append((" OR ".join("(%s)" % " AND ".join(t[:i] + t[i + 1:]) for i in range(len(t))), None))
+        if len(t) >= 2:
+            out.append((" OR ".join(t), None))
         return out
 
     def notes(self):
@@ -7238,6 +7238,9 @@ class Query:
                 out.append({"word": w.text, "searched": [t for _, t in w.expansions],
                             "why": "spelling" if w.df == 0 else w.expansions[0][0]})
         return out
+
+
+RARE_EXPANSION = 4  # an abbreviation's other form is searched unless it is 4 times rarer than the word
 
 
 def _df(con, fts, limit=3):
@@ -7269,7 +7272,12 @@ def expand_query(con, query):
             # A word found once may itself be the typo: a much more frequent neighbour is searched too.
             w.expansions += [("spelling", t) for t in near_words(con, low, min_count=20)[:2] if t != low]
         elif w.df >= 3 and half >= 2:  # how common: counted up to half the documents, no further
-            w.df = _df(con, w.group(False), half + 1)
+            own = _df(con, w.fts(), half + 1)
+            # An expansion much rarer than the word typed would outweigh it (BM25 weighs a word by
+            # its rarity), ranking its few sessions above the many with the word: it is left out.
+            w.expansions = [(kind, t) for kind, t in w.expansions
+                            if kind != "abbreviation" or _df(con, w.fts(t, False), own + 1) * RARE_EXPANSION >= own]
+            w.df = _df(con, w.group(False), half + 1) if w.expansions else own
             w.common = w.df > half
     if all(w.dropped for w in query.words):  # nothing close to any word: search them as given (no result)
         for w in query.words:
@@ -7546,37 +7554,41 @@ def _doc_weights():
 
 
 STAGE_NAMES = ("all words", "all words but one", "some words")
-PROXIMITY_TOP = 12      # candidates re-ranked by how close together their best window holds the words
-PROXIMITY_WEIGHT = 0.6  # a window with every word close together adds this share to the score
+RERANK_TOP = 30         # candidates re-ranked by phrase (see _rerank)
+PHRASE_BOOST = 1.0      # the query's words written together, in order, double a session's score
+LONG_QUESTION = 5       # ranking words from which a query is a long question (see _rerank)
+LONG_RERANK = 6         # candidates of each stage re-ranked by proximity for a long question
 
 
 class Candidate:
     """A session the ranking found: its row id, bm25 score (positive, higher is better), the stage
     that found it, and its best part's chunk range; matches are found when it is shown."""
 
-    __slots__ = ("sid", "score", "stage", "part", "matches", "coverage")
+    __slots__ = ("sid", "score", "stage", "part", "doc", "matches", "coverage")
 
-    def __init__(self, sid, score, stage, part):
-        self.sid, self.score, self.stage, self.part = sid, score, stage, part
+    def __init__(self, sid, score, stage, part, doc):
+        self.sid, self.score, self.stage, self.part, self.doc = sid, score, stage, part, doc
         self.matches = self.coverage = None
 
 
 STAGE_SECONDS = 0.4  # a stage query running longer is given up (the next, looser stage goes on)
 
 
-def ranked_sessions(con, query, filters, need):
+def ranked_sessions(con, query, filters, need, per_stage=0):
     """At least `need` Candidates (when there are), best first: sessions with every word, then
     all but one, then any. A session scores as its best part; one session stored twice (an agent's
     database and its older JSON files) counts once. Each stage asks FTS5 for a bounded number of
     rows (LIMIT), more only when those did not hold enough distinct sessions; a stage that runs
-    past STAGE_SECONDS (thousands of documents holding every common word) is given up."""
+    past STAGE_SECONDS (thousands of documents holding every common word) is given up. With
+    `per_stage`, every stage runs and gives at least that many sessions (when it has them), for the
+    long-question re-ranking (see _rerank)."""
     where, params = filters.sql()
     exclude = ""
     if query.excluded:
         exclude = (" AND d.session NOT IN (SELECT d2.session FROM docs_fts JOIN docs d2 ON d2.id = docs_fts.rowid "
                    "WHERE docs_fts MATCH ?)")
         params = params + [" OR ".join(query.excluded)]
-    sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq, s.agent, s.session_id "
+    sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id "
            "FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
            "WHERE docs_fts MATCH ?%%s%s%s ORDER BY score, d.session LIMIT ?") % (_doc_weights(), where, exclude)
     # The filter must not be handed to FTS5 as a rowid constraint (it would run the query once per
@@ -7588,7 +7600,8 @@ def ranked_sessions(con, query, filters, need):
         if filters.tools_only:
             expr = "{tools parts} : (%s)" % expr
             condition = condition and "{tools parts} : (%s)" % condition
-        limit = min(max(2 * need, 20), 1 << 62)
+        want = max(need - len(out), per_stage)
+        limit = min(max(2 * want, 20), 1 << 62)
         deadline = time.monotonic() + STAGE_SECONDS
         con.set_progress_handler(lambda: time.monotonic() > deadline, 20000)
         try:
@@ -7596,7 +7609,7 @@ def ranked_sessions(con, query, filters, need):
                 args = [expr] + ([condition] if condition else []) + params + [limit]
                 rows = con.execute(filtered if condition else plain, args).fetchall()
                 fresh = {r[0] for r in rows if r[0] not in seen and (r[4], r[5]) not in keys}
-                if len(out) + len(fresh) >= need or len(rows) < limit:
+                if len(fresh) >= want or len(rows) < limit:
                     break
                 limit = min(limit * 4, 1 << 62)
         except sqlite3.OperationalError as e:
@@ -7605,12 +7618,12 @@ def ranked_sessions(con, query, filters, need):
             continue  # too slow: leave this stage to the looser ones
         finally:
             con.set_progress_handler(None, 0)
-        for sid, score, first, last, agent, session_id in rows:
+        for sid, score, first, last, agent, session_id, doc in rows:
             if sid not in seen and (agent, session_id) not in keys:
                 seen.add(sid)
                 keys.add((agent, session_id))
-                out.append(Candidate(sid, -score, stage, (first, last)))
-        if len(out) >= need:
+                out.append(Candidate(sid, -score, stage, (first, last), doc))
+        if len(out) >= need and not per_stage:
             break
     return out
 
@@ -7711,8 +7724,10 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
     need = offset + limit + 1
     verify = filters.tools_only
     try:
-        candidates = ranked_sessions(con, query, filters, need if not verify else max(need * 2, 40))
-        _rerank_by_proximity(con, candidates, query, matcher, filters, matches)
+        long_question = len(query.ranking_words()) >= LONG_QUESTION
+        candidates = ranked_sessions(con, query, filters, need if not verify else max(need * 2, 40),
+                                     per_stage=LONG_RERANK if long_question else 0)
+        _rerank(con, candidates, query, matcher, filters, matches)
         if page is not None:
             page["size"] = min(limit, max(0, len(candidates) - offset))
         shown = 0
@@ -7735,19 +7750,44 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
         raise SesameError("search failed: %s" % e, hint="report this query; it should have been made safe")
 
 
-def _rerank_by_proximity(con, candidates, query, matcher, filters, matches):
-    """Among the first PROXIMITY_TOP candidates of each stage, prefer the session whose best chunks
-    hold more of the query's words close together: a long question then ranks like its keywords."""
-    n = len(query.ranking_words())
-    if n < 4:
-        return
-    top = candidates[:PROXIMITY_TOP]
-    for c in top:
-        c.matches, c.coverage = best_matches(con, session_row(con, c.sid), c.part, matcher, filters, limit=matches)
-    for c in top:
-        c.score *= 1 + PROXIMITY_WEIGHT * max(0, c.coverage - 1) / (n - 1)
+def _rerank(con, candidates, query, matcher, filters, matches):
+    """Re-rank the first candidates by what BM25 does not see.
+
+    - The query's words written together, in order, as the user typed them (an error message, the
+      words of a snake_case or camelCase name) multiply a session's score by 1 + PHRASE_BOOST.
+    - A long question (LONG_QUESTION words or more) is rarely answered by a session holding every
+      one of its words: long sessions hold them all, scattered. So its first LONG_RERANK candidates
+      of each stage are ordered by how many different query words their best chunks hold close
+      together (a window of about 400 characters), BM25 breaking ties, and come first.
+    The candidates re-ranked are the first of each stage whatever page is asked for, so paging
+    stays exact."""
+    words = [w for w in query.words if not w.dropped]
+    phrase = None
+    if 2 <= len(words) <= 8 and not any(w.prefix for w in words):
+        phrase = '"%s"' % " ".join(w.text for w in words).replace('"', '""')
+    top = candidates[:RERANK_TOP]
+    if phrase and top:
+        docs = [c.doc for c in top]
+        with_phrase = {r for (r,) in con.execute("SELECT rowid FROM docs_fts WHERE docs_fts MATCH ? AND rowid IN (%s)"
+                                                 % ",".join("?" * len(docs)), [phrase] + docs)}
+        for c in top:
+            if c.doc in with_phrase:
+                c.score *= 1 + PHRASE_BOOST
     top.sort(key=lambda c: (c.stage, -c.score))
-    candidates[:PROXIMITY_TOP] = top
+    candidates[:RERANK_TOP] = top
+    if len(query.ranking_words()) < LONG_QUESTION:
+        return
+    per_stage = collections.Counter()
+    pool = []
+    for c in candidates:
+        if per_stage[c.stage] < LONG_RERANK:
+            per_stage[c.stage] += 1
+            pool.append(c)
+    for c in pool:
+        c.matches, c.coverage = best_matches(con, session_row(con, c.sid), c.part, matcher, filters, limit=matches)
+    chosen = set(id(c) for c in pool)
+    pool.sort(key=lambda c: (-c.coverage, c.stage, -c.score))
+    candidates[:] = pool + [c for c in candidates if id(c) not in chosen]
 
 
 def fallback_snippet(con, s):
