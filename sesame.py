@@ -987,11 +987,15 @@ class Parser:
         what Sesame indexed stays after the agent deletes it, see keepDeletedSessions)."""
         return None
 
+    # Environment variables through which the agent tells the commands it runs (and its MCP
+    # servers) which session they run inside; their values are session ids. See current_sessions.
+    session_env = ()
+
     def current_sessions(self, env):
-        """Session ids or file paths of this agent's sessions that the calling process runs inside
-        (agents tell it through the environment, e.g. a session id variable); [] when unknown. Search
-        marks such a result `current` and ranks it after the others: it holds the very query."""
-        return []
+        """Session ids of this agent's sessions that the calling process runs inside; [] when the
+        agent does not say. Search marks such a result `current` and ranks it after the others: it
+        holds the very query the agent just ran."""
+        return [env[name].strip() for name in self.session_env if env.get(name, "").strip()]
 
     def sidecars(self, path):
         return []
@@ -1003,6 +1007,11 @@ PARSERS = {}
 def register(cls):
     PARSERS[cls.id] = cls()
     return cls
+
+
+def current_sessions(env):
+    """{(agent, session id)} of the sessions the calling process runs inside, as agents tell it."""
+    return {(p.id, sid) for p in PARSERS.values() for sid in p.current_sessions(env)}
 
 
 # -------------------------------------------------------------------------------------------------
@@ -1341,6 +1350,7 @@ class ClaudeCodeParser(Parser):
     `summary` line about this file.
     """
 
+    session_env = ("CLAUDE_CODE_SESSION_ID",)  # set by 2.1 for the commands and MCP servers it runs
     id, label, version = "claude", "Claude Code", 1
 
     def default_roots(self, env):
@@ -1700,6 +1710,7 @@ class CodexParser(Parser):
     parent history they replay is left out. Names come from `session_index.jsonl` (thread names).
     """
 
+    session_env = ("CODEX_THREAD_ID",)  # set for the commands it runs (0.169); a thread is a session
     id, label, version = "codex", "Codex", 1
 
     def __init__(self):
@@ -7508,7 +7519,8 @@ def tool_family(name):
 class Filters:
     """Session filters shared by the CLI flags and the JSON API."""
 
-    def __init__(self, cwd=None, after=None, before=None, agent=None, tools_only=False, tool=None, path=None):
+    def __init__(self, cwd=None, after=None, before=None, agent=None, tools_only=False, tool=None, path=None,
+                 current=()):
         self.cwd = os.path.abspath(os.path.expanduser(cwd)).rstrip(os.sep) or os.sep if cwd else None
         self.after = iso(parse_when(after)) if after else None
         self.before = iso(parse_when(before)) if before else None
@@ -7518,6 +7530,7 @@ class Filters:
         self.tool = sorted({name for t in (tool or []) if t for name in tool_family(t)})
         self.tools_only = tools_only or bool(self.tool)
         self.path = path
+        self.current = set(current)  # (agent, session id) of the sessions the caller runs inside
 
     def sql(self):
         """WHERE conditions on sessions `s`, and their parameters."""
@@ -7564,10 +7577,10 @@ class Candidate:
     """A session the ranking found: its row id, bm25 score (positive, higher is better), the stage
     that found it, and its best part's chunk range; matches are found when it is shown."""
 
-    __slots__ = ("sid", "score", "stage", "part", "doc", "matches", "coverage")
+    __slots__ = ("sid", "score", "stage", "part", "doc", "key", "matches", "coverage")
 
-    def __init__(self, sid, score, stage, part, doc):
-        self.sid, self.score, self.stage, self.part, self.doc = sid, score, stage, part, doc
+    def __init__(self, sid, score, stage, part, doc, key):
+        self.sid, self.score, self.stage, self.part, self.doc, self.key = sid, score, stage, part, doc, key
         self.matches = self.coverage = None
 
 
@@ -7622,7 +7635,7 @@ def ranked_sessions(con, query, filters, need, per_stage=0):
             if sid not in seen and (agent, session_id) not in keys:
                 seen.add(sid)
                 keys.add((agent, session_id))
-                out.append(Candidate(sid, -score, stage, (first, last), doc))
+                out.append(Candidate(sid, -score, stage, (first, last), doc, (agent, session_id)))
         if len(out) >= need and not per_stage:
             break
     return out
@@ -7728,6 +7741,8 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
         candidates = ranked_sessions(con, query, filters, need if not verify else max(need * 2, 40),
                                      per_stage=LONG_RERANK if long_question else 0)
         _rerank(con, candidates, query, matcher, filters, matches)
+        if filters.current:  # the caller's own session holds the query itself: it goes last
+            candidates.sort(key=lambda c: c.key in filters.current)
         if page is not None:
             page["size"] = min(limit, max(0, len(candidates) - offset))
         shown = 0
@@ -7828,9 +7843,9 @@ def result_json(con, s, score, stage, matches, every_word_known=True):
 
 # The JSON contract of a search result, by preset (--fields). "summary" is the default shape.
 FIELD_PRESETS = {
-    "minimal": ("sessionId", "shortId", "agent", "name", "modified", "score", "resumeCommand", "fileDeleted"),
+    "minimal": ("sessionId", "shortId", "agent", "name", "modified", "score", "resumeCommand", "fileDeleted", "current"),
     "summary": ("sessionId", "shortId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
-                "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted"),
+                "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted", "current"),
 }
 FIELD_PRESETS["full"] = FIELD_PRESETS["summary"] + ("chunkCount", "stage", "matchedWords")
 SUMMARY_MATCH_KEYS = ("seq", "kind", "tool", "snippet")  # "full" keeps every key of every match
@@ -7927,7 +7942,8 @@ def print_results(data, color, out, words=None):
     for rank, r in enumerate(results, data["offset"] + 1):
         # The rank, not the score: bm25 scores mean little to a reader (and round to 0.00 in a small index).
         out.write("\n%d. %s (%s) - %s%s\n" % (rank, r.get("shortId") or r.get("sessionId"), r.get("name") or "Unnamed",
-                                            short_date(r.get("modified")), " (file deleted)" if r.get("fileDeleted") else ""))
+                                            short_date(r.get("modified")), " (file deleted)" if r.get("fileDeleted") else
+                                            " (this session)" if r.get("current") else ""))
         if "cwd" in r:
             out.write("  %s\n" % (r["cwd"] or "(no working directory)"))
         if r.get("matchedSnippet"):
@@ -8773,7 +8789,8 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
     query = Query(text)
     if limit < 1 or offset < 0:
         raise UsageError("--limit must be at least 1 and --offset at least 0")
-    filters = Filters(cwd=cwd, after=after, before=before, agent=agent, tools_only=tools, tool=tool, path=path)
+    filters = Filters(cwd=cwd, after=after, before=before, agent=agent, tools_only=tools, tool=tool, path=path,
+                      current=current_sessions(os.environ))
     first_use = not os.path.exists(ctx.index_path)
     store = ctx.store()
     data = {"query": query.text, "resultCount": 0, "offset": offset, "limit": limit, "hasMore": False,
@@ -8788,8 +8805,9 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
                 data["hasMore"] = True
                 break
             data["alsoSearched"] = query.notes()
-            results.append(shape_result(result_json(store.con, *hit, not any(w.dropped for w in query.words)),
-                                        fields, full))
+            r = result_json(store.con, *hit, every_word_known=not any(w.dropped for w in query.words))
+            r["current"] = (r["agent"], r["sessionId"]) in filters.current
+            results.append(shape_result(r, fields, full))
             if max_chars and render and len(results) > 1 and _smallest_size(data, render) > max_chars:
                 results.pop()  # it cannot fit (fit_budget would drop it): the next page starts with it
                 data["hasMore"] = True

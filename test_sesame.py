@@ -631,6 +631,24 @@ def test_live_files_report_file_deleted_false(corpus, capsys):
     assert json.loads(out)["results"][0]["fileDeleted"] is False
 
 
+def test_the_session_an_agent_runs_in_is_marked_current_and_ranked_last(env, capsys, tmp_path, monkeypatch):
+    # Claude Code 2.1 tells the commands it runs its session id (CLAUDE_CODE_SESSION_ID), Codex
+    # 0.169 its thread id (CODEX_THREAD_ID). That session holds the query itself, many times.
+    projects = tmp_path / "claude-projects"
+    write_config({"sources": [{"parser": "claude", "path": str(projects)}]}, tmp_path)
+    ids = {"own": "0c0c0c0c-0000-4000-8000-000000000001", "old": "0c0c0c0c-0000-4000-8000-000000000002"}
+    for key, text in (("own", "search for the zephyr lattice session: sesame search zephyr lattice zephyr lattice"),
+                      ("old", "the zephyr lattice failed to converge")):
+        recs = [dict(cc_cl_user("u1", "2026-02-0%dT10:00:00.000Z" % (1 + len(key)), text), sessionId=ids[key])]
+        cc_write_jsonl(projects / "-home-u-proj" / (ids[key] + ".jsonl"), recs)
+    assert search_ids(capsys, "zephyr lattice")[0] == ids["own"]     # outside the agent: BM25 alone
+    monkeypatch.setenv("CLAUDE_CODE_SESSION_ID", ids["own"])
+    data = json.loads(run(capsys, "search", "zephyr lattice", "--json")[1])
+    assert [(r["sessionId"], r["current"]) for r in data["results"]] == [(ids["old"], False), (ids["own"], True)]
+    code, out, _ = run(capsys, "search", "zephyr lattice")
+    assert out.index("(this session)") > out.index("2.")
+
+
 def test_a_moved_file_is_not_a_deletion_the_session_follows_it(corpus, capsys, tmp_path):
     path = [os.path.join(d, f) for d, _, fs in os.walk(corpus) for f in fs if "bbbb2222" in f][0]
     moved = os.path.join(str(corpus), "--home-dev-elsewhere--")
@@ -1433,12 +1451,14 @@ def test_human_output_shows_count_id_name_date_cwd_and_snippet(corpus, capsys):
 
 
 @pytest.mark.parametrize("preset,keys", [
-    ("minimal", ["sessionId", "shortId", "agent", "name", "modified", "score", "resumeCommand", "fileDeleted"]),
+    ("minimal", ["sessionId", "shortId", "agent", "name", "modified", "score", "resumeCommand", "fileDeleted",
+                 "current"]),
     ("summary", ["sessionId", "shortId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms",
-                 "created", "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted"]),
+                 "created", "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted",
+                 "current"]),
     ("full", ["sessionId", "shortId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
-              "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted", "chunkCount", "stage",
-              "matchedWords"]),
+              "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted", "current",
+              "chunkCount", "stage", "matchedWords"]),
     ("name,score", ["name", "score"]),
 ])
 def test_field_presets_give_exactly_their_keys(corpus, capsys, preset, keys):
