@@ -8736,6 +8736,8 @@ def cmd_forget(args, ctx):
         else:
             for i in items:
                 sys.stdout.write("%s  %s  %s  %s\n" % (i["sessionId"], i["agent"], i.get("name") or "Unnamed", i.get("path")))
+            if not items:
+                sys.stdout.write("No session is forgotten (`sesame forget SESSION` removes one from the index).\n")
         return EXIT_OK
     if not args.session:
         raise UsageError("name the session to forget (or --list)")
@@ -8922,14 +8924,16 @@ def cmd_status(args, ctx):
 
 
 def cmd_sources(args, ctx):
+    """Per agent: where it is looked for, how many files were found there and what became of them
+    (indexed, or not and why), and the sessions indexed."""
     store = ctx.store(create=False)
-    counts = {}
+    files, sessions = collections.defaultdict(collections.Counter), collections.Counter()
     if store is not None:
         try:
-            for agent, files, sessions in store.con.execute(
-                    "SELECT f.parser, count(DISTINCT f.id), count(s.id) FROM files f LEFT JOIN sessions s "
-                    "ON s.file_id = f.id GROUP BY f.parser"):
-                counts[agent] = (files, sessions)
+            for agent, status, n in store.con.execute("SELECT parser, status, count(*) FROM files GROUP BY parser, status"):
+                files[agent][status or "ok"] += n
+            for agent, n in store.con.execute("SELECT agent, count(*) FROM sessions GROUP BY agent"):
+                sessions[agent] = n
         finally:
             store.close()
     configured = {}
@@ -8937,19 +8941,27 @@ def cmd_sources(args, ctx):
         configured.setdefault(s.parser.id, []).append(s)
     rows = []
     for pid, parser in PARSERS.items():
-        roots = [s.path for s in configured.get(pid, [])] if ctx.cfg_path and configured else parser.default_roots(ctx.env)
-        if pid in configured:
-            roots = [s.path for s in configured[pid]]
-        files, sessions = counts.get(pid, (0, 0))
+        roots = [s.path for s in configured[pid]] if pid in configured else parser.default_roots(ctx.env)
+        seen = files.get(pid, collections.Counter())
         rows.append({"agent": pid, "name": parser.label, "locations": [{"path": r, "exists": os.path.exists(r)} for r in roots],
-                     "active": pid in configured, "filesIndexed": files, "sessionsIndexed": sessions})
+                     "active": pid in configured, "filesFound": sum(seen.values()) - seen["deleted"],
+                     "filesIndexed": seen["ok"] + seen["damaged"],
+                     "filesNotIndexed": {k: seen[k] for k in ("skipped", "damaged", "unreadable") if seen[k]},
+                     "sessionsIndexed": sessions[pid]})
     if args.json:
         emit_json({"sources": rows})
         return EXIT_OK
     for r in rows:
         where = ", ".join("%s%s" % (l["path"], "" if l["exists"] else " (absent)") for l in r["locations"]) or "(none)"
-        sys.stdout.write("%-12s %-6s %5d sessions  %s\n" % (r["agent"], "active" if r["active"] else "-",
-                                                           r["sessionsIndexed"], where))
+        found = "%d file%s" % (r["filesFound"], "" if r["filesFound"] == 1 else "s")
+        why = {"skipped": ("not a session file", "not session files"), "unreadable": ("unreadable",) * 2,
+               "damaged": ("damaged (its last good sessions kept)",) * 2}
+        if r["filesNotIndexed"]:
+            found += " (%s)" % ", ".join("%d %s" % (n, why[k][n > 1]) for k, n in r["filesNotIndexed"].items())
+        sys.stdout.write("%-12s %-6s %6d sessions  %s  %s\n" % (r["agent"], "active" if r["active"] else "-",
+                                                             r["sessionsIndexed"], found, where))
+    if any(r["filesNotIndexed"] for r in rows):
+        sys.stdout.write("\n`sesame status` lists the files not indexed and why.\n")
     return EXIT_OK
 
 

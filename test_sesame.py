@@ -257,6 +257,27 @@ def test_the_readme_install_command_works_on_a_fresh_account(tmp_path):
     assert r.returncode == 0 and "PATH" not in r.stdout and r.stdout.count("sesame " + sesame.__version__) == 2
 
 
+def test_every_readme_shell_block_that_runs_offline_runs_as_written(tmp_path):
+    # The install block has its own test above; installing packages and the benchmark need the
+    # network or many minutes. Every other `sh` block runs, in order, as a new user would type it:
+    # `sesame` on PATH, pi sessions where pi keeps them, no config, in a checkout of this repository.
+    sesame_cmd = install(tmp_path, SESAME_DATA_DIR=str(tmp_path / "data"))
+    build_corpus(tmp_path / ".pi" / "agent" / "sessions")
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    for name in ("SKILL.md", "README.md"):
+        shutil.copy(os.path.join(HERE, name), str(checkout / name))
+    blocks = [b for b in readme_blocks()[1:] if "pip install" not in b and "SESAME_BENCH" not in b]
+    assert len(blocks) >= 3
+    for block in blocks:
+        r = subprocess.run(["sh", "-ec", block], cwd=str(checkout), env=sesame_cmd.env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (block, r.stderr)
+        if block.startswith("sesame search"):
+            assert "Found 1 session" in r.stdout, r.stdout
+    assert (tmp_path / ".claude" / "skills" / "sesame" / "SKILL.md").exists()
+
+
 def test_installed_command_fills_a_private_code_cache_and_remembers_the_interpreter(tmp_path):
     sesame_cmd = install(tmp_path)
     r = sesame_cmd("--version")
@@ -4141,6 +4162,24 @@ def test_without_config_sessions_of_several_agents_in_their_default_places_are_f
     code, out, _ = run(capsys, "sources", "--json")
     active = {s["agent"] for s in json.loads(out)["sources"] if s["active"]}
     assert {"pi", "claude", "codex", "gemini"} <= active
+
+
+def test_sources_counts_the_files_found_per_agent_and_why_some_were_not_indexed(env, capsys):
+    PiWriter(env, "aaaa0001-one").user("the first session").save()
+    PiWriter(env, "aaaa0002-two").user("the second session").save()
+    with open(os.path.join(str(env), "notes.jsonl"), "w") as f:
+        f.write("this is not a session\n")
+    run(capsys, "index")
+    pi = next(s for s in json.loads(run(capsys, "sources", "--json")[1])["sources"] if s["agent"] == "pi")
+    assert (pi["filesFound"], pi["filesIndexed"], pi["filesNotIndexed"], pi["sessionsIndexed"]) == (3, 2, {"skipped": 1}, 2)
+    code, out, _ = run(capsys, "sources")
+    assert "3 files (1 not a session file)" in out and "sesame status" in out
+
+
+def test_forget_list_says_when_nothing_is_forgotten(env, capsys):
+    code, out, _ = run(capsys, "forget", "--list")
+    assert code == 0 and "No session is forgotten" in out
+    assert json.loads(run(capsys, "forget", "--list", "--json")[1]) == {"forgotten": []}
 
 
 SAMPLE_AGENTS = {  # samples folder -> (parser id, sessions its files hold)
