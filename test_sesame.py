@@ -278,6 +278,22 @@ def test_every_readme_shell_block_that_runs_offline_runs_as_written(tmp_path):
     assert (tmp_path / ".claude" / "skills" / "sesame" / "SKILL.md").exists()
 
 
+def test_every_flag_and_json_field_the_skill_names_exists(corpus, capsys):
+    with open(os.path.join(HERE, "SKILL.md"), encoding="utf-8") as f:
+        skill = f.read()
+    known = set()
+    for command in ("search", "show"):
+        parser = sesame.build_parser(command)
+        for action in parser._subparsers._group_actions[0].choices[command]._actions:
+            known.update(action.option_strings)
+    flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", skill)) - {"--"}
+    assert flags and flags <= known, flags - known
+    result = json.loads(run(capsys, "search", "carousel", "--json", "--fields", "full")[1])["results"][0]
+    for field in re.findall(r"`(\w+)`", skill.split("## Reading the JSON")[1].split("## Read a session")[0]):
+        if field in sesame.FIELD_PRESETS["full"]:
+            assert field in result, field
+
+
 def test_installed_command_fills_a_private_code_cache_and_remembers_the_interpreter(tmp_path):
     sesame_cmd = install(tmp_path)
     r = sesame_cmd("--version")
