@@ -7021,7 +7021,6 @@ def fts_terms(text):
 _CAMEL_PART_RE = LazyPattern(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _IDENT_RE = LazyPattern(r"[A-Za-z][A-Za-z0-9]+")
 _CASE_CHANGE_RE = LazyPattern(r"[a-z][A-Z]|[A-Z][A-Z][a-z]")
-_NOT_SPACE_RE = LazyPattern(r"\S*")
 _PARTS = {}
 
 
@@ -7034,20 +7033,18 @@ def split_identifier(word):
 
 def identifier_parts(text):
     """The parts of every camelCase name in text, each name once, as text to index beside it ("" if
-    none). It runs over much of what is indexed, so it starts from the case changes themselves (a
-    regular expression, in C), takes the whitespace-delimited word around each, and remembers the
-    parts it found for a word."""
-    out, seen = [], set()
-    for m in _CASE_CHANGE_RE.finditer(text):
-        start = max(text.rfind(" ", 0, m.start()), text.rfind("\n", 0, m.start())) + 1
-        end = _NOT_SPACE_RE.match(text, m.end()).end()
-        word = text[start:end]
-        if word in seen:
+    none). It runs over most of what is indexed, so it keeps to C-speed string methods: of the
+    whitespace-delimited words (each once, in order), only those that are neither all lower case,
+    all upper case nor Capitalised can hold a case change; the regular expressions see only those,
+    and the parts found for a word are remembered."""
+    out = []
+    has_change = _CASE_CHANGE_RE.search
+    for word in dict.fromkeys(text.split()):
+        if word.islower() or word.isupper() or word[1:].islower() or not has_change(word):
             continue
-        seen.add(word)
         parts = _PARTS.get(word)
         if parts is None:
-            parts = "\n".join(" ".join(split_identifier(w)) for w in _IDENT_RE.findall(word) if _CASE_CHANGE_RE.search(w))
+            parts = "\n".join(" ".join(split_identifier(w)) for w in _IDENT_RE.findall(word) if has_change(w))
             if len(_PARTS) < 100000:
                 _PARTS[word] = parts
         if parts:
