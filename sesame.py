@@ -1616,6 +1616,8 @@ _CODEX_CONTEXT_PREFIXES = ("# AGENTS.md", "<environment_context>", "<user_instru
 # Lines written within this many seconds of a replayed parent session_meta belong to the burst that
 # creates a forked thread (parent history, then the new thread's own initial context).
 REPLAY_BURST_SECONDS = 2.0
+# A name without a time of its own (older session_index lines) loses to any dated one.
+_NO_TIME = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
 
 
 def _codex_is_context(text):
@@ -1623,9 +1625,15 @@ def _codex_is_context(text):
     return t.startswith(_CODEX_CONTEXT_PREFIXES) or bool(_CODEX_WRAPPED_RE.match(t))
 
 
+# exec_command (unified exec, 0.100+) puts a header before the output: "Chunk ID: ...\nWall time: ...\n
+# Process exited with code N\nOriginal token count: ...\nOutput:\n...".
+_CODEX_EXIT_RE = LazyPattern(r"^Process exited with code (-?\d+)\s*$", re.M)
+
+
 def _codex_output(output):
     """function_call_output.output -> (text, is_error). It is a string (older CLIs: a JSON string
-    {"output", "metadata": {"exit_code"}}), {content, success}, or a list of content items."""
+    {"output", "metadata": {"exit_code"}}; exec_command: a header naming the exit code), {content,
+    success}, or a list of content items."""
     if isinstance(output, str):
         if output.startswith("{"):
             try:
@@ -1635,7 +1643,9 @@ def _codex_output(output):
             if isinstance(obj, dict) and isinstance(obj.get("output"), str):
                 meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
                 return obj["output"], bool(meta.get("exit_code"))
-        return output, False
+        head = output[:output.find("\nOutput:")] if "\nOutput:" in output else output[:300]
+        m = _CODEX_EXIT_RE.search(head)
+        return output, bool(m and int(m.group(1)) != 0)
     if isinstance(output, dict):
         if "content" in output:
             text, _ = _codex_output(output.get("content"))
@@ -1782,7 +1792,7 @@ class CodexParser(Parser):
                 if rtype == "session_meta" and isinstance(payload, dict):
                     s = self._new_session(path, payload.get("id"))
                     created = norm_time(payload.get("timestamp")) or ts
-                    self._meta(s, payload)
+                    self._meta(s, payload, report)
                     st.own_id = s.session_id
                     continue
                 if "id" in rec and "timestamp" in rec and "type" not in rec:   # bare era header
@@ -1823,7 +1833,9 @@ class CodexParser(Parser):
         return self._finish(s, st, path, created)
 
     @staticmethod
-    def _meta(s, meta):
+    def _meta(s, meta, report=None):
+        if report is not None:
+            report.saw_version(meta.get("cli_version"))
         if _is_abs_path(meta.get("cwd")):
             s.cwd = meta["cwd"]
         source = meta.get("source")
@@ -1847,7 +1859,18 @@ class CodexParser(Parser):
         return s
 
     def _thread_name(self, path, session_id):
-        """Thread name from $CODEX_HOME/session_index.jsonl (append-only, last entry per id wins)."""
+        """The newest name Codex keeps outside the rollout: `session_index.jsonl` (append-only, last
+        entry per id wins; written by /rename) or the `threads` table of `state_N.sqlite` (`name`,
+        set by the same rename, and `title`, which the desktop app changes). A rename does not touch
+        the rollout itself."""
+        home = self._codex_home(path)
+        if home is None:
+            return None
+        found = [c for c in (self._index_names(home).get(session_id), self._state_names(home).get(session_id)) if c]
+        return max(found, key=lambda c: c[0])[1] if found else None
+
+    @staticmethod
+    def _codex_home(path):
         d = os.path.dirname(os.path.abspath(path))
         home = None
         for _ in range(6):
@@ -1858,21 +1881,69 @@ class CodexParser(Parser):
             if parent == d:
                 break
             d = parent
-        if home is None:
-            return None
-        index = os.path.join(home, "session_index.jsonl")
+        return home
+
+    def _cached(self, path, read, *also):
+        """read(path) once per change of path (and of the files in `also`, e.g. its -wal)."""
         try:
-            st = os.stat(index)
+            st = os.stat(path)
         except OSError:
-            return None
-        cached = self._title_cache.get(index)
-        if not cached or cached[0] != st.st_size or cached[1] != st.st_mtime_ns:
+            return {}
+        key = [(st.st_size, st.st_mtime_ns)]
+        for f in also:
+            try:
+                key.append((os.stat(f).st_size, os.stat(f).st_mtime_ns))
+            except OSError:
+                key.append(None)
+        cached = self._title_cache.get(path)
+        if not cached or cached[0] != key:
+            cached = self._title_cache[path] = (key, read(path))
+        return cached[1]
+
+    def _index_names(self, home):
+        """{thread id: (updated_at, name)} from session_index.jsonl."""
+        def read(index):
             names = {}
             for _, rec in iter_jsonl(index, ParseReport()):
                 if isinstance(rec.get("id"), str) and isinstance(rec.get("thread_name"), str):
-                    names[rec["id"]] = rec["thread_name"].strip() or None
-            cached = self._title_cache[index] = (st.st_size, st.st_mtime_ns, names)
-        return cached[2].get(session_id)
+                    name = rec["thread_name"].strip()
+                    names[rec["id"]] = (parse_time(rec.get("updated_at")) or _NO_TIME, name) if name else None
+            return names
+        return self._cached(os.path.join(home, "session_index.jsonl"), read)
+
+    def _state_names(self, home):
+        """{thread id: (updated_at, name)} from the newest state_N.sqlite: the rename (`name`), else a
+        `title` unless it merely repeats the first prompt (Codex's default title)."""
+        dbs = [f for f in os.listdir(home) if re.fullmatch(r"state_\d+\.sqlite", f)] if os.path.isdir(home) else []
+        if not dbs:
+            return {}
+        db = os.path.join(home, max(dbs, key=lambda f: int(re.sub(r"\D", "", f))))
+
+        def read(db):
+            try:
+                con = open_agent_db(db, attempts=2)
+            except OSError:
+                return {}
+            names = {}
+            try:
+                cols = set(_db_columns(con, "threads"))
+                if not {"id", "title"} <= cols:
+                    return {}
+                pick = ", ".join(c if c in cols else "NULL" for c in ("name", "first_user_message", "updated_at_ms",
+                                                                       "updated_at"))
+                for tid, title, name, first, ms, secs in con.execute("SELECT id, title, %s FROM threads" % pick):
+                    name = name.strip() if isinstance(name, str) else ""
+                    title = title.strip() if isinstance(title, str) else ""
+                    if not name and title and _text_key(title) != _text_key(first if isinstance(first, str) else ""):
+                        name = title
+                    if name and isinstance(tid, str):
+                        names[tid] = (parse_time(ms or secs) or _NO_TIME, name)
+            except sqlite3.DatabaseError:
+                return names
+            finally:
+                con.close()
+            return names
+        return self._cached(db, read, db + "-wal")
 
     def resume_command(self, session):
         return "codex resume %s" % shell_quote(session["session_id"]) if session.get("session_id") else None
@@ -1895,6 +1966,8 @@ class _CodexState:
         self.timestamps = []
         self.has_response_tools = False
         self.replay = None   # {"start": index, "end": index or None, "ts": datetime} after a parent meta
+        self.tool_calls = {}   # call id -> response_item tool entry
+        self.exit_codes = {}   # call id -> exit code, from exec_command_end and item_completed events
 
     # -- streams --------------------------------------------------------------------------------
 
@@ -1975,7 +2048,10 @@ class _CodexState:
             if isinstance(args, str):
                 m = _PATCH_FILE_RE.search(args)
                 path = m.group(1).strip() if m else None
-            self.entries.tool(name, args, ts=ts, call_id=p.get("call_id") or p.get("id"), path=path)
+            call_id = p.get("call_id") or p.get("id")
+            e = self.entries.tool(name, args, ts=ts, call_id=call_id, path=path)
+            if call_id:
+                self.tool_calls[call_id] = e
         elif ptype in ("function_call_output", "custom_tool_call_output"):
             text, is_error = _codex_output(p.get("output"))
             self.entries.result(p.get("call_id"), text, is_error, ts=ts)
@@ -2017,7 +2093,9 @@ class _CodexState:
                 self.thread_name = p["thread_name"].strip()
         elif etype == "item_completed" and isinstance(p.get("item"), dict):
             self._item(p["item"], ts)
-        # token_count, task_*, exec_command_end, patch_apply_end, ... repeat what response_items say
+        elif etype == "exec_command_end" and isinstance(p.get("exit_code"), int):
+            self.exit_codes[p.get("call_id")] = p["exit_code"]
+        # token_count, task_*, patch_apply_end, ... repeat what response_items say
 
     def _item(self, item, ts):
         """A TurnItem (history_mode "paginated" writes everything this way)."""
@@ -2038,6 +2116,10 @@ class _CodexState:
             e = self.entries.tool("shell", {"command": _command_string(item.get("command")), "cwd": item.get("cwd")},
                                   ts=ts, stream="item")
             e["output"] = output or None
+            code = item.get("exit_code")
+            e["is_error"] = item.get("status") == "failed" or (isinstance(code, int) and code != 0)
+            if isinstance(code, int):
+                self.exit_codes[item.get("id")] = code   # the id is the call_id of its function_call
         elif itype == "McpToolCall":
             result = item.get("result") if isinstance(item.get("result"), dict) else {}
             e = self.entries.tool("%s.%s" % (item.get("server"), item.get("tool")), item.get("arguments"), ts=ts,
@@ -2065,6 +2147,10 @@ class _CodexState:
                 for e in mine:
                     if not e.get("drop"):
                         kept[e["key"]] += 1
+        # The exit code of a command lives in the events; the call that ran it failed when it is not 0.
+        for call_id, code in self.exit_codes.items():
+            if code != 0 and call_id in self.tool_calls:
+                self.tool_calls[call_id]["is_error"] = True
         # Tool items of item_completed only when the file has no response_item tool calls at all.
         if self.has_response_tools:
             for e in items:

@@ -2225,6 +2225,78 @@ def test_codex_thread_name_from_session_index_last_entry_wins(tmp_path):
     assert cc_codex_parse(p)[0].name == "LM Studio wiring"
 
 
+def test_codex_state_db_rename_and_changed_title_name_the_session_and_the_newest_wins(tmp_path):
+    # Codex 0.169 keeps threads in state_5.sqlite: `title` starts as the first prompt (not a name),
+    # a /rename sets `name` (and appends to session_index.jsonl), the desktop app changes `title`.
+    p = cc_write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(), cc_cx_msg("2025-11-17T21:31:00Z", "user", "wire lmstudio in")])
+    con = sqlite3.connect(str(tmp_path / "state_5.sqlite"))
+    con.execute("CREATE TABLE threads (id TEXT PRIMARY KEY, rollout_path TEXT NOT NULL, title TEXT NOT NULL, "
+                "first_user_message TEXT NOT NULL DEFAULT '', name TEXT, updated_at INTEGER NOT NULL, "
+                "updated_at_ms INTEGER)")
+    con.execute("INSERT INTO threads VALUES (?, ?, 'wire lmstudio in', 'wire lmstudio in', NULL, 1763415060, "
+                "1763415060000)", (cc_TID, str(p)))
+    con.commit()
+    assert cc_codex_parse(p)[0].name is None
+    con.execute("UPDATE threads SET title = 'LM Studio provider'")
+    con.commit()
+    assert cc_codex_parse(p)[0].name == "LM Studio provider"
+    con.execute("UPDATE threads SET name = 'Local models'")
+    con.commit()
+    assert cc_codex_parse(p)[0].name == "Local models"
+    cc_write_jsonl(tmp_path / "session_index.jsonl", [
+        {"id": cc_TID, "thread_name": "older rename", "updated_at": "2025-11-17T21:00:00Z"}])
+    assert cc_codex_parse(p)[0].name == "Local models"
+    cc_write_jsonl(tmp_path / "session_index.jsonl", [
+        {"id": cc_TID, "thread_name": "newer rename", "updated_at": "2025-11-17T22:00:00Z"}])
+    assert cc_codex_parse(p)[0].name == "newer rename"
+    con.close()
+
+
+def cc_cx_exec(ts, call_id, cmd, output, exit_code):
+    """What Codex 0.169 writes for one exec_command: the call, the item_completed event, the output."""
+    return [
+        cc_cx(ts, "response_item", {"type": "function_call", "name": "exec_command", "call_id": call_id,
+                                    "arguments": json.dumps({"cmd": cmd})}),
+        cc_cx(ts, "event_msg", {"type": "item_completed", "item": {
+            "type": "CommandExecution", "id": call_id, "command": ["/bin/bash", "-lc", cmd],
+            "status": "failed" if exit_code else "completed", "aggregated_output": output, "exit_code": exit_code}}),
+        cc_cx(ts, "response_item", {"type": "function_call_output", "call_id": call_id, "output":
+                                    "Chunk ID: 9e7052\nWall time: 0.0000 seconds\nProcess exited with code %d\n"
+                                    "Original token count: 2\nOutput:\n%s" % (exit_code, output)}),
+    ]
+
+
+def test_codex_failed_exec_command_is_an_error_from_its_exit_code(tmp_path):
+    p = cc_write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(cli_version="0.169.0")]
+                       + cc_cx_exec("2025-11-17T21:31:00Z", "call_ok", "echo canary-1 && ls", "canary-1\n", 0)
+                       + cc_cx_exec("2025-11-17T21:31:01Z", "call_bad", "echo fail-x; exit 3", "fail-x\n", 3))
+    ok, bad = [c for c in cc_codex_parse(p)[0].chunks if c.kind == "tool"]
+    assert ok.tool == bad.tool == "exec_command"
+    assert ok.text.startswith("tool: exec_command\ncmd: echo canary-1 && ls\noutput:") and "\nerror:" not in ok.text
+    assert bad.text.startswith("tool: exec_command\ncmd: echo fail-x; exit 3\nerror:")
+    # the output text alone says it too (no event), and so does an older exec_command_end event
+    lines = [r for r in cc_cx_exec("2025-11-17T21:31:01Z", "c2", "false", "", 1) if r["type"] == "response_item"]
+    p2 = cc_write_jsonl(cc_rollout(tmp_path, "other"), [cc_cx_meta()] + lines)
+    assert "\nerror:" in cc_codex_parse(p2)[0].chunks[-1].text
+    p3 = cc_write_jsonl(cc_rollout(tmp_path, "older"), [
+        cc_cx_meta(),
+        cc_cx("2025-11-17T21:31:00Z", "response_item", {"type": "function_call", "name": "shell", "call_id": "c3",
+                                                      "arguments": json.dumps({"command": ["bash", "-lc", "make"]})}),
+        cc_cx("2025-11-17T21:31:01Z", "event_msg", {"type": "exec_command_end", "call_id": "c3", "exit_code": 2}),
+        cc_cx("2025-11-17T21:31:01Z", "response_item", {"type": "function_call_output", "call_id": "c3",
+                                                      "output": "make: *** No rule"}),
+    ])
+    assert "\nerror:" in cc_codex_parse(p3)[0].chunks[-1].text
+
+
+def test_codex_exec_command_is_found_with_tool_bash(env, tmp_path, capsys):
+    home = tmp_path / "codex"
+    cc_write_jsonl(home / "sessions" / "2025" / "11" / "17" / ("rollout-2025-11-17T15-30-28-%s.jsonl" % cc_TID),
+                   [cc_cx_meta()] + cc_cx_exec("2025-11-17T21:31:00Z", "c1", "cargo build-std", "ok", 0))
+    write_config({"sources": [{"parser": "codex", "path": str(home / "sessions")}]}, tmp_path)
+    assert search_ids(capsys, "build-std", "--tool", "bash") == [cc_TID]
+
+
 def test_codex_subagent_links_parent_and_drops_replayed_history(tmp_path):
     parent = "0199a000-0000-7000-8000-000000000002"
     child = "0199a001-0000-7000-8000-00000000c41d"
