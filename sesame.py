@@ -1289,6 +1289,9 @@ _CLAUDE_CONTEXT_PREFIXES = (
 )
 # Spilled tool results: the transcript holds a preview and the path of the full output.
 _CLAUDE_SPILL_RE = LazyPattern(r"(\S*tool-results[/\\][^\s<>\"']+)")
+# A failed Bash call: the result text starts with its exit code ("Exit code 3\n..."; the structured
+# toolUseResult says "Error: Exit code 3"). Older and some SDK writers leave is_error false.
+_CLAUDE_EXIT_RE = LazyPattern(r"^\s*(?:Error: )?Exit code (-?\d+)\b")
 SPILL_HEAD_BYTES, SPILL_TAIL_BYTES = 64 * 1024, 16 * 1024
 
 
@@ -1536,7 +1539,21 @@ class ClaudeCodeParser(Parser):
             elif btype == "tool_result":
                 call_id = block.get("tool_use_id") or rec.get("sourceToolUseID")
                 output = self._tool_output(rec, block, path, call_id)
-                entries.result(call_id, output, block.get("is_error"), ts=ts)
+                entries.result(call_id, output, block.get("is_error") or self._failed(rec, block), ts=ts)
+
+    @staticmethod
+    def _failed(rec, block):
+        """A shell result whose text names a non-zero exit code. A structured result ({stdout, ...}) is a
+        command that succeeded: its text is what the command printed."""
+        content = block.get("content")
+        result = rec.get("toolUseResult")
+        if isinstance(result, dict) and "stdout" in result:
+            return False
+        for text in (content if isinstance(content, str) else text_of(content), result):
+            m = _CLAUDE_EXIT_RE.match(text) if isinstance(text, str) else None
+            if m:
+                return int(m.group(1)) != 0
+        return False
 
     @staticmethod
     def _tool_output(rec, block, path, call_id):
@@ -1559,6 +1576,9 @@ class ClaudeCodeParser(Parser):
         parts = os.path.normpath(path).split(os.sep)
         if "subagents" in parts:
             session_dir = os.sep.join(parts[:len(parts) - 1 - parts[::-1].index("subagents")])
+        # The path was written on the machine that ran the session: when the folder was moved,
+        # restored or synced, the same file name under this session's own folder is the spill.
+        candidates += [os.path.join(session_dir, "tool-results", re.split(r"[/\\]", c)[-1]) for c in list(candidates)]
         if isinstance(call_id, str) and re.fullmatch(r"[A-Za-z0-9_-]+", call_id):
             candidates.append(os.path.join(session_dir, "tool-results", call_id + ".txt"))
         for c in candidates:

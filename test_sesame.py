@@ -2083,6 +2083,84 @@ def test_claude_spilled_tool_output_is_read_from_tool_results(tmp_path):
     assert "UNIQUE_NEEDLE_IN_BIG_OUTPUT" in cc_texts(s, "tool")[0]
 
 
+def test_claude_spill_written_on_another_machine_is_found_in_this_session_folder(tmp_path):
+    # Claude Code 2.1 names the spill at random and records the absolute path of the machine that
+    # wrote it; the session folder was synced here from elsewhere.
+    proj = tmp_path / "-proj"
+    spill = proj / cc_SID / "tool-results" / "bgkptfuro.txt"
+    os.makedirs(str(spill.parent))
+    spill.write_text("line-number-1\n" * 10 + "SYNCED_SPILL_NEEDLE\n")
+    elsewhere = "/Users/someone/.claude/projects/-proj/%s/tool-results/bgkptfuro.txt" % cc_SID
+    stub = ("<persisted-output>\nOutput too large (516.5KB). Full output saved to: %s\n\nPreview (first 2KB):\n"
+            "line-number-1\n...\n</persisted-output>" % elsewhere)
+    p = cc_write_jsonl(proj / (cc_SID + ".jsonl"), [
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": "toolu_f048", "name": "Bash",
+                                                       "input": {"command": "seq 1 30000 | sed s/^/line-number-/"}}]),
+        cc_cl_user("u1", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "toolu_f048", "content": stub,
+                                                  "is_error": False}],
+                   toolUseResult={"stdout": "line-number-1\n", "stderr": "", "interrupted": False,
+                                  "persistedOutputPath": elsewhere, "persistedOutputSize": 528894}),
+    ])
+    assert "SYNCED_SPILL_NEEDLE" in cc_texts(cc_claude_parse(p)[0], "tool")[0]
+    windows = "C:\\Users\\someone\\.claude\\projects\\-proj\\%s\\tool-results\\bgkptfuro.txt" % cc_SID
+    p = cc_write_jsonl(proj / (cc_SID + ".jsonl"), [
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": "toolu_f048", "name": "Bash",
+                                                       "input": {"command": "make"}}]),
+        cc_cl_user("u1", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "toolu_f048",
+                                                  "content": "<persisted-output>preview</persisted-output>"}],
+                   toolUseResult={"stdout": "preview", "persistedOutputPath": windows}),
+    ])
+    assert "SYNCED_SPILL_NEEDLE" in cc_texts(cc_claude_parse(p)[0], "tool")[0]
+
+
+def cc_truncated_failure(command, call_id="toolu_big_fail"):
+    """A failed Bash call whose output Claude Code 2.1 cut itself: 5,000 characters from each end."""
+    out = "".join("%d\n" % i for i in range(1, 9001))
+    text = "Exit code 4\n%s\n\n... [%d characters truncated] ...\n\n%s" % (out[:5000], len(out) - 10000, out[-5000:])
+    return [
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": call_id, "name": "Bash",
+                                                       "input": {"command": command,
+                                                                 "description": "Run the checks"}}]),
+        cc_cl_user("u1", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": call_id, "content": text,
+                                                  "is_error": True}], toolUseResult="Error: " + text),
+    ]
+
+
+def test_claude_truncated_failure_is_an_error_found_by_its_command_under_tools(env, tmp_path, capsys):
+    root = tmp_path / "claude-projects"
+    cc_write_jsonl(root / "-proj" / (cc_SID + ".jsonl"),
+                   [cc_cl_user("u0", "2026-01-01T00:00:00Z", "check the build")] + cc_truncated_failure(
+                       "npm run build-assets; exit 4"))
+    other = cc_SID.replace("1111", "9999")
+    cc_write_jsonl(root / "-other" / (other + ".jsonl"), [
+        cc_cl_user("u0", "2026-01-01T00:00:00Z", "the build of the assets is slow", sessionId=other)])
+    write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
+    assert search_ids(capsys, "build-assets", "--tools") == [cc_SID]
+    assert search_ids(capsys, "build-assets", "--tool", "bash") == [cc_SID]
+    [tool] = [c for c in PARSERS["claude"].parse(str(root / "-proj" / (cc_SID + ".jsonl")), ParseReport())[0].chunks
+              if c.kind == "tool"]
+    assert tool.text.startswith("tool: Bash\ncommand: npm run build-assets; exit 4\ndescription: Run the checks\nerror:")
+
+
+def test_claude_shell_failure_named_only_by_its_exit_code_is_an_error(tmp_path):
+    lines = cc_truncated_failure("pytest -x")
+    lines[1]["message"]["content"][0]["is_error"] = False      # SDK writers leave it false
+    ok = [cc_cl_asst("a2", "2026-01-01T00:00:03Z", "m2", [{"type": "tool_use", "id": "t_ok", "name": "Bash",
+                                                          "input": {"command": "echo Exit code 3"}}]),
+          cc_cl_user("u2", "2026-01-01T00:00:04Z", [{"type": "tool_result", "tool_use_id": "t_ok",
+                                                    "content": "Exit code 3"}],
+                     toolUseResult={"stdout": "Exit code 3", "stderr": ""})]
+    zero = [cc_cl_asst("a3", "2026-01-01T00:00:05Z", "m3", [{"type": "tool_use", "id": "t_z", "name": "Bash",
+                                                            "input": {"command": "true"}}]),
+            cc_cl_user("u3", "2026-01-01T00:00:06Z", [{"type": "tool_result", "tool_use_id": "t_z",
+                                                      "content": "Exit code 0"}])]
+    [s] = cc_claude_parse(cc_write_jsonl(tmp_path / (cc_SID + ".jsonl"), lines + ok + zero))
+    failed, echoed, zeroed = cc_texts(s, "tool")
+    assert "\nerror:\nExit code 4" in failed and "\nerror:" not in zeroed
+    # a command that printed the words succeeded: its structured result holds what it printed
+    assert "\noutput:\nExit code 3" in echoed
+
+
 def test_claude_compact_summary_resumed_copy_and_bad_lines(tmp_path):
     line = cc_cl_user("u1", "2026-01-01T00:00:00Z", "port the parser to rust")
     p = cc_write_jsonl(tmp_path / (cc_SID + ".jsonl"), [
