@@ -2456,6 +2456,7 @@ class OpenCodeParser(Parser):
 _GEMINI_CONTEXT_BLOCK = LazyPattern(r"<session_context>.*?(?:</session_context>|\Z)", re.S)
 _GEMINI_SETUP_PREFIX = "This is the Gemini CLI. We are setting up the context for our chat."
 _GEMINI_SETUP_REPLY = "Got it. Thanks for the context!"
+_GEMINI_EXIT_RE = LazyPattern(r"^Exit Code: (-?\d+)\s*$", re.M)
 
 
 @register
@@ -2528,8 +2529,11 @@ class GeminiParser(Parser):
         if history is not None:
             self._history(s, history, report, first_user)
         else:
+            calls = {}
             for m in messages:
-                self._message(s, m, report, first_user)
+                self._message(s, m, report, first_user, calls)
+            if first is not None and self._resume_stub(path, s, sid):
+                return []
         summary = meta.get("summary")
         if isinstance(summary, str) and summary.strip():
             s.name = _one_line(summary, 200)
@@ -2557,7 +2561,8 @@ class GeminiParser(Parser):
                     messages = {m["id"]: m for m in upd["messages"] if isinstance(m, dict) and isinstance(m.get("id"), str)}
                 meta.update((k, v) for k, v in upd.items() if k != "messages")
             elif isinstance(rec.get("sessionId"), str) and "id" not in rec:
-                meta.update((k, v) for k, v in rec.items() if k != "messages")
+                # A resume appends another metadata line: its startTime is the resume, not the creation.
+                meta.update((k, v) for k, v in rec.items() if k != "messages" and not (k == "startTime" and k in meta))
                 if isinstance(rec.get("messages"), list):   # a legacy whole record on one line
                     messages = {m["id"]: m for m in rec["messages"] if isinstance(m, dict) and isinstance(m.get("id"), str)}
             elif isinstance(rec.get("id"), str):
@@ -2602,7 +2607,35 @@ class GeminiParser(Parser):
             s.add("user", text, role="user", ts=ts)
             first_user.append(text)
 
-    def _message(self, s, m, report, first_user):
+    @staticmethod
+    def _resume_stub(path, s, sid):
+        """A resume can leave a second file with the same sessionId that holds only the metadata and
+        the session context. The session is the other file: this one is indexed as nothing."""
+        if any(c.kind != "context" for c in s.chunks):
+            return False
+        folder = os.path.dirname(path)
+        size = os.path.getsize(path)
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return False
+        for name in names:
+            other = os.path.join(folder, name)
+            if other == path or not (name.startswith("session-") and name.endswith(".jsonl")):
+                continue
+            try:
+                bigger = (os.path.getsize(other), path) > (size, other)   # the fuller one; ties: first name
+            except OSError:
+                continue
+            head = first_json_line(other) if bigger else None
+            if isinstance(head, dict) and head.get("sessionId") == sid:
+                return True
+        return False
+
+    def _message(self, s, m, report, first_user, calls):
+        """One MessageRecord. `calls` holds the tool calls by call id: a call made only of a
+        `functionCall` part (the `$set.messages` list a resume writes has no `toolCalls`) waits for its
+        `functionResponse` in a later user message; a response to a call already complete is a copy."""
         mtype = m.get("type")
         ts = norm_time(m.get("timestamp"))
         s.touch(ts)
@@ -2611,6 +2644,10 @@ class GeminiParser(Parser):
             display = m.get("displayContent")
             display = self._parts_text(display) if display is not None else None
             self._user_text(s, self._parts_text(content), ts, first_user, display)
+            for part in content if isinstance(content, list) else []:
+                fr = part.get("functionResponse") if isinstance(part, dict) else None
+                if isinstance(fr, dict):
+                    self._function_response(s, fr, ts, calls)
         elif mtype in ("gemini", "model"):
             thoughts = []
             for t in m.get("thoughts") if isinstance(m.get("thoughts"), list) else []:
@@ -2622,6 +2659,14 @@ class GeminiParser(Parser):
             for call in m.get("toolCalls") if isinstance(m.get("toolCalls"), list) else []:
                 if isinstance(call, dict):
                     self._tool_call(s, call, ts)
+                    calls[call.get("id") or object()] = None   # complete: its responses are copies
+            for part in content if isinstance(content, list) else []:
+                fc = part.get("functionCall") if isinstance(part, dict) else None
+                if isinstance(fc, dict) and (fc.get("id") or object()) not in calls:
+                    name = str(fc.get("name") or "tool")
+                    args = fc.get("args") if isinstance(fc.get("args"), dict) else None
+                    s.add("tool", tool_text(name, args), role="assistant", tool=name, path=tool_path(args), ts=ts)
+                    calls[fc.get("id") or name] = (len(s.chunks) - 1, name, args)
         elif mtype in ("info", "error", "warning"):
             s.add("context", self._parts_text(content), role=mtype, ts=ts)   # the CLI talking, not the model
         else:
@@ -2638,6 +2683,30 @@ class GeminiParser(Parser):
                     return v
             return json.dumps(response, ensure_ascii=False) if response else ""
         return ""
+
+    def _function_response(self, s, fr, ts, calls):
+        key = fr.get("id") or fr.get("name")
+        if key in calls and calls[key] is None:
+            return   # the call's toolCalls entry already holds this result
+        out = self._response_text(fr.get("response"))
+        call = calls.get(key)
+        calls[key] = None
+        if call:
+            idx, name, args = call
+            s.chunks[idx].text = tool_text(name, args, out, self._failed(name, fr.get("response"), out))
+        else:
+            name = str(fr.get("name") or "tool")
+            s.add("tool", tool_text(name, None, out, self._failed(name, fr.get("response"), out)), role="tool",
+                  tool=name, ts=ts)
+
+    @staticmethod
+    def _failed(name, response, output):
+        """An error response, or a shell command whose output names a non-zero exit code (the call's
+        status stays "success": run_shell_command writes "Exit Code: N" into its output)."""
+        if isinstance(response, dict) and response.get("error"):
+            return True
+        m = _GEMINI_EXIT_RE.search(output or "")
+        return bool(m and int(m.group(1)) != 0)
 
     def _tool_call(self, s, call, ts):
         name = str(call.get("name") or call.get("displayName") or "tool")
@@ -2656,7 +2725,11 @@ class GeminiParser(Parser):
         if not output and isinstance(call.get("resultDisplay"), str):
             output = call["resultDisplay"]
         path = tool_path(args) or (args.get("absolute_path") if args and isinstance(args.get("absolute_path"), str) else None)
-        s.add("tool", tool_text(name, args, output, call.get("status") == "error"), role="assistant",
+        failed = call.get("status") == "error" or any(
+            self._failed(name, p["functionResponse"].get("response"), output) for p in
+            (result if isinstance(result, list) else [result]) if isinstance(p, dict) and
+            isinstance(p.get("functionResponse"), dict)) or self._failed(name, None, output)
+        s.add("tool", tool_text(name, args, output, failed), role="assistant",
               tool=name, path=path, ts=norm_time(call.get("timestamp")) or ts)
 
     def _history(self, s, history, report, first_user):

@@ -2717,6 +2717,68 @@ def test_gemini_repeated_id_is_indexed_once_with_the_newer_record(tmp_path):
     assert s.created == "2026-04-29T21:39:22.319Z" and s.modified == "2026-04-29T21:40:00.000Z"
 
 
+# What Gemini CLI 0.61 writes for a session resumed once (`gemini --resume latest -p ...`), trimmed.
+ogc_GEMINI_CTX = {"id": "ctx", "timestamp": "2026-11-25T02:01:45.461Z", "type": "user", "content": [
+    {"text": "<session_context>\nThis is the Gemini CLI. We are setting up the context for our chat.\n</session_context>"}]}
+ogc_GEMINI_CALL = "run_shell_command__run_shell_command_1795572105628_0"
+ogc_GEMINI_OUT = {"output": "<untrusted_context>\nOutput: canary-1\nProcess Group PGID: 11209\n</untrusted_context>"}
+ogc_GEMINI_RESUMED = [
+    dict(ogc_GEMINI_META, startTime="2026-11-25T02:01:45.459Z", lastUpdated="2026-11-25T02:01:45.459Z"),
+    {"$set": {"messages": [ogc_GEMINI_CTX], "lastUpdated": "2026-11-25T02:01:45.461Z"}},
+    {"id": "u1", "timestamp": "2026-11-25T02:01:45.584Z", "type": "user",
+     "content": [{"text": "Check the canary. Please run `echo canary-1 && ls`"}]},
+    {"id": "g1", "timestamp": "2026-11-25T02:01:45.719Z", "type": "gemini", "content": "", "toolCalls": [
+        {"id": ogc_GEMINI_CALL, "name": "run_shell_command", "args": {"command": "echo canary-1 && ls"},
+         "result": [{"functionResponse": {"id": ogc_GEMINI_CALL, "name": "run_shell_command",
+                                          "response": ogc_GEMINI_OUT}}], "status": "success"}]},
+    {"id": "r1", "timestamp": "2026-11-25T02:01:45.806Z", "type": "user", "content": [
+        {"functionResponse": {"id": ogc_GEMINI_CALL, "name": "run_shell_command", "response": ogc_GEMINI_OUT}}]},
+    # the resume: a second metadata line, then the history again, its tool calls as content parts only
+    dict(ogc_GEMINI_META, startTime="2026-11-25T02:01:50.655Z", lastUpdated="2026-11-25T02:01:50.655Z"),
+    {"$set": {"messages": [
+        dict(ogc_GEMINI_CTX, timestamp="2026-11-25T02:01:50.656Z"),
+        {"id": "u1", "timestamp": "2026-11-25T02:01:50.669Z", "type": "user",
+         "content": [{"text": "Check the canary. Please run `echo canary-1 && ls`"}]},
+        {"id": "g1", "timestamp": "2026-11-25T02:01:50.669Z", "type": "gemini", "content": [
+            {"functionCall": {"id": ogc_GEMINI_CALL, "name": "run_shell_command",
+                              "args": {"command": "echo canary-1 && ls"}}}]},
+        {"id": "g1_response", "timestamp": "2026-11-25T02:01:50.669Z", "type": "user", "content": [
+            {"functionResponse": {"id": ogc_GEMINI_CALL, "name": "run_shell_command", "response": ogc_GEMINI_OUT}}]},
+        {"id": "r1", "timestamp": "2026-11-25T02:01:50.669Z", "type": "user", "content": [
+            {"functionResponse": {"id": ogc_GEMINI_CALL, "name": "run_shell_command", "response": ogc_GEMINI_OUT}}]},
+        {"id": "a1", "timestamp": "2026-11-25T02:01:50.669Z", "type": "gemini", "content": [{"text": "All good."}]},
+    ]}},
+    {"id": "u2", "timestamp": "2026-11-25T02:01:50.769Z", "type": "user",
+     "content": [{"text": "Now a failure please run `echo fail-x; exit 3`"}]},
+    {"id": "g2", "timestamp": "2026-11-25T02:01:50.932Z", "type": "gemini", "content": "", "toolCalls": [
+        {"id": "call-2", "name": "run_shell_command", "args": {"command": "echo fail-x; exit 3"}, "status": "success",
+         "result": [{"functionResponse": {"id": "call-2", "name": "run_shell_command", "response": {
+             "output": "<untrusted_context>\nOutput: fail-x\nExit Code: 3\nProcess Group PGID: 11316\n</untrusted_context>"}}}]}]},
+    {"$set": {"lastUpdated": "2026-11-25T02:01:51.035Z"}},
+]
+
+
+def test_gemini_resumed_session_keeps_its_tool_calls_creation_time_and_failures(tmp_path):
+    f = ogc_write_jsonl(ogc_gemini_chats(tmp_path) / "session-2026-11-25T02-01-95eb3fe0.jsonl", ogc_GEMINI_RESUMED)
+    [s] = ogc_parse("gemini", f)
+    assert s.created == "2026-11-25T02:01:45.459Z" and s.modified == "2026-11-25T02:01:51.035Z"
+    assert ogc_kinds(s) == ["context", "user", "tool", "assistant", "user", "tool"]
+    canary, failure = ogc_texts(s, "tool")
+    assert canary.startswith("tool: run_shell_command\ncommand: echo canary-1 && ls\noutput:") and "canary-1" in canary
+    assert failure.startswith("tool: run_shell_command\ncommand: echo fail-x; exit 3\nerror:")
+
+
+def test_gemini_resume_stub_with_the_same_session_id_is_not_a_second_session(tmp_path):
+    chats = ogc_gemini_chats(tmp_path)
+    real = ogc_write_jsonl(chats / "session-2026-11-25T02-01-95eb3fe0.jsonl", ogc_GEMINI_RESUMED)
+    stub = ogc_write_jsonl(chats / "session-2026-11-25T02-05-95eb3fe0.jsonl", [
+        dict(ogc_GEMINI_META, startTime="2026-11-25T02:05:00.000Z"),
+        {"$set": {"messages": [ogc_GEMINI_CTX], "lastUpdated": "2026-11-25T02:05:00.001Z"}}])
+    assert ogc_parse("gemini", stub) == [] and len(ogc_parse("gemini", real)) == 1
+    os.remove(real)   # alone, a session that only started is still a session
+    assert [s.session_id for s in ogc_parse("gemini", stub)] == ["g-1"]
+
+
 def test_gemini_rewind_drops_the_message_and_everything_after(tmp_path):
     f = ogc_write_jsonl(ogc_gemini_chats(tmp_path) / "session-x.jsonl", [
         ogc_GEMINI_META,
