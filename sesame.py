@@ -2424,11 +2424,17 @@ class OpenCodeParser(Parser):
         elif ptype == "tool":
             name = str(p.get("tool") or "tool")
             state = p.get("state") if isinstance(p.get("state"), dict) else {}
+            meta = state.get("metadata") if isinstance(state.get("metadata"), dict) else {}
             args = state.get("input")
-            is_error = state.get("status") == "error"
-            output = state.get("error") if is_error else state.get("output")
+            # A failed bash command is still "completed": its exit code is in the metadata.
+            exit_code = meta.get("exit")
+            is_error = state.get("status") == "error" or (
+                isinstance(exit_code, int) and not isinstance(exit_code, bool) and exit_code != 0)
+            output = state.get("error") if state.get("status") == "error" else state.get("output")
             if output is not None and not isinstance(output, str):
                 output = json.dumps(output, ensure_ascii=False)
+            if meta.get("truncated") and isinstance(meta.get("outputPath"), str):
+                output = OpenCodeParser._full_output(s.path, meta["outputPath"]) or output
             s.add("tool", tool_text(name, args, output, is_error), role=role, tool=name,
                   path=tool_path(args), ts=ts)
         elif ptype == "tool-invocation":   # very old AI-SDK style part
@@ -2443,6 +2449,25 @@ class OpenCodeParser(Parser):
             pass   # attachments (never indexed: may be images), bookkeeping, diffs
         else:
             report.skip("unknown part type")
+
+    @staticmethod
+    def _full_output(store_path, output_path):
+        """A long tool output: OpenCode keeps its head and tail in the part (with "...output
+        truncated...") and the whole of it in <data dir>/tool-output/<id>. Looked for where the part
+        says, else in the tool-output folder beside the store (a data dir moved or synced)."""
+        base = re.split(r"[/\\]", output_path)[-1]
+        candidates = [os.path.expanduser(output_path)]
+        d = os.path.dirname(os.path.abspath(store_path))
+        for _ in range(4):   # opencode.db sits in the data dir; storage/session/<project>/<id>.json below it
+            candidates.append(os.path.join(d, "tool-output", base))
+            d = os.path.dirname(d)
+        for c in candidates:
+            if os.path.basename(os.path.dirname(c)) == "tool-output" and os.path.isfile(c):
+                try:
+                    return _read_head_tail(c)
+                except OSError:
+                    continue
+        return None
 
     def resume_command(self, session):
         return None   # formats.md documents no resume flag for OpenCode

@@ -2636,6 +2636,43 @@ def test_opencode_db_messages_in_order_with_tools_joined_and_synthetic_text_as_c
     assert not any("base64" in c.text for c in s.chunks)
 
 
+def ogc_opencode_bash_db(path, states):
+    """An OpenCode 1.18 database with one session whose assistant ran bash once per state."""
+    rows = [("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
+             ("ses_x", "p", None, "s", "/home/u/w", "Checks", "1.18.33", 1795572203585, 1795572237891)),
+            ("INSERT INTO message VALUES (?,?,?,?,?)",
+             ("msg_a", "ses_x", 1795572204000, 1795572204000, json.dumps({"role": "assistant",
+                                                                          "time": {"created": 1795572204000}})))]
+    for i, state in enumerate(states):
+        rows.append(("INSERT INTO part VALUES (?,?,?,?,?,?)", ("prt_%d" % i, "msg_a", "ses_x", 0, 0, json.dumps(
+            {"type": "tool", "callID": "c%d" % i, "tool": "bash", "state": dict(state, status="completed")}))))
+    return ogc_make_db(path, ogc_OPENCODE_SCHEMA, rows)
+
+
+def test_opencode_failed_bash_is_an_error_and_a_truncated_output_is_read_whole(tmp_path):
+    # OpenCode 1.18.33: a failing command is "completed" with metadata.exit; a long output keeps its head
+    # and tail in the part and the whole in <data dir>/tool-output/<id>, named by metadata.outputPath.
+    data = tmp_path / "opencode"
+    spilled = data / "tool-output" / "tool_21072055d001EP5rCQ23YDFTEQ"
+    os.makedirs(str(spilled.parent))
+    spilled.write_text("".join("line-number-%d\n" % i for i in range(1, 40001)) + "big-done\n")
+    elsewhere = "/Users/someone/.local/share/opencode/tool-output/tool_21072055d001EP5rCQ23YDFTEQ"
+    preview = "...output truncated...\n\nFull output saved to: %s\n\nline-number-38003\n" % elsewhere
+    db = ogc_opencode_bash_db(data / "opencode.db", [
+        {"input": {"command": "echo canary-1 && ls"}, "output": "canary-1\n",
+         "metadata": {"output": "canary-1\n", "exit": 0, "truncated": False}},
+        {"input": {"command": "echo fail-x; exit 3"}, "output": "fail-x\n",
+         "metadata": {"output": "fail-x\n", "exit": 3, "truncated": False}},
+        {"input": {"command": "seq 1 40000 | sed s/^/line-number-/; echo big-done"}, "output": preview,
+         "metadata": {"output": "line-number-38335\n", "exit": 0, "truncated": True, "outputPath": elsewhere}},
+    ])
+    ok, failed, big = ogc_texts(ogc_parse("opencode", db)[0], "tool")
+    assert "\noutput:\ncanary-1" in ok and "\nerror:\nfail-x" in failed
+    assert "\noutput:\nline-number-1\n" in big and big.rstrip().endswith("big-done")
+    os.remove(str(spilled))   # the whole output is gone: the part's own head and tail remain
+    assert "line-number-38003" in ogc_texts(ogc_parse("opencode", db)[0], "tool")[2]
+
+
 def test_opencode_db_with_another_schema_is_not_a_session_file(tmp_path):
     db = ogc_make_db(tmp_path / "opencode.db", "CREATE TABLE session (id TEXT);")
     with pytest.raises(NotASessionFile):
