@@ -5680,9 +5680,27 @@ class HermesParser(Parser):
                     fn = c.get("function") if isinstance(c.get("function"), dict) else c
                     calls.call(c.get("id") or c.get("call_id"), fn.get("name"), _json_arg(fn.get("arguments")), ts)
         elif role == "tool":
-            calls.result(m.get("tool_call_id"), text, m.get("finish_reason") == "error", name=m.get("tool_name"), ts=ts)
+            text, failed = self._tool_result(text)
+            calls.result(m.get("tool_call_id"), text, failed or m.get("finish_reason") == "error",
+                         name=m.get("tool_name"), ts=ts)
         elif role == "system":
             s.add("context", text, role="system", ts=ts)
+
+    @staticmethod
+    def _tool_result(text):
+        """The terminal tool answers {"output", "exit_code", "error"} as JSON: its output is the text,
+        and a non-zero exit code or an error is a failure."""
+        if not text.startswith("{") or ('"exit_code"' not in text[:200] and '"exit_code"' not in text[-200:]):
+            return text, False
+        try:
+            r = json.loads(text)
+        except ValueError:
+            return text, False
+        if not isinstance(r, dict) or not isinstance(r.get("output"), str):
+            return text, False
+        code, error = r.get("exit_code"), r.get("error")
+        out = r["output"] + ("\n" + error if isinstance(error, str) and error.strip() else "")
+        return out, bool(error) or (isinstance(code, int) and not isinstance(code, bool) and code != 0)
 
     def _db(self, path, report):
         con = open_agent_db(path)
@@ -5696,10 +5714,10 @@ class HermesParser(Parser):
                 raise NotASessionFile("unknown schema: no Hermes sessions/messages tables")
             opt = lambda cols, name: name if name in cols else "NULL"
             sessions = {}
-            for row in con.execute("SELECT id, %s, %s, started_at, %s, %s FROM sessions" % (
+            for row in con.execute("SELECT id, %s, %s, started_at, %s, %s, %s FROM sessions" % (
                     opt(scols, "title"), opt(scols, "model_config"), opt(scols, "ended_at"),
-                    opt(scols, "parent_session_id"))):
-                sid, title, mconf, started, ended, parent = row
+                    opt(scols, "parent_session_id"), opt(scols, "cwd"))):
+                sid, title, mconf, started, ended, parent, cwd = row
                 if not sid:
                     continue
                 s = Session(self.id, str(sid), path)
@@ -5709,8 +5727,10 @@ class HermesParser(Parser):
                     mc = json.loads(mconf) if isinstance(mconf, str) else {}
                 except ValueError:
                     mc = {}
-                if isinstance(mc, dict) and _str(mc.get("cwd")):
-                    s.cwd = os.path.expanduser(mc["cwd"].strip())  # Hermes itself expands ~ here
+                # 0.19 has a cwd column; older versions kept it in model_config.
+                cwd = _str(cwd) or (_str(mc.get("cwd")) if isinstance(mc, dict) else None)
+                if cwd:
+                    s.cwd = os.path.expanduser(cwd.strip())  # Hermes itself expands ~ here
                 s.touch(norm_time(started))
                 s.touch(norm_time(ended))
                 sessions[s.session_id] = [s, _Calls(s)]

@@ -4182,6 +4182,40 @@ def test_hermes_state_db(tmp_path):
     assert h2.parent == "h1" and ot_kinds(h2) == ["context"]
 
 
+def test_hermes_019_cwd_column_and_failed_terminal_call(tmp_path):
+    # Hermes 0.19: the working directory is a column of sessions (model_config no longer has it), and
+    # the terminal tool answers {"output", "exit_code", "error"} as JSON.
+    db = tmp_path / "state.db"
+    con = sqlite3.connect(str(db))
+    con.executescript("""
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT NOT NULL, model TEXT, model_config TEXT,
+                               parent_session_id TEXT, started_at REAL NOT NULL, ended_at REAL, cwd TEXT,
+                               git_branch TEXT, title TEXT);
+        CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id TEXT, role TEXT, content TEXT, tool_call_id TEXT,
+                               tool_calls TEXT, tool_name TEXT, timestamp REAL, reasoning TEXT);
+    """)
+    con.execute("INSERT INTO sessions VALUES ('20261125_020606_115c43','cli','mock-model',"
+                "'{\"max_iterations\": 90, \"reasoning_config\": null}',NULL,1795572368.39054,NULL,"
+                "'/home/u/work',NULL,NULL)")
+    calls = '[{"id": "call_%s", "call_id": "call_%s", "type": "function", "function": {"name": "terminal", ' \
+            '"arguments": "{\\"command\\": \\"%s\\"}"}}]'
+    rows = [(1, "user", "Check the canary", None, None, None),
+            (2, "assistant", "", None, calls % ("a", "a", "echo canary-1 && ls"), None),
+            (3, "tool", '{"output": "canary-1", "exit_code": 0, "error": null}', "call_a", None, "terminal"),
+            (4, "assistant", "", None, calls % ("b", "b", "echo fail-x; exit 3"), None),
+            (5, "tool", '{"output": "fail-x", "exit_code": 3, "error": null}', "call_b", None, "terminal")]
+    for i, role, content, tcid, tcalls, tname in rows:
+        con.execute("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,NULL)",
+                    (i, "20261125_020606_115c43", role, content, tcid, tcalls, tname, 1795572368.4 + i))
+    con.commit()
+    con.close()
+    [s] = ot_parse("hermes", db)
+    assert s.cwd == "/home/u/work"
+    ok, failed = [c.text for c in s.chunks if c.kind == "tool"]
+    assert ok == "tool: terminal\ncommand: echo canary-1 && ls\noutput:\ncanary-1"
+    assert failed == "tool: terminal\ncommand: echo fail-x; exit 3\nerror:\nfail-x"
+
+
 def test_hermes_unknown_sqlite_schema(tmp_path):
     db = tmp_path / "state.db"
     con = sqlite3.connect(str(db))
