@@ -1298,6 +1298,9 @@ _CLAUDE_CONTEXT_PREFIXES = (
 )
 # Spilled tool results: the transcript holds a preview and the path of the full output.
 _CLAUDE_SPILL_RE = LazyPattern(r"(\S*tool-results[/\\][^\s<>\"']+)")
+# A failed Bash call: the result text starts with its exit code ("Exit code 3\n..."; the structured
+# toolUseResult says "Error: Exit code 3"). Older and some SDK writers leave is_error false.
+_CLAUDE_EXIT_RE = LazyPattern(r"^\s*(?:Error: )?Exit code (-?\d+)\b")
 SPILL_HEAD_BYTES, SPILL_TAIL_BYTES = 64 * 1024, 16 * 1024
 
 
@@ -1546,7 +1549,21 @@ class ClaudeCodeParser(Parser):
             elif btype == "tool_result":
                 call_id = block.get("tool_use_id") or rec.get("sourceToolUseID")
                 output = self._tool_output(rec, block, path, call_id)
-                entries.result(call_id, output, block.get("is_error"), ts=ts)
+                entries.result(call_id, output, block.get("is_error") or self._failed(rec, block), ts=ts)
+
+    @staticmethod
+    def _failed(rec, block):
+        """A shell result whose text names a non-zero exit code. A structured result ({stdout, ...}) is a
+        command that succeeded: its text is what the command printed."""
+        content = block.get("content")
+        result = rec.get("toolUseResult")
+        if isinstance(result, dict) and "stdout" in result:
+            return False
+        for text in (content if isinstance(content, str) else text_of(content), result):
+            m = _CLAUDE_EXIT_RE.match(text) if isinstance(text, str) else None
+            if m:
+                return int(m.group(1)) != 0
+        return False
 
     @staticmethod
     def _tool_output(rec, block, path, call_id):
@@ -1569,6 +1586,9 @@ class ClaudeCodeParser(Parser):
         parts = os.path.normpath(path).split(os.sep)
         if "subagents" in parts:
             session_dir = os.sep.join(parts[:len(parts) - 1 - parts[::-1].index("subagents")])
+        # The path was written on the machine that ran the session: when the folder was moved,
+        # restored or synced, the same file name under this session's own folder is the spill.
+        candidates += [os.path.join(session_dir, "tool-results", re.split(r"[/\\]", c)[-1]) for c in list(candidates)]
         if isinstance(call_id, str) and re.fullmatch(r"[A-Za-z0-9_-]+", call_id):
             candidates.append(os.path.join(session_dir, "tool-results", call_id + ".txt"))
         for c in candidates:
@@ -1626,6 +1646,8 @@ _CODEX_CONTEXT_PREFIXES = ("# AGENTS.md", "<environment_context>", "<user_instru
 # Lines written within this many seconds of a replayed parent session_meta belong to the burst that
 # creates a forked thread (parent history, then the new thread's own initial context).
 REPLAY_BURST_SECONDS = 2.0
+# A name without a time of its own (older session_index lines) loses to any dated one.
+_NO_TIME = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
 
 
 def _codex_is_context(text):
@@ -1633,9 +1655,15 @@ def _codex_is_context(text):
     return t.startswith(_CODEX_CONTEXT_PREFIXES) or bool(_CODEX_WRAPPED_RE.match(t))
 
 
+# exec_command (unified exec, 0.100+) puts a header before the output: "Chunk ID: ...\nWall time: ...\n
+# Process exited with code N\nOriginal token count: ...\nOutput:\n...".
+_CODEX_EXIT_RE = LazyPattern(r"^Process exited with code (-?\d+)\s*$", re.M)
+
+
 def _codex_output(output):
     """function_call_output.output -> (text, is_error). It is a string (older CLIs: a JSON string
-    {"output", "metadata": {"exit_code"}}), {content, success}, or a list of content items."""
+    {"output", "metadata": {"exit_code"}}; exec_command: a header naming the exit code), {content,
+    success}, or a list of content items."""
     if isinstance(output, str):
         if output.startswith("{"):
             try:
@@ -1645,7 +1673,9 @@ def _codex_output(output):
             if isinstance(obj, dict) and isinstance(obj.get("output"), str):
                 meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
                 return obj["output"], bool(meta.get("exit_code"))
-        return output, False
+        head = output[:output.find("\nOutput:")] if "\nOutput:" in output else output[:300]
+        m = _CODEX_EXIT_RE.search(head)
+        return output, bool(m and int(m.group(1)) != 0)
     if isinstance(output, dict):
         if "content" in output:
             text, _ = _codex_output(output.get("content"))
@@ -1793,7 +1823,7 @@ class CodexParser(Parser):
                 if rtype == "session_meta" and isinstance(payload, dict):
                     s = self._new_session(path, payload.get("id"))
                     created = norm_time(payload.get("timestamp")) or ts
-                    self._meta(s, payload)
+                    self._meta(s, payload, report)
                     st.own_id = s.session_id
                     continue
                 if "id" in rec and "timestamp" in rec and "type" not in rec:   # bare era header
@@ -1834,7 +1864,9 @@ class CodexParser(Parser):
         return self._finish(s, st, path, created)
 
     @staticmethod
-    def _meta(s, meta):
+    def _meta(s, meta, report=None):
+        if report is not None:
+            report.saw_version(meta.get("cli_version"))
         if _is_abs_path(meta.get("cwd")):
             s.cwd = meta["cwd"]
         source = meta.get("source")
@@ -1858,7 +1890,18 @@ class CodexParser(Parser):
         return s
 
     def _thread_name(self, path, session_id):
-        """Thread name from $CODEX_HOME/session_index.jsonl (append-only, last entry per id wins)."""
+        """The newest name Codex keeps outside the rollout: `session_index.jsonl` (append-only, last
+        entry per id wins; written by /rename) or the `threads` table of `state_N.sqlite` (`name`,
+        set by the same rename, and `title`, which the desktop app changes). A rename does not touch
+        the rollout itself."""
+        home = self._codex_home(path)
+        if home is None:
+            return None
+        found = [c for c in (self._index_names(home).get(session_id), self._state_names(home).get(session_id)) if c]
+        return max(found, key=lambda c: c[0])[1] if found else None
+
+    @staticmethod
+    def _codex_home(path):
         d = os.path.dirname(os.path.abspath(path))
         home = None
         for _ in range(6):
@@ -1869,21 +1912,69 @@ class CodexParser(Parser):
             if parent == d:
                 break
             d = parent
-        if home is None:
-            return None
-        index = os.path.join(home, "session_index.jsonl")
+        return home
+
+    def _cached(self, path, read, *also):
+        """read(path) once per change of path (and of the files in `also`, e.g. its -wal)."""
         try:
-            st = os.stat(index)
+            st = os.stat(path)
         except OSError:
-            return None
-        cached = self._title_cache.get(index)
-        if not cached or cached[0] != st.st_size or cached[1] != st.st_mtime_ns:
+            return {}
+        key = [(st.st_size, st.st_mtime_ns)]
+        for f in also:
+            try:
+                key.append((os.stat(f).st_size, os.stat(f).st_mtime_ns))
+            except OSError:
+                key.append(None)
+        cached = self._title_cache.get(path)
+        if not cached or cached[0] != key:
+            cached = self._title_cache[path] = (key, read(path))
+        return cached[1]
+
+    def _index_names(self, home):
+        """{thread id: (updated_at, name)} from session_index.jsonl."""
+        def read(index):
             names = {}
             for _, rec in iter_jsonl(index, ParseReport()):
                 if isinstance(rec.get("id"), str) and isinstance(rec.get("thread_name"), str):
-                    names[rec["id"]] = rec["thread_name"].strip() or None
-            cached = self._title_cache[index] = (st.st_size, st.st_mtime_ns, names)
-        return cached[2].get(session_id)
+                    name = rec["thread_name"].strip()
+                    names[rec["id"]] = (parse_time(rec.get("updated_at")) or _NO_TIME, name) if name else None
+            return names
+        return self._cached(os.path.join(home, "session_index.jsonl"), read)
+
+    def _state_names(self, home):
+        """{thread id: (updated_at, name)} from the newest state_N.sqlite: the rename (`name`), else a
+        `title` unless it merely repeats the first prompt (Codex's default title)."""
+        dbs = [f for f in os.listdir(home) if re.fullmatch(r"state_\d+\.sqlite", f)] if os.path.isdir(home) else []
+        if not dbs:
+            return {}
+        db = os.path.join(home, max(dbs, key=lambda f: int(re.sub(r"\D", "", f))))
+
+        def read(db):
+            try:
+                con = open_agent_db(db, attempts=2)
+            except OSError:
+                return {}
+            names = {}
+            try:
+                cols = set(_db_columns(con, "threads"))
+                if not {"id", "title"} <= cols:
+                    return {}
+                pick = ", ".join(c if c in cols else "NULL" for c in ("name", "first_user_message", "updated_at_ms",
+                                                                       "updated_at"))
+                for tid, title, name, first, ms, secs in con.execute("SELECT id, title, %s FROM threads" % pick):
+                    name = name.strip() if isinstance(name, str) else ""
+                    title = title.strip() if isinstance(title, str) else ""
+                    if not name and title and _text_key(title) != _text_key(first if isinstance(first, str) else ""):
+                        name = title
+                    if name and isinstance(tid, str):
+                        names[tid] = (parse_time(ms or secs) or _NO_TIME, name)
+            except sqlite3.DatabaseError:
+                return names
+            finally:
+                con.close()
+            return names
+        return self._cached(db, read, db + "-wal")
 
     def resume_command(self, session):
         return "codex resume %s" % shell_quote(session["session_id"]) if session.get("session_id") else None
@@ -1906,6 +1997,8 @@ class _CodexState:
         self.timestamps = []
         self.has_response_tools = False
         self.replay = None   # {"start": index, "end": index or None, "ts": datetime} after a parent meta
+        self.tool_calls = {}   # call id -> response_item tool entry
+        self.exit_codes = {}   # call id -> exit code, from exec_command_end and item_completed events
 
     # -- streams --------------------------------------------------------------------------------
 
@@ -1986,7 +2079,10 @@ class _CodexState:
             if isinstance(args, str):
                 m = _PATCH_FILE_RE.search(args)
                 path = m.group(1).strip() if m else None
-            self.entries.tool(name, args, ts=ts, call_id=p.get("call_id") or p.get("id"), path=path)
+            call_id = p.get("call_id") or p.get("id")
+            e = self.entries.tool(name, args, ts=ts, call_id=call_id, path=path)
+            if call_id:
+                self.tool_calls[call_id] = e
         elif ptype in ("function_call_output", "custom_tool_call_output"):
             text, is_error = _codex_output(p.get("output"))
             self.entries.result(p.get("call_id"), text, is_error, ts=ts)
@@ -2028,7 +2124,9 @@ class _CodexState:
                 self.thread_name = p["thread_name"].strip()
         elif etype == "item_completed" and isinstance(p.get("item"), dict):
             self._item(p["item"], ts)
-        # token_count, task_*, exec_command_end, patch_apply_end, ... repeat what response_items say
+        elif etype == "exec_command_end" and isinstance(p.get("exit_code"), int):
+            self.exit_codes[p.get("call_id")] = p["exit_code"]
+        # token_count, task_*, patch_apply_end, ... repeat what response_items say
 
     def _item(self, item, ts):
         """A TurnItem (history_mode "paginated" writes everything this way)."""
@@ -2049,6 +2147,10 @@ class _CodexState:
             e = self.entries.tool("shell", {"command": _command_string(item.get("command")), "cwd": item.get("cwd")},
                                   ts=ts, stream="item")
             e["output"] = output or None
+            code = item.get("exit_code")
+            e["is_error"] = item.get("status") == "failed" or (isinstance(code, int) and code != 0)
+            if isinstance(code, int):
+                self.exit_codes[item.get("id")] = code   # the id is the call_id of its function_call
         elif itype == "McpToolCall":
             result = item.get("result") if isinstance(item.get("result"), dict) else {}
             e = self.entries.tool("%s.%s" % (item.get("server"), item.get("tool")), item.get("arguments"), ts=ts,
@@ -2076,6 +2178,10 @@ class _CodexState:
                 for e in mine:
                     if not e.get("drop"):
                         kept[e["key"]] += 1
+        # The exit code of a command lives in the events; the call that ran it failed when it is not 0.
+        for call_id, code in self.exit_codes.items():
+            if code != 0 and call_id in self.tool_calls:
+                self.tool_calls[call_id]["is_error"] = True
         # Tool items of item_completed only when the file has no response_item tool calls at all.
         if self.has_response_tools:
             for e in items:
@@ -2329,11 +2435,17 @@ class OpenCodeParser(Parser):
         elif ptype == "tool":
             name = str(p.get("tool") or "tool")
             state = p.get("state") if isinstance(p.get("state"), dict) else {}
+            meta = state.get("metadata") if isinstance(state.get("metadata"), dict) else {}
             args = state.get("input")
-            is_error = state.get("status") == "error"
-            output = state.get("error") if is_error else state.get("output")
+            # A failed bash command is still "completed": its exit code is in the metadata.
+            exit_code = meta.get("exit")
+            is_error = state.get("status") == "error" or (
+                isinstance(exit_code, int) and not isinstance(exit_code, bool) and exit_code != 0)
+            output = state.get("error") if state.get("status") == "error" else state.get("output")
             if output is not None and not isinstance(output, str):
                 output = json.dumps(output, ensure_ascii=False)
+            if meta.get("truncated") and isinstance(meta.get("outputPath"), str):
+                output = OpenCodeParser._full_output(s.path, meta["outputPath"]) or output
             s.add("tool", tool_text(name, args, output, is_error), role=role, tool=name,
                   path=tool_path(args), ts=ts)
         elif ptype == "tool-invocation":   # very old AI-SDK style part
@@ -2349,6 +2461,25 @@ class OpenCodeParser(Parser):
         else:
             report.skip("unknown part type")
 
+    @staticmethod
+    def _full_output(store_path, output_path):
+        """A long tool output: OpenCode keeps its head and tail in the part (with "...output
+        truncated...") and the whole of it in <data dir>/tool-output/<id>. Looked for where the part
+        says, else in the tool-output folder beside the store (a data dir moved or synced)."""
+        base = re.split(r"[/\\]", output_path)[-1]
+        candidates = [os.path.expanduser(output_path)]
+        d = os.path.dirname(os.path.abspath(store_path))
+        for _ in range(4):   # opencode.db sits in the data dir; storage/session/<project>/<id>.json below it
+            candidates.append(os.path.join(d, "tool-output", base))
+            d = os.path.dirname(d)
+        for c in candidates:
+            if os.path.basename(os.path.dirname(c)) == "tool-output" and os.path.isfile(c):
+                try:
+                    return _read_head_tail(c)
+                except OSError:
+                    continue
+        return None
+
     def resume_command(self, session):
         return None   # formats.md documents no resume flag for OpenCode
 
@@ -2361,6 +2492,7 @@ class OpenCodeParser(Parser):
 _GEMINI_CONTEXT_BLOCK = LazyPattern(r"<session_context>.*?(?:</session_context>|\Z)", re.S)
 _GEMINI_SETUP_PREFIX = "This is the Gemini CLI. We are setting up the context for our chat."
 _GEMINI_SETUP_REPLY = "Got it. Thanks for the context!"
+_GEMINI_EXIT_RE = LazyPattern(r"^Exit Code: (-?\d+)\s*$", re.M)
 
 
 @register
@@ -2433,8 +2565,11 @@ class GeminiParser(Parser):
         if history is not None:
             self._history(s, history, report, first_user)
         else:
+            calls = {}
             for m in messages:
-                self._message(s, m, report, first_user)
+                self._message(s, m, report, first_user, calls)
+            if first is not None and self._resume_stub(path, s, sid):
+                return []
         summary = meta.get("summary")
         if isinstance(summary, str) and summary.strip():
             s.name = _one_line(summary, 200)
@@ -2462,7 +2597,8 @@ class GeminiParser(Parser):
                     messages = {m["id"]: m for m in upd["messages"] if isinstance(m, dict) and isinstance(m.get("id"), str)}
                 meta.update((k, v) for k, v in upd.items() if k != "messages")
             elif isinstance(rec.get("sessionId"), str) and "id" not in rec:
-                meta.update((k, v) for k, v in rec.items() if k != "messages")
+                # A resume appends another metadata line: its startTime is the resume, not the creation.
+                meta.update((k, v) for k, v in rec.items() if k != "messages" and not (k == "startTime" and k in meta))
                 if isinstance(rec.get("messages"), list):   # a legacy whole record on one line
                     messages = {m["id"]: m for m in rec["messages"] if isinstance(m, dict) and isinstance(m.get("id"), str)}
             elif isinstance(rec.get("id"), str):
@@ -2507,7 +2643,35 @@ class GeminiParser(Parser):
             s.add("user", text, role="user", ts=ts)
             first_user.append(text)
 
-    def _message(self, s, m, report, first_user):
+    @staticmethod
+    def _resume_stub(path, s, sid):
+        """A resume can leave a second file with the same sessionId that holds only the metadata and
+        the session context. The session is the other file: this one is indexed as nothing."""
+        if any(c.kind != "context" for c in s.chunks):
+            return False
+        folder = os.path.dirname(path)
+        size = os.path.getsize(path)
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return False
+        for name in names:
+            other = os.path.join(folder, name)
+            if other == path or not (name.startswith("session-") and name.endswith(".jsonl")):
+                continue
+            try:
+                bigger = (os.path.getsize(other), path) > (size, other)   # the fuller one; ties: first name
+            except OSError:
+                continue
+            head = first_json_line(other) if bigger else None
+            if isinstance(head, dict) and head.get("sessionId") == sid:
+                return True
+        return False
+
+    def _message(self, s, m, report, first_user, calls):
+        """One MessageRecord. `calls` holds the tool calls by call id: a call made only of a
+        `functionCall` part (the `$set.messages` list a resume writes has no `toolCalls`) waits for its
+        `functionResponse` in a later user message; a response to a call already complete is a copy."""
         mtype = m.get("type")
         ts = norm_time(m.get("timestamp"))
         s.touch(ts)
@@ -2516,6 +2680,10 @@ class GeminiParser(Parser):
             display = m.get("displayContent")
             display = self._parts_text(display) if display is not None else None
             self._user_text(s, self._parts_text(content), ts, first_user, display)
+            for part in content if isinstance(content, list) else []:
+                fr = part.get("functionResponse") if isinstance(part, dict) else None
+                if isinstance(fr, dict):
+                    self._function_response(s, fr, ts, calls)
         elif mtype in ("gemini", "model"):
             thoughts = []
             for t in m.get("thoughts") if isinstance(m.get("thoughts"), list) else []:
@@ -2527,6 +2695,14 @@ class GeminiParser(Parser):
             for call in m.get("toolCalls") if isinstance(m.get("toolCalls"), list) else []:
                 if isinstance(call, dict):
                     self._tool_call(s, call, ts)
+                    calls[call.get("id") or object()] = None   # complete: its responses are copies
+            for part in content if isinstance(content, list) else []:
+                fc = part.get("functionCall") if isinstance(part, dict) else None
+                if isinstance(fc, dict) and (fc.get("id") or object()) not in calls:
+                    name = str(fc.get("name") or "tool")
+                    args = fc.get("args") if isinstance(fc.get("args"), dict) else None
+                    s.add("tool", tool_text(name, args), role="assistant", tool=name, path=tool_path(args), ts=ts)
+                    calls[fc.get("id") or name] = (len(s.chunks) - 1, name, args)
         elif mtype in ("info", "error", "warning"):
             s.add("context", self._parts_text(content), role=mtype, ts=ts)   # the CLI talking, not the model
         else:
@@ -2543,6 +2719,30 @@ class GeminiParser(Parser):
                     return v
             return json.dumps(response, ensure_ascii=False) if response else ""
         return ""
+
+    def _function_response(self, s, fr, ts, calls):
+        key = fr.get("id") or fr.get("name")
+        if key in calls and calls[key] is None:
+            return   # the call's toolCalls entry already holds this result
+        out = self._response_text(fr.get("response"))
+        call = calls.get(key)
+        calls[key] = None
+        if call:
+            idx, name, args = call
+            s.chunks[idx].text = tool_text(name, args, out, self._failed(name, fr.get("response"), out))
+        else:
+            name = str(fr.get("name") or "tool")
+            s.add("tool", tool_text(name, None, out, self._failed(name, fr.get("response"), out)), role="tool",
+                  tool=name, ts=ts)
+
+    @staticmethod
+    def _failed(name, response, output):
+        """An error response, or a shell command whose output names a non-zero exit code (the call's
+        status stays "success": run_shell_command writes "Exit Code: N" into its output)."""
+        if isinstance(response, dict) and response.get("error"):
+            return True
+        m = _GEMINI_EXIT_RE.search(output or "")
+        return bool(m and int(m.group(1)) != 0)
 
     def _tool_call(self, s, call, ts):
         name = str(call.get("name") or call.get("displayName") or "tool")
@@ -2561,7 +2761,11 @@ class GeminiParser(Parser):
         if not output and isinstance(call.get("resultDisplay"), str):
             output = call["resultDisplay"]
         path = tool_path(args) or (args.get("absolute_path") if args and isinstance(args.get("absolute_path"), str) else None)
-        s.add("tool", tool_text(name, args, output, call.get("status") == "error"), role="assistant",
+        failed = call.get("status") == "error" or any(
+            self._failed(name, p["functionResponse"].get("response"), output) for p in
+            (result if isinstance(result, list) else [result]) if isinstance(p, dict) and
+            isinstance(p.get("functionResponse"), dict)) or self._failed(name, None, output)
+        s.add("tool", tool_text(name, args, output, failed), role="assistant",
               tool=name, path=path, ts=norm_time(call.get("timestamp")) or ts)
 
     def _history(self, s, history, report, first_user):
@@ -5487,9 +5691,27 @@ class HermesParser(Parser):
                     fn = c.get("function") if isinstance(c.get("function"), dict) else c
                     calls.call(c.get("id") or c.get("call_id"), fn.get("name"), _json_arg(fn.get("arguments")), ts)
         elif role == "tool":
-            calls.result(m.get("tool_call_id"), text, m.get("finish_reason") == "error", name=m.get("tool_name"), ts=ts)
+            text, failed = self._tool_result(text)
+            calls.result(m.get("tool_call_id"), text, failed or m.get("finish_reason") == "error",
+                         name=m.get("tool_name"), ts=ts)
         elif role == "system":
             s.add("context", text, role="system", ts=ts)
+
+    @staticmethod
+    def _tool_result(text):
+        """The terminal tool answers {"output", "exit_code", "error"} as JSON: its output is the text,
+        and a non-zero exit code or an error is a failure."""
+        if not text.startswith("{") or ('"exit_code"' not in text[:200] and '"exit_code"' not in text[-200:]):
+            return text, False
+        try:
+            r = json.loads(text)
+        except ValueError:
+            return text, False
+        if not isinstance(r, dict) or not isinstance(r.get("output"), str):
+            return text, False
+        code, error = r.get("exit_code"), r.get("error")
+        out = r["output"] + ("\n" + error if isinstance(error, str) and error.strip() else "")
+        return out, bool(error) or (isinstance(code, int) and not isinstance(code, bool) and code != 0)
 
     def _db(self, path, report):
         con = open_agent_db(path)
@@ -5503,10 +5725,10 @@ class HermesParser(Parser):
                 raise NotASessionFile("unknown schema: no Hermes sessions/messages tables")
             opt = lambda cols, name: name if name in cols else "NULL"
             sessions = {}
-            for row in con.execute("SELECT id, %s, %s, started_at, %s, %s FROM sessions" % (
+            for row in con.execute("SELECT id, %s, %s, started_at, %s, %s, %s FROM sessions" % (
                     opt(scols, "title"), opt(scols, "model_config"), opt(scols, "ended_at"),
-                    opt(scols, "parent_session_id"))):
-                sid, title, mconf, started, ended, parent = row
+                    opt(scols, "parent_session_id"), opt(scols, "cwd"))):
+                sid, title, mconf, started, ended, parent, cwd = row
                 if not sid:
                     continue
                 s = Session(self.id, str(sid), path)
@@ -5516,8 +5738,10 @@ class HermesParser(Parser):
                     mc = json.loads(mconf) if isinstance(mconf, str) else {}
                 except ValueError:
                     mc = {}
-                if isinstance(mc, dict) and _str(mc.get("cwd")):
-                    s.cwd = os.path.expanduser(mc["cwd"].strip())  # Hermes itself expands ~ here
+                # 0.19 has a cwd column; older versions kept it in model_config.
+                cwd = _str(cwd) or (_str(mc.get("cwd")) if isinstance(mc, dict) else None)
+                if cwd:
+                    s.cwd = os.path.expanduser(cwd.strip())  # Hermes itself expands ~ here
                 s.touch(norm_time(started))
                 s.touch(norm_time(ended))
                 sessions[s.session_id] = [s, _Calls(s)]

@@ -2140,6 +2140,84 @@ def test_claude_spilled_tool_output_is_read_from_tool_results(tmp_path):
     assert "UNIQUE_NEEDLE_IN_BIG_OUTPUT" in cc_texts(s, "tool")[0]
 
 
+def test_claude_spill_written_on_another_machine_is_found_in_this_session_folder(tmp_path):
+    # Claude Code 2.1 names the spill at random and records the absolute path of the machine that
+    # wrote it; the session folder was synced here from elsewhere.
+    proj = tmp_path / "-proj"
+    spill = proj / cc_SID / "tool-results" / "bgkptfuro.txt"
+    os.makedirs(str(spill.parent))
+    spill.write_text("line-number-1\n" * 10 + "SYNCED_SPILL_NEEDLE\n")
+    elsewhere = "/Users/someone/.claude/projects/-proj/%s/tool-results/bgkptfuro.txt" % cc_SID
+    stub = ("<persisted-output>\nOutput too large (516.5KB). Full output saved to: %s\n\nPreview (first 2KB):\n"
+            "line-number-1\n...\n</persisted-output>" % elsewhere)
+    p = cc_write_jsonl(proj / (cc_SID + ".jsonl"), [
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": "toolu_f048", "name": "Bash",
+                                                       "input": {"command": "seq 1 30000 | sed s/^/line-number-/"}}]),
+        cc_cl_user("u1", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "toolu_f048", "content": stub,
+                                                  "is_error": False}],
+                   toolUseResult={"stdout": "line-number-1\n", "stderr": "", "interrupted": False,
+                                  "persistedOutputPath": elsewhere, "persistedOutputSize": 528894}),
+    ])
+    assert "SYNCED_SPILL_NEEDLE" in cc_texts(cc_claude_parse(p)[0], "tool")[0]
+    windows = "C:\\Users\\someone\\.claude\\projects\\-proj\\%s\\tool-results\\bgkptfuro.txt" % cc_SID
+    p = cc_write_jsonl(proj / (cc_SID + ".jsonl"), [
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": "toolu_f048", "name": "Bash",
+                                                       "input": {"command": "make"}}]),
+        cc_cl_user("u1", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "toolu_f048",
+                                                  "content": "<persisted-output>preview</persisted-output>"}],
+                   toolUseResult={"stdout": "preview", "persistedOutputPath": windows}),
+    ])
+    assert "SYNCED_SPILL_NEEDLE" in cc_texts(cc_claude_parse(p)[0], "tool")[0]
+
+
+def cc_truncated_failure(command, call_id="toolu_big_fail"):
+    """A failed Bash call whose output Claude Code 2.1 cut itself: 5,000 characters from each end."""
+    out = "".join("%d\n" % i for i in range(1, 9001))
+    text = "Exit code 4\n%s\n\n... [%d characters truncated] ...\n\n%s" % (out[:5000], len(out) - 10000, out[-5000:])
+    return [
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": call_id, "name": "Bash",
+                                                       "input": {"command": command,
+                                                                 "description": "Run the checks"}}]),
+        cc_cl_user("u1", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": call_id, "content": text,
+                                                  "is_error": True}], toolUseResult="Error: " + text),
+    ]
+
+
+def test_claude_truncated_failure_is_an_error_found_by_its_command_under_tools(env, tmp_path, capsys):
+    root = tmp_path / "claude-projects"
+    cc_write_jsonl(root / "-proj" / (cc_SID + ".jsonl"),
+                   [cc_cl_user("u0", "2026-01-01T00:00:00Z", "check the build")] + cc_truncated_failure(
+                       "npm run build-assets; exit 4"))
+    other = cc_SID.replace("1111", "9999")
+    cc_write_jsonl(root / "-other" / (other + ".jsonl"), [
+        cc_cl_user("u0", "2026-01-01T00:00:00Z", "the build of the assets is slow", sessionId=other)])
+    write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
+    assert search_ids(capsys, "build-assets", "--tools") == [cc_SID]
+    assert search_ids(capsys, "build-assets", "--tool", "bash") == [cc_SID]
+    [tool] = [c for c in PARSERS["claude"].parse(str(root / "-proj" / (cc_SID + ".jsonl")), ParseReport())[0].chunks
+              if c.kind == "tool"]
+    assert tool.text.startswith("tool: Bash\ncommand: npm run build-assets; exit 4\ndescription: Run the checks\nerror:")
+
+
+def test_claude_shell_failure_named_only_by_its_exit_code_is_an_error(tmp_path):
+    lines = cc_truncated_failure("pytest -x")
+    lines[1]["message"]["content"][0]["is_error"] = False      # SDK writers leave it false
+    ok = [cc_cl_asst("a2", "2026-01-01T00:00:03Z", "m2", [{"type": "tool_use", "id": "t_ok", "name": "Bash",
+                                                          "input": {"command": "echo Exit code 3"}}]),
+          cc_cl_user("u2", "2026-01-01T00:00:04Z", [{"type": "tool_result", "tool_use_id": "t_ok",
+                                                    "content": "Exit code 3"}],
+                     toolUseResult={"stdout": "Exit code 3", "stderr": ""})]
+    zero = [cc_cl_asst("a3", "2026-01-01T00:00:05Z", "m3", [{"type": "tool_use", "id": "t_z", "name": "Bash",
+                                                            "input": {"command": "true"}}]),
+            cc_cl_user("u3", "2026-01-01T00:00:06Z", [{"type": "tool_result", "tool_use_id": "t_z",
+                                                      "content": "Exit code 0"}])]
+    [s] = cc_claude_parse(cc_write_jsonl(tmp_path / (cc_SID + ".jsonl"), lines + ok + zero))
+    failed, echoed, zeroed = cc_texts(s, "tool")
+    assert "\nerror:\nExit code 4" in failed and "\nerror:" not in zeroed
+    # a command that printed the words succeeded: its structured result holds what it printed
+    assert "\noutput:\nExit code 3" in echoed
+
+
 def test_claude_compact_summary_resumed_copy_and_bad_lines(tmp_path):
     line = cc_cl_user("u1", "2026-01-01T00:00:00Z", "port the parser to rust")
     p = cc_write_jsonl(tmp_path / (cc_SID + ".jsonl"), [
@@ -2280,6 +2358,78 @@ def test_codex_thread_name_from_session_index_last_entry_wins(tmp_path):
         {"id": cc_TID, "thread_name": "LM Studio wiring", "updated_at": "2025-11-17T21:37:00Z"},
     ])
     assert cc_codex_parse(p)[0].name == "LM Studio wiring"
+
+
+def test_codex_state_db_rename_and_changed_title_name_the_session_and_the_newest_wins(tmp_path):
+    # Codex 0.169 keeps threads in state_5.sqlite: `title` starts as the first prompt (not a name),
+    # a /rename sets `name` (and appends to session_index.jsonl), the desktop app changes `title`.
+    p = cc_write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(), cc_cx_msg("2025-11-17T21:31:00Z", "user", "wire lmstudio in")])
+    con = sqlite3.connect(str(tmp_path / "state_5.sqlite"))
+    con.execute("CREATE TABLE threads (id TEXT PRIMARY KEY, rollout_path TEXT NOT NULL, title TEXT NOT NULL, "
+                "first_user_message TEXT NOT NULL DEFAULT '', name TEXT, updated_at INTEGER NOT NULL, "
+                "updated_at_ms INTEGER)")
+    con.execute("INSERT INTO threads VALUES (?, ?, 'wire lmstudio in', 'wire lmstudio in', NULL, 1763415060, "
+                "1763415060000)", (cc_TID, str(p)))
+    con.commit()
+    assert cc_codex_parse(p)[0].name is None
+    con.execute("UPDATE threads SET title = 'LM Studio provider'")
+    con.commit()
+    assert cc_codex_parse(p)[0].name == "LM Studio provider"
+    con.execute("UPDATE threads SET name = 'Local models'")
+    con.commit()
+    assert cc_codex_parse(p)[0].name == "Local models"
+    cc_write_jsonl(tmp_path / "session_index.jsonl", [
+        {"id": cc_TID, "thread_name": "older rename", "updated_at": "2025-11-17T21:00:00Z"}])
+    assert cc_codex_parse(p)[0].name == "Local models"
+    cc_write_jsonl(tmp_path / "session_index.jsonl", [
+        {"id": cc_TID, "thread_name": "newer rename", "updated_at": "2025-11-17T22:00:00Z"}])
+    assert cc_codex_parse(p)[0].name == "newer rename"
+    con.close()
+
+
+def cc_cx_exec(ts, call_id, cmd, output, exit_code):
+    """What Codex 0.169 writes for one exec_command: the call, the item_completed event, the output."""
+    return [
+        cc_cx(ts, "response_item", {"type": "function_call", "name": "exec_command", "call_id": call_id,
+                                    "arguments": json.dumps({"cmd": cmd})}),
+        cc_cx(ts, "event_msg", {"type": "item_completed", "item": {
+            "type": "CommandExecution", "id": call_id, "command": ["/bin/bash", "-lc", cmd],
+            "status": "failed" if exit_code else "completed", "aggregated_output": output, "exit_code": exit_code}}),
+        cc_cx(ts, "response_item", {"type": "function_call_output", "call_id": call_id, "output":
+                                    "Chunk ID: 9e7052\nWall time: 0.0000 seconds\nProcess exited with code %d\n"
+                                    "Original token count: 2\nOutput:\n%s" % (exit_code, output)}),
+    ]
+
+
+def test_codex_failed_exec_command_is_an_error_from_its_exit_code(tmp_path):
+    p = cc_write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(cli_version="0.169.0")]
+                       + cc_cx_exec("2025-11-17T21:31:00Z", "call_ok", "echo canary-1 && ls", "canary-1\n", 0)
+                       + cc_cx_exec("2025-11-17T21:31:01Z", "call_bad", "echo fail-x; exit 3", "fail-x\n", 3))
+    ok, bad = [c for c in cc_codex_parse(p)[0].chunks if c.kind == "tool"]
+    assert ok.tool == bad.tool == "exec_command"
+    assert ok.text.startswith("tool: exec_command\ncmd: echo canary-1 && ls\noutput:") and "\nerror:" not in ok.text
+    assert bad.text.startswith("tool: exec_command\ncmd: echo fail-x; exit 3\nerror:")
+    # the output text alone says it too (no event), and so does an older exec_command_end event
+    lines = [r for r in cc_cx_exec("2025-11-17T21:31:01Z", "c2", "false", "", 1) if r["type"] == "response_item"]
+    p2 = cc_write_jsonl(cc_rollout(tmp_path, "other"), [cc_cx_meta()] + lines)
+    assert "\nerror:" in cc_codex_parse(p2)[0].chunks[-1].text
+    p3 = cc_write_jsonl(cc_rollout(tmp_path, "older"), [
+        cc_cx_meta(),
+        cc_cx("2025-11-17T21:31:00Z", "response_item", {"type": "function_call", "name": "shell", "call_id": "c3",
+                                                      "arguments": json.dumps({"command": ["bash", "-lc", "make"]})}),
+        cc_cx("2025-11-17T21:31:01Z", "event_msg", {"type": "exec_command_end", "call_id": "c3", "exit_code": 2}),
+        cc_cx("2025-11-17T21:31:01Z", "response_item", {"type": "function_call_output", "call_id": "c3",
+                                                      "output": "make: *** No rule"}),
+    ])
+    assert "\nerror:" in cc_codex_parse(p3)[0].chunks[-1].text
+
+
+def test_codex_exec_command_is_found_with_tool_bash(env, tmp_path, capsys):
+    home = tmp_path / "codex"
+    cc_write_jsonl(home / "sessions" / "2025" / "11" / "17" / ("rollout-2025-11-17T15-30-28-%s.jsonl" % cc_TID),
+                   [cc_cx_meta()] + cc_cx_exec("2025-11-17T21:31:00Z", "c1", "cargo build-std", "ok", 0))
+    write_config({"sources": [{"parser": "codex", "path": str(home / "sessions")}]}, tmp_path)
+    assert search_ids(capsys, "build-std", "--tool", "bash") == [cc_TID]
 
 
 def test_codex_subagent_links_parent_and_drops_replayed_history(tmp_path):
@@ -2543,6 +2693,43 @@ def test_opencode_db_messages_in_order_with_tools_joined_and_synthetic_text_as_c
     assert not any("base64" in c.text for c in s.chunks)
 
 
+def ogc_opencode_bash_db(path, states):
+    """An OpenCode 1.18 database with one session whose assistant ran bash once per state."""
+    rows = [("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
+             ("ses_x", "p", None, "s", "/home/u/w", "Checks", "1.18.33", 1795572203585, 1795572237891)),
+            ("INSERT INTO message VALUES (?,?,?,?,?)",
+             ("msg_a", "ses_x", 1795572204000, 1795572204000, json.dumps({"role": "assistant",
+                                                                          "time": {"created": 1795572204000}})))]
+    for i, state in enumerate(states):
+        rows.append(("INSERT INTO part VALUES (?,?,?,?,?,?)", ("prt_%d" % i, "msg_a", "ses_x", 0, 0, json.dumps(
+            {"type": "tool", "callID": "c%d" % i, "tool": "bash", "state": dict(state, status="completed")}))))
+    return ogc_make_db(path, ogc_OPENCODE_SCHEMA, rows)
+
+
+def test_opencode_failed_bash_is_an_error_and_a_truncated_output_is_read_whole(tmp_path):
+    # OpenCode 1.18.33: a failing command is "completed" with metadata.exit; a long output keeps its head
+    # and tail in the part and the whole in <data dir>/tool-output/<id>, named by metadata.outputPath.
+    data = tmp_path / "opencode"
+    spilled = data / "tool-output" / "tool_21072055d001EP5rCQ23YDFTEQ"
+    os.makedirs(str(spilled.parent))
+    spilled.write_text("".join("line-number-%d\n" % i for i in range(1, 40001)) + "big-done\n")
+    elsewhere = "/Users/someone/.local/share/opencode/tool-output/tool_21072055d001EP5rCQ23YDFTEQ"
+    preview = "...output truncated...\n\nFull output saved to: %s\n\nline-number-38003\n" % elsewhere
+    db = ogc_opencode_bash_db(data / "opencode.db", [
+        {"input": {"command": "echo canary-1 && ls"}, "output": "canary-1\n",
+         "metadata": {"output": "canary-1\n", "exit": 0, "truncated": False}},
+        {"input": {"command": "echo fail-x; exit 3"}, "output": "fail-x\n",
+         "metadata": {"output": "fail-x\n", "exit": 3, "truncated": False}},
+        {"input": {"command": "seq 1 40000 | sed s/^/line-number-/; echo big-done"}, "output": preview,
+         "metadata": {"output": "line-number-38335\n", "exit": 0, "truncated": True, "outputPath": elsewhere}},
+    ])
+    ok, failed, big = ogc_texts(ogc_parse("opencode", db)[0], "tool")
+    assert "\noutput:\ncanary-1" in ok and "\nerror:\nfail-x" in failed
+    assert "\noutput:\nline-number-1\n" in big and big.rstrip().endswith("big-done")
+    os.remove(str(spilled))   # the whole output is gone: the part's own head and tail remain
+    assert "line-number-38003" in ogc_texts(ogc_parse("opencode", db)[0], "tool")[2]
+
+
 def test_opencode_db_with_another_schema_is_not_a_session_file(tmp_path):
     db = ogc_make_db(tmp_path / "opencode.db", "CREATE TABLE session (id TEXT);")
     with pytest.raises(NotASessionFile):
@@ -2622,6 +2809,68 @@ def test_gemini_repeated_id_is_indexed_once_with_the_newer_record(tmp_path):
     assert ogc_kinds(s) == ["user", "assistant", "tool"]
     assert "README.md" in ogc_texts(s, "tool")[0] and "ls -F" in ogc_texts(s, "tool")[0]
     assert s.created == "2026-04-29T21:39:22.319Z" and s.modified == "2026-04-29T21:40:00.000Z"
+
+
+# What Gemini CLI 0.61 writes for a session resumed once (`gemini --resume latest -p ...`), trimmed.
+ogc_GEMINI_CTX = {"id": "ctx", "timestamp": "2026-11-25T02:01:45.461Z", "type": "user", "content": [
+    {"text": "<session_context>\nThis is the Gemini CLI. We are setting up the context for our chat.\n</session_context>"}]}
+ogc_GEMINI_CALL = "run_shell_command__run_shell_command_1795572105628_0"
+ogc_GEMINI_OUT = {"output": "<untrusted_context>\nOutput: canary-1\nProcess Group PGID: 11209\n</untrusted_context>"}
+ogc_GEMINI_RESUMED = [
+    dict(ogc_GEMINI_META, startTime="2026-11-25T02:01:45.459Z", lastUpdated="2026-11-25T02:01:45.459Z"),
+    {"$set": {"messages": [ogc_GEMINI_CTX], "lastUpdated": "2026-11-25T02:01:45.461Z"}},
+    {"id": "u1", "timestamp": "2026-11-25T02:01:45.584Z", "type": "user",
+     "content": [{"text": "Check the canary. Please run `echo canary-1 && ls`"}]},
+    {"id": "g1", "timestamp": "2026-11-25T02:01:45.719Z", "type": "gemini", "content": "", "toolCalls": [
+        {"id": ogc_GEMINI_CALL, "name": "run_shell_command", "args": {"command": "echo canary-1 && ls"},
+         "result": [{"functionResponse": {"id": ogc_GEMINI_CALL, "name": "run_shell_command",
+                                          "response": ogc_GEMINI_OUT}}], "status": "success"}]},
+    {"id": "r1", "timestamp": "2026-11-25T02:01:45.806Z", "type": "user", "content": [
+        {"functionResponse": {"id": ogc_GEMINI_CALL, "name": "run_shell_command", "response": ogc_GEMINI_OUT}}]},
+    # the resume: a second metadata line, then the history again, its tool calls as content parts only
+    dict(ogc_GEMINI_META, startTime="2026-11-25T02:01:50.655Z", lastUpdated="2026-11-25T02:01:50.655Z"),
+    {"$set": {"messages": [
+        dict(ogc_GEMINI_CTX, timestamp="2026-11-25T02:01:50.656Z"),
+        {"id": "u1", "timestamp": "2026-11-25T02:01:50.669Z", "type": "user",
+         "content": [{"text": "Check the canary. Please run `echo canary-1 && ls`"}]},
+        {"id": "g1", "timestamp": "2026-11-25T02:01:50.669Z", "type": "gemini", "content": [
+            {"functionCall": {"id": ogc_GEMINI_CALL, "name": "run_shell_command",
+                              "args": {"command": "echo canary-1 && ls"}}}]},
+        {"id": "g1_response", "timestamp": "2026-11-25T02:01:50.669Z", "type": "user", "content": [
+            {"functionResponse": {"id": ogc_GEMINI_CALL, "name": "run_shell_command", "response": ogc_GEMINI_OUT}}]},
+        {"id": "r1", "timestamp": "2026-11-25T02:01:50.669Z", "type": "user", "content": [
+            {"functionResponse": {"id": ogc_GEMINI_CALL, "name": "run_shell_command", "response": ogc_GEMINI_OUT}}]},
+        {"id": "a1", "timestamp": "2026-11-25T02:01:50.669Z", "type": "gemini", "content": [{"text": "All good."}]},
+    ]}},
+    {"id": "u2", "timestamp": "2026-11-25T02:01:50.769Z", "type": "user",
+     "content": [{"text": "Now a failure please run `echo fail-x; exit 3`"}]},
+    {"id": "g2", "timestamp": "2026-11-25T02:01:50.932Z", "type": "gemini", "content": "", "toolCalls": [
+        {"id": "call-2", "name": "run_shell_command", "args": {"command": "echo fail-x; exit 3"}, "status": "success",
+         "result": [{"functionResponse": {"id": "call-2", "name": "run_shell_command", "response": {
+             "output": "<untrusted_context>\nOutput: fail-x\nExit Code: 3\nProcess Group PGID: 11316\n</untrusted_context>"}}}]}]},
+    {"$set": {"lastUpdated": "2026-11-25T02:01:51.035Z"}},
+]
+
+
+def test_gemini_resumed_session_keeps_its_tool_calls_creation_time_and_failures(tmp_path):
+    f = ogc_write_jsonl(ogc_gemini_chats(tmp_path) / "session-2026-11-25T02-01-95eb3fe0.jsonl", ogc_GEMINI_RESUMED)
+    [s] = ogc_parse("gemini", f)
+    assert s.created == "2026-11-25T02:01:45.459Z" and s.modified == "2026-11-25T02:01:51.035Z"
+    assert ogc_kinds(s) == ["context", "user", "tool", "assistant", "user", "tool"]
+    canary, failure = ogc_texts(s, "tool")
+    assert canary.startswith("tool: run_shell_command\ncommand: echo canary-1 && ls\noutput:") and "canary-1" in canary
+    assert failure.startswith("tool: run_shell_command\ncommand: echo fail-x; exit 3\nerror:")
+
+
+def test_gemini_resume_stub_with_the_same_session_id_is_not_a_second_session(tmp_path):
+    chats = ogc_gemini_chats(tmp_path)
+    real = ogc_write_jsonl(chats / "session-2026-11-25T02-01-95eb3fe0.jsonl", ogc_GEMINI_RESUMED)
+    stub = ogc_write_jsonl(chats / "session-2026-11-25T02-05-95eb3fe0.jsonl", [
+        dict(ogc_GEMINI_META, startTime="2026-11-25T02:05:00.000Z"),
+        {"$set": {"messages": [ogc_GEMINI_CTX], "lastUpdated": "2026-11-25T02:05:00.001Z"}}])
+    assert ogc_parse("gemini", stub) == [] and len(ogc_parse("gemini", real)) == 1
+    os.remove(real)   # alone, a session that only started is still a session
+    assert [s.session_id for s in ogc_parse("gemini", stub)] == ["g-1"]
 
 
 def test_gemini_rewind_drops_the_message_and_everything_after(tmp_path):
@@ -3988,6 +4237,40 @@ def test_hermes_state_db(tmp_path):
     assert ot_kinds(h1) == ["user", "thinking", "tool"] and "command: pwd" in h1.chunks[-1].text
     assert h1.created == "2026-04-29T22:00:00.000Z" and h1.modified == "2026-04-29T22:01:40.000Z"
     assert h2.parent == "h1" and ot_kinds(h2) == ["context"]
+
+
+def test_hermes_019_cwd_column_and_failed_terminal_call(tmp_path):
+    # Hermes 0.19: the working directory is a column of sessions (model_config no longer has it), and
+    # the terminal tool answers {"output", "exit_code", "error"} as JSON.
+    db = tmp_path / "state.db"
+    con = sqlite3.connect(str(db))
+    con.executescript("""
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT NOT NULL, model TEXT, model_config TEXT,
+                               parent_session_id TEXT, started_at REAL NOT NULL, ended_at REAL, cwd TEXT,
+                               git_branch TEXT, title TEXT);
+        CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id TEXT, role TEXT, content TEXT, tool_call_id TEXT,
+                               tool_calls TEXT, tool_name TEXT, timestamp REAL, reasoning TEXT);
+    """)
+    con.execute("INSERT INTO sessions VALUES ('20261125_020606_115c43','cli','mock-model',"
+                "'{\"max_iterations\": 90, \"reasoning_config\": null}',NULL,1795572368.39054,NULL,"
+                "'/home/u/work',NULL,NULL)")
+    calls = '[{"id": "call_%s", "call_id": "call_%s", "type": "function", "function": {"name": "terminal", ' \
+            '"arguments": "{\\"command\\": \\"%s\\"}"}}]'
+    rows = [(1, "user", "Check the canary", None, None, None),
+            (2, "assistant", "", None, calls % ("a", "a", "echo canary-1 && ls"), None),
+            (3, "tool", '{"output": "canary-1", "exit_code": 0, "error": null}', "call_a", None, "terminal"),
+            (4, "assistant", "", None, calls % ("b", "b", "echo fail-x; exit 3"), None),
+            (5, "tool", '{"output": "fail-x", "exit_code": 3, "error": null}', "call_b", None, "terminal")]
+    for i, role, content, tcid, tcalls, tname in rows:
+        con.execute("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,NULL)",
+                    (i, "20261125_020606_115c43", role, content, tcid, tcalls, tname, 1795572368.4 + i))
+    con.commit()
+    con.close()
+    [s] = ot_parse("hermes", db)
+    assert s.cwd == "/home/u/work"
+    ok, failed = [c.text for c in s.chunks if c.kind == "tool"]
+    assert ok == "tool: terminal\ncommand: echo canary-1 && ls\noutput:\ncanary-1"
+    assert failed == "tool: terminal\ncommand: echo fail-x; exit 3\nerror:\nfail-x"
 
 
 def test_hermes_unknown_sqlite_schema(tmp_path):
