@@ -896,13 +896,25 @@ def _json_arg(value):
 
 def _home(env):
     """The user's home folder as the environment given says (tests and discovery pass their own)."""
-    return os.path.expanduser(env.get("HOME") or "~")
+    return env.get("HOME") or os.path.expanduser("~")
+
+
+def expand_home(env, path):
+    """A path from the environment or a config, with a leading ~ meaning env's home folder."""
+    if path == "~" or path.startswith("~/") or path.startswith("~" + os.sep):
+        return _home(env) + path[1:]
+    return os.path.expanduser(path)  # ~user
+
+
+def env_path(env, name):
+    """The path an environment variable names (~ expanded), or None when it is unset or empty."""
+    return expand_home(env, env[name]) if env.get(name) else None
 
 
 def agent_dir(env, var, *default):
-    """An agent's folder: $VAR when set (with ~ expanded), else ~/<default...>."""
-    value = env.get(var)
-    return os.path.expanduser(value) if value else os.path.join(_home(env), *default)
+    """An agent's folder: $VAR when set (with ~ expanded), else ~/<default...>. Every parser finds
+    its home through env (never the process's own HOME), so discovery follows the environment given."""
+    return env_path(env, var) or os.path.join(_home(env), *default)
 
 
 def _settings_json(path):
@@ -997,6 +1009,10 @@ class Parser:
         holds the very query the agent just ran."""
         return [env[name].strip() for name in self.session_env if env.get(name, "").strip()]
 
+    def new_run(self):
+        """Called at the start of every index run: forget what was cached about the disk (a process
+        that lives long, `watch` or `mcp`, must see a folder created after it started)."""
+
     def sidecars(self, path):
         return []
 
@@ -1031,7 +1047,10 @@ class PiParser(Parser):
     id, label, version = "pi", "pi", 2
 
     def __init__(self):
-        self._meta_dirs = {}  # session folder -> its sessions-meta folder or None (checked once per process)
+        self._meta_dirs = {}  # session folder -> its sessions-meta folder or None (checked once per run)
+
+    def new_run(self):
+        self._meta_dirs.clear()
 
     def default_roots(self, env):
         return [os.path.join(agent_dir(env, "PI_CODING_AGENT_DIR", ".pi", "agent"), "sessions")]
@@ -1359,9 +1378,9 @@ class ClaudeCodeParser(Parser):
     def default_roots(self, env):
         config = env.get("CLAUDE_CONFIG_DIR")
         if config:  # a comma-separated list is accepted, as several tools do
-            return [os.path.join(os.path.expanduser(d.strip()), "projects") for d in config.split(",") if d.strip()]
-        roots = [os.path.join(os.path.expanduser("~"), ".claude", "projects")]
-        xdg = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+            return [os.path.join(expand_home(env, d.strip()), "projects") for d in config.split(",") if d.strip()]
+        roots = [os.path.join(_home(env), ".claude", "projects")]
+        xdg = env_path(env, "XDG_CONFIG_HOME") or os.path.join(_home(env), ".config")
         if os.path.isdir(os.path.join(xdg, "claude", "projects")):
             roots.append(os.path.join(xdg, "claude", "projects"))
         return roots
@@ -2250,13 +2269,12 @@ class OpenCodeParser(Parser):
 
     def default_roots(self, env):
         # xdg-basedir: $XDG_DATA_HOME or ~/.local/share, on every platform (macOS included).
-        base = env.get("XDG_DATA_HOME")
-        base = os.path.expanduser(base) if base else os.path.join(os.path.expanduser("~"), ".local", "share")
+        base = env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
         data = os.path.join(base, "opencode")
         roots = [data]
         db = env.get("OPENCODE_DB")   # absolute, or relative to the data dir (listed once either way)
         if db:
-            roots.append(os.path.join(data, os.path.expanduser(db)))
+            roots.append(os.path.join(data, expand_home(env, db)))
         return roots
 
     def list_files(self, root):
@@ -2511,8 +2529,7 @@ class GeminiParser(Parser):
     id, label, version = "gemini", "Gemini CLI", 1
 
     def default_roots(self, env):
-        home = env.get("GEMINI_CLI_HOME")   # replaces the home directory, .gemini stays
-        home = os.path.expanduser(home) if home else os.path.expanduser("~")
+        home = env_path(env, "GEMINI_CLI_HOME") or _home(env)   # replaces the home directory, .gemini stays
         return [os.path.join(home, ".gemini", "tmp")]
 
     def list_files(self, root):
@@ -2843,8 +2860,7 @@ class GeminiParser(Parser):
 
     def retention(self, env):
         """Gemini CLI deletes sessions older than general.sessionRetention.maxAge when it is enabled."""
-        home = env.get("GEMINI_CLI_HOME")
-        settings = os.path.join(os.path.expanduser(home) if home else _home(env), ".gemini", "settings.json")
+        settings = os.path.join(env_path(env, "GEMINI_CLI_HOME") or _home(env), ".gemini", "settings.json")
         policy = ((_settings_json(settings) or {}).get("general") or {}).get("sessionRetention")
         if not isinstance(policy, dict) or policy.get("enabled") is not True:
             return None
@@ -3001,14 +3017,14 @@ class ProtoMessage:
 
 def _cursor_roots_ide(env):
     """globalStorage of the Cursor editor, per OS (VS Code layout)."""
-    home = os.path.expanduser("~")
+    home = _home(env)
     if sys.platform == "darwin":
         base = os.path.join(home, "Library", "Application Support")
     elif sys.platform.startswith("win"):
         base = env.get("APPDATA") or os.path.join(home, "AppData", "Roaming")
     else:
-        base = env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
-    return os.path.join(os.path.expanduser(base), "Cursor", "User", "globalStorage")
+        base = env_path(env, "XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    return os.path.join(base, "Cursor", "User", "globalStorage")
 
 
 @register
@@ -3037,7 +3053,7 @@ class CursorParser(Parser):
     IGNORED_BLOCKS = frozenset({"image", "redacted", "redacted_thinking", "file", "image_url"})
 
     def default_roots(self, env):
-        return [os.path.join(os.path.expanduser("~"), ".cursor"), _cursor_roots_ide(env)]
+        return [os.path.join(_home(env), ".cursor"), _cursor_roots_ide(env)]
 
     def sidecars(self, path):
         # WAL stores: a prompt may change only the -wal file (and the CLI's meta.json).
@@ -3581,10 +3597,6 @@ VSCODE_HOSTS = ("Code", "Code - Insiders", "Cursor", "Windsurf", "VSCodium")
 
 
 
-def _env_path(env, name):
-    return os.path.expanduser(env[name]) if env.get(name) else None
-
-
 class _ProjectSkip:
     """The `skip_dirs` of a walk through projects: the usual heavy folders and hidden ones."""
 
@@ -3606,7 +3618,7 @@ def walk_projects(root, match, allow_hidden=()):
 def vscode_global_storage(env):
     """Every globalStorage folder of every VS Code-like editor on Linux, macOS and Windows that exists."""
     home = _home(env)
-    bases = [_env_path(env, "XDG_CONFIG_HOME") or os.path.join(home, ".config"),
+    bases = [env_path(env, "XDG_CONFIG_HOME") or os.path.join(home, ".config"),
              os.path.join(home, "Library", "Application Support")]
     if env.get("APPDATA"):
         bases.append(env["APPDATA"])
@@ -3626,7 +3638,7 @@ def _primary_global_storage(env):
         return os.path.join(home, "Library", "Application Support", "Code", "User", "globalStorage")
     if os.name == "nt" and env.get("APPDATA"):
         return os.path.join(env["APPDATA"], "Code", "User", "globalStorage")
-    return os.path.join(_env_path(env, "XDG_CONFIG_HOME") or os.path.join(home, ".config"), "Code", "User",
+    return os.path.join(env_path(env, "XDG_CONFIG_HOME") or os.path.join(home, ".config"), "Code", "User",
                         "globalStorage")
 
 
@@ -3867,12 +3879,12 @@ class ClineParser(Parser):
                 if os.path.isdir(d):
                     roots.append(d)
         # The Cline CLI / JetBrains plugin keep the same task folders in their own data dir.
-        data = _env_path(env, "CLINE_DATA_DIR") or (
-            os.path.join(_env_path(env, "CLINE_DIR"), "data") if env.get("CLINE_DIR")
+        data = env_path(env, "CLINE_DATA_DIR") or (
+            os.path.join(env_path(env, "CLINE_DIR"), "data") if env.get("CLINE_DIR")
             else os.path.join(_home(env), ".cline", "data"))
         if os.path.isdir(os.path.join(data, "tasks")):
             roots.append(os.path.join(data, "tasks"))
-        sdk = _env_path(env, "CLINE_SESSION_DATA_DIR") or os.path.join(data, "sessions")
+        sdk = env_path(env, "CLINE_SESSION_DATA_DIR") or os.path.join(data, "sessions")
         if os.path.isdir(sdk):
             roots.append(sdk)
         return roots or [os.path.join(_primary_global_storage(env), CLINE_EXTENSIONS[0], "tasks")]
@@ -4121,11 +4133,11 @@ class KiloParser(OpenCodeParser):
     verified = "7.7.9, 2026-11-24"
 
     def default_roots(self, env):
-        base = _env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
+        base = env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
         data = os.path.join(base, "kilo")
         roots = [data]
         if env.get("KILO_DB"):   # absolute, or relative to the data folder
-            roots.append(os.path.join(data, os.path.expanduser(env["KILO_DB"])))
+            roots.append(os.path.join(data, env_path(env, "KILO_DB")))
         return roots
 
     def list_files(self, root):
@@ -4178,7 +4190,7 @@ class CopilotParser(Parser):
     id, label, version = "copilot", "GitHub Copilot CLI", 1
 
     def default_roots(self, env):
-        home = _env_path(env, "COPILOT_HOME") or os.path.join(_home(env), ".copilot")
+        home = env_path(env, "COPILOT_HOME") or os.path.join(_home(env), ".copilot")
         return [os.path.join(home, "session-state"), os.path.join(home, "history-session-state")]
 
     def list_files(self, root):
@@ -4338,7 +4350,7 @@ class AmpParser(Parser):
     id, label, version = "amp", "Amp", 1
 
     def default_roots(self, env):
-        data = _env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
+        data = env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
         roots = [os.path.join(data, "amp", "threads")]
         for storage in vscode_global_storage(env):   # the VS Code extension's older store
             d = os.path.join(storage, "sourcegraph.amp", "threads3")
@@ -4440,8 +4452,8 @@ class GooseParser(Parser):
     def default_roots(self, env):
         home = _home(env)
         if env.get("GOOSE_PATH_ROOT"):
-            return [os.path.join(os.path.expanduser(env["GOOSE_PATH_ROOT"]), "data", "sessions")]
-        data = _env_path(env, "XDG_DATA_HOME") or os.path.join(home, ".local", "share")
+            return [os.path.join(env_path(env, "GOOSE_PATH_ROOT"), "data", "sessions")]
+        data = env_path(env, "XDG_DATA_HOME") or os.path.join(home, ".local", "share")
         candidates = [os.path.join(data, "goose", "sessions"),
                       os.path.join(data, "Block", "goose", "sessions"),
                       os.path.join(home, "Library", "Application Support", "Block", "goose", "sessions"),
@@ -4961,7 +4973,7 @@ class QwenParser(Parser):
         home = agent_dir(env, "QWEN_HOME", ".qwen")
         roots = [os.path.join(home, "projects"), os.path.join(home, "tmp")]
         if env.get("QWEN_RUNTIME_DIR"):
-            roots.append(os.path.expanduser(env["QWEN_RUNTIME_DIR"]))
+            roots.append(env_path(env, "QWEN_RUNTIME_DIR"))
         return roots
 
     def list_files(self, root):
@@ -5454,9 +5466,9 @@ class OpenClawParser(Parser):
     id, label, version = "openclaw", "OpenClaw", 1
 
     def default_roots(self, env):
-        state = env.get("OPENCLAW_STATE_DIR")
+        state = env_path(env, "OPENCLAW_STATE_DIR")
         if state:
-            return [os.path.join(os.path.expanduser(state), "agents")]
+            return [os.path.join(state, "agents")]
         home = _home(env)
         return [os.path.join(home, d, "agents") for d in (".openclaw", ".clawdbot", ".moltbot")]
 
@@ -6724,6 +6736,8 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
     t0 = time.monotonic()
     summary = IndexSummary()
     policy = policy or Policy()
+    for parser in PARSERS.values():
+        parser.new_run()
     known = store.meta("policy")
     if known is not None and known != policy.fingerprint():
         full = True  # `exclude` or `redact` changed: what is indexed must follow, everywhere

@@ -580,6 +580,28 @@ def test_pi_session_metadata_is_indexed_with_the_name_and_changes_are_picked_up(
     assert search_ids(capsys, "echidna") == ["meta-1"] and search_ids(capsys, "platypus") == []
 
 
+def test_a_sessions_meta_folder_created_after_a_long_running_process_started_is_read(env, capsys):
+    # `watch` and `mcp` live for days: what a parser learnt about folders lasts one index run only.
+    PiWriter(env, "late-1").user("refactor the module").save()
+    run(capsys, "index")
+    assert search_ids(capsys, "wombat") == []
+    meta_dir = env.parent / "sessions-meta"
+    meta_dir.mkdir()
+    (meta_dir / "late-1.meta.json").write_text(json.dumps({"name": "Wombat burrow", "tags": ["wombat"]}))
+    run(capsys, "index")
+    assert search_ids(capsys, "wombat") == ["late-1"]
+
+
+def test_every_parser_finds_its_home_through_the_environment_it_is_given(tmp_path):
+    # Discovery under an explicit environment (tests, `HOME=... sesame`, a service) must not fall
+    # back to the process's own home folder.
+    home = str(tmp_path / "someone")
+    for pid, parser in PARSERS.items():
+        for root in parser.default_roots({"HOME": home}):
+            assert str(root).startswith(home), (pid, root)
+    assert PARSERS["claude"].default_roots({"HOME": home, "CLAUDE_CONFIG_DIR": "~/cc"}) == [os.path.join(home, "cc", "projects")]
+
+
 def test_a_file_without_pi_header_is_reported_not_indexed(env, capsys):
     (env / "notes.jsonl").write_text('{"hello": "world"}\n')
     code, out, err = run(capsys, "index", "--json")
