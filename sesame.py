@@ -109,6 +109,9 @@ __version__ = "0.1.0"
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
+# Bump TEXT_VERSION when what is stored for a text changes (redaction rules, identifier parts): the
+# next run rebuilds the index from the session files and keeps the sessions whose files are gone.
+TEXT_VERSION = 2
 # Bump SCHEMA_VERSION when the tables change: an older index is then rebuilt from the session files
 # (they are the source of truth), a newer one is refused rather than damaged. From schema 4 on the
 # index also keeps sessions whose files are gone: a later migration must carry those over (their
@@ -712,8 +715,10 @@ class Policy:
         self.keep_deleted = keep_deleted  # config `keepDeletedSessions`: sessions whose files are gone stay
 
     def fingerprint(self):
-        """Changing these settings changes what the whole index should hold: it is rebuilt."""
-        return json.dumps({"exclude": self.exclude, "redact": self.redact}, sort_keys=True)
+        """Changing these settings, or how text is redacted and analysed (TEXT_VERSION), changes what
+        the whole index should hold: it is rebuilt (the sessions kept from deleted files included:
+        their text is redacted again, see clear_index)."""
+        return json.dumps({"exclude": self.exclude, "redact": self.redact, "text": TEXT_VERSION}, sort_keys=True)
 
     def excludes_path(self, path):
         return any(_path_matches(path, p) for p in self.exclude)
@@ -6295,6 +6300,10 @@ def clear_index(con, policy):
     con.execute("DELETE FROM files WHERE status != 'deleted'")
     con.execute("DELETE FROM dirs")
     for sid, labels, agent, session_id, cwd in kept:
+        if policy.redact:  # the rules may have changed since it was indexed
+            con.executemany("UPDATE chunks SET text=? WHERE id=?", [
+                (pack(redact(unpack(text))[0]), cid)
+                for cid, text in con.execute("SELECT id, text FROM chunks WHERE session=?", (sid,)).fetchall()])
         build_parts(con, sid, labels, 0)
         if not policy.keeps(agent, session_id, cwd):
             delete_sessions(con, "id=?", (sid,))

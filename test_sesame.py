@@ -4700,6 +4700,24 @@ def index_bytes(tmp_path):
     return "\n".join(texts), raw
 
 
+def test_new_redaction_rules_reach_what_is_indexed_and_the_sessions_kept_from_deleted_files(env, tmp_path, capsys,
+                                                                                         monkeypatch):
+    live = PiWriter(env, "live-1").user("the zebra token is QQSECRET41 in staging").save()
+    gone = PiWriter(env, "gone-1").user("the okapi token is QQSECRET42 in prod").save()
+    run(capsys, "index")
+    os.remove(gone)
+    run(capsys, "index")
+    assert "QQSECRET42" in index_bytes(tmp_path)[0]   # not a secret by today's rules
+    # A later Sesame knows this kind of secret (and says so with a new TEXT_VERSION).
+    old_redact = sesame.redact
+    monkeypatch.setattr(sesame, "redact", lambda t: old_redact(re.sub(r"QQSECRET\d+", "[REDACTED:test]", t or "")))
+    monkeypatch.setattr(sesame, "TEXT_VERSION", sesame.TEXT_VERSION + 1)
+    run(capsys, "index")
+    text, _ = index_bytes(tmp_path)
+    assert "QQSECRET" not in text and text.count("[REDACTED:test]") == 2
+    assert search_ids(capsys, "okapi") == ["gone-1"] and search_ids(capsys, "zebra") == ["live-1"]
+
+
 def test_secrets_never_reach_the_index_and_the_words_around_them_stay_searchable(env, tmp_path, capsys):
     w = PiWriter(env, "leaky-1")
     w.user("deploy with OPENAI_API_KEY=%s to the marmoset cluster" % SECRET)
