@@ -3337,6 +3337,64 @@ def test_aider_kinds_user_thinking_fences_and_tool_output(tmp_path):
     assert tools[1].tool == "run" and "3 passed" in tools[1].text
 
 
+# What aider 0.86.2 writes for `/run`, `!` and a command the model suggested (aider ran it).
+am_AIDER_RUNS = """
+# aider chat started at 2026-11-25 02:06:51
+
+> Aider v0.86.2  
+> Model: openai/mock-model with diff edit format  
+
+#### /run echo fail-x; exit 3  
+> Add 0.0k tokens of command output to the chat? (Y)es/(N)o [Yes]: y  
+> Added 1 line of output to the chat.  
+
+#### !seq 1 5 | sed s/^/row-/  
+> Add 0.0k tokens of command output to the chat? (Y)es/(N)o [Yes]: y  
+> Added 5 lines of output to the chat.  
+
+#### Check the canary  
+
+To check, run this command:
+
+```bash
+echo canary-3
+```
+
+> Tokens: 2.3k sent, 27 received.  
+> echo canary-3  
+> Run shell command? (Y)es/(N)o/(D)on't ask again [Yes]: y  
+> Running echo canary-3  
+> Add command output to the chat? (Y)es/(N)o/(D)on't ask again [Yes]: y  
+> Added 2 lines of output to the chat.  
+"""
+
+
+def test_aider_run_and_bang_and_suggested_commands_are_shell_calls(tmp_path):
+    [s] = am_parse("aider", am_write(tmp_path / ".aider.chat.history.md", am_AIDER_RUNS))
+    runs = [c for c in s.chunks if c.kind == "tool" and c.tool == "run"]
+    assert [c.text.split("\n")[1] for c in runs] == [
+        "command: echo fail-x; exit 3", "command: seq 1 5 | sed s/^/row-/", "command: echo canary-3"]
+    assert "Added 5 lines of output to the chat." in runs[1].text
+    assert am_texts(s, "user") == ["/run echo fail-x; exit 3", "!seq 1 5 | sed s/^/row-/", "Check the canary"]
+    assert "run" in sesame.tool_family("bash") and "run" in sesame.tool_family("shell")
+
+
+def test_aider_earlier_run_keeps_its_last_prompt_time_after_a_new_run_is_appended(tmp_path):
+    path = am_write(tmp_path / ".aider.chat.history.md", am_AIDER_RUNS)
+    am_write(tmp_path / ".aider.input.history", "\n# 2026-11-25 02:06:52.104711\n+/run echo fail-x; exit 3\n"
+             "\n# 2026-11-25 02:07:10.500000\n+!seq 1 5 | sed s/^/row-/\n"
+             "\n# 2026-11-25 02:09:30.250000\n+Check the canary\n"
+             "\n# 2026-11-26 08:00:05.000000\n+next day\n")
+    with open(path, "a") as f:
+        f.write("\n# aider chat started at 2026-11-26 08:00:00\n\n#### next day  \n\nHello again.\n")
+    first, second = am_parse("aider", path)
+    assert first.created == norm_time("2026-11-25 02:06:51")
+    assert first.modified == norm_time("2026-11-25 02:09:30.250000") > first.created
+    assert [c.ts for c in first.chunks if c.kind == "user"] == [
+        norm_time("2026-11-25 02:06:52.104711"), norm_time("2026-11-25 02:07:10.5"), norm_time("2026-11-25 02:09:30.25")]
+    assert second.created == norm_time("2026-11-26 08:00:00") and second.modified >= norm_time("2026-11-26 08:00:05")
+
+
 def test_aider_cwd_is_recorded_dir_else_the_file_folder(tmp_path):
     path = am_write(tmp_path / "repo" / ".aider.chat.history.md", am_AIDER_HISTORY)
     first, second = am_parse("aider", path)
