@@ -5006,6 +5006,7 @@ def _iter_glued_jsonl(path, report):
 
 _ID_LIKE = LazyPattern(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
 _QWEN_HOOK_CONTEXT = "<qwen:user-prompt-submit-context>"
+_QWEN_EXIT_RE = LazyPattern(r"^Exit Code: (-?\d+)\s*$", re.M)
 
 
 @register
@@ -5138,7 +5139,11 @@ class QwenParser(Parser):
             for p in parts:
                 fr = p.get("functionResponse")
                 if isinstance(fr, dict):
-                    calls.result(fr.get("id"), _out_text(fr.get("response")), err, name=fr.get("name"), ts=ts)
+                    out = _out_text(fr.get("response"))
+                    # A failed shell command is a "success" whose output says "Exit Code: N".
+                    code = _QWEN_EXIT_RE.search(out or "")
+                    calls.result(fr.get("id"), out, err or bool(code and int(code.group(1)) != 0),
+                                 name=fr.get("name"), ts=ts)
                     done = True
             if not done and result:
                 calls.result(result.get("callId"), _out_text(result.get("resultDisplay")), err,

@@ -3957,6 +3957,22 @@ def test_qwen_fragments_merged_hook_context_and_title(tmp_path):
     assert "task done" in ot_texts(s, "context") and any("user-prompt-submit" in t for t in ot_texts(s, "context"))
 
 
+def test_qwen_failed_shell_command_is_an_error(tmp_path):
+    # Qwen Code 0.15.10: a failed command's result has status "success"; its output names the exit code.
+    out = "Command: %s\nDirectory: (root)\nOutput: %s\nError: (none)\nExit Code: %d\nSignal: 0\nProcess Group PGID: 17649"
+    lines = []
+    for i, (cmd, printed, code) in enumerate([("echo canary-1 && ls", "canary-1", 0), ("echo fail-x; exit 3", "fail-x", 3)]):
+        lines += [
+            ot_q("a%d" % (2 * i + 1), None, "assistant", message={"role": "model", "parts": [
+                {"functionCall": {"id": "call_%d" % i, "name": "run_shell_command", "args": {"command": cmd}}}]}),
+            ot_q("r%d" % (2 * i + 2), None, "tool_result", message={"role": "user", "parts": [
+                {"functionResponse": {"id": "call_%d" % i, "name": "run_shell_command",
+                                      "response": {"output": out % (cmd, printed, code)}}}]},
+                 toolCallResult={"callId": "call_%d" % i, "status": "success", "resultDisplay": printed})]
+    ok, failed = ot_texts(ot_parse("qwen", ot_write_jsonl(tmp_path / "chats" / (ot_SID + ".jsonl"), lines))[0], "tool")
+    assert "\noutput:\nCommand: echo canary-1" in ok and "\nerror:\nCommand: echo fail-x; exit 3" in failed
+
+
 def test_qwen_glued_objects_and_wrong_session(tmp_path):
     a = json.dumps(ot_q("u1", None, "user", message={"role": "user", "parts": [{"text": "one"}]}))
     b = json.dumps(ot_q("a2", "u1", "assistant", message={"role": "model", "parts": [{"text": "two"}]}))
