@@ -2482,6 +2482,8 @@ _GEMINI_CONTEXT_BLOCK = LazyPattern(r"<session_context>.*?(?:</session_context>|
 _GEMINI_SETUP_PREFIX = "This is the Gemini CLI. We are setting up the context for our chat."
 _GEMINI_SETUP_REPLY = "Got it. Thanks for the context!"
 _GEMINI_EXIT_RE = LazyPattern(r"^Exit Code: (-?\d+)\s*$", re.M)
+# A long tool output is cut in the record; the whole of it is in <project temp>/tool-outputs/.
+_GEMINI_FULL_OUTPUT_RE = LazyPattern(r"For full output see: (\S+)")
 
 
 @register
@@ -2638,6 +2640,7 @@ class GeminiParser(Parser):
         the session context. The session is the other file: this one is indexed as nothing."""
         if any(c.kind != "context" for c in s.chunks):
             return False
+        path = os.path.abspath(path)
         folder = os.path.dirname(path)
         size = os.path.getsize(path)
         try:
@@ -2713,7 +2716,7 @@ class GeminiParser(Parser):
         key = fr.get("id") or fr.get("name")
         if key in calls and calls[key] is None:
             return   # the call's toolCalls entry already holds this result
-        out = self._response_text(fr.get("response"))
+        out = self._full_output(s, self._response_text(fr.get("response")))
         call = calls.get(key)
         calls[key] = None
         if call:
@@ -2723,6 +2726,26 @@ class GeminiParser(Parser):
             name = str(fr.get("name") or "tool")
             s.add("tool", tool_text(name, None, out, self._failed(name, fr.get("response"), out)), role="tool",
                   tool=name, ts=ts)
+
+    @staticmethod
+    def _full_output(s, output):
+        """The whole output of a call Gemini CLI cut ("Output too large. Showing first 8,000 and last
+        32,000 characters. For full output see: PATH"), from PATH or, when the folder moved, from
+        tool-outputs/session-<id>/ of this project's temp dir; else the cut output."""
+        m = _GEMINI_FULL_OUTPUT_RE.search(output[:1000]) if output else None
+        if not m:
+            return output
+        base = re.split(r"[/\\]", m.group(1))[-1]
+        d = os.path.dirname(os.path.abspath(s.path))
+        while os.path.basename(d) != "chats" and os.path.dirname(d) != d:
+            d = os.path.dirname(d)
+        for c in (m.group(1), os.path.join(os.path.dirname(d), "tool-outputs", "session-" + s.session_id, base)):
+            if "tool-outputs" in c and os.path.isfile(c):
+                try:
+                    return _read_head_tail(c)
+                except OSError:
+                    continue
+        return output
 
     @staticmethod
     def _failed(name, response, output):
@@ -2749,6 +2772,7 @@ class GeminiParser(Parser):
         output = "\n".join(o for o in outputs if o)
         if not output and isinstance(call.get("resultDisplay"), str):
             output = call["resultDisplay"]
+        output = self._full_output(s, output)
         path = tool_path(args) or (args.get("absolute_path") if args and isinstance(args.get("absolute_path"), str) else None)
         failed = call.get("status") == "error" or any(
             self._failed(name, p["functionResponse"].get("response"), output) for p in

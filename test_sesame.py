@@ -2816,6 +2816,29 @@ def test_gemini_resume_stub_with_the_same_session_id_is_not_a_second_session(tmp
     assert [s.session_id for s in ogc_parse("gemini", stub)] == ["g-1"]
 
 
+def test_gemini_cut_output_is_read_whole_from_tool_outputs(tmp_path):
+    # Gemini CLI 0.61 keeps the first 8,000 and last 32,000 characters in the record and the whole output
+    # in <project temp>/tool-outputs/session-<id>/<call id>.txt (found there also when the path is stale).
+    chats = ogc_gemini_chats(tmp_path)
+    whole = chats.parent / "tool-outputs" / "session-g-1" / "run_shell_command_1.txt"
+    os.makedirs(str(whole.parent))
+    whole.write_text("<untrusted_context>\nOutput: " + "".join("line-number-%d\n" % i for i in range(1, 40001))
+                     + "big-done\n</untrusted_context>")
+    cut = ("Output too large. Showing first 8,000 and last 32,000 characters. For full output see: "
+           "/home/other/.gemini/tmp/proj/tool-outputs/session-g-1/run_shell_command_1.txt\n<untrusted_context>\n"
+           "Output: line-number-1\n... [truncated] ...\nline-number-40000\nbig-done\n</untrusted_context>")
+    f = ogc_write_jsonl(chats / "session-2026-11-25T02-13-g1.jsonl", [
+        ogc_GEMINI_META,
+        {"id": "u1", "timestamp": "2026-11-25T02:13:49.517Z", "type": "user", "content": [{"text": "Large one"}]},
+        {"id": "g1", "timestamp": "2026-11-25T02:13:49.613Z", "type": "gemini", "content": "", "toolCalls": [
+            {"id": "run_shell_command_1", "name": "run_shell_command", "args": {"command": "seq 1 40000"},
+             "status": "success", "result": [{"functionResponse": {"id": "run_shell_command_1",
+                                                                   "response": {"output": cut}}}]}]},
+    ])
+    [tool] = ogc_texts(ogc_parse("gemini", f)[0], "tool")
+    assert "\nline-number-2\n" in tool and "Output too large" not in tool and "big-done" in tool
+
+
 def test_gemini_rewind_drops_the_message_and_everything_after(tmp_path):
     f = ogc_write_jsonl(ogc_gemini_chats(tmp_path) / "session-x.jsonl", [
         ogc_GEMINI_META,
