@@ -2516,6 +2516,8 @@ _GEMINI_CONTEXT_BLOCK = LazyPattern(r"<session_context>.*?(?:</session_context>|
 _GEMINI_SETUP_PREFIX = "This is the Gemini CLI. We are setting up the context for our chat."
 _GEMINI_SETUP_REPLY = "Got it. Thanks for the context!"
 _GEMINI_EXIT_RE = LazyPattern(r"^Exit Code: (-?\d+)\s*$", re.M)
+# A long tool output is cut in the record; the whole of it is in <project temp>/tool-outputs/.
+_GEMINI_FULL_OUTPUT_RE = LazyPattern(r"For full output see: (\S+)")
 
 
 @register
@@ -2671,6 +2673,7 @@ class GeminiParser(Parser):
         the session context. The session is the other file: this one is indexed as nothing."""
         if any(c.kind != "context" for c in s.chunks):
             return False
+        path = os.path.abspath(path)
         folder = os.path.dirname(path)
         size = os.path.getsize(path)
         try:
@@ -2746,7 +2749,7 @@ class GeminiParser(Parser):
         key = fr.get("id") or fr.get("name")
         if key in calls and calls[key] is None:
             return   # the call's toolCalls entry already holds this result
-        out = self._response_text(fr.get("response"))
+        out = self._full_output(s, self._response_text(fr.get("response")))
         call = calls.get(key)
         calls[key] = None
         if call:
@@ -2756,6 +2759,26 @@ class GeminiParser(Parser):
             name = str(fr.get("name") or "tool")
             s.add("tool", tool_text(name, None, out, self._failed(name, fr.get("response"), out)), role="tool",
                   tool=name, ts=ts)
+
+    @staticmethod
+    def _full_output(s, output):
+        """The whole output of a call Gemini CLI cut ("Output too large. Showing first 8,000 and last
+        32,000 characters. For full output see: PATH"), from PATH or, when the folder moved, from
+        tool-outputs/session-<id>/ of this project's temp dir; else the cut output."""
+        m = _GEMINI_FULL_OUTPUT_RE.search(output[:1000]) if output else None
+        if not m:
+            return output
+        base = re.split(r"[/\\]", m.group(1))[-1]
+        d = os.path.dirname(os.path.abspath(s.path))
+        while os.path.basename(d) != "chats" and os.path.dirname(d) != d:
+            d = os.path.dirname(d)
+        for c in (m.group(1), os.path.join(os.path.dirname(d), "tool-outputs", "session-" + s.session_id, base)):
+            if "tool-outputs" in c and os.path.isfile(c):
+                try:
+                    return _read_head_tail(c)
+                except OSError:
+                    continue
+        return output
 
     @staticmethod
     def _failed(name, response, output):
@@ -2782,6 +2805,7 @@ class GeminiParser(Parser):
         output = "\n".join(o for o in outputs if o)
         if not output and isinstance(call.get("resultDisplay"), str):
             output = call["resultDisplay"]
+        output = self._full_output(s, output)
         path = tool_path(args) or (args.get("absolute_path") if args and isinstance(args.get("absolute_path"), str) else None)
         failed = call.get("status") == "error" or any(
             self._failed(name, p["functionResponse"].get("response"), output) for p in
@@ -3696,6 +3720,13 @@ AIDER_START_RE = LazyPattern(r"^# aider chat started at (\d{4}-\d{2}-\d{2} \d{2}
 AIDER_THINKING_RE = LazyPattern(r"<thinking-content-7bbeb8e1441453ad999a0bbba8a46d4b>(.*?)"
                                r"(?:</thinking-content-7bbeb8e1441453ad999a0bbba8a46d4b>|\Z)", re.S)
 AIDER_EDIT_RE = LazyPattern(r"^Applied edit to (.+)$", re.M)
+# A shell command the user ran (`/run cmd`, `!cmd`), or one the model suggested that aider ran
+# ("Running cmd" among aider's own lines). Its output goes to the terminal and the chat, but the
+# history file only keeps aider's lines about it ("Added 2 lines of output to the chat.").
+AIDER_RUN_RE = LazyPattern(r"^(?:/run\s+|!)(\S.*)$", re.S)
+AIDER_RUNNING_RE = LazyPattern(r"^Running (\S.*)$")
+# prompt_toolkit's history beside the chat history: "# <local time>" then "+<line>" per prompt typed.
+AIDER_INPUT_TIME_RE = LazyPattern(r"^# (\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?)\s*$")
 
 
 @register
@@ -3751,11 +3782,52 @@ class AiderParser(Parser):
         if sessions and sessions[-1].created:
             # Only the last session can have gone on after its start: the file was last written then.
             sessions[-1].modified = max(sessions[-1].created, _file_mtime(path))
+        self._input_times(path, sessions)
         # Aider writes no cwd. It writes "Cur working dir:" when launched below the repo root;
         # otherwise it was launched at the repo root, which is where it writes this file.
         for s in sessions:
             s.cwd = s.cwd or os.path.dirname(abspath)
         return [s for s in sessions if any(c.kind in ("user", "assistant") for c in s.chunks)]
+
+    @staticmethod
+    def _input_times(path, sessions):
+        """The chat history has no times but each run's start: a session that is no longer the last
+        one in its file would fall back to its start time, and every chunk has that time. The input
+        history beside it (`.aider.input.history`, "# <local time>" then "+<line>" per prompt typed)
+        dates the prompts: each prompt (and what follows it) gets its time, and the last one before
+        the next run started is when the session was last active."""
+        prompts = []   # (time, first line of the prompt)
+        try:
+            with open(os.path.join(os.path.dirname(os.path.abspath(path)), ".aider.input.history"),
+                      encoding="utf-8", errors="replace") as f:
+                t = None
+                for line in f:
+                    if line.startswith("# "):
+                        m = AIDER_INPUT_TIME_RE.match(line)
+                        t = norm_time(m.group(1)) if m else None
+                    elif line.startswith("+") and t:
+                        prompts.append((t, line[1:].strip()))
+                        t = None   # later lines of a multi-line prompt
+        except OSError:
+            return
+        prompts.sort(key=lambda p: p[0])
+        for s, after in zip(sessions, sessions[1:] + [None]):
+            if not s.created:
+                continue
+            end = after.created if after is not None and after.created else None
+            mine = [p for p in prompts if p[0] >= s.created and (end is None or p[0] < end)]
+            if not mine:
+                continue
+            s.touch(mine[-1][0])
+            i, ts = 0, None
+            for c in s.chunks:
+                if c.kind == "user":
+                    first = c.text.split("\n", 1)[0].strip()
+                    j = next((k for k in range(i, len(mine)) if mine[k][1] == first), None)
+                    if j is not None:
+                        ts, i = mine[j][0], j + 1
+                if ts:
+                    c.ts = ts
 
 
 class _AiderSession:
@@ -3768,6 +3840,7 @@ class _AiderSession:
         self.in_fence = False
         self.talked = False       # before the first prompt, `>` lines are aider's start-up banner
         self.command = None       # the /command whose output the next `>` block is
+        self.run = None           # the arguments of the shell command that /run or ! just ran
 
     def line(self, line):
         if self.kind == "assistant" and self.in_fence:
@@ -3808,20 +3881,50 @@ class _AiderSession:
             s.add("user", text, role="user", ts=ts)
             self.talked = True
             self.command = text.split()[0][1:] if text.startswith("/") and len(text) > 1 else None
+            self.run = None
+            run = AIDER_RUN_RE.match(text)
+            if run:   # a shell command: a tool call of its own, its output (if any) follows as `>` lines
+                self.run = {"command": run.group(1).strip()}
+                s.add("tool", tool_text("run", self.run), role="user", tool="run", ts=ts)
         elif kind == "output":
             if not self.talked:
                 s.add("context", text, role="system", ts=ts)
+            elif self.run and s.chunks and s.chunks[-1].tool == "run":
+                s.chunks[-1].text = tool_text("run", self.run, text)
+                self.run = self.command = None
             else:
-                name = self.command or "aider"
-                args = {"command": s.chunks[-1].text} if self.command and s.chunks else None
-                edit = AIDER_EDIT_RE.search(text)
-                s.add("tool", tool_text(name, args, text), role="tool", tool=name,
-                      path=edit.group(1).strip() if edit else None, ts=ts)
-                self.command = None
+                self._output(text)
         else:
             thinking = "\n".join(t.strip() for t in AIDER_THINKING_RE.findall(text))
             s.add("thinking", thinking, role="assistant", ts=ts)
             s.add("assistant", AIDER_THINKING_RE.sub("", text), role="assistant", ts=ts)
+
+    def _output(self, text):
+        """aider's own lines after a prompt or a reply; "Running cmd" starts a shell call it made."""
+        s, ts = self.s, self.s.created
+        blocks, current = [], []
+        for line in text.split("\n"):
+            if AIDER_RUNNING_RE.match(line) and current is not None:
+                blocks.append(current)
+                current = [line]
+            else:
+                current.append(line)
+        blocks.append(current)
+        for i, lines in enumerate(blocks):
+            block = "\n".join(lines).strip()
+            if not block:
+                continue
+            running = AIDER_RUNNING_RE.match(lines[0]) if i else None
+            if running:
+                s.add("tool", tool_text("run", {"command": running.group(1).strip()}, "\n".join(lines[1:]).strip()),
+                      role="tool", tool="run", ts=ts)
+                continue
+            name = self.command or "aider"
+            args = {"command": s.chunks[-1].text} if self.command and s.chunks else None
+            edit = AIDER_EDIT_RE.search(block)
+            s.add("tool", tool_text(name, args, block), role="tool", tool=name,
+                  path=edit.group(1).strip() if edit else None, ts=ts)
+        self.command = None
 
     def finish(self):
         self.flush()
@@ -4955,6 +5058,7 @@ def _iter_glued_jsonl(path, report):
 
 _ID_LIKE = LazyPattern(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
 _QWEN_HOOK_CONTEXT = "<qwen:user-prompt-submit-context>"
+_QWEN_EXIT_RE = LazyPattern(r"^Exit Code: (-?\d+)\s*$", re.M)
 
 
 @register
@@ -5087,7 +5191,11 @@ class QwenParser(Parser):
             for p in parts:
                 fr = p.get("functionResponse")
                 if isinstance(fr, dict):
-                    calls.result(fr.get("id"), _out_text(fr.get("response")), err, name=fr.get("name"), ts=ts)
+                    out = _out_text(fr.get("response"))
+                    # A failed shell command is a "success" whose output says "Exit Code: N".
+                    code = _QWEN_EXIT_RE.search(out or "")
+                    calls.result(fr.get("id"), out, err or bool(code and int(code.group(1)) != 0),
+                                 name=fr.get("name"), ts=ts)
                     done = True
             if not done and result:
                 calls.result(result.get("callId"), _out_text(result.get("resultDisplay")), err,
@@ -7789,7 +7897,7 @@ class Matcher:
 TOOL_FAMILIES = [
     {"bash", "shell", "sh", "exec_command", "local_shell", "local_shell_call", "run_shell_command",
      "execute_command", "run_terminal_cmd", "run_terminal_command", "run_command", "terminal", "command",
-     "shell_command", "powershell"},
+     "shell_command", "powershell", "run"},
     {"read", "read_file", "readfile", "view", "view_file", "open_file", "cat"},
     {"edit", "edit_file", "multiedit", "str_replace", "str_replace_editor", "str_replace_based_edit_tool",
      "apply_patch", "patch", "replace", "search_replace", "replace_in_file", "apply_diff"},

@@ -2895,6 +2895,29 @@ def test_gemini_resume_stub_with_the_same_session_id_is_not_a_second_session(tmp
     assert [s.session_id for s in ogc_parse("gemini", stub)] == ["g-1"]
 
 
+def test_gemini_cut_output_is_read_whole_from_tool_outputs(tmp_path):
+    # Gemini CLI 0.61 keeps the first 8,000 and last 32,000 characters in the record and the whole output
+    # in <project temp>/tool-outputs/session-<id>/<call id>.txt (found there also when the path is stale).
+    chats = ogc_gemini_chats(tmp_path)
+    whole = chats.parent / "tool-outputs" / "session-g-1" / "run_shell_command_1.txt"
+    os.makedirs(str(whole.parent))
+    whole.write_text("<untrusted_context>\nOutput: " + "".join("line-number-%d\n" % i for i in range(1, 40001))
+                     + "big-done\n</untrusted_context>")
+    cut = ("Output too large. Showing first 8,000 and last 32,000 characters. For full output see: "
+           "/home/other/.gemini/tmp/proj/tool-outputs/session-g-1/run_shell_command_1.txt\n<untrusted_context>\n"
+           "Output: line-number-1\n... [truncated] ...\nline-number-40000\nbig-done\n</untrusted_context>")
+    f = ogc_write_jsonl(chats / "session-2026-11-25T02-13-g1.jsonl", [
+        ogc_GEMINI_META,
+        {"id": "u1", "timestamp": "2026-11-25T02:13:49.517Z", "type": "user", "content": [{"text": "Large one"}]},
+        {"id": "g1", "timestamp": "2026-11-25T02:13:49.613Z", "type": "gemini", "content": "", "toolCalls": [
+            {"id": "run_shell_command_1", "name": "run_shell_command", "args": {"command": "seq 1 40000"},
+             "status": "success", "result": [{"functionResponse": {"id": "run_shell_command_1",
+                                                                   "response": {"output": cut}}}]}]},
+    ])
+    [tool] = ogc_texts(ogc_parse("gemini", f)[0], "tool")
+    assert "\nline-number-2\n" in tool and "Output too large" not in tool and "big-done" in tool
+
+
 def test_gemini_rewind_drops_the_message_and_everything_after(tmp_path):
     f = ogc_write_jsonl(ogc_gemini_chats(tmp_path) / "session-x.jsonl", [
         ogc_GEMINI_META,
@@ -3414,6 +3437,64 @@ def test_aider_kinds_user_thinking_fences_and_tool_output(tmp_path):
     tools = [c for c in s.chunks if c.kind == "tool"]
     assert tools[0].path == "src/uploader.py" and "Commit 54d022e" in tools[0].text
     assert tools[1].tool == "run" and "3 passed" in tools[1].text
+
+
+# What aider 0.86.2 writes for `/run`, `!` and a command the model suggested (aider ran it).
+am_AIDER_RUNS = """
+# aider chat started at 2026-11-25 02:06:51
+
+> Aider v0.86.2  
+> Model: openai/mock-model with diff edit format  
+
+#### /run echo fail-x; exit 3  
+> Add 0.0k tokens of command output to the chat? (Y)es/(N)o [Yes]: y  
+> Added 1 line of output to the chat.  
+
+#### !seq 1 5 | sed s/^/row-/  
+> Add 0.0k tokens of command output to the chat? (Y)es/(N)o [Yes]: y  
+> Added 5 lines of output to the chat.  
+
+#### Check the canary  
+
+To check, run this command:
+
+```bash
+echo canary-3
+```
+
+> Tokens: 2.3k sent, 27 received.  
+> echo canary-3  
+> Run shell command? (Y)es/(N)o/(D)on't ask again [Yes]: y  
+> Running echo canary-3  
+> Add command output to the chat? (Y)es/(N)o/(D)on't ask again [Yes]: y  
+> Added 2 lines of output to the chat.  
+"""
+
+
+def test_aider_run_and_bang_and_suggested_commands_are_shell_calls(tmp_path):
+    [s] = am_parse("aider", am_write(tmp_path / ".aider.chat.history.md", am_AIDER_RUNS))
+    runs = [c for c in s.chunks if c.kind == "tool" and c.tool == "run"]
+    assert [c.text.split("\n")[1] for c in runs] == [
+        "command: echo fail-x; exit 3", "command: seq 1 5 | sed s/^/row-/", "command: echo canary-3"]
+    assert "Added 5 lines of output to the chat." in runs[1].text
+    assert am_texts(s, "user") == ["/run echo fail-x; exit 3", "!seq 1 5 | sed s/^/row-/", "Check the canary"]
+    assert "run" in sesame.tool_family("bash") and "run" in sesame.tool_family("shell")
+
+
+def test_aider_earlier_run_keeps_its_last_prompt_time_after_a_new_run_is_appended(tmp_path):
+    path = am_write(tmp_path / ".aider.chat.history.md", am_AIDER_RUNS)
+    am_write(tmp_path / ".aider.input.history", "\n# 2026-11-25 02:06:52.104711\n+/run echo fail-x; exit 3\n"
+             "\n# 2026-11-25 02:07:10.500000\n+!seq 1 5 | sed s/^/row-/\n"
+             "\n# 2026-11-25 02:09:30.250000\n+Check the canary\n"
+             "\n# 2026-11-26 08:00:05.000000\n+next day\n")
+    with open(path, "a") as f:
+        f.write("\n# aider chat started at 2026-11-26 08:00:00\n\n#### next day  \n\nHello again.\n")
+    first, second = am_parse("aider", path)
+    assert first.created == norm_time("2026-11-25 02:06:51")
+    assert first.modified == norm_time("2026-11-25 02:09:30.250000") > first.created
+    assert [c.ts for c in first.chunks if c.kind == "user"] == [
+        norm_time("2026-11-25 02:06:52.104711"), norm_time("2026-11-25 02:07:10.5"), norm_time("2026-11-25 02:09:30.25")]
+    assert second.created == norm_time("2026-11-26 08:00:00") and second.modified >= norm_time("2026-11-26 08:00:05")
 
 
 def test_aider_cwd_is_recorded_dir_else_the_file_folder(tmp_path):
@@ -3976,6 +4057,22 @@ def test_qwen_fragments_merged_hook_context_and_title(tmp_path):
     tool = [c for c in s.chunks if c.kind == "tool"][0]
     assert "# Hello" in tool.text and tool.path == "/p/README.md"
     assert "task done" in ot_texts(s, "context") and any("user-prompt-submit" in t for t in ot_texts(s, "context"))
+
+
+def test_qwen_failed_shell_command_is_an_error(tmp_path):
+    # Qwen Code 0.15.10: a failed command's result has status "success"; its output names the exit code.
+    out = "Command: %s\nDirectory: (root)\nOutput: %s\nError: (none)\nExit Code: %d\nSignal: 0\nProcess Group PGID: 17649"
+    lines = []
+    for i, (cmd, printed, code) in enumerate([("echo canary-1 && ls", "canary-1", 0), ("echo fail-x; exit 3", "fail-x", 3)]):
+        lines += [
+            ot_q("a%d" % (2 * i + 1), None, "assistant", message={"role": "model", "parts": [
+                {"functionCall": {"id": "call_%d" % i, "name": "run_shell_command", "args": {"command": cmd}}}]}),
+            ot_q("r%d" % (2 * i + 2), None, "tool_result", message={"role": "user", "parts": [
+                {"functionResponse": {"id": "call_%d" % i, "name": "run_shell_command",
+                                      "response": {"output": out % (cmd, printed, code)}}}]},
+                 toolCallResult={"callId": "call_%d" % i, "status": "success", "resultDisplay": printed})]
+    ok, failed = ot_texts(ot_parse("qwen", ot_write_jsonl(tmp_path / "chats" / (ot_SID + ".jsonl"), lines))[0], "tool")
+    assert "\noutput:\nCommand: echo canary-1" in ok and "\nerror:\nCommand: echo fail-x; exit 3" in failed
 
 
 def test_qwen_glued_objects_and_wrong_session(tmp_path):
