@@ -636,31 +636,85 @@ def text_of(content):
 # Privacy: secrets redacted before indexing; what the user keeps out (exclude, forget)
 # ==================================================================================================
 
-# Secrets are replaced by [REDACTED:<kind>] before text reaches the index, so the words around them
-# stay searchable. Two mechanisms, both cheap on ordinary text: token shapes with distinctive
-# prefixes (one regex), and `name = value` pairs whose name says secret, looked at only where such
-# a name occurs (a keyword search, then one anchored match), never tried at every position.
-_TOKEN_SHAPES = LazyPattern("|".join("(?P<%s>%s)" % kv for kv in (
-    ("private_key", r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----[\s\S]{0,16384}?"
-                    r"(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----|\Z)"),
-    ("anthropic_key", r"\bsk-ant-[A-Za-z0-9_-]{20,}"),
-    ("openai_key", r"\bsk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_-]{20,}|\bsk-[A-Za-z0-9]{32,}"),
-    ("github_token", r"\bgithub_pat_[A-Za-z0-9_]{22,}|\bgh[pousr]_[A-Za-z0-9]{36,}"),
-    ("aws_access_key_id", r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
-    ("slack_token", r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
-    ("bearer_token", r"(?<=[Bb]earer )[A-Za-z0-9._~+/=-]{16,}"),
-)))
-_TOKEN_HINTS = ("sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "AKIA", "ASIA", "xox", "earer ", "PRIVATE KEY")
+# Secrets are replaced by [REDACTED:<kind>] before text reaches the index (session text, names,
+# summaries, labels and working directories), so the words around them stay searchable. The rules
+# follow gitleaks (github.com/gitleaks/gitleaks, config/gitleaks.toml; rule ids in the comments)
+# for the secrets a coding session shows most, and stay cheap on ordinary text: each group of token
+# shapes runs only when its hint (a literal every match contains) is in the text; `name = value`
+# pairs whose name says secret are looked at only where such a name occurs.
+_PEM_END = r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+_SHAPE_GROUPS = [  # (hints, [(kind, regex)])
+    (("PRIVATE KEY",), [
+        # private-key: a whole block; one cut by the end of the text (or the output cap) up to the
+        # end; and the tail of one whose start was cut (from the start or the cap's marker).
+        ("private_key", r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----[\s\S]{0,16384}?(?:%s|\Z)" % _PEM_END),
+        ("private_key", r"(?:\A|(?<=characters dropped \.\.\.\]\n))(?:(?!-----BEGIN|\[\.\.\. \d+ characters dropped)[\s\S])"
+                        r"{0,16384}?%s" % _PEM_END),
+    ]),
+    (("sk-",), [
+        ("anthropic_key", r"\bsk-ant-[A-Za-z0-9_-]{20,}"),                                    # anthropic-api-key
+        ("openai_key", r"\bsk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_-]{20,}|\bsk-[A-Za-z0-9]{32,}"),  # openai-api-key
+    ]),
+    (("k_",), [
+        ("stripe_key", r"\b[rs]k_(?:live|test|prod)_[A-Za-z0-9]{10,99}"),                   # stripe-access-token
+    ]),
+    (("gh",), [
+        ("github_token", r"\bgithub_pat_[A-Za-z0-9_]{22,}|\bgh[pousr]_[A-Za-z0-9]{36,}"),  # github-pat, -fine-grained-pat, -oauth, -app-token
+    ]),
+    (("AKIA", "ASIA"), [
+        ("aws_access_key_id", r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),                            # aws-access-token
+    ]),
+    (("xox",), [
+        ("slack_token", r"\bxox[abprse]-[A-Za-z0-9-]{10,}"),                                # slack-*-token
+    ]),
+    (("AIza",), [
+        ("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}"),                                      # gcp-api-key
+    ]),
+    (("eyJ",), [
+        ("jwt", r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}=*"),    # jwt
+    ]),
+    (("hf_",), [
+        ("huggingface_token", r"\bhf_[A-Za-z0-9]{34,}"),                                     # huggingface-access-token
+    ]),
+    (("npm_",), [
+        ("npm_token", r"\bnpm_[A-Za-z0-9]{36}\b"),                                           # npm-access-token
+    ]),
+    (("SG.",), [
+        ("sendgrid_key", r"\bSG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{16,64}"),               # sendgrid-api-token
+    ]),
+    (("SK",), [
+        ("twilio_key", r"\bSK[0-9a-fA-F]{32}\b"),                                           # twilio-api-key
+    ]),
+    (("earer ",), [
+        ("bearer_token", r"(?<=[Bb]earer )[A-Za-z0-9._~+/=-]{16,}"),                        # (curl-auth-header)
+    ]),
+    (("asic ",), [
+        # Authorization: Basic <base64 of user:password> (curl-auth-header); not "Basic usage".
+        ("basic_auth", r"(?<=[Bb]asic )(?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{12,}={0,2}"),
+    ]),
+    (("ookie:",), [
+        ("cookie", r"(?<=[Cc]ookie: )[^\s\"'][^\n\"']{3,}"),   # (curl-auth-cookie)
+    ]),
+]
+# Secrets after words that stay: (hints, pattern whose group 1 stays and group 2 is the secret, kind).
+_PREFIXED = [
+    (("://",), LazyPattern(r"(://[^\s:/@'\"]{1,64}:)([^\s/@'\"]{1,128})(?=@)"), "url_password"),  # postgres://u:pw@host
+    (("mysql",), LazyPattern(r"(\bmysql(?:dump|admin|sh)?\b[^\n]{0,200}?\s-p)([^\s'\"-][^\s'\"]{2,})"), "secret"),  # mysql -pPW
+]
+_SHAPES = [(hints, LazyPattern("|".join("(?P<%s_%d>%s)" % (kind, i, rx) for i, (kind, rx) in enumerate(group))))
+           for hints, group in _SHAPE_GROUPS]
 _SECRET_WORD = LazyPattern(r"secret|token|passw(?:or)?d|passwd|api[_-]?key|private[_-]?key|access[_-]?key|"
-                          r"auth[_-]?key")  # searched in the lower-cased text
-_SECRET_HINTS = ("secret", "token", "passw", "key")
+                          r"auth[_-]?key|(?<=_)(?:pass|pwd|pw)(?![a-z])")  # searched in the lower-cased text
+_SECRET_HINTS = ("secret", "token", "pass", "key", "_pw")
 # After the secret word: the rest of the name, an optional closing quote, `=` or `:`, then the value.
-_SECRET_VALUE = LazyPattern(r"[A-Za-z0-9_.-]*\"?[ \t]*[:=][ \t]*"
+_SECRET_VALUE = LazyPattern(r"[A-Za-z0-9_.-]*[\"']?[ \t]*[:=][ \t]*"
                            r"(\"[^\"\n]{6,}\"|'[^'\n]{6,}'|(?![\"'])[^\s,;\"'`)}\]]{6,})")
+# A command-line flag: --password VALUE, --token=VALUE (the word follows "--").
+_FLAG_VALUE = LazyPattern(r"[A-Za-z0-9_-]*(?:=|[ \t]+)(\"[^\"\n]{4,}\"|'[^'\n]{4,}'|(?![\"'-])[^\s\"'`]{4,})")
 # Values that are obviously not secrets: placeholders, references to other variables, booleans.
 _NOT_SECRET = LazyPattern(r"^[\"']?(?:\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^>]*>|\*+|x+|X+|\.\.\.+|null|None|"
                          r"true|false|undefined|changeme|\[REDACTED[^\]]*\]|process\.env\.[A-Za-z0-9_.]+|"
-                         r"os\.environ.*|getenv\(.*)[\"']?$")
+                         r"os\.environ.*|getenv\(.*|[A-Za-z_][A-Za-z0-9_.]*[(\[].*)[\"']?$")  # the last: code
 
 
 def redact(text):
@@ -668,16 +722,28 @@ def redact(text):
     if not text:
         return text, 0
     count = 0
-    if any(h in text for h in _TOKEN_HINTS):
-        text, count = _TOKEN_SHAPES.subn(lambda m: "[REDACTED:%s]" % m.lastgroup, text)
+    for hints, pattern in _SHAPES:
+        for h in hints:
+            if h in text:
+                text, n = pattern.subn(lambda m: "[REDACTED:%s]" % m.lastgroup.rpartition("_")[0], text)
+                count += n
+                break
+    for hints, pattern, kind in _PREFIXED:
+        if any(h in text for h in hints):
+            text, n = pattern.subn(lambda m: m.group(1) + "[REDACTED:%s]" % kind, text)
+            count += n
     spans = []
     low = text.lower()
     if len(low) != len(text):  # a few non-ASCII letters change length when lower-cased
         low = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
     words = _SECRET_WORD.finditer(low) if any(h in low for h in _SECRET_HINTS) else ()
     for m in words:
+        if spans and m.start() < spans[-1][1]:
+            continue
         v = _SECRET_VALUE.match(text, m.end())
-        if not v or (spans and m.start() < spans[-1][1]):
+        if not v and low.endswith("--", 0, m.start()):
+            v = _FLAG_VALUE.match(text, m.end())
+        if not v:
             continue
         value = v.group(1)
         if _NOT_SECRET.match(value) or not any(c.isalnum() for c in value):
@@ -693,6 +759,17 @@ def redact(text):
         out.append(text[pos:])
         text, count = "".join(out), count + len(spans)
     return text, count
+
+
+def redact_values(value):
+    """Every string inside a JSON-like value redacted (the structure stays as it was)."""
+    if isinstance(value, str):
+        return redact(value)[0]
+    if isinstance(value, dict):
+        return {k: redact_values(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_values(v) for v in value]
+    return value
 
 
 def _path_matches(path, pattern):
@@ -6351,6 +6428,9 @@ class Prepared:
         for attr in ("session_id", "cwd", "name", "parent", "summary"):
             setattr(s, attr, clean_text(getattr(s, attr)))
         s.labels = [clean_text(t) for t in s.labels]
+        if redact_secrets:  # a name, summary or folder can hold a secret as well as the text
+            s.cwd, s.name, s.summary = (redact(v)[0] if isinstance(v, str) else v for v in (s.cwd, s.name, s.summary))
+            s.labels = [redact(t)[0] for t in s.labels]
         self.meta = (s.agent, s.session_id, s.path, s.cwd, s.name, s.created, s.modified, s.parent, s.summary,
                      label_text(s))
         self.rows = [(c.kind, c.role, c.tool, c.path, c.ts, pack(c.text)) for c in s.chunks]
@@ -6985,6 +7065,8 @@ def parse_file(path, parser_id, resume, limit, redact_secrets=True):
     checkpoint = None
     if parser.resumable and sessions and sessions[0].checkpoint:
         ck = sessions[0].checkpoint
+        if redact_secrets:  # the parser's state (a name so far...) is stored with the file row
+            ck = redact_values(ck)
         try:
             checkpoint = dict(ck, checksum=file_checksum(path, ck["offset"]))
         except OSError as e:
