@@ -346,6 +346,8 @@ def load_jsonc(path):
         return json.loads(jsonc_to_json(text))
     except json.JSONDecodeError as e:
         raise ConfigError("%s: line %d: invalid JSONC: %s" % (path, e.lineno, e.msg))
+    except RecursionError:
+        raise ConfigError("%s: invalid JSONC: nested too deeply" % path)
 
 
 class Source:
@@ -762,6 +764,10 @@ def read_head(path, n=4096):
 
 _json_decode = json.JSONDecoder().decode  # str in, no encoding sniffing per line
 
+# JSON nested deeper than Python's recursion limit ("[" * 100000, valid or not) makes the decoder
+# raise RecursionError, not ValueError: the readers below count it as one bad line like any other.
+BAD_JSON = (ValueError, RecursionError)
+
 
 def iter_jsonl(path, report, start=0):
     """Yield (offset_after_line, object) for each JSON object line of a file, from byte `start`.
@@ -792,7 +798,7 @@ def iter_jsonl(path, report, start=0):
                 continue
             try:
                 obj = _json_decode(line.decode("utf-8"))
-            except ValueError:  # JSONDecodeError and UnicodeDecodeError
+            except BAD_JSON:  # JSONDecodeError, UnicodeDecodeError, nesting too deep
                 report.skip("malformed line")
                 continue
             if not isinstance(obj, dict):
@@ -809,7 +815,7 @@ def first_json_line(path, limit=65536):
         if raw.strip():
             try:
                 obj = json.loads(raw)
-            except ValueError:
+            except BAD_JSON:
                 return None
             return obj if isinstance(obj, dict) else None
     return None
@@ -878,7 +884,7 @@ def _load_json_file(path):
         raw = f.read()
     try:
         return json.loads(raw)
-    except ValueError:
+    except BAD_JSON:
         return None
 
 
@@ -887,7 +893,7 @@ def _json_arg(value):
     if isinstance(value, str):
         try:
             parsed = json.loads(value)
-        except ValueError:
+        except BAD_JSON:
             return value
         return parsed if isinstance(parsed, (dict, list)) else value
     return value
@@ -4459,7 +4465,7 @@ def _read_json(path, limit=4 << 20):
             return None
         with open(path, "rb") as f:
             obj = json.loads(f.read())
-    except (OSError, ValueError):
+    except (OSError,) + BAD_JSON:
         return None
     return obj if isinstance(obj, dict) else None
 
@@ -8486,11 +8492,23 @@ def handle_message(msg):
         return _rpc_error(id_, INTERNAL_ERROR, "Internal error: %s" % e)
 
 
+def _clean_json(value):
+    """A decoded message with every lone surrogate (JSON allows "\\ud800") made U+FFFD, as main()
+    does for argv: SQLite and UTF-8 output refuse them."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_clean_json(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(k): _clean_json(v) for k, v in value.items()}
+    return value
+
+
 def handle_line(line):
     """One line of input -> the response object (or list, for a batch), or None."""
     try:
-        msg = json.loads(line.decode("utf-8") if isinstance(line, bytes) else line)
-    except ValueError:  # also bad UTF-8
+        msg = _clean_json(json.loads(line.decode("utf-8") if isinstance(line, bytes) else line))
+    except BAD_JSON:  # also bad UTF-8, and nesting too deep to decode
         return _rpc_error(None, PARSE_ERROR, "Parse error")
     if isinstance(msg, list):  # a JSON-RPC batch (protocol 2025-03-26 allowed them)
         replies = [r for r in map(handle_message, msg) if r is not None]
@@ -8511,7 +8529,11 @@ def serve_mcp(inp=None, out=None):
         for line in iter(inp.readline, b""):
             if not line.strip():
                 continue
-            reply = handle_line(line)
+            try:
+                reply = handle_line(line)
+            except Exception:  # noqa: BLE001  (whatever one message does, the server answers the next)
+                _stderr("sesame mcp: a message failed:\n%s" % _traceback())
+                reply = _rpc_error(None, INTERNAL_ERROR, "Internal error")
             if reply is not None:
                 out.write(json.dumps(reply) + "\n")  # ASCII JSON: right whatever stdout's encoding
                 out.flush()

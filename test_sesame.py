@@ -7,6 +7,7 @@ import collections
 import errno
 import glob
 import hashlib
+import io
 import json
 import os
 import random
@@ -4904,6 +4905,37 @@ def test_locked_agent_store_in_wal_mode_is_listed_and_retried_next_run(stores, c
     s = index_json(capsys)
     assert s["filesIndexed"] == 1 and s["filesSkipped"] == 0
     assert search_ids(capsys, "bilby") == ["ses_bilby"]
+
+
+def test_deeply_nested_json_is_one_bad_line_and_later_appends_are_still_read(env, capsys):
+    w = PiWriter(env, "deep-json")
+    w.user("before the deep line: wombat")
+    path = w.save(extra="[" * 100000 + "\n" + '{"a": ' * 50000 + "1" + "}" * 50000 + "\n")
+    append_user(path, "after the deep lines: quokka")
+    s = index_json(capsys)
+    assert s["filesIndexed"] == 1 and s["filesSkipped"] == 0 and s["linesSkipped"] == 2, s
+    assert search_ids(capsys, "wombat") == ["deep-json"] and search_ids(capsys, "quokka") == ["deep-json"]
+    append_user(path, "appended later: numbat")
+    assert search_ids(capsys, "numbat") == ["deep-json"]
+
+
+def test_the_mcp_server_survives_deep_json_and_lone_surrogates(corpus, capsys):
+    assert sesame.handle_line(b"[" * 100000)["error"]["code"] == sesame.PARSE_ERROR
+    assert sesame.handle_line(b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": ' + b'{"a":' * 50000 + b"1" +
+                              b"}" * 50001)["error"]["code"] == sesame.PARSE_ERROR
+    for args in ({"query": "carousel \ud800"}, {"query": "carousel", "cwd": "/home/\ud800"},
+                 {"query": "carousel", "path": "\udcff"}, {"query": "carousel", "tool": ["\ud800"]}):
+        reply = sesame.handle_line(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                               "params": {"name": "search", "arguments": args}}))
+        assert reply["result"]["isError"] is False, reply
+    reply = sesame.handle_line(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                           "params": {"name": "show", "arguments": {"session": "\ud800"}}}))
+    assert reply["result"]["isError"] is True and "no session matches" in reply["result"]["content"][0]["text"]
+    assert "Traceback" not in capsys.readouterr().err
+    out = io.StringIO()
+    sesame.serve_mcp(io.BytesIO(b"[" * 100000 + b"\n" + b'{"jsonrpc": "2.0", "id": 4, "method": "ping"}\n'), out)
+    replies = [json.loads(l) for l in out.getvalue().splitlines()]
+    assert replies[0]["error"]["code"] == sesame.PARSE_ERROR and replies[1] == {"jsonrpc": "2.0", "id": 4, "result": {}}
 
 
 # ---------------------------------------------------------------------------------------------
