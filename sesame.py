@@ -5890,8 +5890,21 @@ def pack(text):
     return zlib.compress(text.encode("utf-8"), 1) if len(text) >= COMPRESS_MIN else text
 
 
-def unpack(value):
-    return zlib.decompress(value).decode("utf-8") if isinstance(value, bytes) else value
+DAMAGED_CHUNK = "[damaged chunk: its stored text cannot be read; `sesame index --full` rebuilds it]"
+
+
+def unpack(value, strict=False):
+    """A chunk's stored text as a string. Compressed bytes that were damaged on disk read as
+    DAMAGED_CHUNK, so that show and search go on; `strict` (the index's own bookkeeping, which needs
+    the exact text) reports them as a damaged index instead, which `index --full` repairs."""
+    if not isinstance(value, bytes):
+        return value
+    try:
+        return zlib.decompress(value).decode("utf-8")
+    except (zlib.error, UnicodeDecodeError) as e:
+        if strict:
+            raise sqlite3.DatabaseError("database disk image is malformed: a stored chunk is damaged (%s)" % e)
+        return DAMAGED_CHUNK
 
 
 def label_text(s):
@@ -5923,7 +5936,7 @@ def doc_columns(name, chunk_rows):
 
 
 def _part_rows(con, sid, first, last):
-    return [(k, unpack(t)) for k, t in con.execute(
+    return [(k, unpack(t, strict=True)) for k, t in con.execute(
         "SELECT kind, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? ORDER BY seq", (sid, first, last))]
 
 
@@ -5966,7 +5979,7 @@ def insert_parts(con, sid, parts):
 
 def build_parts(con, sid, name, from_seq):
     """Re-cut and index the session's parts from chunk `from_seq` (a part start) on, from the index."""
-    rows = ((seq, kind, unpack(text)) for seq, kind, text in con.execute(
+    rows = ((seq, kind, unpack(text, strict=True)) for seq, kind, text in con.execute(
         "SELECT seq, kind, text FROM chunks WHERE session=? AND seq >= ? ORDER BY seq", (sid, from_seq)))
     insert_parts(con, sid, [(f, l, doc_columns(name, p)) for f, l, p in cut_parts(rows, from_seq)])
 
@@ -7969,6 +7982,7 @@ def emit_json(obj, out=None):
 SHOW_CONTEXT = 3              # chunks on each side of --around SEQ
 SHOW_JSON_MAX_CHARS = 20000   # --json and MCP are read by agents: bounded unless asked otherwise
 CANDIDATES_SHOWN = 10         # an ambiguous reference lists at most this many sessions
+MAX_REF_CHARS = 4096          # longer than any session id, file path or name (SQLite's LIKE stops at 50,000)
 CUT_MARK = " […cut]"
 # Kinds shown as one line unless expanded: a tool call's output or the model's thinking can be
 # pages long and is rarely what one reads a session for (--tools expands tool calls, --all all three).
@@ -8009,6 +8023,10 @@ def resolve_session(con, ref):
     does, the first that found several is reported as ambiguous (SesameError kind "ambiguous").
     """
     ref = ref.strip()
+    if len(ref) > MAX_REF_CHARS:
+        raise SesameError('no session matches "%s" (%d characters: longer than any session id, file or name)'
+                          % (_one_line(ref, 40), len(ref)), kind="not_found",
+                          hint="give a session id, an id prefix, a session file or a name")
 
     def stages():
         if os.sep in ref or os.path.exists(ref):
@@ -8364,8 +8382,8 @@ def _mcp_search(ctx, arguments):
     out = io.StringIO()
     print_results(data, False, out, MCP_WORDS)
     # The text is what most clients hand the model: say how to open each result where it matched.
-    hints = ["%s around=%d" % (r.get("shortId") or r["sessionId"], r["matches"][0]["seq"]) for r in data["results"]
-             if r.get("matches") and r["matches"][0]["seq"] is not None]
+    hints = ["%s around=%d" % (r.get("shortId") or r.get("sessionId"), r["matches"][0]["seq"]) for r in data["results"]
+             if r.get("matches") and r["matches"][0]["seq"] is not None and (r.get("shortId") or r.get("sessionId"))]
     if hints:
         out.write("\nTo read a result, call show with session=ID and around=SEQ: %s\n" % "; ".join(hints))
     return out.getvalue(), data
@@ -8620,7 +8638,7 @@ def refresh_before_reading(ctx, store, first_use):
         progress = _progress_printer(sys.stderr) if sys.stderr.isatty() else None
     try:
         summary = refresh_index(ctx, store, wait_seconds=0, progress=progress, quick=not first_use)
-    except sqlite3.OperationalError as e:  # full disk, read-only index: the index is still there
+    except sqlite3.DatabaseError as e:  # full disk, read-only or damaged index: what is there still answers
         _stderr("sesame: cannot update the index (%s); using it as it is" % e)
         return
     finally:
@@ -8853,6 +8871,8 @@ def run_search(ctx, args, render):
 
 
 def cmd_search(args, ctx):
+    if args.fields and not args.json:
+        raise UsageError("--fields chooses the fields of the JSON output: add --json")
     if args.json:
         render = lambda d: to_json(d) + "\n"  # noqa: E731
     else:

@@ -4938,6 +4938,44 @@ def test_the_mcp_server_survives_deep_json_and_lone_surrogates(corpus, capsys):
     assert replies[0]["error"]["code"] == sesame.PARSE_ERROR and replies[1] == {"jsonrpc": "2.0", "id": 4, "result": {}}
 
 
+def test_a_damaged_stored_chunk_is_shown_as_damaged_and_index_full_repairs_it(env, tmp_path, capsys):
+    w = PiWriter(env, "damaged-chunk")
+    w.user("a short question about the axolotl tank")
+    w.assistant("a long answer about the axolotl tank: " + "water chemistry and filters. " * 60)
+    path = w.save()
+    good_session(env, "other-ok", word="gharial")
+    run(capsys, "index")
+    con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
+    with con:
+        assert con.execute("UPDATE chunks SET text = X'789c0badc0ffee' WHERE typeof(text) = 'blob'").rowcount == 1
+    con.close()
+    code, out, err = run(capsys, "show", "damaged-chunk")
+    assert code == 0 and "axolotl tank" in out and "[damaged chunk" in out and "Traceback" not in err
+    code, out, err = run(capsys, "search", "water chemistry filters")
+    assert code == 0 and "1. damaged-" in out and "Traceback" not in err
+    append_user(path, "an appended line rewrites the last part")    # the refresh cannot use the damaged text
+    code, out, err = run(capsys, "search", "gharial")
+    assert code == 0 and "other-ok" in out and "Traceback" not in err
+    code, _, err = run(capsys, "index")
+    assert code == 1 and one_line_error(err) and "sesame index --full" in err
+    assert run(capsys, "index", "--full")[0] == 0
+    code, out, _ = run(capsys, "show", "damaged-chunk")
+    assert code == 0 and "water chemistry" in out and "[damaged chunk" not in out
+
+
+def test_search_fields_without_json_and_a_huge_reference_are_one_line_errors(corpus, capsys):
+    code, out, err = run(capsys, "search", "carousel", "--fields", "score,name")
+    assert code == 2 and one_line_error(err) and "--json" in err and out == ""
+    code, out, _ = run(capsys, "search", "carousel", "--fields", "minimal", "--json")
+    assert code == 0 and json.loads(out)["results"][0]["sessionId"] == "bbbb2222-carousel"
+    for n in (5000, 60000):
+        code, out, err = run(capsys, "show", "a" * n)
+        assert code == 1 and one_line_error(err) and "no session matches" in err and "busy" not in err
+        assert len(err) < 400
+    r = mcp_call("search", {"query": "carousel", "fields": "matches"})
+    assert r["isError"] is False and r["structuredContent"]["results"][0]["matches"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Queries: fuzz the search box and the filters
 # ---------------------------------------------------------------------------------------------
