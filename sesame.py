@@ -197,7 +197,7 @@ def _traceback():
 
 def _stderr(msg):
     try:
-        sys.stderr.write(msg + "\n")
+        sys.stderr.write(visible(msg) + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
@@ -220,6 +220,26 @@ class LazyPattern:
         for method in ("match", "fullmatch", "search", "finditer", "findall", "sub", "subn", "split"):
             setattr(self, method, getattr(compiled, method))
         return getattr(compiled, name)
+
+
+# Session text reaches terminals: an escape sequence inside it (a tool's colour codes, a screen
+# clear, an OSC 52 clipboard write planted in a file an agent read) would be obeyed by the terminal
+# that prints it. Human output therefore shows every control character except newline and tab in
+# caret form (ESC is ^[, as `cat -v` shows it), C1 controls and the bidirectional overrides that
+# reorder what is displayed as \x9b or \u202e. JSON escapes them itself (see to_json).
+_CONTROL = LazyPattern("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _control_name(m):
+    c = ord(m.group())
+    return "^" + chr(c ^ 0x40) if c < 0x20 or c == 0x7F else "\\x%02x" % c if c < 0x100 else "\\u%04x" % c
+
+
+def visible(text):
+    """Text safe to print on a terminal: control characters but newline and tab made visible."""
+    if not text or not isinstance(text, str) or not _CONTROL.search(text):
+        return text
+    return _CONTROL.sub(_control_name, text.replace("\r\n", "\n"))
 
 
 def db_path(path):
@@ -7939,18 +7959,20 @@ def print_results(data, color, out, words=None):
     """Human search output: a count line, then per session its rank, id, name, date, cwd, snippet."""
     words = words or CLI_WORDS
     results = data["results"]
-    out.write('Found %d session%s matching "%s"\n' % (len(results), "" if len(results) == 1 else "s", data["query"]))
+    out.write('Found %d session%s matching "%s"\n' % (len(results), "" if len(results) == 1 else "s",
+                                                      visible(data["query"])))
     for note in data.get("alsoSearched") or ():
-        out.write("(%s)\n" % (("also searched %s for %s" % (", ".join(note["searched"]), note["word"]))
-                              if note["searched"] else "%s: %s, left out" % (note["word"], note["why"])))
+        out.write(visible("(%s)\n" % (("also searched %s for %s" % (", ".join(note["searched"]), note["word"]))
+                                      if note["searched"] else "%s: %s, left out" % (note["word"], note["why"]))))
     for rank, r in enumerate(results, data["offset"] + 1):
         # The rank, not the score: bm25 scores mean little to a reader (and round to 0.00 in a small index).
-        out.write("\n%d. %s (%s) - %s%s\n" % (rank, r.get("shortId") or r.get("sessionId"), r.get("name") or "Unnamed",
-                                            short_date(r.get("modified")), " (file deleted)" if r.get("fileDeleted") else ""))
+        out.write(visible("\n%d. %s (%s) - %s%s\n" % (
+            rank, r.get("shortId") or r.get("sessionId"), r.get("name") or "Unnamed", short_date(r.get("modified")),
+            " (file deleted)" if r.get("fileDeleted") else "")))
         if "cwd" in r:
-            out.write("  %s\n" % (r["cwd"] or "(no working directory)"))
+            out.write("  %s\n" % visible(r["cwd"] or "(no working directory)"))
         if r.get("matchedSnippet"):
-            out.write("  %s\n" % highlight(r["matchedSnippet"], color))
+            out.write("  %s\n" % highlight(visible(r["matchedSnippet"]), color))
     cut = data.get("truncated")
     if cut:
         out.write("\n(output limited to %d characters: %s%s%s)\n" % (
@@ -7966,9 +7988,14 @@ def highlight(snippet, color):
     return re.sub(r"\*\*(.+?)\*\*", "\x1b[1;33m\\1\x1b[0m", snippet) if color else snippet
 
 
+_JSON_UNSAFE = LazyPattern("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # json.dumps escapes only C0 controls
+
+
 def to_json(obj):
-    """The one JSON form Sesame prints: one line, keys in a fixed order, so output is byte-stable."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    """The one JSON form Sesame prints: one line, keys in a fixed order, so output is byte-stable.
+    Every control character is escaped (C0 by json, C1 and bidirectional overrides here)."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return _JSON_UNSAFE.sub(lambda m: "\\u%04x" % ord(m.group()), text) if _JSON_UNSAFE.search(text) else text
 
 
 def emit_json(obj, out=None):
@@ -8193,9 +8220,9 @@ def chunk_block(c, color=False, collapsed=False):
     """One chunk as text: `[seq] date who:` then the text, or all on one line when collapsed."""
     who = {"tool": "tool %s" % (c["tool"] or ""), "summary": "summary (%s)" % (c["role"] or "summary")}.get(
         c["kind"], c["kind"])
-    head = "[%d] %s%s:" % (c["seq"], _when(c["timestamp"]), who.strip())
-    text = c["text"]
-    if c["kind"] == "tool" and text.startswith("tool: %s\n" % c["tool"]):
+    head = visible("[%d] %s%s:" % (c["seq"], _when(c["timestamp"]), who.strip()))
+    text = visible(c["text"])
+    if c["kind"] == "tool" and text.startswith("tool: %s\n" % visible(c["tool"])):
         text = text.split("\n", 1)[1]  # the head already names the tool
     block = "%s %s\n" % (head, text) if collapsed else "%s\n%s\n\n" % (head, text)
     if color and c["kind"] in ("thinking", "context"):
@@ -8209,7 +8236,7 @@ def header_text(h):
             ("path", (h["path"] or "-") + (" (file deleted: shown from the index)" if h.get("fileDeleted") else "")),
             ("parent", h["parent"] or "-"), ("resume", h["resumeCommand"] or "-"),
             ("summary", h["summary"]), ("chunks", h["chunkCount"])]
-    return "".join("%-9s %s\n" % (k + ":", v) for k, v in rows if v is not None) + "\n"
+    return "".join("%-9s %s\n" % (k + ":", visible(v)) for k, v in rows if v is not None) + "\n"
 
 
 def _count_seqs(n, first):
@@ -8321,7 +8348,7 @@ def status_text(info):
     if not info["sources"]:
         out.append("source:   none found (configure one in %s)" % info["configPath"])
     out.append("sqlite:   %s, sesame %s, schema %d" % (info["sqliteVersion"], info["sesameVersion"], info["schemaVersion"]))
-    return "\n".join(out) + "\n"
+    return visible("\n".join(out) + "\n")  # file names and reasons come from the disk
 
 
 # The tools take the options of the commands of the same name, in snake_case (--max-chars is
@@ -8759,7 +8786,8 @@ def cmd_forget(args, ctx):
             emit_json({"forgotten": items})
         else:
             for i in items:
-                sys.stdout.write("%s  %s  %s  %s\n" % (i["sessionId"], i["agent"], i.get("name") or "Unnamed", i.get("path")))
+                sys.stdout.write(visible("%s  %s  %s  %s" % (i["sessionId"], i["agent"], i.get("name") or "Unnamed",
+                                                             i.get("path"))) + "\n")
         return EXIT_OK
     if not args.session:
         raise UsageError("name the session to forget (or --list)")
@@ -8972,8 +9000,8 @@ def cmd_sources(args, ctx):
         return EXIT_OK
     for r in rows:
         where = ", ".join("%s%s" % (l["path"], "" if l["exists"] else " (absent)") for l in r["locations"]) or "(none)"
-        sys.stdout.write("%-12s %-6s %5d sessions  %s\n" % (r["agent"], "active" if r["active"] else "-",
-                                                           r["sessionsIndexed"], where))
+        sys.stdout.write(visible("%-12s %-6s %5d sessions  %s\n" % (r["agent"], "active" if r["active"] else "-",
+                                                                   r["sessionsIndexed"], where)))
     return EXIT_OK
 
 

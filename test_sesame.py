@@ -1433,6 +1433,37 @@ def test_human_output_shows_count_id_name_date_cwd_and_snippet(corpus, capsys):
     assert "\x1b[" not in out  # NO_COLOR and not a terminal
 
 
+# Terminal escape sequences a session can carry: an OSC 52 clipboard write, a screen clear, colour,
+# a bell, a bare carriage return, an 8-bit CSI and a right-to-left override.
+ESCAPES = "\x1b]52;c;ZWNobyBwd25lZA==\x07 \x1b[2J\x1b[H \x1b[31mred\x1b[0m \x07 over\rwrite \x9b6n \u202eevil"
+RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def test_escape_sequences_from_sessions_are_never_printed_raw(env, capsys):
+    w = PiWriter(env, "escapes-1", cwd="/home/dev/\x1b[2Jproj")
+    w.user("the pelican report %s" % ESCAPES)
+    w.tool("bash", {"command": "ls --color"}, "pelican output " + ESCAPES)
+    w.entry("session_info", name="pelican \x1b]0;title\x07 name")
+    w.save()
+    with open(os.path.join(os.path.dirname(w.path), "odd\x1b[2Jname.jsonl"), "w") as f:
+        f.write("not a session\n")
+    code, _, err = run(capsys, "index")
+    assert code == 0 and "odd^[[2Jname.jsonl" in err and not RAW_CONTROL.search(err)
+    for argv, expect in ((("search", "pelican"), "^[]52;c;ZWNobyBwd25lZA==^G"), (("search", "pelican", "--tools"), "^[[2J"),
+                         (("show", "escapes-1"), "^[[31mred^[[0m"), (("show", "escapes-1", "--all"), "\\x9b6n"),
+                         (("status",), "index:"), (("search", "pelican \x1b[2J"), "pelican ^[[2J"),
+                         (("forget", "--list"), "")):
+        code, out, err = run(capsys, *argv)
+        assert code == 0 and expect in out, (argv, out, err)
+        assert not RAW_CONTROL.search(out) and not RAW_CONTROL.search(err), (argv, out, err)
+    code, out, _ = run(capsys, "search", "pelican", "--json")
+    assert not RAW_CONTROL.search(out.rstrip("\n"))
+    r = json.loads(out)["results"][0]
+    assert "\x1b]52;c;" in r["matchedSnippet"] and "\x9b" in r["matchedSnippet"] and r["cwd"] == "/home/dev/\x1b[2Jproj"
+    code, out, _ = run(capsys, "show", "escapes-1", "--json")
+    assert not RAW_CONTROL.search(out.rstrip("\n")) and "\u202eevil" in json.loads(out)["chunks"][0]["text"]
+
+
 @pytest.mark.parametrize("preset,keys", [
     ("minimal", ["sessionId", "shortId", "agent", "name", "modified", "score", "resumeCommand", "fileDeleted"]),
     ("summary", ["sessionId", "shortId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms",
