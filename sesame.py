@@ -200,7 +200,7 @@ def _traceback():
 
 def _stderr(msg):
     try:
-        sys.stderr.write(msg + "\n")
+        sys.stderr.write(visible(msg) + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
@@ -223,6 +223,26 @@ class LazyPattern:
         for method in ("match", "fullmatch", "search", "finditer", "findall", "sub", "subn", "split"):
             setattr(self, method, getattr(compiled, method))
         return getattr(compiled, name)
+
+
+# Session text reaches terminals: an escape sequence inside it (a tool's colour codes, a screen
+# clear, an OSC 52 clipboard write planted in a file an agent read) would be obeyed by the terminal
+# that prints it. Human output therefore shows every control character except newline and tab in
+# caret form (ESC is ^[, as `cat -v` shows it), C1 controls and the bidirectional overrides that
+# reorder what is displayed as \x9b or \u202e. JSON escapes them itself (see to_json).
+_CONTROL = LazyPattern("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _control_name(m):
+    c = ord(m.group())
+    return "^" + chr(c ^ 0x40) if c < 0x20 or c == 0x7F else "\\x%02x" % c if c < 0x100 else "\\u%04x" % c
+
+
+def visible(text):
+    """Text safe to print on a terminal: control characters but newline and tab made visible."""
+    if not text or not isinstance(text, str) or not _CONTROL.search(text):
+        return text
+    return _CONTROL.sub(_control_name, text.replace("\r\n", "\n"))
 
 
 def db_path(path):
@@ -349,6 +369,8 @@ def load_jsonc(path):
         return json.loads(jsonc_to_json(text))
     except json.JSONDecodeError as e:
         raise ConfigError("%s: line %d: invalid JSONC: %s" % (path, e.lineno, e.msg))
+    except RecursionError:
+        raise ConfigError("%s: invalid JSONC: nested too deeply" % path)
 
 
 class Source:
@@ -844,6 +866,10 @@ def read_head(path, n=4096):
 
 _json_decode = json.JSONDecoder().decode  # str in, no encoding sniffing per line
 
+# JSON nested deeper than Python's recursion limit ("[" * 100000, valid or not) makes the decoder
+# raise RecursionError, not ValueError: the readers below count it as one bad line like any other.
+BAD_JSON = (ValueError, RecursionError)
+
 
 def iter_jsonl(path, report, start=0):
     """Yield (offset_after_line, object) for each JSON object line of a file, from byte `start`.
@@ -874,7 +900,7 @@ def iter_jsonl(path, report, start=0):
                 continue
             try:
                 obj = _json_decode(line.decode("utf-8"))
-            except ValueError:  # JSONDecodeError and UnicodeDecodeError
+            except BAD_JSON:  # JSONDecodeError, UnicodeDecodeError, nesting too deep
                 report.skip("malformed line")
                 continue
             if not isinstance(obj, dict):
@@ -891,7 +917,7 @@ def first_json_line(path, limit=65536):
         if raw.strip():
             try:
                 obj = json.loads(raw)
-            except ValueError:
+            except BAD_JSON:
                 return None
             return obj if isinstance(obj, dict) else None
     return None
@@ -960,7 +986,7 @@ def _load_json_file(path):
         raw = f.read()
     try:
         return json.loads(raw)
-    except ValueError:
+    except BAD_JSON:
         return None
 
 
@@ -969,7 +995,7 @@ def _json_arg(value):
     if isinstance(value, str):
         try:
             parsed = json.loads(value)
-        except ValueError:
+        except BAD_JSON:
             return value
         return parsed if isinstance(parsed, (dict, list)) else value
     return value
@@ -4871,7 +4897,7 @@ def _read_json(path, limit=4 << 20):
             return None
         with open(path, "rb") as f:
             obj = json.loads(f.read())
-    except (OSError, ValueError):
+    except (OSError,) + BAD_JSON:
         return None
     return obj if isinstance(obj, dict) else None
 
@@ -6321,8 +6347,21 @@ def pack(text):
     return zlib.compress(text.encode("utf-8"), 1) if len(text) >= COMPRESS_MIN else text
 
 
-def unpack(value):
-    return zlib.decompress(value).decode("utf-8") if isinstance(value, bytes) else value
+DAMAGED_CHUNK = "[damaged chunk: its stored text cannot be read; `sesame index --full` rebuilds it]"
+
+
+def unpack(value, strict=False):
+    """A chunk's stored text as a string. Compressed bytes that were damaged on disk read as
+    DAMAGED_CHUNK, so that show and search go on; `strict` (the index's own bookkeeping, which needs
+    the exact text) reports them as a damaged index instead, which `index --full` repairs."""
+    if not isinstance(value, bytes):
+        return value
+    try:
+        return zlib.decompress(value).decode("utf-8")
+    except (zlib.error, UnicodeDecodeError) as e:
+        if strict:
+            raise sqlite3.DatabaseError("database disk image is malformed: a stored chunk is damaged (%s)" % e)
+        return DAMAGED_CHUNK
 
 
 def label_text(s):
@@ -6354,7 +6393,7 @@ def doc_columns(name, chunk_rows):
 
 
 def _part_rows(con, sid, first, last):
-    return [(k, unpack(t)) for k, t in con.execute(
+    return [(k, unpack(t, strict=True)) for k, t in con.execute(
         "SELECT kind, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? ORDER BY seq", (sid, first, last))]
 
 
@@ -6397,7 +6436,7 @@ def insert_parts(con, sid, parts):
 
 def build_parts(con, sid, name, from_seq):
     """Re-cut and index the session's parts from chunk `from_seq` (a part start) on, from the index."""
-    rows = ((seq, kind, unpack(text)) for seq, kind, text in con.execute(
+    rows = ((seq, kind, unpack(text, strict=True)) for seq, kind, text in con.execute(
         "SELECT seq, kind, text FROM chunks WHERE session=? AND seq >= ? ORDER BY seq", (sid, from_seq)))
     insert_parts(con, sid, [(f, l, doc_columns(name, p)) for f, l, p in cut_parts(rows, from_seq)])
 
@@ -8419,19 +8458,20 @@ def print_results(data, color, out, words=None):
     """Human search output: a count line, then per session its rank, id, name, date, cwd, snippet."""
     words = words or CLI_WORDS
     results = data["results"]
-    out.write('Found %d session%s matching "%s"\n' % (len(results), "" if len(results) == 1 else "s", data["query"]))
+    out.write('Found %d session%s matching "%s"\n' % (len(results), "" if len(results) == 1 else "s",
+                                                      visible(data["query"])))
     for note in data.get("alsoSearched") or ():
-        out.write("(%s)\n" % (("also searched %s for %s" % (", ".join(note["searched"]), note["word"]))
-                              if note["searched"] else "%s: %s, left out" % (note["word"], note["why"])))
+        out.write(visible("(%s)\n" % (("also searched %s for %s" % (", ".join(note["searched"]), note["word"]))
+                                      if note["searched"] else "%s: %s, left out" % (note["word"], note["why"]))))
     for rank, r in enumerate(results, data["offset"] + 1):
         # The rank, not the score: bm25 scores mean little to a reader (and round to 0.00 in a small index).
-        out.write("\n%d. %s (%s) - %s%s\n" % (rank, r.get("shortId") or r.get("sessionId"), r.get("name") or "Unnamed",
-                                            short_date(r.get("modified")), " (file deleted)" if r.get("fileDeleted") else
-                                            " (this session)" if r.get("current") else ""))
+        out.write(visible("\n%d. %s (%s) - %s%s\n" % (
+            rank, r.get("shortId") or r.get("sessionId"), r.get("name") or "Unnamed", short_date(r.get("modified")),
+            " (file deleted)" if r.get("fileDeleted") else " (this session)" if r.get("current") else "")))
         if "cwd" in r:
-            out.write("  %s\n" % (r["cwd"] or "(no working directory)"))
+            out.write("  %s\n" % visible(r["cwd"] or "(no working directory)"))
         if r.get("matchedSnippet"):
-            out.write("  %s\n" % highlight(r["matchedSnippet"], color))
+            out.write("  %s\n" % highlight(visible(r["matchedSnippet"]), color))
     cut = data.get("truncated")
     if cut:
         out.write("\n(output limited to %d characters: %s%s%s)\n" % (
@@ -8447,9 +8487,14 @@ def highlight(snippet, color):
     return re.sub(r"\*\*(.+?)\*\*", "\x1b[1;33m\\1\x1b[0m", snippet) if color else snippet
 
 
+_JSON_UNSAFE = LazyPattern("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # json.dumps escapes only C0 controls
+
+
 def to_json(obj):
-    """The one JSON form Sesame prints: one line, keys in a fixed order, so output is byte-stable."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    """The one JSON form Sesame prints: one line, keys in a fixed order, so output is byte-stable.
+    Every control character is escaped (C0 by json, C1 and bidirectional overrides here)."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return _JSON_UNSAFE.sub(lambda m: "\\u%04x" % ord(m.group()), text) if _JSON_UNSAFE.search(text) else text
 
 
 def emit_json(obj, out=None):
@@ -8463,6 +8508,7 @@ def emit_json(obj, out=None):
 SHOW_CONTEXT = 3              # chunks on each side of --around SEQ
 SHOW_JSON_MAX_CHARS = 20000   # --json and MCP are read by agents: bounded unless asked otherwise
 CANDIDATES_SHOWN = 10         # an ambiguous reference lists at most this many sessions
+MAX_REF_CHARS = 4096          # longer than any session id, file path or name (SQLite's LIKE stops at 50,000)
 CUT_MARK = " […cut]"
 # Kinds shown as one line unless expanded: a tool call's output or the model's thinking can be
 # pages long and is rarely what one reads a session for (--tools expands tool calls, --all all three).
@@ -8503,6 +8549,10 @@ def resolve_session(con, ref):
     does, the first that found several is reported as ambiguous (SesameError kind "ambiguous").
     """
     ref = ref.strip()
+    if len(ref) > MAX_REF_CHARS:
+        raise SesameError('no session matches "%s" (%d characters: longer than any session id, file or name)'
+                          % (_one_line(ref, 40), len(ref)), kind="not_found",
+                          hint="give a session id, an id prefix, a session file or a name")
 
     def stages():
         if os.sep in ref or os.path.exists(ref):
@@ -8669,9 +8719,9 @@ def chunk_block(c, color=False, collapsed=False):
     """One chunk as text: `[seq] date who:` then the text, or all on one line when collapsed."""
     who = {"tool": "tool %s" % (c["tool"] or ""), "summary": "summary (%s)" % (c["role"] or "summary")}.get(
         c["kind"], c["kind"])
-    head = "[%d] %s%s:" % (c["seq"], _when(c["timestamp"]), who.strip())
-    text = c["text"]
-    if c["kind"] == "tool" and text.startswith("tool: %s\n" % c["tool"]):
+    head = visible("[%d] %s%s:" % (c["seq"], _when(c["timestamp"]), who.strip()))
+    text = visible(c["text"])
+    if c["kind"] == "tool" and text.startswith("tool: %s\n" % visible(c["tool"])):
         text = text.split("\n", 1)[1]  # the head already names the tool
     block = "%s %s\n" % (head, text) if collapsed else "%s\n%s\n\n" % (head, text)
     if color and c["kind"] in ("thinking", "context"):
@@ -8685,7 +8735,7 @@ def header_text(h):
             ("path", (h["path"] or "-") + (" (file deleted: shown from the index)" if h.get("fileDeleted") else "")),
             ("parent", h["parent"] or "-"), ("resume", h["resumeCommand"] or "-"),
             ("summary", h["summary"]), ("chunks", h["chunkCount"])]
-    return "".join("%-9s %s\n" % (k + ":", v) for k, v in rows if v is not None) + "\n"
+    return "".join("%-9s %s\n" % (k + ":", visible(v)) for k, v in rows if v is not None) + "\n"
 
 
 def _count_seqs(n, first):
@@ -8797,7 +8847,7 @@ def status_text(info):
     if not info["sources"]:
         out.append("source:   none found (configure one in %s)" % info["configPath"])
     out.append("sqlite:   %s, sesame %s, schema %d" % (info["sqliteVersion"], info["sesameVersion"], info["schemaVersion"]))
-    return "\n".join(out) + "\n"
+    return visible("\n".join(out) + "\n")  # file names and reasons come from the disk
 
 
 # The tools take the options of the commands of the same name, in snake_case (--max-chars is
@@ -8858,8 +8908,8 @@ def _mcp_search(ctx, arguments):
     out = io.StringIO()
     print_results(data, False, out, MCP_WORDS)
     # The text is what most clients hand the model: say how to open each result where it matched.
-    hints = ["%s around=%d" % (r.get("shortId") or r["sessionId"], r["matches"][0]["seq"]) for r in data["results"]
-             if r.get("matches") and r["matches"][0]["seq"] is not None]
+    hints = ["%s around=%d" % (r.get("shortId") or r.get("sessionId"), r["matches"][0]["seq"]) for r in data["results"]
+             if r.get("matches") and r["matches"][0]["seq"] is not None and (r.get("shortId") or r.get("sessionId"))]
     if hints:
         out.write("\nTo read a result, call show with session=ID and around=SEQ: %s\n" % "; ".join(hints))
     return out.getvalue(), data
@@ -8986,11 +9036,23 @@ def handle_message(msg):
         return _rpc_error(id_, INTERNAL_ERROR, "Internal error: %s" % e)
 
 
+def _clean_json(value):
+    """A decoded message with every lone surrogate (JSON allows "\\ud800") made U+FFFD, as main()
+    does for argv: SQLite and UTF-8 output refuse them."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_clean_json(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(k): _clean_json(v) for k, v in value.items()}
+    return value
+
+
 def handle_line(line):
     """One line of input -> the response object (or list, for a batch), or None."""
     try:
-        msg = json.loads(line.decode("utf-8") if isinstance(line, bytes) else line)
-    except ValueError:  # also bad UTF-8
+        msg = _clean_json(json.loads(line.decode("utf-8") if isinstance(line, bytes) else line))
+    except BAD_JSON:  # also bad UTF-8, and nesting too deep to decode
         return _rpc_error(None, PARSE_ERROR, "Parse error")
     if isinstance(msg, list):  # a JSON-RPC batch (protocol 2025-03-26 allowed them)
         replies = [r for r in map(handle_message, msg) if r is not None]
@@ -9011,7 +9073,11 @@ def serve_mcp(inp=None, out=None):
         for line in iter(inp.readline, b""):
             if not line.strip():
                 continue
-            reply = handle_line(line)
+            try:
+                reply = handle_line(line)
+            except Exception:  # noqa: BLE001  (whatever one message does, the server answers the next)
+                _stderr("sesame mcp: a message failed:\n%s" % _traceback())
+                reply = _rpc_error(None, INTERNAL_ERROR, "Internal error")
             if reply is not None:
                 out.write(json.dumps(reply) + "\n")  # ASCII JSON: right whatever stdout's encoding
                 out.flush()
@@ -9098,7 +9164,7 @@ def refresh_before_reading(ctx, store, first_use):
         progress = _progress_printer(sys.stderr) if sys.stderr.isatty() else None
     try:
         summary = refresh_index(ctx, store, wait_seconds=0, progress=progress, quick=not first_use)
-    except sqlite3.OperationalError as e:  # full disk, read-only index: the index is still there
+    except sqlite3.DatabaseError as e:  # full disk, read-only or damaged index: what is there still answers
         _stderr("sesame: cannot update the index (%s); using it as it is" % e)
         return
     finally:
@@ -9219,7 +9285,8 @@ def cmd_forget(args, ctx):
             emit_json({"forgotten": items})
         else:
             for i in items:
-                sys.stdout.write("%s  %s  %s  %s\n" % (i["sessionId"], i["agent"], i.get("name") or "Unnamed", i.get("path")))
+                sys.stdout.write(visible("%s  %s  %s  %s" % (i["sessionId"], i["agent"], i.get("name") or "Unnamed",
+                                                             i.get("path"))) + "\n")
             if not items:
                 sys.stdout.write("No session is forgotten (`sesame forget SESSION` removes one from the index).\n")
         return EXIT_OK
@@ -9335,6 +9402,8 @@ def run_search(ctx, args, render):
 
 
 def cmd_search(args, ctx):
+    if args.fields and not args.json:
+        raise UsageError("--fields chooses the fields of the JSON output: add --json")
     if args.json:
         render = lambda d: to_json(d) + "\n"  # noqa: E731
     else:
@@ -9442,8 +9511,8 @@ def cmd_sources(args, ctx):
                "damaged": ("damaged (its last good sessions kept)",) * 2}
         if r["filesNotIndexed"]:
             found += " (%s)" % ", ".join("%d %s" % (n, why[k][n > 1]) for k, n in r["filesNotIndexed"].items())
-        sys.stdout.write("%-12s %-6s %6d sessions  %s  %s\n" % (r["agent"], "active" if r["active"] else "-",
-                                                             r["sessionsIndexed"], found, where))
+        sys.stdout.write(visible("%-12s %-6s %6d sessions  %s  %s\n" % (r["agent"], "active" if r["active"] else "-",
+                                                                     r["sessionsIndexed"], found, where)))
     if any(r["filesNotIndexed"] for r in rows):
         sys.stdout.write("\n`sesame status` lists the files not indexed and why.\n")
     return EXIT_OK

@@ -7,6 +7,7 @@ import collections
 import errno
 import glob
 import hashlib
+import io
 import json
 import os
 import random
@@ -1507,6 +1508,37 @@ def test_human_output_shows_count_id_name_date_cwd_and_snippet(corpus, capsys):
     assert "bbbb2222 (Landing page carousel) - 2026-02-01" in out
     assert "/home/dev/site" in out and "**carousel**" in out.lower()
     assert "\x1b[" not in out  # NO_COLOR and not a terminal
+
+
+# Terminal escape sequences a session can carry: an OSC 52 clipboard write, a screen clear, colour,
+# a bell, a bare carriage return, an 8-bit CSI and a right-to-left override.
+ESCAPES = "\x1b]52;c;ZWNobyBwd25lZA==\x07 \x1b[2J\x1b[H \x1b[31mred\x1b[0m \x07 over\rwrite \x9b6n \u202eevil"
+RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def test_escape_sequences_from_sessions_are_never_printed_raw(env, capsys):
+    w = PiWriter(env, "escapes-1", cwd="/home/dev/\x1b[2Jproj")
+    w.user("the pelican report %s" % ESCAPES)
+    w.tool("bash", {"command": "ls --color"}, "pelican output " + ESCAPES)
+    w.entry("session_info", name="pelican \x1b]0;title\x07 name")
+    w.save()
+    with open(os.path.join(os.path.dirname(w.path), "odd\x1b[2Jname.jsonl"), "w") as f:
+        f.write("not a session\n")
+    code, _, err = run(capsys, "index")
+    assert code == 0 and "odd^[[2Jname.jsonl" in err and not RAW_CONTROL.search(err)
+    for argv, expect in ((("search", "pelican"), "^[]52;c;ZWNobyBwd25lZA==^G"), (("search", "pelican", "--tools"), "^[[2J"),
+                         (("show", "escapes-1"), "^[[31mred^[[0m"), (("show", "escapes-1", "--all"), "\\x9b6n"),
+                         (("status",), "index:"), (("search", "pelican \x1b[2J"), "pelican ^[[2J"),
+                         (("forget", "--list"), "")):
+        code, out, err = run(capsys, *argv)
+        assert code == 0 and expect in out, (argv, out, err)
+        assert not RAW_CONTROL.search(out) and not RAW_CONTROL.search(err), (argv, out, err)
+    code, out, _ = run(capsys, "search", "pelican", "--json")
+    assert not RAW_CONTROL.search(out.rstrip("\n"))
+    r = json.loads(out)["results"][0]
+    assert "\x1b]52;c;" in r["matchedSnippet"] and "\x9b" in r["matchedSnippet"] and r["cwd"] == "/home/dev/\x1b[2Jproj"
+    code, out, _ = run(capsys, "show", "escapes-1", "--json")
+    assert not RAW_CONTROL.search(out.rstrip("\n")) and "\u202eevil" in json.loads(out)["chunks"][0]["text"]
 
 
 @pytest.mark.parametrize("preset,keys", [
@@ -5461,6 +5493,75 @@ def test_locked_agent_store_in_wal_mode_is_listed_and_retried_next_run(stores, c
     s = index_json(capsys)
     assert s["filesIndexed"] == 1 and s["filesSkipped"] == 0
     assert search_ids(capsys, "bilby") == ["ses_bilby"]
+
+
+def test_deeply_nested_json_is_one_bad_line_and_later_appends_are_still_read(env, capsys):
+    w = PiWriter(env, "deep-json")
+    w.user("before the deep line: wombat")
+    path = w.save(extra="[" * 100000 + "\n" + '{"a": ' * 50000 + "1" + "}" * 50000 + "\n")
+    append_user(path, "after the deep lines: quokka")
+    s = index_json(capsys)
+    assert s["filesIndexed"] == 1 and s["filesSkipped"] == 0 and s["linesSkipped"] == 2, s
+    assert search_ids(capsys, "wombat") == ["deep-json"] and search_ids(capsys, "quokka") == ["deep-json"]
+    append_user(path, "appended later: numbat")
+    assert search_ids(capsys, "numbat") == ["deep-json"]
+
+
+def test_the_mcp_server_survives_deep_json_and_lone_surrogates(corpus, capsys):
+    assert sesame.handle_line(b"[" * 100000)["error"]["code"] == sesame.PARSE_ERROR
+    assert sesame.handle_line(b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": ' + b'{"a":' * 50000 + b"1" +
+                              b"}" * 50001)["error"]["code"] == sesame.PARSE_ERROR
+    for args in ({"query": "carousel \ud800"}, {"query": "carousel", "cwd": "/home/\ud800"},
+                 {"query": "carousel", "path": "\udcff"}, {"query": "carousel", "tool": ["\ud800"]}):
+        reply = sesame.handle_line(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                               "params": {"name": "search", "arguments": args}}))
+        assert reply["result"]["isError"] is False, reply
+    reply = sesame.handle_line(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                           "params": {"name": "show", "arguments": {"session": "\ud800"}}}))
+    assert reply["result"]["isError"] is True and "no session matches" in reply["result"]["content"][0]["text"]
+    assert "Traceback" not in capsys.readouterr().err
+    out = io.StringIO()
+    sesame.serve_mcp(io.BytesIO(b"[" * 100000 + b"\n" + b'{"jsonrpc": "2.0", "id": 4, "method": "ping"}\n'), out)
+    replies = [json.loads(l) for l in out.getvalue().splitlines()]
+    assert replies[0]["error"]["code"] == sesame.PARSE_ERROR and replies[1] == {"jsonrpc": "2.0", "id": 4, "result": {}}
+
+
+def test_a_damaged_stored_chunk_is_shown_as_damaged_and_index_full_repairs_it(env, tmp_path, capsys):
+    w = PiWriter(env, "damaged-chunk")
+    w.user("a short question about the axolotl tank")
+    w.assistant("a long answer about the axolotl tank: " + "water chemistry and filters. " * 60)
+    path = w.save()
+    good_session(env, "other-ok", word="gharial")
+    run(capsys, "index")
+    con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
+    with con:
+        assert con.execute("UPDATE chunks SET text = X'789c0badc0ffee' WHERE typeof(text) = 'blob'").rowcount == 1
+    con.close()
+    code, out, err = run(capsys, "show", "damaged-chunk")
+    assert code == 0 and "axolotl tank" in out and "[damaged chunk" in out and "Traceback" not in err
+    code, out, err = run(capsys, "search", "water chemistry filters")
+    assert code == 0 and "1. damaged-" in out and "Traceback" not in err
+    append_user(path, "an appended line rewrites the last part")    # the refresh cannot use the damaged text
+    code, out, err = run(capsys, "search", "gharial")
+    assert code == 0 and "other-ok" in out and "Traceback" not in err
+    code, _, err = run(capsys, "index")
+    assert code == 1 and one_line_error(err) and "sesame index --full" in err
+    assert run(capsys, "index", "--full")[0] == 0
+    code, out, _ = run(capsys, "show", "damaged-chunk")
+    assert code == 0 and "water chemistry" in out and "[damaged chunk" not in out
+
+
+def test_search_fields_without_json_and_a_huge_reference_are_one_line_errors(corpus, capsys):
+    code, out, err = run(capsys, "search", "carousel", "--fields", "score,name")
+    assert code == 2 and one_line_error(err) and "--json" in err and out == ""
+    code, out, _ = run(capsys, "search", "carousel", "--fields", "minimal", "--json")
+    assert code == 0 and json.loads(out)["results"][0]["sessionId"] == "bbbb2222-carousel"
+    for n in (5000, 60000):
+        code, out, err = run(capsys, "show", "a" * n)
+        assert code == 1 and one_line_error(err) and "no session matches" in err and "busy" not in err
+        assert len(err) < 400
+    r = mcp_call("search", {"query": "carousel", "fields": "matches"})
+    assert r["isError"] is False and r["structuredContent"]["results"][0]["matches"]
 
 
 # ---------------------------------------------------------------------------------------------
