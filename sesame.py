@@ -1001,7 +1001,6 @@ def _json_arg(value):
     return value
 
 
-
 def _home(env):
     """The user's home folder as the environment given says (tests and discovery pass their own)."""
     return env.get("HOME") or os.path.expanduser("~")
@@ -1139,7 +1138,7 @@ def current_sessions(env):
 
 
 # -------------------------------------------------------------------------------------------------
-# pi (badlogic/pi-mono): ~/.pi/agent/sessions/--<cwd>--/<timestamp>_<id>.jsonl, formats.md §15
+# pi (badlogic/pi-mono): ~/.pi/agent/sessions/--<cwd>--/<timestamp>_<id>.jsonl
 # -------------------------------------------------------------------------------------------------
 
 
@@ -1340,7 +1339,6 @@ def shell_quote(s):
 _UUID_RE = LazyPattern(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
-
 def _is_abs_path(p):
     return isinstance(p, str) and (p.startswith(("/", "~", "\\\\")) or bool(re.match(r"^[A-Za-z]:[\\\\/]", p)))
 
@@ -1409,7 +1407,7 @@ class _Entries:
 
 
 # -------------------------------------------------------------------------------------------------
-# Claude Code: ~/.claude/projects/<encoded-cwd>/<session-id>.jsonl, formats.md §1
+# Claude Code (closed source; what 2.1 writes): ~/.claude/projects/<encoded-cwd>/<session-id>.jsonl
 # -------------------------------------------------------------------------------------------------
 
 # Wrappers Claude Code puts around text in user-role messages. Their contents were produced by the
@@ -1762,7 +1760,7 @@ class ClaudeCodeParser(Parser):
 
 
 # -------------------------------------------------------------------------------------------------
-# Codex CLI: ~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl, formats.md §2
+# Codex CLI (openai/codex, codex-rs/core rollout): ~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl
 # -------------------------------------------------------------------------------------------------
 
 # User-role messages that Codex injects (environment, AGENTS.md, instructions...). They are either
@@ -2316,9 +2314,6 @@ class _CodexState:
                     e["drop"] = True
 
 
-
-
-
 def _json_value(value):
     """A SQLite TEXT or BLOB column holding JSON -> the decoded value, or None."""
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -2348,7 +2343,7 @@ def _one_line(text, limit=100):
 
 
 # -------------------------------------------------------------------------------------------------
-# OpenCode (sst/opencode): ~/.local/share/opencode/opencode.db and storage/, formats.md §3
+# OpenCode (sst/opencode): ~/.local/share/opencode/opencode.db and storage/
 # -------------------------------------------------------------------------------------------------
 
 # Every session gets a placeholder title until a small model names it after the first turn; the
@@ -2607,11 +2602,11 @@ class OpenCodeParser(Parser):
         return None
 
     def resume_command(self, session):
-        return None   # formats.md documents no resume flag for OpenCode
+        return None   # no resume-by-id command of OpenCode's that we could confirm
 
 
 # -------------------------------------------------------------------------------------------------
-# Gemini CLI (google-gemini/gemini-cli): ~/.gemini/tmp/<project>/chats/session-*.jsonl, formats.md §4
+# Gemini CLI (google-gemini/gemini-cli): ~/.gemini/tmp/<project>/chats/session-*.jsonl
 # -------------------------------------------------------------------------------------------------
 
 # Text Gemini CLI sends as a user turn but the human did not type.
@@ -3001,11 +2996,11 @@ class GeminiParser(Parser):
         return {"days": days, "setting": "general.sessionRetention in %s" % settings}
 
     def resume_command(self, session):
-        return None   # formats.md shows no resume-by-id command for Gemini CLI
+        return None   # Gemini CLI resumes by list index or `latest`, not by session id
 
 
 # -------------------------------------------------------------------------------------------------
-# Cursor: ~/.cursor agent transcripts and CLI store.db, the IDE's state.vscdb, formats.md §5
+# Cursor (closed source; what cursor-agent and the IDE write): ~/.cursor transcripts and store.db, state.vscdb
 # -------------------------------------------------------------------------------------------------
 
 _CURSOR_QUERY = LazyPattern(r"<user_query>\s*(.*?)\s*</user_query>", re.S)
@@ -3728,7 +3723,6 @@ PROJECT_WALK_DEPTH = 6
 VSCODE_HOSTS = ("Code", "Code - Insiders", "Cursor", "Windsurf", "VSCodium")
 
 
-
 class _ProjectSkip:
     """The `skip_dirs` of a walk through projects: the usual heavy folders and hidden ones."""
 
@@ -3774,8 +3768,6 @@ def _primary_global_storage(env):
                         "globalStorage")
 
 
-
-
 def _db_columns(con, table):
     return [r[1] for r in con.execute("PRAGMA table_info(%s)" % table)]
 
@@ -3816,7 +3808,7 @@ class _ToolCalls:
 
 
 # -------------------------------------------------------------------------------------------------
-# Aider (Aider-AI/aider): <repo>/.aider.chat.history.md, one Markdown file per repo, formats.md §6
+# Aider (Aider-AI/aider): <repo>/.aider.chat.history.md, one Markdown file per repo
 # -------------------------------------------------------------------------------------------------
 
 AIDER_START_RE = LazyPattern(r"^# aider chat started at (\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})\s*$")
@@ -3848,7 +3840,7 @@ class AiderParser(Parser):
     id, label, version = "aider", "Aider", 1
 
     def default_roots(self, env):
-        return []  # no global location (formats.md §6): configure folders holding repos
+        return []  # no global location: Aider writes into each repository; configure folders holding repos
 
     def list_files(self, root):
         # `.aider.input.history` (prompt_toolkit's recall list) is not a transcript. A file named
@@ -4035,7 +4027,7 @@ class _AiderSession:
 
 
 # -------------------------------------------------------------------------------------------------
-# Cline / Roo Code / Kilo Code: VS Code globalStorage/<extension>/tasks/<taskId>/, ~/.cline/data, formats.md §7
+# Cline / Roo Code / Kilo Code (cline/cline, RooCodeInc/Roo-Code): globalStorage/<extension>/tasks/<taskId>/, ~/.cline/data
 # -------------------------------------------------------------------------------------------------
 
 CLINE_EXTENSIONS = ("saoudrizwan.claude-dev", "rooveterinaryinc.roo-cline", "kilocode.kilo-code")
@@ -4326,7 +4318,7 @@ class ClineParser(Parser):
 
 
 # -------------------------------------------------------------------------------------------------
-# Kilo Code (Kilo CLI 7.x and the extension built on it): ~/.local/share/kilo/kilo.db, formats.md §7
+# Kilo Code (Kilo-Org/kilocode; Kilo CLI 7.x and the extension built on it): ~/.local/share/kilo/kilo.db
 # -------------------------------------------------------------------------------------------------
 
 
@@ -4380,7 +4372,7 @@ class KiloParser(OpenCodeParser):
 
 
 # -------------------------------------------------------------------------------------------------
-# GitHub Copilot CLI: ~/.copilot/session-state/<id>/events.jsonl (and older layouts), formats.md §8
+# GitHub Copilot CLI (what it writes): ~/.copilot/session-state/<id>/events.jsonl (and older layouts)
 # -------------------------------------------------------------------------------------------------
 
 COPILOT_TRUST_RE = LazyPattern(r"^Folder (.+) has been added to trusted folders")
@@ -4544,7 +4536,7 @@ class CopilotParser(Parser):
 
 
 # -------------------------------------------------------------------------------------------------
-# Amp (Sourcegraph): ~/.local/share/amp/threads/T-<uuid>.json, formats.md §9
+# Amp (Sourcegraph): ~/.local/share/amp/threads/T-<uuid>.json
 # -------------------------------------------------------------------------------------------------
 
 
@@ -4644,7 +4636,7 @@ class AmpParser(Parser):
 
 
 # -------------------------------------------------------------------------------------------------
-# Goose (block/goose): <data>/sessions/sessions.db, legacy <data>/sessions/<name>.jsonl, formats.md §10
+# Goose (block/goose): <data>/sessions/sessions.db, legacy <data>/sessions/<name>.jsonl
 # -------------------------------------------------------------------------------------------------
 
 
@@ -4782,7 +4774,7 @@ class GooseParser(Parser):
 
 
 # -------------------------------------------------------------------------------------------------
-# Crush (charmbracelet/crush): <project>/.crush/crush.db, formats.md §11
+# Crush (charmbracelet/crush): <project>/.crush/crush.db
 # -------------------------------------------------------------------------------------------------
 
 CRUSH_DEFAULT_TITLES = ("", "New Session", "Untitled Session")
@@ -4806,7 +4798,7 @@ class CrushParser(Parser):
     IGNORED_PARTS = frozenset({"finish", "image_url", "binary"})
 
     def default_roots(self, env):
-        return []  # per project only (formats.md §11): configure folders holding projects
+        return []  # per project only: Crush keeps .crush/ in each project; configure folders holding projects
 
     def list_files(self, root):
         return walk_projects(root, lambda n: n == "crush.db", allow_hidden=(".crush",))
@@ -4888,8 +4880,6 @@ class CrushParser(Parser):
 # -------------------------------------------------------------------------------------------------
 
 
-
-
 def _read_json(path, limit=4 << 20):
     """A small JSON sidecar (state.json, summary.json...) as a dict, or None when absent or broken."""
     try:
@@ -4904,7 +4894,6 @@ def _read_json(path, limit=4 << 20):
 
 def _str(v):
     return v.strip() if isinstance(v, str) and v.strip() else None
-
 
 
 def _out_text(v):
@@ -4982,7 +4971,7 @@ def _finish_times(s, path):
 
 
 # -------------------------------------------------------------------------------------------------
-# Factory Droid: ~/.factory/sessions/**/<id>.jsonl (session store) and stream-json logs, formats.md §12
+# Factory Droid (what droid writes): ~/.factory/sessions/**/<id>.jsonl (session store) and stream-json logs
 # -------------------------------------------------------------------------------------------------
 
 
@@ -5117,7 +5106,7 @@ class DroidParser(Parser):
 
 
 # -------------------------------------------------------------------------------------------------
-# Qwen Code: ~/.qwen/projects/<project>/chats/<sessionId>.jsonl (QWEN_HOME), formats.md §12, §13.11
+# Qwen Code (QwenLM/qwen-code, a Gemini CLI fork): ~/.qwen/projects/<project>/chats/<sessionId>.jsonl (QWEN_HOME)
 # -------------------------------------------------------------------------------------------------
 
 
@@ -5323,7 +5312,7 @@ class QwenParser(Parser):
 
 
 # -------------------------------------------------------------------------------------------------
-# Kimi: Kimi Code ~/.kimi-code/sessions/.../wire.jsonl, kimi-cli ~/.kimi/sessions/<md5>/..., formats.md §12
+# Kimi (MoonshotAI/kimi-cli): Kimi Code ~/.kimi-code/sessions/.../wire.jsonl, kimi-cli ~/.kimi/sessions/<md5>/...
 # -------------------------------------------------------------------------------------------------
 
 # A kimi-cli 0.x session file is named by its UUID (a revert rotates it to <uuid>_<n>.jsonl: the old
@@ -5664,7 +5653,7 @@ class KimiParser(Parser):
 
 
 # -------------------------------------------------------------------------------------------------
-# OpenClaw (ex-Clawdbot/Moltbot): ~/.openclaw/agents/<agentId>/sessions/*.jsonl, formats.md §12
+# OpenClaw (openclaw/openclaw, ex-Clawdbot/Moltbot, pi's format): ~/.openclaw/agents/<agentId>/sessions/*.jsonl
 # -------------------------------------------------------------------------------------------------
 
 
@@ -5737,7 +5726,7 @@ class OpenClawParser(Parser):
 
 
 # -------------------------------------------------------------------------------------------------
-# Grok CLI: ~/.grok/sessions/<encoded cwd>/<sessionId>/chat_history.jsonl + summary.json, formats.md §12
+# Grok CLI (superagent-ai/grok-cli): ~/.grok/sessions/<encoded cwd>/<sessionId>/chat_history.jsonl + summary.json
 # -------------------------------------------------------------------------------------------------
 
 
@@ -6129,7 +6118,7 @@ class AntigravityParser(Parser):
 #             (doc_columns serves both directions).
 # Snippets and best matching chunks are found in Python inside the best matching part (Matcher),
 # which costs far less than a second, per-chunk FTS index would at index time and on disk.
-# Only plain FTS5 features are used, so an index opens with any SQLite >= 3.31 (fts5.md §1).
+# Only plain FTS5 features are used, so an index opens with any SQLite >= 3.31 (FTS5 built in).
 
 TOKENIZE = "porter unicode61 remove_diacritics 2"
 
@@ -8340,6 +8329,11 @@ def fallback_snippet(con, s):
 # ==================================================================================================
 
 
+# How the text output names the options that move on, on the command line and for MCP clients.
+CLI_WORDS = {"around": "--around SEQ", "max_chars": "--max-chars", "offset": "--offset %d"}
+MCP_WORDS = {"around": "around: SEQ", "max_chars": "max_chars", "offset": "offset: %d"}
+
+
 def use_color(stream):
     return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
 
@@ -8743,11 +8737,6 @@ def _count_seqs(n, first):
     return "%d chunk%s (seq %s)" % (n, "" if n == 1 else "s", first if n == 1 else "%d-%d" % (first, first + n - 1))
 
 
-# How the text output names the options that move on, on the command line and for MCP clients.
-CLI_WORDS = {"around": "--around SEQ", "max_chars": "--max-chars", "offset": "--offset %d"}
-MCP_WORDS = {"around": "around: SEQ", "max_chars": "max_chars", "offset": "offset: %d"}
-
-
 def show_text(data, color=False, max_chars=0, words=CLI_WORDS):
     """The human output of `sesame show`, at most max_chars long (0: no limit)."""
     def block(c):
@@ -9060,6 +9049,9 @@ def handle_line(line):
     return handle_message(msg)
 
 
+MCP_REFRESH_SECONDS = 30.0
+
+
 def serve_mcp(inp=None, out=None):
     """Answer MCP messages from `inp` (bytes lines) on `out` until `inp` closes; returns the exit code."""
     inp = inp or sys.stdin.buffer
@@ -9087,9 +9079,6 @@ def serve_mcp(inp=None, out=None):
         stop.set()
         sys.stdout = real_stdout
     return EXIT_OK
-
-
-MCP_REFRESH_SECONDS = 30.0
 
 
 def _keep_fresh(stop, interval):
@@ -9148,6 +9137,9 @@ def _progress_printer(stream):
     return show
 
 
+FIRST_INDEX_WAIT = 60  # seconds a search waits for another process that builds the first index
+
+
 def refresh_before_reading(ctx, store, first_use):
     """What search and show do first: bring the index up to date, without ever failing the read.
 
@@ -9184,9 +9176,6 @@ def refresh_before_reading(ctx, store, first_use):
         _stderr("sesame: " + summary.line())
 
 
-FIRST_INDEX_WAIT = 60  # seconds a search waits for another process that builds the first index
-
-
 def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=False):
     """Run the indexer under the lock; None when another indexer holds it past wait_seconds.
     `quick` looks at the disk by the freshness rules (what searches do), else at every file."""
@@ -9205,6 +9194,11 @@ def _cwd():
         return os.getcwd()
     except OSError:  # the folder was removed under us
         return None
+
+
+LOCK_WAIT_SECONDS = 600
+WATCH_INTERVAL = 5.0
+WATCH_MAX_PAUSE = 300.0   # the longest a watch waits after a failed round (full disk) before trying again
 
 
 def cmd_index(args, ctx):
@@ -9242,11 +9236,6 @@ def cmd_index(args, ctx):
     finally:
         store.close()
     return EXIT_OK
-
-
-LOCK_WAIT_SECONDS = 600
-WATCH_INTERVAL = 5.0
-WATCH_MAX_PAUSE = 300.0   # the longest a watch waits after a failed round (full disk) before trying again
 
 
 def cmd_watch(args, ctx):
