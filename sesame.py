@@ -1138,6 +1138,276 @@ def current_sessions(env):
 
 
 # -------------------------------------------------------------------------------------------------
+# Parser toolkit: what the agents' sections use (commands, tool calls, JSON sidecars, homes, walks).
+# An agent's section holds only that agent; a helper two agents need lives here.
+# -------------------------------------------------------------------------------------------------
+
+
+def shell_quote(s):
+    return s if re.fullmatch(r"[A-Za-z0-9_./:@%+=,-]+", s or "") else "'" + (s or "").replace("'", "'\\''") + "'"
+
+
+# Tool calls and commands (Claude Code, Codex and others).
+
+_UUID_RE = LazyPattern(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def _is_abs_path(p):
+    return isinstance(p, str) and (p.startswith(("/", "~", "\\\\")) or bool(re.match(r"^[A-Za-z]:[\\\\/]", p)))
+
+
+def _text_key(text):
+    """Whitespace-insensitive identity of a message text, to recognise the same text twice."""
+    return " ".join((text or "").split())
+
+
+def _command_string(cmd):
+    """A shell command as the user would type it: Codex writes ["bash", "-lc", "ls"], Claude "ls"."""
+    if isinstance(cmd, list) and all(isinstance(c, str) for c in cmd):
+        if len(cmd) >= 3 and os.path.basename(cmd[0]) in ("bash", "sh", "zsh", "pwsh", "powershell") \
+                and cmd[1] in ("-lc", "-c", "-Command"):
+            return cmd[2]
+        return " ".join(shell_quote(c) for c in cmd)
+    return cmd
+
+
+class _Entries:
+    """Chunks under construction. Tool calls stay open until their result arrives (joined by call
+    id), and some entries are only dropped at the end (duplicated streams), so parsers collect
+    entries here and hand them to Session.add once the whole file is read."""
+
+    def __init__(self):
+        self.items = []
+        self.calls = {}            # call id -> open tool entry
+        self.unnamed_calls = []    # tool entries without an id, joined in order (old fixtures)
+
+    def add(self, kind, text, ts=None, role=None, **extra):
+        e = dict(kind=kind, text=text, ts=ts, role=role, **extra)
+        self.items.append(e)
+        return e
+
+    def tool(self, name, args, ts=None, call_id=None, role="assistant", **extra):
+        name = str(name or "tool")
+        e = self.add("tool", None, ts=ts, role=role, tool=name, args=args, output=None, is_error=False, **extra)
+        if call_id:
+            self.calls[call_id] = e
+        else:
+            self.unnamed_calls.append(e)
+        return e
+
+    def result(self, call_id, output, is_error=False, ts=None, name=None):
+        """Attach a tool result to its call; a result without a known call becomes its own chunk."""
+        e = self.calls.pop(call_id, None) if call_id else None
+        if e is None and self.unnamed_calls:
+            e = self.unnamed_calls.pop(0)
+        if e is None:
+            e = self.add("tool", None, ts=ts, role="tool", tool=str(name or "tool"), args=None, output=None,
+                         is_error=False)
+        e["output"] = output if e["output"] is None else e["output"] + "\n" + output
+        e["is_error"] = e["is_error"] or bool(is_error)
+        return e
+
+    def into(self, s):
+        for e in self.items:
+            if e.get("drop"):
+                continue
+            if e["kind"] == "tool":
+                args = e["args"]
+                s.add("tool", tool_text(e["tool"], args, e["output"], e["is_error"]), role=e["role"],
+                      tool=e["tool"], path=e.get("path") or tool_path(args), ts=e["ts"])
+            else:
+                s.add(e["kind"], e["text"], role=e["role"], ts=e["ts"])
+
+
+# Homes, VS Code hosts and bounded walks inside projects.
+
+# Folders a walk through a user's projects never enters: dependencies, build output, caches.
+# Hidden folders are skipped too, except the ones an agent keeps its sessions in (`.crush`).
+PROJECT_SKIP_DIRS = frozenset({".git", "node_modules", ".venv", "venv", "__pycache__", "dist", "build",
+                               "target", ".cache"})
+PROJECT_WALK_DEPTH = 6
+
+# Editors that host VS Code extensions, each with its own globalStorage folder.
+VSCODE_HOSTS = ("Code", "Code - Insiders", "Cursor", "Windsurf", "VSCodium")
+
+
+class _ProjectSkip:
+    """The `skip_dirs` of a walk through projects: the usual heavy folders and hidden ones."""
+
+    def __init__(self, allow_hidden=()):
+        self.allow_hidden = allow_hidden
+
+    def __contains__(self, name):
+        if name in PROJECT_SKIP_DIRS:
+            return True
+        return name.startswith(".") and name not in self.allow_hidden
+
+
+def walk_projects(root, match, allow_hidden=()):
+    """Files under a folder of projects for which match(name) holds, without descending into
+    dependencies, build output or hidden folders (other than `allow_hidden`)."""
+    return walk_files(root, match, max_depth=PROJECT_WALK_DEPTH, skip_dirs=_ProjectSkip(allow_hidden))
+
+
+def vscode_global_storage(env):
+    """Every globalStorage folder of every VS Code-like editor on Linux, macOS and Windows that exists."""
+    home = _home(env)
+    bases = [env_path(env, "XDG_CONFIG_HOME") or os.path.join(home, ".config"),
+             os.path.join(home, "Library", "Application Support")]
+    if env.get("APPDATA"):
+        bases.append(env["APPDATA"])
+    found = []
+    for base in bases:
+        for host in VSCODE_HOSTS:
+            d = os.path.join(base, host, "User", "globalStorage")
+            if os.path.isdir(d):
+                found.append(d)
+    return found
+
+
+def _primary_global_storage(env):
+    """Where VS Code keeps extension data on this OS (named by `sources` even when absent)."""
+    home = _home(env)
+    if sys.platform == "darwin":
+        return os.path.join(home, "Library", "Application Support", "Code", "User", "globalStorage")
+    if os.name == "nt" and env.get("APPDATA"):
+        return os.path.join(env["APPDATA"], "Code", "User", "globalStorage")
+    return os.path.join(env_path(env, "XDG_CONFIG_HOME") or os.path.join(home, ".config"), "Code", "User",
+                        "globalStorage")
+
+
+def _db_columns(con, table):
+    return [r[1] for r in con.execute("PRAGMA table_info(%s)" % table)]
+
+
+class _ToolCalls:
+    """Tool chunks of one session by call id, so that a result (or a late start event) updates the
+    call's chunk instead of adding a second one."""
+
+    def __init__(self, session):
+        self.session, self.calls = session, {}
+
+    def call(self, call_id, name, args, ts=None, role="assistant"):
+        if call_id and call_id in self.calls:
+            entry = self.calls[call_id]
+            if not entry["args"] and args:
+                entry["args"] = args
+                self._render(entry)
+            return
+        s = self.session
+        s.add("tool", tool_text(name, args), role=role, tool=name, path=tool_path(args), ts=ts)
+        entry = {"idx": len(s.chunks) - 1, "name": name, "args": args, "output": None, "error": False}
+        if call_id:
+            self.calls[call_id] = entry
+
+    def result(self, call_id, output, is_error=False, name=None, ts=None):
+        entry = self.calls.get(call_id) if call_id else None
+        if entry is None:
+            name = name or "tool"
+            self.session.add("tool", tool_text(name, None, output, is_error), role="tool", tool=name, ts=ts)
+            return
+        entry["output"], entry["error"] = output, is_error
+        self._render(entry)
+
+    def _render(self, entry):
+        chunk = self.session.chunks[entry["idx"]]
+        chunk.text = cap_text(tool_text(entry["name"], entry["args"], entry["output"], entry["error"]), CHUNK_CAP)
+        chunk.path = chunk.path or tool_path(entry["args"])
+
+
+# JSON sidecars and the smaller JSONL agents.
+
+def _read_json(path, limit=4 << 20):
+    """A small JSON sidecar (state.json, summary.json...) as a dict, or None when absent or broken."""
+    try:
+        if os.path.getsize(path) > limit:
+            return None
+        with open(path, "rb") as f:
+            obj = json.loads(f.read())
+    except (OSError,) + BAD_JSON:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _str(v):
+    return v.strip() if isinstance(v, str) and v.strip() else None
+
+
+def _out_text(v):
+    """A tool output of any shape -> text (strings as is, blocks via text_of, the rest as JSON)."""
+    if v is None:
+        return ""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, list):
+        t = text_of(v)
+        if t:
+            return t
+    if isinstance(v, dict):
+        for k in ("output", "stdout", "text", "content", "error"):
+            if isinstance(v.get(k), str) and len(v) <= 3:
+                parts = [v[k]]
+                if k == "stdout" and isinstance(v.get("stderr"), str) and v["stderr"]:
+                    parts.append(v["stderr"])
+                return "\n".join(parts)
+    try:
+        return json.dumps(v, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+class _Calls:
+    """Tool calls waiting for their result, by call id: the result rewrites the call's chunk."""
+
+    def __init__(self, s):
+        self.s, self.calls = s, {}
+
+    def call(self, call_id, name, args, ts, role="assistant"):
+        name = str(name or "tool")
+        self.s.add("tool", tool_text(name, args), role=role, tool=name, path=tool_path(args), ts=ts)
+        if call_id and self.s.chunks and self.s.chunks[-1].tool == name:
+            self.calls[call_id] = (len(self.s.chunks) - 1, name, args)
+
+    def result(self, call_id, output, is_error=False, name=None, ts=None):
+        c = self.calls.pop(call_id, None) if call_id else None
+        if c:
+            idx, cname, args = c
+            self.s.chunks[idx].text = cap_text(tool_text(cname, args, output, is_error), CHUNK_CAP)
+        elif output:
+            name = str(name or "tool")
+            self.s.add("tool", tool_text(name, None, output, is_error), role="tool", tool=name, ts=ts)
+
+
+_REMINDER_RE = LazyPattern(r"^\s*<system-reminder>.*?</system-reminder>\s*", re.S | re.I)
+
+
+def _split_reminders(text):
+    """Leading <system-reminder> blocks are injected by the agent: (injected, typed)."""
+    injected = []
+    while True:
+        m = _REMINDER_RE.match(text)
+        if not m:
+            break
+        injected.append(m.group(0).strip())
+        text = text[m.end():]
+    return "\n".join(injected), text
+
+
+def _add_user(s, text, ts):
+    """A user message whose head may be injected reminders: those go to context, the rest to user."""
+    if not isinstance(text, str):
+        return
+    injected, typed = _split_reminders(text)
+    s.add("context", injected, role="user", ts=ts)
+    s.add("user", typed, role="user", ts=ts)
+
+
+def _finish_times(s, path):
+    if s.created is None:
+        s.created = s.modified = _file_mtime(path)
+
+
+# -------------------------------------------------------------------------------------------------
 # pi (badlogic/pi-mono): ~/.pi/agent/sessions/--<cwd>--/<timestamp>_<id>.jsonl
 # -------------------------------------------------------------------------------------------------
 
@@ -1326,84 +1596,6 @@ class PiParser(Parser):
 
     def resume_command(self, session):
         return "pi --session %s" % shell_quote(session["path"])
-
-
-def shell_quote(s):
-    return s if re.fullmatch(r"[A-Za-z0-9_./:@%+=,-]+", s or "") else "'" + (s or "").replace("'", "'\\''") + "'"
-
-
-# -------------------------------------------------------------------------------------------------
-# Helpers shared by the Claude Code and Codex parsers
-# -------------------------------------------------------------------------------------------------
-
-_UUID_RE = LazyPattern(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-
-
-def _is_abs_path(p):
-    return isinstance(p, str) and (p.startswith(("/", "~", "\\\\")) or bool(re.match(r"^[A-Za-z]:[\\\\/]", p)))
-
-
-def _text_key(text):
-    """Whitespace-insensitive identity of a message text, to recognise the same text twice."""
-    return " ".join((text or "").split())
-
-
-def _command_string(cmd):
-    """A shell command as the user would type it: Codex writes ["bash", "-lc", "ls"], Claude "ls"."""
-    if isinstance(cmd, list) and all(isinstance(c, str) for c in cmd):
-        if len(cmd) >= 3 and os.path.basename(cmd[0]) in ("bash", "sh", "zsh", "pwsh", "powershell") \
-                and cmd[1] in ("-lc", "-c", "-Command"):
-            return cmd[2]
-        return " ".join(shell_quote(c) for c in cmd)
-    return cmd
-
-
-class _Entries:
-    """Chunks under construction. Tool calls stay open until their result arrives (joined by call
-    id), and some entries are only dropped at the end (duplicated streams), so parsers collect
-    entries here and hand them to Session.add once the whole file is read."""
-
-    def __init__(self):
-        self.items = []
-        self.calls = {}            # call id -> open tool entry
-        self.unnamed_calls = []    # tool entries without an id, joined in order (old fixtures)
-
-    def add(self, kind, text, ts=None, role=None, **extra):
-        e = dict(kind=kind, text=text, ts=ts, role=role, **extra)
-        self.items.append(e)
-        return e
-
-    def tool(self, name, args, ts=None, call_id=None, role="assistant", **extra):
-        name = str(name or "tool")
-        e = self.add("tool", None, ts=ts, role=role, tool=name, args=args, output=None, is_error=False, **extra)
-        if call_id:
-            self.calls[call_id] = e
-        else:
-            self.unnamed_calls.append(e)
-        return e
-
-    def result(self, call_id, output, is_error=False, ts=None, name=None):
-        """Attach a tool result to its call; a result without a known call becomes its own chunk."""
-        e = self.calls.pop(call_id, None) if call_id else None
-        if e is None and self.unnamed_calls:
-            e = self.unnamed_calls.pop(0)
-        if e is None:
-            e = self.add("tool", None, ts=ts, role="tool", tool=str(name or "tool"), args=None, output=None,
-                         is_error=False)
-        e["output"] = output if e["output"] is None else e["output"] + "\n" + output
-        e["is_error"] = e["is_error"] or bool(is_error)
-        return e
-
-    def into(self, s):
-        for e in self.items:
-            if e.get("drop"):
-                continue
-            if e["kind"] == "tool":
-                args = e["args"]
-                s.add("tool", tool_text(e["tool"], args, e["output"], e["is_error"]), role=e["role"],
-                      tool=e["tool"], path=e.get("path") or tool_path(args), ts=e["ts"])
-            else:
-                s.add(e["kind"], e["text"], role=e["role"], ts=e["ts"])
 
 
 # -------------------------------------------------------------------------------------------------
@@ -3710,104 +3902,6 @@ class CursorParser(Parser):
 
 
 # -------------------------------------------------------------------------------------------------
-# Helpers shared by the agents below: home folders, VS Code hosts, bounded walks inside projects
-# -------------------------------------------------------------------------------------------------
-
-# Folders a walk through a user's projects never enters: dependencies, build output, caches.
-# Hidden folders are skipped too, except the ones an agent keeps its sessions in (`.crush`).
-PROJECT_SKIP_DIRS = frozenset({".git", "node_modules", ".venv", "venv", "__pycache__", "dist", "build",
-                               "target", ".cache"})
-PROJECT_WALK_DEPTH = 6
-
-# Editors that host VS Code extensions, each with its own globalStorage folder.
-VSCODE_HOSTS = ("Code", "Code - Insiders", "Cursor", "Windsurf", "VSCodium")
-
-
-class _ProjectSkip:
-    """The `skip_dirs` of a walk through projects: the usual heavy folders and hidden ones."""
-
-    def __init__(self, allow_hidden=()):
-        self.allow_hidden = allow_hidden
-
-    def __contains__(self, name):
-        if name in PROJECT_SKIP_DIRS:
-            return True
-        return name.startswith(".") and name not in self.allow_hidden
-
-
-def walk_projects(root, match, allow_hidden=()):
-    """Files under a folder of projects for which match(name) holds, without descending into
-    dependencies, build output or hidden folders (other than `allow_hidden`)."""
-    return walk_files(root, match, max_depth=PROJECT_WALK_DEPTH, skip_dirs=_ProjectSkip(allow_hidden))
-
-
-def vscode_global_storage(env):
-    """Every globalStorage folder of every VS Code-like editor on Linux, macOS and Windows that exists."""
-    home = _home(env)
-    bases = [env_path(env, "XDG_CONFIG_HOME") or os.path.join(home, ".config"),
-             os.path.join(home, "Library", "Application Support")]
-    if env.get("APPDATA"):
-        bases.append(env["APPDATA"])
-    found = []
-    for base in bases:
-        for host in VSCODE_HOSTS:
-            d = os.path.join(base, host, "User", "globalStorage")
-            if os.path.isdir(d):
-                found.append(d)
-    return found
-
-
-def _primary_global_storage(env):
-    """Where VS Code keeps extension data on this OS (named by `sources` even when absent)."""
-    home = _home(env)
-    if sys.platform == "darwin":
-        return os.path.join(home, "Library", "Application Support", "Code", "User", "globalStorage")
-    if os.name == "nt" and env.get("APPDATA"):
-        return os.path.join(env["APPDATA"], "Code", "User", "globalStorage")
-    return os.path.join(env_path(env, "XDG_CONFIG_HOME") or os.path.join(home, ".config"), "Code", "User",
-                        "globalStorage")
-
-
-def _db_columns(con, table):
-    return [r[1] for r in con.execute("PRAGMA table_info(%s)" % table)]
-
-
-class _ToolCalls:
-    """Tool chunks of one session by call id, so that a result (or a late start event) updates the
-    call's chunk instead of adding a second one."""
-
-    def __init__(self, session):
-        self.session, self.calls = session, {}
-
-    def call(self, call_id, name, args, ts=None, role="assistant"):
-        if call_id and call_id in self.calls:
-            entry = self.calls[call_id]
-            if not entry["args"] and args:
-                entry["args"] = args
-                self._render(entry)
-            return
-        s = self.session
-        s.add("tool", tool_text(name, args), role=role, tool=name, path=tool_path(args), ts=ts)
-        entry = {"idx": len(s.chunks) - 1, "name": name, "args": args, "output": None, "error": False}
-        if call_id:
-            self.calls[call_id] = entry
-
-    def result(self, call_id, output, is_error=False, name=None, ts=None):
-        entry = self.calls.get(call_id) if call_id else None
-        if entry is None:
-            name = name or "tool"
-            self.session.add("tool", tool_text(name, None, output, is_error), role="tool", tool=name, ts=ts)
-            return
-        entry["output"], entry["error"] = output, is_error
-        self._render(entry)
-
-    def _render(self, entry):
-        chunk = self.session.chunks[entry["idx"]]
-        chunk.text = cap_text(tool_text(entry["name"], entry["args"], entry["output"], entry["error"]), CHUNK_CAP)
-        chunk.path = chunk.path or tool_path(entry["args"])
-
-
-# -------------------------------------------------------------------------------------------------
 # Aider (Aider-AI/aider): <repo>/.aider.chat.history.md, one Markdown file per repo
 # -------------------------------------------------------------------------------------------------
 
@@ -4873,101 +4967,6 @@ class CrushParser(Parser):
                       role="user", tool="bash", ts=ts)
             elif ptype not in self.IGNORED_PARTS and ptype not in ("text", "reasoning"):
                 report.unrecognized("part " + str(ptype))
-
-
-# -------------------------------------------------------------------------------------------------
-# Shared helpers for the smaller agents below
-# -------------------------------------------------------------------------------------------------
-
-
-def _read_json(path, limit=4 << 20):
-    """A small JSON sidecar (state.json, summary.json...) as a dict, or None when absent or broken."""
-    try:
-        if os.path.getsize(path) > limit:
-            return None
-        with open(path, "rb") as f:
-            obj = json.loads(f.read())
-    except (OSError,) + BAD_JSON:
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def _str(v):
-    return v.strip() if isinstance(v, str) and v.strip() else None
-
-
-def _out_text(v):
-    """A tool output of any shape -> text (strings as is, blocks via text_of, the rest as JSON)."""
-    if v is None:
-        return ""
-    if isinstance(v, str):
-        return v
-    if isinstance(v, list):
-        t = text_of(v)
-        if t:
-            return t
-    if isinstance(v, dict):
-        for k in ("output", "stdout", "text", "content", "error"):
-            if isinstance(v.get(k), str) and len(v) <= 3:
-                parts = [v[k]]
-                if k == "stdout" and isinstance(v.get("stderr"), str) and v["stderr"]:
-                    parts.append(v["stderr"])
-                return "\n".join(parts)
-    try:
-        return json.dumps(v, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return str(v)
-
-
-class _Calls:
-    """Tool calls waiting for their result, by call id: the result rewrites the call's chunk."""
-
-    def __init__(self, s):
-        self.s, self.calls = s, {}
-
-    def call(self, call_id, name, args, ts, role="assistant"):
-        name = str(name or "tool")
-        self.s.add("tool", tool_text(name, args), role=role, tool=name, path=tool_path(args), ts=ts)
-        if call_id and self.s.chunks and self.s.chunks[-1].tool == name:
-            self.calls[call_id] = (len(self.s.chunks) - 1, name, args)
-
-    def result(self, call_id, output, is_error=False, name=None, ts=None):
-        c = self.calls.pop(call_id, None) if call_id else None
-        if c:
-            idx, cname, args = c
-            self.s.chunks[idx].text = cap_text(tool_text(cname, args, output, is_error), CHUNK_CAP)
-        elif output:
-            name = str(name or "tool")
-            self.s.add("tool", tool_text(name, None, output, is_error), role="tool", tool=name, ts=ts)
-
-
-_REMINDER_RE = LazyPattern(r"^\s*<system-reminder>.*?</system-reminder>\s*", re.S | re.I)
-
-
-def _split_reminders(text):
-    """Leading <system-reminder> blocks are injected by the agent: (injected, typed)."""
-    injected = []
-    while True:
-        m = _REMINDER_RE.match(text)
-        if not m:
-            break
-        injected.append(m.group(0).strip())
-        text = text[m.end():]
-    return "\n".join(injected), text
-
-
-def _add_user(s, text, ts):
-    """A user message whose head may be injected reminders: those go to context, the rest to user."""
-    if not isinstance(text, str):
-        return
-    injected, typed = _split_reminders(text)
-    s.add("context", injected, role="user", ts=ts)
-    s.add("user", typed, role="user", ts=ts)
-
-
-def _finish_times(s, path):
-    if s.created is None:
-        s.created = s.modified = _file_mtime(path)
 
 
 # -------------------------------------------------------------------------------------------------
