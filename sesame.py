@@ -1024,15 +1024,6 @@ def agent_dir(env, var, *default):
     return env_path(env, var) or os.path.join(_home(env), *default)
 
 
-def _settings_json(path):
-    """An agent's JSON settings file as a dict, or None when it is missing or not JSON."""
-    try:
-        data = _load_json_file(path)
-    except OSError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def open_agent_db(path, attempts=5):
     """Open an agent's SQLite store strictly read-only.
 
@@ -1320,11 +1311,8 @@ class _ToolCalls:
 def _read_json(path, limit=4 << 20):
     """A small JSON sidecar (state.json, summary.json...) as a dict, or None when absent or broken."""
     try:
-        if os.path.getsize(path) > limit:
-            return None
-        with open(path, "rb") as f:
-            obj = json.loads(f.read())
-    except (OSError,) + BAD_JSON:
+        obj = _load_json_file(path) if os.path.getsize(path) <= limit else None
+    except OSError:
         return None
     return obj if isinstance(obj, dict) else None
 
@@ -1403,6 +1391,7 @@ def _add_user(s, text, ts):
 
 
 def _finish_times(s, path):
+    """A session whose records name no time at all is dated by its file."""
     if s.created is None:
         s.created = s.modified = _file_mtime(path)
 
@@ -1507,8 +1496,7 @@ class PiParser(Parser):
         self._read_meta(s, path)
         s.created = header_ts
         s.modified = norm_time(state["last"]) if state["last"] is not None else header_ts
-        if s.created is None:
-            s.created = s.modified = iso(datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc))
+        _finish_times(s, path)
         return [s]
 
     def _meta_path(self, path, session_id):
@@ -1772,8 +1760,7 @@ class ClaudeCodeParser(Parser):
         entries.into(s)
         for ts in timestamps:
             s.touch(ts)
-        if s.created is None:
-            s.created = s.modified = _file_mtime(path)
+        _finish_times(s, path)
         return [s]
 
     @staticmethod
@@ -1935,7 +1922,7 @@ class ClaudeCodeParser(Parser):
     def retention(self, env):
         """Claude Code deletes transcripts older than `cleanupPeriodDays` (settings.json; 30 by default)."""
         settings = os.path.join(agent_dir(env, "CLAUDE_CONFIG_DIR", ".claude"), "settings.json")
-        days = (_settings_json(settings) or {}).get("cleanupPeriodDays", 30)
+        days = (_read_json(settings) or {}).get("cleanupPeriodDays", 30)
         if not isinstance(days, (int, float)) or isinstance(days, bool):
             days = 30
         return {"days": days, "setting": "cleanupPeriodDays in %s" % settings}
@@ -2728,8 +2715,7 @@ class OpenCodeParser(Parser):
             is_summary = role == "assistant" and m.get("summary") is True
             for p in parts:
                 self._part(s, role, is_summary, p, ts, report)
-        if s.created is None:
-            s.created = s.modified = _file_mtime(s.path)
+        _finish_times(s, s.path)
 
     @staticmethod
     def _part(s, role, is_summary, p, ts, report):
@@ -2889,8 +2875,7 @@ class GeminiParser(Parser):
             s.name = _one_line(summary, 200)
         elif first_user:   # Gemini CLI titles a session by its first real prompt
             s.name = _one_line(first_user[0])
-        if s.created is None:
-            s.created = s.modified = _file_mtime(path)
+        _finish_times(s, path)
         return [s]
 
     @staticmethod
@@ -3180,7 +3165,7 @@ class GeminiParser(Parser):
     def retention(self, env):
         """Gemini CLI deletes sessions older than general.sessionRetention.maxAge when it is enabled."""
         settings = os.path.join(env_path(env, "GEMINI_CLI_HOME") or _home(env), ".gemini", "settings.json")
-        policy = ((_settings_json(settings) or {}).get("general") or {}).get("sessionRetention")
+        policy = ((_read_json(settings) or {}).get("general") or {}).get("sessionRetention")
         if not isinstance(policy, dict) or policy.get("enabled") is not True:
             return None
         m = re.fullmatch(r"\s*(\d+)\s*([hdwm])\s*", str(policy.get("maxAge") or ""))
@@ -4231,8 +4216,7 @@ class ClineParser(Parser):
             api = _load_json_file(api_path)
             if isinstance(api, list):
                 s.cwd = self._cwd_in_api(api)
-        if s.created is None:
-            s.created = s.modified = _file_mtime(path)
+        _finish_times(s, path)
         return [s]
 
     @staticmethod
@@ -4391,8 +4375,7 @@ class ClineParser(Parser):
             CLINE_USER_INPUT_RE.sub(r"\1", p) for p in (manifest.get("prompt"), meta.get("prompt")) if isinstance(p, str)]
         if title and not any(p.strip().startswith(title.rstrip(".… ")) for p in prompts):
             s.name = title
-        if s.created is None:
-            s.created = s.modified = _file_mtime(path)
+        _finish_times(s, path)
         return s
 
     @staticmethod
@@ -4587,8 +4570,7 @@ class CopilotParser(Parser):
             child.name = subagent_names.get(key)
             out.append(child)
         for s in out:
-            if s.created is None:
-                s.created = s.modified = _file_mtime(path)
+            _finish_times(s, path)
         return out
 
     @staticmethod
@@ -4624,8 +4606,7 @@ class CopilotParser(Parser):
                 s.add("user", text, role="user", ts=ts)
             elif m.get("role") == "assistant":
                 s.add("assistant", text, role="assistant", ts=ts)
-        if s.created is None:
-            s.created = s.modified = _file_mtime(path)
+        _finish_times(s, path)
         return [s]
 
 
@@ -4708,7 +4689,7 @@ class AmpParser(Parser):
                     if isinstance(text, str):
                         s.add("summary", text, role="system", ts=ts)
         if s.created is None:
-            s.created = s.modified = _file_mtime(path)
+            _finish_times(s, path)
         elif s.modified == s.created and len(s.chunks) > 1:
             s.modified = max(s.created, _file_mtime(path))  # older threads have no message times
         return [s]
@@ -4862,8 +4843,7 @@ class GooseParser(Parser):
                 first = False
                 continue
             self._message(s, calls, m.get("role"), m.get("content"), norm_time(m.get("created")), False, report)
-        if s.created is None:
-            s.created = s.modified = _file_mtime(path)
+        _finish_times(s, path)
         return [s]
 
 
@@ -5985,8 +5965,7 @@ class HermesParser(Parser):
             con.close()
         out = []
         for s, _ in sessions.values():
-            if s.created is None:
-                s.created = s.modified = _file_mtime(path)
+            _finish_times(s, path)
             out.append(s)
         return out
 
