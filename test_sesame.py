@@ -1,4 +1,5 @@
-"""Tests for sesame.py, in the order of its sections. Each test name says what a user would see.
+"""Tests for sesame.py, in the order of its sections (one helper set at the top). Each test name says
+what a user would see.
 
 Inputs are small literal sessions written here; when ../shared/samples exists the real sessions
 there are indexed too. Run: python3 -m pytest -q
@@ -10,6 +11,7 @@ import hashlib
 import io
 import json
 import os
+import pathlib
 import random
 import re
 import shutil
@@ -27,6 +29,9 @@ import sesame
 from sesame import PARSERS, NotASessionFile, ParseReport, norm_time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The longest tests (fuzzing, kill -9, concurrency, the relevance set, every sample): skipped with
+# SESAME_QUICK=1 for a quick loop while editing; CI runs everything.
+slow = pytest.mark.skipif(bool(os.environ.get("SESAME_QUICK")), reason="slow test (SESAME_QUICK is set)")
 SAMPLES = os.path.join(HERE, "..", "shared", "samples")
 
 
@@ -133,6 +138,57 @@ def search_ids(capsys, *argv):
     code, out, err = run(capsys, "search", *argv, "--json")
     assert code == 0, err
     return [r["sessionId"] for r in json.loads(out)["results"]]
+
+
+
+# Agent fixtures: write a session file, parse it with one parser, look at its chunks.
+
+def write_file(path, content):
+    """Write text (or a JSON-able object as JSON) to path, making its folders; returns the path."""
+    path = pathlib.Path(str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
+    return path
+
+
+def write_jsonl(path, records, raw_tail=""):
+    """One JSON record per line (a str record is written as it is), then raw_tail; returns the path
+    as a string (what parsers take and report)."""
+    return str(write_file(path, "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records) + raw_tail))
+
+
+def parse_file(agent, path):
+    return PARSERS[agent].parse(str(path), ParseReport())
+
+
+def kinds(s):
+    return [c.kind for c in s.chunks]
+
+
+def texts(s, kind):
+    return [c.text for c in s.chunks if c.kind == kind]
+
+
+def sample_sessions(folder, agent=None):
+    """Every file of ../shared/samples/<folder> through one parser (the folder's name unless given):
+    each parses to sessions with an id and ISO UTC times in order, or is refused as not its format.
+    Skips when the samples are absent."""
+    root = os.path.join(SAMPLES, folder)
+    if not os.path.isdir(root):
+        pytest.skip("no samples for %s" % folder)
+    found = []
+    for f in sorted(p for p in glob.glob(os.path.join(root, "**", "*"), recursive=True) if os.path.isfile(p)):
+        try:
+            sessions = PARSERS[agent or folder].parse(f, ParseReport())
+        except NotASessionFile:
+            continue
+        assert sessions, f
+        for s in sessions:
+            assert s.session_id and s.created and s.modified and s.created <= s.modified, f
+            assert s.created.endswith("Z") and all(c.kind in sesame.KIND_COLUMN for c in s.chunks), f
+        found.extend(sessions)
+    assert found
+    return found
 
 
 # A small corpus with distinct topics. Words of the concept queries are spread over messages.
@@ -471,6 +527,256 @@ def test_relative_dates_and_bad_dates():
 
 
 # ---------------------------------------------------------------------------------------------
+# Privacy: secrets redacted before indexing, exclude, forget
+# ---------------------------------------------------------------------------------------------
+
+# Fake secrets built at run time, so that this file itself does not trip secret scanners.
+OPENAI = "sk-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8S9t0U1v2W3x4"
+OPENAI_PROJ = "sk-proj-" + "abcDEF123_ghiJKL456-mnoPQR789stuVWX012"
+ANTHROPIC = "sk-ant-api03-" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0Fe-DcBa_98765"
+GH_PAT = "ghp_" + "16C7e42F292c6912E7710c838347Ae178B4a"
+GH_OAUTH = "gho_" + "16C7e42F292c6912E7710c838347Ae178B4a"
+GH_SERVER = "ghs_" + "16C7e42F292c6912E7710c838347Ae178B4a"
+GH_FINE = "github_pat_" + "11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGH"
+AWS = "AKIA" + "IOSFODNN7EXAMPLE"
+AWS_TMP = "ASIA" + "Y34FZKBOKMUTVV7A"
+SLACK = "xoxb-" + "123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"
+STRIPE = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
+STRIPE_R = "rk_live_" + "51H8sd0Ax2bC3dE4fG5hI6jK"
+GOOGLE = "AIza" + "SyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY"
+JWT = "eyJhbGciOiJIUzI1NiJ9" + ".eyJzdWIiOiIxMjM0NTY3ODkwIn0" + ".dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+HF = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+NPM = "npm_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+SENDGRID = "SG." + "ngeVfQFYQlKU0ufo8x5d1A" + ".TwL2iGABf9DHoTf-09kqeF8tAmbihYzrnopKc-1s5cr"
+TWILIO = "SK" + "0123456789abcdef0123456789abcdef"
+PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA1c2s3ZkT4bD\nq8v9wPz0Yx7Lm3N2\n"
+       "-----END RSA PRIVATE KEY-----")
+
+
+@pytest.mark.parametrize("secret,kind", [
+    (OPENAI, "openai_key"), (OPENAI_PROJ, "openai_key"), (ANTHROPIC, "anthropic_key"),
+    (GH_PAT, "github_token"), (GH_OAUTH, "github_token"), (GH_SERVER, "github_token"),
+    (GH_FINE, "github_token"), (AWS, "aws_access_key_id"), (AWS_TMP, "aws_access_key_id"),
+    (SLACK, "slack_token"), (STRIPE, "stripe_key"), (STRIPE_R, "stripe_key"), (GOOGLE, "google_api_key"),
+    (JWT, "jwt"), (HF, "huggingface_token"), (NPM, "npm_token"), (SENDGRID, "sendgrid_key"), (TWILIO, "twilio_key"),
+])
+def test_token_shapes_are_replaced_and_surrounding_words_stay(secret, kind):
+    text = "I exported the key %s before running deploy, see zanzibar" % secret
+    out, n = sesame.redact(text)
+    assert secret not in out and n == 1
+    assert out == "I exported the key [REDACTED:%s] before running deploy, see zanzibar" % kind
+
+
+def test_bearer_header_keeps_the_scheme_word():
+    out, n = sesame.redact('curl -H "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abc123def" https://api')
+    assert out == 'curl -H "Authorization: Bearer [REDACTED:bearer_token]" https://api' and n == 1
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("psql postgres://app:%s@db.internal:5432/app" % "Xk29sLq", "psql postgres://app:[REDACTED:url_password]@db.internal:5432/app"),
+    ("mysql -u root -p%s orders < dump.sql" % "Hunter22", "mysql -u root -p[REDACTED:secret] orders < dump.sql"),
+    ("curl -H 'Authorization: Basic %s' https://api" % "dXNlcjpwYXNzd29yZA==",
+     "curl -H 'Authorization: Basic [REDACTED:basic_auth]' https://api"),
+    ("Set-Cookie: %s; Path=/" % "sid=8f2a9c1b77e4", "Set-Cookie: [REDACTED:cookie]"),
+    ("curl -H \"Cookie: %s\" https://x" % "session=ab12cd34", "curl -H \"Cookie: [REDACTED:cookie]\" https://x"),
+    ("export DB_PASS=%s" % "w0rdsmith9", "export DB_PASS=[REDACTED:secret]"),
+    ("MYSQL_PWD=%s mysqldump shop" % "k8sP4ssw", "MYSQL_PWD=[REDACTED:secret] mysqldump shop"),
+    ("{'password': '%s'}" % "hunter2hunter2", "{'password': '[REDACTED:secret]'}"),
+    ("pg_dump --password %s --host db" % "s3cretvalue", "pg_dump --password [REDACTED:secret] --host db"),
+    ("login --token=%s" % "abcd1234efgh", "login --token=[REDACTED:secret]"),
+])
+def test_credentials_in_commands_urls_and_headers_are_redacted_the_rest_stays(text, expected):
+    assert sesame.redact(text)[0] == expected
+
+
+def test_pgp_private_key_and_a_key_whose_start_the_output_cap_dropped_are_redacted():
+    pgp = "-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBGXbody\n-----END PGP PRIVATE KEY BLOCK-----"
+    assert sesame.redact("exported:\n%s\ndone" % pgp) == ("exported:\n[REDACTED:private_key]\ndone", 1)
+    body = "\n".join("MIIEow%040d" % i for i in range(400))   # a long key inside a longer output
+    output = "building...\n" * 900 + "-----BEGIN RSA PRIVATE KEY-----\n" + body + "\n-----END RSA PRIVATE KEY-----\nok"
+    capped = sesame.tool_text("bash", {"command": "cat build.log"}, output)
+    assert "characters dropped" in capped and "-----BEGIN" not in capped
+    out, n = sesame.redact(capped)
+    assert "MIIEow" not in out and n == 1 and "building..." in out and out.endswith("\nok")
+
+
+@pytest.mark.parametrize("text", [
+    "def check_password(password):", "password = getpass()", "password = request.form['password']",
+    "if not password: raise ValueError", "sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "commit 3f2a9c1b77e4d5a6b8c9d0e1f2a3b4c5d6e7f809", "uuid 123e4567-e89b-12d3-a456-426614174000",
+    "git clone https://github.com/org/repo.git", "mailto:bob@example.com and https://example.com",
+    "PWD=/home/dev/project", "Basic usage of the API", "bypass_cache=True", "eyJ is how base64 JSON starts",
+    "the SKU list", "mysql -u root -p", "ssh git@github.com", "Skipping 3 tests",
+])
+def test_code_about_secrets_hashes_ids_and_urls_stays_searchable(text):
+    assert sesame.redact(text) == (text, 0), sesame.redact(text)
+
+
+def test_pem_private_key_block_is_one_redaction_even_when_cut_off():
+    out, n = sesame.redact("key file:\n%s\nthen restart nginx" % PEM)
+    assert out == "key file:\n[REDACTED:private_key]\nthen restart nginx" and n == 1
+    out, n = sesame.redact("truncated: -----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA")
+    assert out == "truncated: [REDACTED:private_key]" and n == 1
+    # A public key or certificate is not a secret.
+    pub = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----"
+    assert sesame.redact(pub) == (pub, 0)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("DB_PASSWORD=hunter2hunter2", "DB_PASSWORD=[REDACTED:secret]"),
+    ("export GITHUB_TOKEN=abcdef123456 && make", "export GITHUB_TOKEN=[REDACTED:secret] && make"),
+    ("api_key: 9f8e7d6c5b4a", "api_key: [REDACTED:secret]"),
+    ('{"apiKey": "live_12345abcdef", "user": "bob"}', '{"apiKey": "[REDACTED:secret]", "user": "bob"}'),
+    ("client_secret = 'qwertyuiop123'", "client_secret = '[REDACTED:secret]'"),
+    ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+     "AWS_SECRET_ACCESS_KEY=[REDACTED:secret]"),
+    ("private_key: abcdefgh12345", "private_key: [REDACTED:secret]"),
+    ("Passwd=Tr0ub4dor&3", "Passwd=[REDACTED:secret]"),
+])
+def test_secret_named_key_value_pairs_keep_the_name(text, expected):
+    out, n = sesame.redact(text)
+    assert out == expected and n == 1
+
+
+@pytest.mark.parametrize("text", [
+    "a task-based scheduler with a skeleton loader",
+    "implement a token bucket rate limiter",
+    "the password reset flow sends an email",
+    "train the tokenizer on the corpus; tokens: 512",
+    "password: ",                                # nothing to hide
+    "TOKEN=${GITHUB_TOKEN}", "password = os.environ['DB_PASSWORD']", 'api_key: "<your key here>"',
+    "secret: null", "token = process.env.API_TOKEN", "password=******",
+    "sk-learn is not scikit-learn", "risk-free masks-off desk-top", "AKIAbc is too short",
+    "the secretary said the tokenization passes", "max_tokens: 4096",
+    "ask-proj-review for the bearer bonds", "Bearer of bad news",
+])
+def test_ordinary_text_is_left_alone(text):
+    assert sesame.redact(text) == (text, 0), sesame.redact(text)
+
+
+def test_several_secrets_in_one_text_are_all_counted():
+    text = "first %s then %s and password=abcdefg1" % (GH_PAT, AWS)
+    out, n = sesame.redact(text)
+    assert n == 3 and GH_PAT not in out and AWS not in out and "abcdefg1" not in out
+
+
+@pytest.mark.skipif(not os.environ.get("SESAME_BENCH"), reason="benchmark: set SESAME_BENCH=1")
+def test_benchmark_redaction_speed():
+    plain = ("The parser reads each line of the session file and yields the messages, "
+             "then the indexer writes them in one transaction. def f(x): return x + 1\n") * 20000
+    hinted = plain.replace("transaction.", "transaction. token: abc") [: len(plain)]
+    for name, text in (("ordinary", plain), ("with name hints", hinted)):
+        t0 = time.perf_counter()
+        reps = 5
+        for _ in range(reps):
+            sesame.redact(text)
+        dt = time.perf_counter() - t0
+        print("redact %-16s %.0f MB/s" % (name, reps * len(text) / dt / 1e6))
+    # a typical chunk (2 KB) including the per-call overhead
+    chunk = plain[:2000]
+    t0 = time.perf_counter()
+    for _ in range(20000):
+        sesame.redact(chunk)
+    dt = time.perf_counter() - t0
+    print("redact 2 KB chunks     %.0f MB/s (%.1f us per chunk)" % (20000 * 2000 / dt / 1e6, dt / 20000 * 1e6))
+
+
+SECRET = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"
+
+
+def index_bytes(tmp_path):
+    """Everything the index holds, chunk text decompressed: where a leaked secret would be."""
+    import sqlite3 as sq
+    con = sq.connect(str(tmp_path / "data" / "index.sqlite"))
+    texts = [sesame.unpack(t) for (t,) in con.execute("SELECT text FROM chunks")]
+    con.close()
+    raw = b"".join(open(str(tmp_path / "data" / f), "rb").read() for f in os.listdir(tmp_path / "data")
+                   if f.startswith("index.sqlite"))
+    return "\n".join(texts), raw
+
+
+def test_names_summaries_labels_and_working_directories_are_redacted_too(env, tmp_path, capsys):
+    w = PiWriter(env, "named-1").user("the capybara deploy")
+    w.lines[0]["cwd"] = "/home/dev/token=%s/app" % "Zq81mXc0"   # (the folder name is left as it was)
+    w.entry("session_info", name="rotate %s today" % GH_PAT).save()
+    run(capsys, "index")
+    _, raw = index_bytes(tmp_path)
+    data = json.loads(run(capsys, "search", "capybara", "--json")[1])["results"][0]
+    assert GH_PAT not in json.dumps(data) and "Zq81mXc0" not in json.dumps(data)
+    assert GH_PAT.encode() not in raw and b"Zq81mXc0" not in raw
+    assert data["name"] == "rotate [REDACTED:github_token] today"
+
+
+def test_new_redaction_rules_reach_what_is_indexed_and_the_sessions_kept_from_deleted_files(env, tmp_path, capsys,
+                                                                                         monkeypatch):
+    live = PiWriter(env, "live-1").user("the zebra token is QQSECRET41 in staging").save()
+    gone = PiWriter(env, "gone-1").user("the okapi token is QQSECRET42 in prod").save()
+    run(capsys, "index")
+    os.remove(gone)
+    run(capsys, "index")
+    assert "QQSECRET42" in index_bytes(tmp_path)[0]   # not a secret by today's rules
+    # A later Sesame knows this kind of secret (and says so with a new TEXT_VERSION).
+    old_redact = sesame.redact
+    monkeypatch.setattr(sesame, "redact", lambda t: old_redact(re.sub(r"QQSECRET\d+", "[REDACTED:test]", t or "")))
+    monkeypatch.setattr(sesame, "TEXT_VERSION", sesame.TEXT_VERSION + 1)
+    run(capsys, "index")
+    text, _ = index_bytes(tmp_path)
+    assert "QQSECRET" not in text and text.count("[REDACTED:test]") == 2
+    assert search_ids(capsys, "okapi") == ["gone-1"] and search_ids(capsys, "zebra") == ["live-1"]
+
+
+def test_secrets_never_reach_the_index_and_the_words_around_them_stay_searchable(env, tmp_path, capsys):
+    w = PiWriter(env, "leaky-1")
+    w.user("deploy with OPENAI_API_KEY=%s to the marmoset cluster" % SECRET)
+    w.tool("bash", {"command": "curl -H 'Authorization: Bearer abcdef0123456789abcdef' https://api"}, "ok tapir")
+    w.save()
+    assert search_ids(capsys, "marmoset cluster") == ["leaky-1"]
+    assert search_ids(capsys, "tapir", "--tools") == ["leaky-1"]
+    texts, raw = index_bytes(tmp_path)
+    assert SECRET not in texts and SECRET.encode() not in raw and "abcdef0123456789abcdef" not in texts
+    assert "OPENAI_API_KEY=[REDACTED:secret]" in texts or "[REDACTED:openai_key]" in texts
+    assert search_ids(capsys, SECRET) == []
+
+
+def test_redaction_can_be_switched_off_and_the_index_follows(env, tmp_path, capsys):
+    PiWriter(env, "leaky-2").user("the key is %s for the quokka service" % SECRET).save()
+    run(capsys, "index")
+    assert SECRET not in index_bytes(tmp_path)[0]
+    write_config({"sources": [{"parser": "pi", "path": str(env)}], "redact": False}, tmp_path)
+    run(capsys, "index")  # the setting changed: the whole index is rebuilt without redaction
+    assert SECRET in index_bytes(tmp_path)[0]
+    write_config({"sources": [{"parser": "pi", "path": str(env)}], "redact": "yes"}, tmp_path)
+    code, _, err = run(capsys, "index")
+    assert code == 1 and '"redact" must be true or false' in err
+
+
+def test_exclude_keeps_matching_files_and_projects_out(corpus, tmp_path, capsys):
+    write_config({"sources": [{"parser": "pi", "path": str(corpus)}],
+                  "exclude": ["/home/dev/billing", "*--home-dev-site--*"]}, tmp_path)
+    assert search_ids(capsys, "currency") == []                          # by the session's cwd
+    assert search_ids(capsys, "carousel") == []                          # by the file's path
+    assert search_ids(capsys, "ECONNREFUSED") == ["cccc3333-ci"]         # the rest stays
+    write_config({"sources": [{"parser": "pi", "path": str(corpus)}]}, tmp_path)
+    assert search_ids(capsys, "currency") == ["eeee5555-billing"]       # and comes back when removed
+
+
+def test_forget_removes_a_session_keeps_it_out_and_can_be_undone(corpus, tmp_path, capsys):
+    code, out, _ = run(capsys, "forget", "bbbb2222", "--json")
+    assert code == 0 and json.loads(out)["forgotten"]["sessionId"] == "bbbb2222-carousel"
+    assert search_ids(capsys, "carousel") == []
+    run(capsys, "index", "--full")
+    assert search_ids(capsys, "carousel") == []                          # kept out, also after a rebuild
+    assert stat.S_IMODE(os.stat(tmp_path / "data" / "forgotten.json").st_mode) == 0o600
+    code, out, _ = run(capsys, "forget", "--list", "--json")
+    assert [i["sessionId"] for i in json.loads(out)["forgotten"]] == ["bbbb2222-carousel"]
+    code, out, _ = run(capsys, "forget", "--undo", "bbbb2222-carousel")
+    assert code == 0 and "will index again" in out
+    assert search_ids(capsys, "carousel") == ["bbbb2222-carousel"]
+    code, _, err = run(capsys, "forget", "no-such-session")
+    assert code == 1 and "no session matches" in err
+
+
+# ---------------------------------------------------------------------------------------------
 # pi parser
 # ---------------------------------------------------------------------------------------------
 
@@ -621,6 +927,2532 @@ def test_modified_is_last_user_or_assistant_message_time(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# Agent parsers: one block per agent section of sesame.py. Each pins that agent's traps with small
+# literal files written here, then checks every file of ../shared/samples/<agent> when present.
+# ---------------------------------------------------------------------------------------------
+
+# ==================================================================================================
+# Claude Code
+# ==================================================================================================
+
+cc_SID = "11111111-2222-4333-8444-555555555555"
+
+
+def cc_cl(rtype, uuid, ts, **kw):
+    rec = {"type": rtype, "uuid": uuid, "sessionId": cc_SID, "cwd": "/home/u/proj", "isSidechain": False,
+           "timestamp": ts, "version": "2.1.14"}
+    rec.update(kw)
+    return rec
+
+
+def cc_cl_user(uuid, ts, content, **kw):
+    return cc_cl("user", uuid, ts, message={"role": "user", "content": content}, **kw)
+
+
+def cc_cl_asst(uuid, ts, mid, blocks, **kw):
+    return cc_cl("assistant", uuid, ts, message={"id": mid, "role": "assistant", "content": blocks}, **kw)
+
+
+def test_claude_session_id_cwd_times_and_kinds(tmp_path):
+    p = write_jsonl(tmp_path / "-home-u-proj" / (cc_SID + ".jsonl"), [
+        {"type": "queue-operation", "operation": "dequeue", "sessionId": cc_SID, "timestamp": "2026-01-21T06:19:38.000Z"},
+        cc_cl_user("u1", "2026-01-21T06:19:38.056Z", "why does the flux capacitor leak?"),
+        cc_cl_asst("a1", "2026-01-21T06:19:40.000Z", "msg_1", [{"type": "thinking", "thinking": "hmm, capacitors"}]),
+        cc_cl_asst("a2", "2026-01-21T06:19:41.000Z", "msg_1", [{"type": "text", "text": "Because of the seal."}]),
+    ])
+    [s] = parse_file("claude", p)
+    assert s.session_id == cc_SID and s.cwd == "/home/u/proj" and s.parent is None and s.name is None
+    assert s.created == "2026-01-21T06:19:38.000Z" and s.modified == "2026-01-21T06:19:41.000Z"
+    assert kinds(s) == ["user", "thinking", "assistant"]
+
+
+def test_claude_streamed_message_is_merged_and_indexed_once(tmp_path):
+    # One API message written over several lines (one block per line, one line repeating a block).
+    p = write_jsonl(tmp_path / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", "list files"),
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "msg_9", [{"type": "text", "text": "Listing."}]),
+        cc_cl_asst("a2", "2026-01-01T00:00:01Z", "msg_9", [{"type": "text", "text": "Listing."},
+                                                          {"type": "tool_use", "id": "toolu_1", "name": "Bash",
+                                                           "input": {"command": "ls -la"}}]),
+        cc_cl_asst("a3", "2026-01-01T00:00:01Z", "msg_9", [{"type": "tool_use", "id": "toolu_1", "name": "Bash",
+                                                          "input": {"command": "ls -la"}}]),
+        cc_cl_user("u2", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                                 "content": "README.md\nsetup.py"}],
+                toolUseResult={"stdout": "README.md\nsetup.py", "stderr": ""}),
+    ])
+    [s] = parse_file("claude", p)
+    assert kinds(s) == ["user", "assistant", "tool"]
+    assert texts(s, "assistant") == ["Listing."]
+    tool = [c for c in s.chunks if c.kind == "tool"][0]
+    assert tool.tool == "Bash" and "command: ls -la" in tool.text and "setup.py" in tool.text
+
+
+def test_claude_injected_text_is_context_never_user(tmp_path):
+    p = write_jsonl(tmp_path / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z",
+                "<local-command-caveat>Caveat: The messages below were generated by the user while running "
+                "local commands. DO NOT respond.</local-command-caveat>", isMeta=True),
+        cc_cl_user("u2", "2026-01-01T00:00:01Z",
+                "<command-name>/review</command-name>\n<command-message>review</command-message>\n"
+                "<command-args>the parser module</command-args>"),
+        cc_cl_user("u3", "2026-01-01T00:00:02Z", "<local-command-stdout>Set model to opus</local-command-stdout>"),
+        cc_cl_user("u4", "2026-01-01T00:00:03Z", [
+            {"type": "text", "text": "<system-reminder>The TodoWrite tool was not used</system-reminder>"},
+            {"type": "text", "text": "please fix the zebra bug"}]),
+        cc_cl_user("u5", "2026-01-01T00:00:04Z", "Stop hook feedback: run the tests", isMeta=True),
+        cc_cl_user("u6", "2026-01-01T00:00:05Z", "[Request interrupted by user]"),
+    ])
+    [s] = parse_file("claude", p)
+    users = texts(s, "user")
+    assert users == ["/review the parser module", "please fix the zebra bug"]
+    context = " ".join(texts(s, "context"))
+    for injected in ("Caveat", "Set model to opus", "TodoWrite", "Stop hook feedback", "Request interrupted"):
+        assert injected in context and not any(injected in u for u in users)
+
+
+def test_claude_title_precedence_rename_then_ai_title_then_own_summary(tmp_path):
+    base = [cc_cl_user("u1", "2026-01-01T00:00:00Z", "hello")]
+    p = write_jsonl(tmp_path / "a" / (cc_SID + ".jsonl"), base + [
+        {"type": "summary", "summary": "Summary of another session", "leafUuid": "elsewhere"},
+        {"type": "summary", "summary": "Greeting exchange", "leafUuid": "u1"},
+    ])
+    assert parse_file("claude", p)[0].name == "Greeting exchange"
+    p = write_jsonl(tmp_path / "b" / (cc_SID + ".jsonl"), base + [
+        {"type": "summary", "summary": "Greeting exchange", "leafUuid": "u1"},
+        {"type": "ai-title", "sessionId": cc_SID, "aiTitle": "Generated title"},
+    ])
+    assert parse_file("claude", p)[0].name == "Generated title"
+    p = write_jsonl(tmp_path / "c" / (cc_SID + ".jsonl"), base + [
+        {"type": "custom-title", "sessionId": cc_SID, "customTitle": "My rename"},
+        {"type": "ai-title", "sessionId": cc_SID, "aiTitle": "Generated title"},
+    ])
+    assert parse_file("claude", p)[0].name == "My rename"
+    p = write_jsonl(tmp_path / "d" / (cc_SID + ".jsonl"), base + [
+        {"type": "summary", "summary": "Summary of another session", "leafUuid": "elsewhere"}])
+    assert parse_file("claude", p)[0].name is None
+
+
+def test_claude_subagent_is_its_own_session_pointing_to_parent(tmp_path):
+    p = write_jsonl(tmp_path / "-proj" / cc_SID / "subagents" / "agent-a0ad4f.jsonl", [
+        cc_cl_user("c1", "2026-01-01T00:00:02Z", "Search the repo for TODO comments", isSidechain=True, agentId="a0ad4f"),
+        cc_cl_asst("c2", "2026-01-01T00:00:03Z", "msg_c", [{"type": "text", "text": "Found 3."}], isSidechain=True,
+                agentId="a0ad4f"),
+    ])
+    [s] = parse_file("claude", p)
+    assert s.session_id == "agent-a0ad4f" and s.parent == cc_SID
+    assert texts(s, "user") == ["Search the repo for TODO comments"]
+    assert PARSERS["claude"].resume_command({"session_id": s.session_id, "cwd": s.cwd, "path": p}) is None
+    assert p in PARSERS["claude"].list_files(str(tmp_path))
+
+
+def test_claude_spilled_tool_output_is_read_from_tool_results(tmp_path):
+    proj = tmp_path / "-proj"
+    spill = proj / cc_SID / "tool-results" / "toolu_big.txt"
+    os.makedirs(str(spill.parent))
+    spill.write_text("line\n" * 10 + "UNIQUE_NEEDLE_IN_BIG_OUTPUT\n")
+    stub = ("<persisted-output>\nOutput too large (2MB). Full output saved to: %s\n\nPreview (first 2KB):\nline\n"
+            "</persisted-output>" % spill)
+    p = write_jsonl(proj / (cc_SID + ".jsonl"), [
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": "toolu_big", "name": "Bash",
+                                                       "input": {"command": "make test"}}]),
+        cc_cl_user("u1", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "toolu_big", "content": stub}]),
+    ])
+    [s] = parse_file("claude", p)
+    assert "UNIQUE_NEEDLE_IN_BIG_OUTPUT" in texts(s, "tool")[0]
+
+
+def test_claude_spill_written_on_another_machine_is_found_in_this_session_folder(tmp_path):
+    # Claude Code 2.1 names the spill at random and records the absolute path of the machine that
+    # wrote it; the session folder was synced here from elsewhere.
+    proj = tmp_path / "-proj"
+    spill = proj / cc_SID / "tool-results" / "bgkptfuro.txt"
+    os.makedirs(str(spill.parent))
+    spill.write_text("line-number-1\n" * 10 + "SYNCED_SPILL_NEEDLE\n")
+    elsewhere = "/Users/someone/.claude/projects/-proj/%s/tool-results/bgkptfuro.txt" % cc_SID
+    stub = ("<persisted-output>\nOutput too large (516.5KB). Full output saved to: %s\n\nPreview (first 2KB):\n"
+            "line-number-1\n...\n</persisted-output>" % elsewhere)
+    p = write_jsonl(proj / (cc_SID + ".jsonl"), [
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": "toolu_f048", "name": "Bash",
+                                                       "input": {"command": "seq 1 30000 | sed s/^/line-number-/"}}]),
+        cc_cl_user("u1", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "toolu_f048", "content": stub,
+                                                  "is_error": False}],
+                   toolUseResult={"stdout": "line-number-1\n", "stderr": "", "interrupted": False,
+                                  "persistedOutputPath": elsewhere, "persistedOutputSize": 528894}),
+    ])
+    assert "SYNCED_SPILL_NEEDLE" in texts(parse_file("claude", p)[0], "tool")[0]
+    windows = "C:\\Users\\someone\\.claude\\projects\\-proj\\%s\\tool-results\\bgkptfuro.txt" % cc_SID
+    p = write_jsonl(proj / (cc_SID + ".jsonl"), [
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": "toolu_f048", "name": "Bash",
+                                                       "input": {"command": "make"}}]),
+        cc_cl_user("u1", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "toolu_f048",
+                                                  "content": "<persisted-output>preview</persisted-output>"}],
+                   toolUseResult={"stdout": "preview", "persistedOutputPath": windows}),
+    ])
+    assert "SYNCED_SPILL_NEEDLE" in texts(parse_file("claude", p)[0], "tool")[0]
+
+
+def cc_truncated_failure(command, call_id="toolu_big_fail"):
+    """A failed Bash call whose output Claude Code 2.1 cut itself: 5,000 characters from each end."""
+    out = "".join("%d\n" % i for i in range(1, 9001))
+    text = "Exit code 4\n%s\n\n... [%d characters truncated] ...\n\n%s" % (out[:5000], len(out) - 10000, out[-5000:])
+    return [
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": call_id, "name": "Bash",
+                                                       "input": {"command": command,
+                                                                 "description": "Run the checks"}}]),
+        cc_cl_user("u1", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": call_id, "content": text,
+                                                  "is_error": True}], toolUseResult="Error: " + text),
+    ]
+
+
+def test_claude_truncated_failure_is_an_error_found_by_its_command_under_tools(env, tmp_path, capsys):
+    root = tmp_path / "claude-projects"
+    write_jsonl(root / "-proj" / (cc_SID + ".jsonl"),
+                   [cc_cl_user("u0", "2026-01-01T00:00:00Z", "check the build")] + cc_truncated_failure(
+                       "npm run build-assets; exit 4"))
+    other = cc_SID.replace("1111", "9999")
+    write_jsonl(root / "-other" / (other + ".jsonl"), [
+        cc_cl_user("u0", "2026-01-01T00:00:00Z", "the build of the assets is slow", sessionId=other)])
+    write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
+    assert search_ids(capsys, "build-assets", "--tools") == [cc_SID]
+    assert search_ids(capsys, "build-assets", "--tool", "bash") == [cc_SID]
+    [tool] = [c for c in PARSERS["claude"].parse(str(root / "-proj" / (cc_SID + ".jsonl")), ParseReport())[0].chunks
+              if c.kind == "tool"]
+    assert tool.text.startswith("tool: Bash\ncommand: npm run build-assets; exit 4\ndescription: Run the checks\nerror:")
+
+
+def test_claude_shell_failure_named_only_by_its_exit_code_is_an_error(tmp_path):
+    lines = cc_truncated_failure("pytest -x")
+    lines[1]["message"]["content"][0]["is_error"] = False      # SDK writers leave it false
+    ok = [cc_cl_asst("a2", "2026-01-01T00:00:03Z", "m2", [{"type": "tool_use", "id": "t_ok", "name": "Bash",
+                                                          "input": {"command": "echo Exit code 3"}}]),
+          cc_cl_user("u2", "2026-01-01T00:00:04Z", [{"type": "tool_result", "tool_use_id": "t_ok",
+                                                    "content": "Exit code 3"}],
+                     toolUseResult={"stdout": "Exit code 3", "stderr": ""})]
+    zero = [cc_cl_asst("a3", "2026-01-01T00:00:05Z", "m3", [{"type": "tool_use", "id": "t_z", "name": "Bash",
+                                                            "input": {"command": "true"}}]),
+            cc_cl_user("u3", "2026-01-01T00:00:06Z", [{"type": "tool_result", "tool_use_id": "t_z",
+                                                      "content": "Exit code 0"}])]
+    [s] = parse_file("claude", write_jsonl(tmp_path / (cc_SID + ".jsonl"), lines + ok + zero))
+    failed, echoed, zeroed = texts(s, "tool")
+    assert "\nerror:\nExit code 4" in failed and "\nerror:" not in zeroed
+    # a command that printed the words succeeded: its structured result holds what it printed
+    assert "\noutput:\nExit code 3" in echoed
+
+
+def test_claude_compact_summary_resumed_copy_and_bad_lines(tmp_path):
+    line = cc_cl_user("u1", "2026-01-01T00:00:00Z", "port the parser to rust")
+    p = write_jsonl(tmp_path / (cc_SID + ".jsonl"), [
+        line, "{not json", line,   # a resumed file repeats earlier lines with their uuids
+        cc_cl_user("u2", "2026-01-01T00:00:05Z", "This session is being continued from a previous conversation...",
+                isCompactSummary=True),
+    ], raw_tail='{"type": "user", "unfinished')
+    report = ParseReport()
+    [s] = PARSERS["claude"].parse(p, report)
+    assert texts(s, "user") == ["port the parser to rust"]
+    assert texts(s, "summary") and report.skipped_lines == 2
+
+
+def test_claude_resume_command_runs_in_the_session_cwd():
+    cmd = PARSERS["claude"].resume_command({"session_id": cc_SID, "cwd": "/home/u/my proj", "path": "x"})
+    assert cmd == "cd '/home/u/my proj' && claude --resume %s" % cc_SID
+
+
+def test_claude_rejects_other_formats(tmp_path):
+    p = write_jsonl(tmp_path / "x.jsonl", [{"timestamp": "2026-01-01T00:00:00Z", "type": "session_meta",
+                                            "payload": {"id": "abc"}}])
+    with pytest.raises(NotASessionFile):
+        parse_file("claude", p)
+    p = write_jsonl(tmp_path / "y.jsonl", ["[1, 2]"])
+    with pytest.raises(NotASessionFile):
+        parse_file("claude", p)
+
+
+def test_claude_default_roots_honour_config_dir():
+    roots = PARSERS["claude"].default_roots({"CLAUDE_CONFIG_DIR": "/a/claude,/b/claude"})
+    assert roots == ["/a/claude/projects", "/b/claude/projects"]
+
+
+# ==================================================================================================
+# Codex
+# ==================================================================================================
+
+cc_TID = "019a93b9-f380-7600-98ff-940e6b99603c"
+
+
+def cc_cx(ts, rtype, payload):
+    return {"timestamp": ts, "type": rtype, "payload": payload}
+
+
+def cc_cx_meta(tid=cc_TID, ts="2025-11-17T21:30:28.608Z", **kw):
+    p = {"id": tid, "timestamp": ts, "cwd": "/home/u/app", "originator": "codex_cli_rs", "cli_version": "0.58.0",
+         "source": "cli", "instructions": "AGENTS.md text"}
+    p.update(kw)
+    return cc_cx(ts, "session_meta", p)
+
+
+def cc_cx_msg(ts, role, text):
+    kind = "output_text" if role == "assistant" else "input_text"
+    return cc_cx(ts, "response_item", {"type": "message", "role": role, "content": [{"type": kind, "text": text}]})
+
+
+def cc_rollout(tmp_path, name=cc_TID):
+    return tmp_path / "sessions" / "2025" / "11" / "17" / ("rollout-2025-11-17T15-30-28-%s.jsonl" % name)
+
+
+def test_codex_wrapped_streams_are_indexed_once_and_context_is_not_user(tmp_path):
+    p = write_jsonl(cc_rollout(tmp_path), [
+        cc_cx_meta(),
+        cc_cx_msg("2025-11-17T21:30:29.000Z", "developer", "<permissions instructions>sandbox</permissions instructions>"),
+        cc_cx_msg("2025-11-17T21:30:29.100Z", "user", "<environment_context>\n  <cwd>/home/u/app</cwd>\n</environment_context>"),
+        cc_cx_msg("2025-11-17T21:30:29.200Z", "user", "# AGENTS.md instructions for /home/u/app\n\nbe terse"),
+        cc_cx("2025-11-17T21:30:30.000Z", "event_msg", {"type": "user_message", "message": "wire lmstudio in", "images": []}),
+        cc_cx_msg("2025-11-17T21:30:30.000Z", "user", "wire lmstudio in"),
+        cc_cx("2025-11-17T21:30:31.000Z", "response_item", {"type": "reasoning", "summary": [
+            {"type": "summary_text", "text": "**Planning inspection**"}], "encrypted_content": "gAAAA"}),
+        cc_cx("2025-11-17T21:30:31.000Z", "event_msg", {"type": "agent_reasoning", "text": "**Planning inspection**"}),
+        cc_cx("2025-11-17T21:30:32.000Z", "response_item", {"type": "function_call", "name": "shell", "call_id": "call_1",
+                                                          "arguments": json.dumps({"command": ["bash", "-lc", "ls"]})}),
+        cc_cx("2025-11-17T21:30:33.000Z", "response_item", {"type": "function_call_output", "call_id": "call_1",
+                                                          "output": json.dumps({"output": "README.md\n",
+                                                                                "metadata": {"exit_code": 0}})}),
+        cc_cx_msg("2025-11-17T21:30:34.000Z", "assistant", "Done wiring."),
+        cc_cx("2025-11-17T21:30:34.000Z", "event_msg", {"type": "agent_message", "message": "Done wiring."}),
+        cc_cx("2025-11-17T21:30:35.000Z", "event_msg", {"type": "token_count", "info": None}),
+    ])
+    [s] = parse_file("codex", p)
+    assert s.session_id == cc_TID and s.cwd == "/home/u/app" and s.parent is None
+    assert s.created == "2025-11-17T21:30:28.608Z" and s.modified == "2025-11-17T21:30:35.000Z"
+    assert texts(s, "user") == ["wire lmstudio in"]
+    assert texts(s, "assistant") == ["Done wiring."] and texts(s, "thinking") == ["**Planning inspection**"]
+    assert len(texts(s, "context")) == 3 and not any("AGENTS.md" in t for t in texts(s, "user"))
+    [tool] = [c for c in s.chunks if c.kind == "tool"]
+    assert tool.text == "tool: shell\ncommand: ls\noutput:\nREADME.md"
+
+
+def test_codex_response_items_without_events_still_give_user_text(tmp_path):
+    p = write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(), cc_cx_msg("2025-11-17T21:31:00Z", "user", "only in response items")])
+    assert texts(parse_file("codex", p)[0], "user") == ["only in response items"]
+
+
+def test_codex_bare_era_header_and_cwd_from_environment_context(tmp_path):
+    p = write_jsonl(tmp_path / "sessions" / ("rollout-2025-08-01-%s.jsonl" % cc_TID), [
+        {"id": cc_TID, "timestamp": "2025-08-01T10:00:00.000Z", "instructions": None, "git": {"branch": "main"}},
+        {"record_type": "state"},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "<environment_context>\n<cwd>/srv/old</cwd>\n</environment_context>"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "bump the version"}]},
+        {"type": "function_call", "name": "shell", "arguments": "{\"command\": [\"git\", \"tag\"]}", "call_id": "c1"},
+        {"type": "function_call_output", "call_id": "c1", "output": "v1.0"},
+        {"record_type": "state"},
+    ])
+    [s] = parse_file("codex", p)
+    assert s.session_id == cc_TID and s.cwd == "/srv/old" and s.created == "2025-08-01T10:00:00.000Z"
+    assert kinds(s) == ["context", "user", "tool"] and "v1.0" in texts(s, "tool")[0]
+
+
+def test_codex_typescript_era_json(tmp_path):
+    p = tmp_path / "sessions" / "rollout-2025-04-20-abc.json"
+    os.makedirs(str(p.parent))
+    p.write_text(json.dumps({"session": {"id": "ts-era-1", "timestamp": "2025-04-20T09:00:00Z",
+                                         "instructions": "always use tabs"},
+                             "items": [{"type": "message", "role": "user",
+                                        "content": [{"type": "input_text", "text": "add a cli flag"}]},
+                                       {"type": "message", "role": "assistant",
+                                        "content": [{"type": "output_text", "text": "Added --verbose."}]}]}))
+    [s] = parse_file("codex", p)
+    assert s.session_id == "ts-era-1" and s.created == "2025-04-20T09:00:00.000Z"
+    assert texts(s, "user") == ["add a cli flag"] and texts(s, "context") == ["always use tabs"]
+    assert str(p) in PARSERS["codex"].list_files(str(tmp_path / "sessions"))
+
+
+def test_codex_thread_name_from_session_index_last_entry_wins(tmp_path):
+    p = write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(), cc_cx("2025-11-17T21:31:00Z", "event_msg",
+                                                      {"type": "thread_name_updated", "thread_name": "in-file name"})])
+    assert parse_file("codex", p)[0].name == "in-file name"
+    write_jsonl(tmp_path / "session_index.jsonl", [
+        {"id": cc_TID, "thread_name": "first name", "updated_at": "2025-11-17T21:35:00Z"},
+        {"id": "other", "thread_name": "not mine", "updated_at": "2025-11-17T21:36:00Z"},
+        {"id": cc_TID, "thread_name": "LM Studio wiring", "updated_at": "2025-11-17T21:37:00Z"},
+    ])
+    assert parse_file("codex", p)[0].name == "LM Studio wiring"
+
+
+def test_codex_state_db_rename_and_changed_title_name_the_session_and_the_newest_wins(tmp_path):
+    # Codex 0.169 keeps threads in state_5.sqlite: `title` starts as the first prompt (not a name),
+    # a /rename sets `name` (and appends to session_index.jsonl), the desktop app changes `title`.
+    p = write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(), cc_cx_msg("2025-11-17T21:31:00Z", "user", "wire lmstudio in")])
+    con = sqlite3.connect(str(tmp_path / "state_5.sqlite"))
+    con.execute("CREATE TABLE threads (id TEXT PRIMARY KEY, rollout_path TEXT NOT NULL, title TEXT NOT NULL, "
+                "first_user_message TEXT NOT NULL DEFAULT '', name TEXT, updated_at INTEGER NOT NULL, "
+                "updated_at_ms INTEGER)")
+    con.execute("INSERT INTO threads VALUES (?, ?, 'wire lmstudio in', 'wire lmstudio in', NULL, 1763415060, "
+                "1763415060000)", (cc_TID, str(p)))
+    con.commit()
+    assert parse_file("codex", p)[0].name is None
+    con.execute("UPDATE threads SET title = 'LM Studio provider'")
+    con.commit()
+    assert parse_file("codex", p)[0].name == "LM Studio provider"
+    con.execute("UPDATE threads SET name = 'Local models'")
+    con.commit()
+    assert parse_file("codex", p)[0].name == "Local models"
+    write_jsonl(tmp_path / "session_index.jsonl", [
+        {"id": cc_TID, "thread_name": "older rename", "updated_at": "2025-11-17T21:00:00Z"}])
+    assert parse_file("codex", p)[0].name == "Local models"
+    write_jsonl(tmp_path / "session_index.jsonl", [
+        {"id": cc_TID, "thread_name": "newer rename", "updated_at": "2025-11-17T22:00:00Z"}])
+    assert parse_file("codex", p)[0].name == "newer rename"
+    con.close()
+
+
+def cc_cx_exec(ts, call_id, cmd, output, exit_code):
+    """What Codex 0.169 writes for one exec_command: the call, the item_completed event, the output."""
+    return [
+        cc_cx(ts, "response_item", {"type": "function_call", "name": "exec_command", "call_id": call_id,
+                                    "arguments": json.dumps({"cmd": cmd})}),
+        cc_cx(ts, "event_msg", {"type": "item_completed", "item": {
+            "type": "CommandExecution", "id": call_id, "command": ["/bin/bash", "-lc", cmd],
+            "status": "failed" if exit_code else "completed", "aggregated_output": output, "exit_code": exit_code}}),
+        cc_cx(ts, "response_item", {"type": "function_call_output", "call_id": call_id, "output":
+                                    "Chunk ID: 9e7052\nWall time: 0.0000 seconds\nProcess exited with code %d\n"
+                                    "Original token count: 2\nOutput:\n%s" % (exit_code, output)}),
+    ]
+
+
+def test_codex_failed_exec_command_is_an_error_from_its_exit_code(tmp_path):
+    p = write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(cli_version="0.169.0")]
+                       + cc_cx_exec("2025-11-17T21:31:00Z", "call_ok", "echo canary-1 && ls", "canary-1\n", 0)
+                       + cc_cx_exec("2025-11-17T21:31:01Z", "call_bad", "echo fail-x; exit 3", "fail-x\n", 3))
+    ok, bad = [c for c in parse_file("codex", p)[0].chunks if c.kind == "tool"]
+    assert ok.tool == bad.tool == "exec_command"
+    assert ok.text.startswith("tool: exec_command\ncmd: echo canary-1 && ls\noutput:") and "\nerror:" not in ok.text
+    assert bad.text.startswith("tool: exec_command\ncmd: echo fail-x; exit 3\nerror:")
+    # the output text alone says it too (no event), and so does an older exec_command_end event
+    lines = [r for r in cc_cx_exec("2025-11-17T21:31:01Z", "c2", "false", "", 1) if r["type"] == "response_item"]
+    p2 = write_jsonl(cc_rollout(tmp_path, "other"), [cc_cx_meta()] + lines)
+    assert "\nerror:" in parse_file("codex", p2)[0].chunks[-1].text
+    p3 = write_jsonl(cc_rollout(tmp_path, "older"), [
+        cc_cx_meta(),
+        cc_cx("2025-11-17T21:31:00Z", "response_item", {"type": "function_call", "name": "shell", "call_id": "c3",
+                                                      "arguments": json.dumps({"command": ["bash", "-lc", "make"]})}),
+        cc_cx("2025-11-17T21:31:01Z", "event_msg", {"type": "exec_command_end", "call_id": "c3", "exit_code": 2}),
+        cc_cx("2025-11-17T21:31:01Z", "response_item", {"type": "function_call_output", "call_id": "c3",
+                                                      "output": "make: *** No rule"}),
+    ])
+    assert "\nerror:" in parse_file("codex", p3)[0].chunks[-1].text
+
+
+def test_codex_exec_command_is_found_with_tool_bash(env, tmp_path, capsys):
+    home = tmp_path / "codex"
+    write_jsonl(home / "sessions" / "2025" / "11" / "17" / ("rollout-2025-11-17T15-30-28-%s.jsonl" % cc_TID),
+                   [cc_cx_meta()] + cc_cx_exec("2025-11-17T21:31:00Z", "c1", "cargo build-std", "ok", 0))
+    write_config({"sources": [{"parser": "codex", "path": str(home / "sessions")}]}, tmp_path)
+    assert search_ids(capsys, "build-std", "--tool", "bash") == [cc_TID]
+
+
+def test_codex_subagent_links_parent_and_drops_replayed_history(tmp_path):
+    parent = "0199a000-0000-7000-8000-000000000002"
+    child = "0199a001-0000-7000-8000-00000000c41d"
+    p = write_jsonl(cc_rollout(tmp_path, child), [
+        cc_cx_meta(child, "2026-10-05T00:02:00.100Z", forked_from_id=parent,
+                source={"subagent": {"thread_spawn": {"parent_thread_id": parent, "depth": 1}}}),
+        # replayed parent history, written in the creation burst
+        cc_cx_meta(parent, "2026-10-05T00:02:00.101Z"),
+        cc_cx_msg("2026-10-05T00:02:00.102Z", "developer", "<permissions instructions>parent</permissions instructions>"),
+        cc_cx("2026-10-05T00:02:00.103Z", "event_msg", {"type": "user_message", "message": "parent prompt xyzzy"}),
+        cc_cx_msg("2026-10-05T00:02:00.104Z", "assistant", "parent answer xyzzy"),
+        # the child's own initial context, then its own work
+        cc_cx_msg("2026-10-05T00:02:00.105Z", "developer", "<permissions instructions>child</permissions instructions>"),
+        cc_cx("2026-10-05T00:02:02.000Z", "event_msg", {"type": "user_message", "message": "Update the dependency pins"}),
+        cc_cx_msg("2026-10-05T00:02:30.000Z", "assistant", "Updated the pins."),
+    ])
+    [s] = parse_file("codex", p)
+    assert s.session_id == child and s.parent == parent
+    assert texts(s, "user") == ["Update the dependency pins"] and texts(s, "assistant") == ["Updated the pins."]
+    assert not any("xyzzy" in c.text for c in s.chunks)
+
+
+def test_codex_subagent_without_replayed_history_keeps_its_work(tmp_path):
+    p = os.path.join(SAMPLES, "codex", "ccrider-subagent_v2.jsonl")
+    if not os.path.exists(p):
+        pytest.skip("samples absent")
+    [s] = parse_file("codex", p)
+    assert s.parent == "0199a000-0000-7000-8000-000000000002"
+    assert texts(s, "user") == ["Update the dependency pins"]
+
+
+def test_codex_zstd_rollouts_are_read_or_reported(tmp_path):
+    plain = write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(), cc_cx_msg("2025-11-17T21:31:00Z", "user", "compressed hello")])
+    z = plain + ".zst"
+    try:
+        from compression import zstd
+    except ImportError:
+        zstd = None
+    data = open(plain, "rb").read()
+    with open(z, "wb") as f:
+        f.write(zstd.compress(data) if zstd else b"\x28\xb5\x2f\xfd" + data)
+    # a plain file beside its .zst wins; the .zst alone is listed
+    assert PARSERS["codex"].list_files(str(tmp_path / "sessions")) == [plain]
+    os.remove(plain)
+    assert PARSERS["codex"].list_files(str(tmp_path / "sessions")) == [z]
+    if zstd:
+        assert texts(parse_file("codex", z)[0], "user") == ["compressed hello"]
+    else:
+        with pytest.raises(NotASessionFile, match="zstd compressed; this Python cannot decompress it"):
+            parse_file("codex", z)
+
+
+def test_codex_roots_honour_codex_home_and_archive():
+    assert PARSERS["codex"].default_roots({"CODEX_HOME": "/x/codex"}) == ["/x/codex/sessions",
+                                                                         "/x/codex/archived_sessions"]
+
+
+def test_codex_rejects_other_formats_and_resumes_by_id(tmp_path):
+    p = write_jsonl(tmp_path / "rollout-x.jsonl", [{"timestamp": "2025-09-10T10:00:00Z", "role": "user",
+                                                    "content": "hi"}])
+    with pytest.raises(NotASessionFile):
+        parse_file("codex", p)
+    assert PARSERS["codex"].resume_command({"session_id": cc_TID, "cwd": "/a", "path": p}) == "codex resume " + cc_TID
+
+
+# ==================================================================================================
+# The same conversation in both formats gives the same chunks
+# ==================================================================================================
+
+
+def test_same_conversation_parses_alike_in_claude_and_codex(tmp_path):
+    question, answer, command, output = "how big is the repo?", "It has 42 files.", "git ls-files | wc -l", "42"
+    cp = write_jsonl(tmp_path / "claude" / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", question),
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": "toolu_1", "name": "Bash",
+                                                       "input": {"command": command}}]),
+        cc_cl_user("u2", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "toolu_1", "content": output}]),
+        cc_cl_asst("a2", "2026-01-01T00:00:03Z", "m2", [{"type": "text", "text": answer}]),
+    ])
+    xp = write_jsonl(cc_rollout(tmp_path), [
+        cc_cx_meta(ts="2026-01-01T00:00:00Z"),
+        cc_cx("2026-01-01T00:00:00Z", "event_msg", {"type": "user_message", "message": question}),
+        cc_cx_msg("2026-01-01T00:00:00Z", "user", question),
+        cc_cx("2026-01-01T00:00:01Z", "response_item", {"type": "function_call", "name": "shell", "call_id": "c1",
+                                                      "arguments": json.dumps({"command": ["bash", "-lc", command]})}),
+        cc_cx("2026-01-01T00:00:02Z", "response_item", {"type": "function_call_output", "call_id": "c1",
+                                                      "output": output}),
+        cc_cx_msg("2026-01-01T00:00:03Z", "assistant", answer),
+        cc_cx("2026-01-01T00:00:03Z", "event_msg", {"type": "agent_message", "message": answer}),
+    ])
+    [c], [x] = parse_file("claude", cp), parse_file("codex", xp)
+
+    def shape(s):
+        return [(ch.kind, ch.text.replace("tool: Bash", "tool: shell")) for ch in s.chunks]
+    assert shape(c) == shape(x) == [("user", question), ("tool", "tool: shell\ncommand: %s\noutput:\n%s" % (command, output)),
+                                    ("assistant", answer)]
+
+
+# ==================================================================================================
+# Samples
+# ==================================================================================================
+
+
+def test_claude_samples_parse(tmp_path):
+    sessions = sample_sessions("claude-code", "claude")
+    assert len(sessions) >= 7
+    everything = "\n".join(c.text for s in sessions for c in s.chunks)
+    users = [c.text for s in sessions for c in s.chunks if c.kind == "user"]
+    assert any(u.startswith("Add a function called multiply_numbers") for u in users)
+    assert "git status" in everything and "Delegate a repo search to a subagent" in users
+    assert any(s.parent == "0a1b2c3d-4e5f-4061-8071-2a3b4c5d6e7f" for s in sessions)
+
+
+def test_codex_samples_parse(tmp_path):
+    sessions = sample_sessions("codex")
+    assert len(sessions) >= 9
+    users = [c.text for s in sessions for c in s.chunks if c.kind == "user"]
+    assert any(u.startswith("finish up the users work by rigging up the chatbot-ui") for u in users)
+    assert not any("<environment_context>" in u for u in users)
+    tools = "\n".join(c.text for s in sessions for c in s.chunks if c.kind == "tool")
+    assert "command: ls" in tools
+
+
+# Where the shared samples are, relative to this test file (adjust when the file moves).
+
+
+def ogc_make_db(path, script, rows=()):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(str(path))
+    con.executescript(script)
+    for sql, params in rows:
+        con.execute(sql, params)
+    con.commit()
+    con.close()
+    return path
+
+
+# ==== OpenCode ====================================================================================
+
+ogc_OPENCODE_SCHEMA = """
+CREATE TABLE session (id TEXT PRIMARY KEY, project_id TEXT, parent_id TEXT, slug TEXT, directory TEXT,
+  title TEXT, version TEXT, time_created INTEGER, time_updated INTEGER);
+CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER, time_updated INTEGER, data TEXT);
+CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT, session_id TEXT, time_created INTEGER,
+  time_updated INTEGER, data TEXT);
+"""
+
+
+def ogc_opencode_db(path):
+    rows = [
+        ("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
+         ("ses_b", "p", None, "s", "/home/u/proj", "Fix flaky CI", "1.2.0", 1730000000000, 1730000009000)),
+        ("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
+         ("ses_c", "p", "ses_b", "s", "/home/u/proj", "Child session - 2024-10-27T03:33:20.000Z", "1.2.0",
+          1730000005000, 1730000006000)),
+    ]
+    msgs = [("msg_2", "ses_b", 1730000002000, {"role": "assistant", "time": {"created": 1730000002000}}),
+            ("msg_1", "ses_b", 1730000001000, {"role": "user", "time": {"created": 1730000001000}}),
+            ("msg_3", "ses_c", 1730000005500, {"role": "user", "time": {"created": 1730000005500}})]
+    for mid, sid, t, data in msgs:
+        rows.append(("INSERT INTO message VALUES (?,?,?,?,?)", (mid, sid, t, t, json.dumps(data))))
+    parts = [
+        ("prt_1", "msg_1", "ses_b", {"type": "text", "text": "why does the ci flake"}),
+        ("prt_2", "msg_1", "ses_b", {"type": "text", "text": "Called the Read tool: secret.txt", "synthetic": True}),
+        ("prt_3", "msg_1", "ses_b", {"type": "file", "mime": "image/png", "url": "data:image/png;base64,AAAA"}),
+        ("prt_4", "msg_2", "ses_b", {"type": "reasoning", "text": "look at the workflow"}),
+        ("prt_5", "msg_2", "ses_b", {"type": "tool", "callID": "c1", "tool": "read",
+                                     "state": {"status": "completed", "input": {"filePath": "/home/u/proj/ci.yml"},
+                                               "output": "runs-on: ubuntu"}}),
+        ("prt_6", "msg_2", "ses_b", {"type": "tool", "callID": "c2", "tool": "bash",
+                                     "state": {"status": "error", "input": {"command": "make test"},
+                                               "error": "exit status 2"}}),
+        ("prt_7", "msg_2", "ses_b", {"type": "text", "text": "The cache key is wrong."}),
+        ("prt_8", "msg_2", "ses_b", {"type": "step-finish", "tokens": {}}),
+        ("prt_9", "msg_3", "ses_c", {"type": "text", "text": "child prompt"}),
+    ]
+    for pid, mid, sid, data in parts:
+        rows.append(("INSERT INTO part VALUES (?,?,?,?,?,?)", (pid, mid, sid, 0, 0, json.dumps(data))))
+    return ogc_make_db(path, ogc_OPENCODE_SCHEMA, rows)
+
+
+def test_opencode_db_gives_every_session_with_times_title_and_parent(tmp_path):
+    sessions = parse_file("opencode", ogc_opencode_db(tmp_path / "opencode.db"))
+    assert [s.session_id for s in sessions] == ["ses_b", "ses_c"]
+    main, child = sessions
+    assert main.name == "Fix flaky CI" and main.cwd == "/home/u/proj"
+    assert main.created == "2024-10-27T03:33:20.000Z" and main.modified == "2024-10-27T03:33:29.000Z"
+    assert child.parent == "ses_b"
+    assert child.name is None   # the placeholder title is not a name
+
+
+def test_opencode_db_messages_in_order_with_tools_joined_and_synthetic_text_as_context(tmp_path):
+    s = parse_file("opencode", ogc_opencode_db(tmp_path / "opencode.db"))[0]
+    assert kinds(s) == ["user", "context", "thinking", "tool", "tool", "assistant"]
+    assert texts(s, "user") == ["why does the ci flake"]
+    read, bash = [c for c in s.chunks if c.kind == "tool"]
+    assert read.tool == "read" and read.path == "/home/u/proj/ci.yml" and "runs-on: ubuntu" in read.text
+    assert "error:" in bash.text and "exit status 2" in bash.text
+    assert not any("base64" in c.text for c in s.chunks)
+
+
+def ogc_opencode_bash_db(path, states):
+    """An OpenCode 1.18 database with one session whose assistant ran bash once per state."""
+    rows = [("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
+             ("ses_x", "p", None, "s", "/home/u/w", "Checks", "1.18.33", 1795572203585, 1795572237891)),
+            ("INSERT INTO message VALUES (?,?,?,?,?)",
+             ("msg_a", "ses_x", 1795572204000, 1795572204000, json.dumps({"role": "assistant",
+                                                                          "time": {"created": 1795572204000}})))]
+    for i, state in enumerate(states):
+        rows.append(("INSERT INTO part VALUES (?,?,?,?,?,?)", ("prt_%d" % i, "msg_a", "ses_x", 0, 0, json.dumps(
+            {"type": "tool", "callID": "c%d" % i, "tool": "bash", "state": dict(state, status="completed")}))))
+    return ogc_make_db(path, ogc_OPENCODE_SCHEMA, rows)
+
+
+def test_opencode_failed_bash_is_an_error_and_a_truncated_output_is_read_whole(tmp_path):
+    # OpenCode 1.18.33: a failing command is "completed" with metadata.exit; a long output keeps its head
+    # and tail in the part and the whole in <data dir>/tool-output/<id>, named by metadata.outputPath.
+    data = tmp_path / "opencode"
+    spilled = data / "tool-output" / "tool_21072055d001EP5rCQ23YDFTEQ"
+    os.makedirs(str(spilled.parent))
+    spilled.write_text("".join("line-number-%d\n" % i for i in range(1, 40001)) + "big-done\n")
+    elsewhere = "/Users/someone/.local/share/opencode/tool-output/tool_21072055d001EP5rCQ23YDFTEQ"
+    preview = "...output truncated...\n\nFull output saved to: %s\n\nline-number-38003\n" % elsewhere
+    db = ogc_opencode_bash_db(data / "opencode.db", [
+        {"input": {"command": "echo canary-1 && ls"}, "output": "canary-1\n",
+         "metadata": {"output": "canary-1\n", "exit": 0, "truncated": False}},
+        {"input": {"command": "echo fail-x; exit 3"}, "output": "fail-x\n",
+         "metadata": {"output": "fail-x\n", "exit": 3, "truncated": False}},
+        {"input": {"command": "seq 1 40000 | sed s/^/line-number-/; echo big-done"}, "output": preview,
+         "metadata": {"output": "line-number-38335\n", "exit": 0, "truncated": True, "outputPath": elsewhere}},
+    ])
+    ok, failed, big = texts(parse_file("opencode", db)[0], "tool")
+    assert "\noutput:\ncanary-1" in ok and "\nerror:\nfail-x" in failed
+    assert "\noutput:\nline-number-1\n" in big and big.rstrip().endswith("big-done")
+    os.remove(str(spilled))   # the whole output is gone: the part's own head and tail remain
+    assert "line-number-38003" in texts(parse_file("opencode", db)[0], "tool")[2]
+
+
+def test_opencode_db_with_another_schema_is_not_a_session_file(tmp_path):
+    db = ogc_make_db(tmp_path / "opencode.db", "CREATE TABLE session (id TEXT);")
+    with pytest.raises(NotASessionFile):
+        parse_file("opencode", db)
+
+
+def ogc_opencode_storage(root):
+    st = root / "storage"
+    write_file(st / "session" / "proj1" / "ses_b.json",
+          {"id": "ses_b", "projectID": "proj1", "directory": "/home/u/proj", "title": "Fix flaky CI",
+           "version": "1.0.0", "time": {"created": 1730000000000, "updated": 1730000009000}})
+    write_file(st / "message" / "ses_b" / "msg_2.json",
+          {"id": "msg_2", "sessionID": "ses_b", "role": "assistant", "summary": True, "time": {"created": 1730000002000}})
+    write_file(st / "message" / "ses_b" / "msg_1.json",
+          {"id": "msg_1", "sessionID": "ses_b", "role": "user", "time": {"created": 1730000001000}})
+    write_file(st / "part" / "msg_1" / "prt_1.json", {"id": "prt_1", "type": "text", "text": "why does the ci flake"})
+    write_file(st / "part" / "msg_2" / "prt_2.json", {"id": "prt_2", "type": "text", "text": "Summary: cache key fixed"})
+    return st / "session" / "proj1" / "ses_b.json"
+
+
+def test_opencode_storage_lists_session_files_only_and_pulls_in_messages_and_parts(tmp_path):
+    session_file = ogc_opencode_storage(tmp_path)
+    ogc_opencode_db(tmp_path / "opencode.db")
+    listed = PARSERS["opencode"].list_files(str(tmp_path))
+    assert sorted(listed) == sorted([str(session_file), str(tmp_path / "opencode.db")])
+    s = parse_file("opencode", session_file)[0]
+    assert s.session_id == "ses_b"   # same id as the database copy: the index keeps one
+    assert s.name == "Fix flaky CI" and s.cwd == "/home/u/proj"
+    assert kinds(s) == ["user", "summary"]   # compaction summary message
+
+
+def test_opencode_message_file_is_not_a_session(tmp_path):
+    ogc_opencode_storage(tmp_path)
+    with pytest.raises(NotASessionFile):
+        parse_file("opencode", tmp_path / "storage" / "message" / "ses_b" / "msg_1.json")
+
+
+def test_opencode_default_root_honours_xdg_data_home():
+    assert PARSERS["opencode"].default_roots({"XDG_DATA_HOME": "/x/data"}) == ["/x/data/opencode"]
+    assert PARSERS["opencode"].default_roots({"XDG_DATA_HOME": "/x/data", "OPENCODE_DB": "beta.db"}) ==\
+        ["/x/data/opencode", "/x/data/opencode/beta.db"]
+
+
+def test_opencode_samples():
+    sessions = sample_sessions("opencode")
+    assert {s.session_id for s in sessions} >= {"s_stage0_small", "s_stage0_large", "s_stage0_drift"}
+    small = next(s for s in sessions if s.session_id == "s_stage0_small")
+    assert "Hello" in texts(small, "user")
+    assert any("command: ls" in t for t in texts(small, "tool"))
+    drift = next(s for s in sessions if s.session_id == "s_stage0_drift")   # flat part/ folder
+    assert any("cat README.md" in t for t in texts(drift, "tool"))
+
+
+# ==== Gemini CLI ==================================================================================
+
+ogc_GEMINI_META = {"sessionId": "g-1", "projectHash": "ab", "startTime": "2026-04-29T21:39:22.319Z",
+               "lastUpdated": "2026-04-29T21:39:22.319Z", "kind": "main"}
+
+
+def ogc_gemini_chats(tmp_path, slug="proj"):
+    return tmp_path / ".gemini" / "tmp" / slug / "chats"
+
+
+def test_gemini_repeated_id_is_indexed_once_with_the_newer_record(tmp_path):
+    f = write_jsonl(ogc_gemini_chats(tmp_path) / "session-2026-04-29T21-39-g1.jsonl", [
+        ogc_GEMINI_META,
+        {"id": "u1", "timestamp": "2026-04-29T21:39:30Z", "type": "user", "content": [{"text": "list the files"}]},
+        {"id": "a1", "timestamp": "2026-04-29T21:39:31Z", "type": "gemini", "content": "partial"},
+        {"id": "a1", "timestamp": "2026-04-29T21:39:32Z", "type": "gemini", "content": "final answer",
+         "toolCalls": [{"id": "t1", "name": "run_shell_command", "args": {"command": "ls -F"}, "status": "success",
+                        "result": [{"functionResponse": {"id": "t1", "response": {"output": "README.md"}}}]}]},
+        {"$set": {"lastUpdated": "2026-04-29T21:40:00Z"}},
+    ])
+    s = parse_file("gemini", f)[0]
+    assert s.session_id == "g-1"
+    assert texts(s, "assistant") == ["final answer"]
+    assert kinds(s) == ["user", "assistant", "tool"]
+    assert "README.md" in texts(s, "tool")[0] and "ls -F" in texts(s, "tool")[0]
+    assert s.created == "2026-04-29T21:39:22.319Z" and s.modified == "2026-04-29T21:40:00.000Z"
+
+
+# What Gemini CLI 0.61 writes for a session resumed once (`gemini --resume latest -p ...`), trimmed.
+ogc_GEMINI_CTX = {"id": "ctx", "timestamp": "2026-11-25T02:01:45.461Z", "type": "user", "content": [
+    {"text": "<session_context>\nThis is the Gemini CLI. We are setting up the context for our chat.\n</session_context>"}]}
+ogc_GEMINI_CALL = "run_shell_command__run_shell_command_1795572105628_0"
+ogc_GEMINI_OUT = {"output": "<untrusted_context>\nOutput: canary-1\nProcess Group PGID: 11209\n</untrusted_context>"}
+ogc_GEMINI_RESUMED = [
+    dict(ogc_GEMINI_META, startTime="2026-11-25T02:01:45.459Z", lastUpdated="2026-11-25T02:01:45.459Z"),
+    {"$set": {"messages": [ogc_GEMINI_CTX], "lastUpdated": "2026-11-25T02:01:45.461Z"}},
+    {"id": "u1", "timestamp": "2026-11-25T02:01:45.584Z", "type": "user",
+     "content": [{"text": "Check the canary. Please run `echo canary-1 && ls`"}]},
+    {"id": "g1", "timestamp": "2026-11-25T02:01:45.719Z", "type": "gemini", "content": "", "toolCalls": [
+        {"id": ogc_GEMINI_CALL, "name": "run_shell_command", "args": {"command": "echo canary-1 && ls"},
+         "result": [{"functionResponse": {"id": ogc_GEMINI_CALL, "name": "run_shell_command",
+                                          "response": ogc_GEMINI_OUT}}], "status": "success"}]},
+    {"id": "r1", "timestamp": "2026-11-25T02:01:45.806Z", "type": "user", "content": [
+        {"functionResponse": {"id": ogc_GEMINI_CALL, "name": "run_shell_command", "response": ogc_GEMINI_OUT}}]},
+    # the resume: a second metadata line, then the history again, its tool calls as content parts only
+    dict(ogc_GEMINI_META, startTime="2026-11-25T02:01:50.655Z", lastUpdated="2026-11-25T02:01:50.655Z"),
+    {"$set": {"messages": [
+        dict(ogc_GEMINI_CTX, timestamp="2026-11-25T02:01:50.656Z"),
+        {"id": "u1", "timestamp": "2026-11-25T02:01:50.669Z", "type": "user",
+         "content": [{"text": "Check the canary. Please run `echo canary-1 && ls`"}]},
+        {"id": "g1", "timestamp": "2026-11-25T02:01:50.669Z", "type": "gemini", "content": [
+            {"functionCall": {"id": ogc_GEMINI_CALL, "name": "run_shell_command",
+                              "args": {"command": "echo canary-1 && ls"}}}]},
+        {"id": "g1_response", "timestamp": "2026-11-25T02:01:50.669Z", "type": "user", "content": [
+            {"functionResponse": {"id": ogc_GEMINI_CALL, "name": "run_shell_command", "response": ogc_GEMINI_OUT}}]},
+        {"id": "r1", "timestamp": "2026-11-25T02:01:50.669Z", "type": "user", "content": [
+            {"functionResponse": {"id": ogc_GEMINI_CALL, "name": "run_shell_command", "response": ogc_GEMINI_OUT}}]},
+        {"id": "a1", "timestamp": "2026-11-25T02:01:50.669Z", "type": "gemini", "content": [{"text": "All good."}]},
+    ]}},
+    {"id": "u2", "timestamp": "2026-11-25T02:01:50.769Z", "type": "user",
+     "content": [{"text": "Now a failure please run `echo fail-x; exit 3`"}]},
+    {"id": "g2", "timestamp": "2026-11-25T02:01:50.932Z", "type": "gemini", "content": "", "toolCalls": [
+        {"id": "call-2", "name": "run_shell_command", "args": {"command": "echo fail-x; exit 3"}, "status": "success",
+         "result": [{"functionResponse": {"id": "call-2", "name": "run_shell_command", "response": {
+             "output": "<untrusted_context>\nOutput: fail-x\nExit Code: 3\nProcess Group PGID: 11316\n</untrusted_context>"}}}]}]},
+    {"$set": {"lastUpdated": "2026-11-25T02:01:51.035Z"}},
+]
+
+
+def test_gemini_resumed_session_keeps_its_tool_calls_creation_time_and_failures(tmp_path):
+    f = write_jsonl(ogc_gemini_chats(tmp_path) / "session-2026-11-25T02-01-95eb3fe0.jsonl", ogc_GEMINI_RESUMED)
+    [s] = parse_file("gemini", f)
+    assert s.created == "2026-11-25T02:01:45.459Z" and s.modified == "2026-11-25T02:01:51.035Z"
+    assert kinds(s) == ["context", "user", "tool", "assistant", "user", "tool"]
+    canary, failure = texts(s, "tool")
+    assert canary.startswith("tool: run_shell_command\ncommand: echo canary-1 && ls\noutput:") and "canary-1" in canary
+    assert failure.startswith("tool: run_shell_command\ncommand: echo fail-x; exit 3\nerror:")
+
+
+def test_gemini_resume_stub_with_the_same_session_id_is_not_a_second_session(tmp_path):
+    chats = ogc_gemini_chats(tmp_path)
+    real = write_jsonl(chats / "session-2026-11-25T02-01-95eb3fe0.jsonl", ogc_GEMINI_RESUMED)
+    stub = write_jsonl(chats / "session-2026-11-25T02-05-95eb3fe0.jsonl", [
+        dict(ogc_GEMINI_META, startTime="2026-11-25T02:05:00.000Z"),
+        {"$set": {"messages": [ogc_GEMINI_CTX], "lastUpdated": "2026-11-25T02:05:00.001Z"}}])
+    assert parse_file("gemini", stub) == [] and len(parse_file("gemini", real)) == 1
+    os.remove(real)   # alone, a session that only started is still a session
+    assert [s.session_id for s in parse_file("gemini", stub)] == ["g-1"]
+
+
+def test_gemini_cut_output_is_read_whole_from_tool_outputs(tmp_path):
+    # Gemini CLI 0.61 keeps the first 8,000 and last 32,000 characters in the record and the whole output
+    # in <project temp>/tool-outputs/session-<id>/<call id>.txt (found there also when the path is stale).
+    chats = ogc_gemini_chats(tmp_path)
+    whole = chats.parent / "tool-outputs" / "session-g-1" / "run_shell_command_1.txt"
+    os.makedirs(str(whole.parent))
+    whole.write_text("<untrusted_context>\nOutput: " + "".join("line-number-%d\n" % i for i in range(1, 40001))
+                     + "big-done\n</untrusted_context>")
+    cut = ("Output too large. Showing first 8,000 and last 32,000 characters. For full output see: "
+           "/home/other/.gemini/tmp/proj/tool-outputs/session-g-1/run_shell_command_1.txt\n<untrusted_context>\n"
+           "Output: line-number-1\n... [truncated] ...\nline-number-40000\nbig-done\n</untrusted_context>")
+    f = write_jsonl(chats / "session-2026-11-25T02-13-g1.jsonl", [
+        ogc_GEMINI_META,
+        {"id": "u1", "timestamp": "2026-11-25T02:13:49.517Z", "type": "user", "content": [{"text": "Large one"}]},
+        {"id": "g1", "timestamp": "2026-11-25T02:13:49.613Z", "type": "gemini", "content": "", "toolCalls": [
+            {"id": "run_shell_command_1", "name": "run_shell_command", "args": {"command": "seq 1 40000"},
+             "status": "success", "result": [{"functionResponse": {"id": "run_shell_command_1",
+                                                                   "response": {"output": cut}}}]}]},
+    ])
+    [tool] = texts(parse_file("gemini", f)[0], "tool")
+    assert "\nline-number-2\n" in tool and "Output too large" not in tool and "big-done" in tool
+
+
+def test_gemini_rewind_drops_the_message_and_everything_after(tmp_path):
+    f = write_jsonl(ogc_gemini_chats(tmp_path) / "session-x.jsonl", [
+        ogc_GEMINI_META,
+        {"id": "u1", "type": "user", "content": "first question"},
+        {"id": "u2", "type": "user", "content": "abandoned question"},
+        {"id": "a2", "type": "gemini", "content": "abandoned answer"},
+        {"$rewindTo": "u2"},
+        {"id": "u3", "type": "user", "content": "second question"},
+    ])
+    s = parse_file("gemini", f)[0]
+    assert texts(s, "user") == ["first question", "second question"]
+    assert not texts(s, "assistant")
+
+
+def test_gemini_rewind_to_unknown_id_clears_and_set_messages_replaces(tmp_path):
+    f = write_jsonl(ogc_gemini_chats(tmp_path) / "session-x.jsonl", [
+        ogc_GEMINI_META,
+        {"id": "u1", "type": "user", "content": "gone"},
+        {"$rewindTo": "nope"},
+        {"id": "u2", "type": "user", "content": "also replaced"},
+        {"$set": {"messages": [{"id": "u9", "type": "user", "content": "checkpointed"}], "summary": "Fix the build"}},
+    ])
+    s = parse_file("gemini", f)[0]
+    assert texts(s, "user") == ["checkpointed"]
+    assert s.name == "Fix the build"   # the generated summary is the title
+
+
+def test_gemini_injected_session_context_is_not_user_and_title_is_first_real_prompt(tmp_path):
+    f = write_jsonl(ogc_gemini_chats(tmp_path) / "session-x.jsonl", [
+        ogc_GEMINI_META,
+        {"id": "u0", "type": "user", "content": "<session_context>OS: linux, cwd /w</session_context>"},
+        {"id": "u1", "type": "user", "content": "@src/a.py explain\n--- Content from referenced files ---\nprint(1)",
+         "displayContent": "@src/a.py explain"},
+        {"id": "i1", "type": "info", "content": "Request cancelled."},
+    ])
+    s = parse_file("gemini", f)[0]
+    assert texts(s, "user") == ["@src/a.py explain"]
+    assert any("session_context" in t for t in texts(s, "context"))
+    assert any("print(1)" in t for t in texts(s, "context"))
+    assert "Request cancelled." in texts(s, "context")
+    assert s.name == "@src/a.py explain"
+
+
+def test_gemini_subagent_points_to_parent_and_cwd_comes_from_project_root_marker(tmp_path):
+    chats = ogc_gemini_chats(tmp_path)
+    write_file(chats.parent / ".project_root", "/home/u/myrepo\n")
+    f = write_jsonl(chats / "parent-uuid" / "child-uuid.jsonl", [
+        dict(ogc_GEMINI_META, sessionId="child-uuid", kind="subagent"),
+        {"id": "u1", "type": "user", "content": "find the bug"},
+    ])
+    s = parse_file("gemini", f)[0]
+    assert s.parent == "parent-uuid" and s.session_id == "child-uuid"
+    assert s.cwd == "/home/u/myrepo"
+
+
+def test_gemini_cwd_from_projects_registry_by_project_hash(tmp_path):
+    path = "/home/u/hashed"
+    digest = hashlib.sha256(path.encode()).hexdigest()
+    write_file(tmp_path / ".gemini" / "projects.json", {"projects": {path: "other-slug"}})
+    f = write_jsonl(ogc_gemini_chats(tmp_path, slug=digest) / "session-x.jsonl",
+                    [dict(ogc_GEMINI_META, projectHash=digest), {"id": "u1", "type": "user", "content": "hi"}])
+    assert parse_file("gemini", f)[0].cwd == path
+
+
+def test_gemini_legacy_json_and_list_files_prefers_migrated_jsonl(tmp_path):
+    chats = ogc_gemini_chats(tmp_path)
+    legacy = write_file(chats / "session-2025-01-01T00-00-aaaa.json", json.dumps(dict(
+        ogc_GEMINI_META, sessionId="g-legacy",
+        messages=[{"id": "m1", "type": "user", "content": "legacy prompt"},
+                  {"id": "m2", "type": "gemini", "content": "legacy answer",
+                   "thoughts": [{"subject": "Plan", "description": "read files"}]}]), indent=2))
+    s = parse_file("gemini", legacy)[0]
+    assert s.session_id == "g-legacy" and kinds(s) == ["user", "thinking", "assistant"]
+    write_file(chats / "session-2025-01-02T00-00-bbbb.json", "{}")
+    write_jsonl(chats / "session-2025-01-02T00-00-bbbb.jsonl", [ogc_GEMINI_META])
+    write_file(chats.parent / "logs.json", "[]")
+    write_file(chats.parent / "checkpoint-x.json", "[]")
+    listed = [os.path.basename(p) for p in PARSERS["gemini"].list_files(str(tmp_path / ".gemini" / "tmp"))]
+    assert listed == ["session-2025-01-01T00-00-aaaa.json", "session-2025-01-02T00-00-bbbb.jsonl"]
+
+
+def test_gemini_foreign_json_is_not_a_session_file(tmp_path):
+    with pytest.raises(NotASessionFile):
+        parse_file("gemini", write_file(tmp_path / "x.jsonl", '{"type": "session", "id": "pi"}\n'))
+    with pytest.raises(NotASessionFile):
+        parse_file("gemini", write_file(tmp_path / "y.json", '{\n "a": 1\n}'))
+
+
+def test_gemini_home_env():
+    assert PARSERS["gemini"].default_roots({"GEMINI_CLI_HOME": "/h"}) == ["/h/.gemini/tmp"]
+
+
+def test_gemini_samples():
+    sessions = sample_sessions("gemini")
+    assert len(sessions) == 4
+    jsonl = next(s for s in sessions if s.session_id == "gemini_stage0_jsonl")
+    assert "Say hello and list files." in texts(jsonl, "user")
+    assert any("ls -F" in t for t in texts(jsonl, "tool"))
+    assert not any("AAAA" in c.text for s in sessions for c in s.chunks)   # inline image data
+
+
+# ==== Cursor ======================================================================================
+
+def ogc_cursor_line(role, *blocks):
+    return {"role": role, "message": {"content": list(blocks)}}
+
+
+def test_cursor_user_query_wrapper_is_the_user_and_the_rest_is_context(tmp_path):
+    f = write_jsonl(tmp_path / "agent-transcripts" / "c1" / "c1.jsonl", [
+        ogc_cursor_line("user", {"type": "text", "text": "<user_info>\nOS: darwin\nWorkspace Path: /Users/u/app\n"
+                                                    "</user_info>\n<user_query>\nfix the login bug\n</user_query>"}),
+        ogc_cursor_line("assistant", {"type": "text", "text": "Looking."},
+                    {"type": "tool_use", "id": "tu1", "name": "Shell", "input": {"command": "git status"}}),
+        ogc_cursor_line("user", {"type": "tool_result", "tool_use_id": "tu1", "content": "clean"}),
+        {"type": "turn_ended", "status": "success"},
+    ])
+    s = parse_file("cursor", f)[0]
+    assert s.session_id == "c1"
+    assert texts(s, "user") == ["fix the login bug"]
+    assert any("user_info" in t for t in texts(s, "context"))
+    assert s.cwd == "/Users/u/app"
+    assert kinds(s) == ["context", "user", "assistant", "tool"]
+    assert "git status" in texts(s, "tool")[0] and "clean" in texts(s, "tool")[0]
+    assert s.name is None and s.created and s.created.endswith("Z")
+
+
+def test_cursor_tool_result_without_ids_joins_the_waiting_call(tmp_path):
+    f = write_jsonl(tmp_path / "t.jsonl", [
+        ogc_cursor_line("user", {"type": "text", "text": "read it"}),
+        ogc_cursor_line("assistant", {"type": "tool_use", "name": "Read", "input": {"file_path": "a.txt"}}),
+        ogc_cursor_line("user", {"type": "tool_result", "tool_use_id": "t9", "content": [{"type": "text", "text": "hello"}]}),
+    ])
+    s = parse_file("cursor", f)[0]
+    assert kinds(s) == ["user", "tool"]
+    assert "hello" in s.chunks[1].text and s.chunks[1].path == "a.txt"
+
+
+def test_cursor_subagent_transcript_points_to_parent(tmp_path):
+    f = write_jsonl(tmp_path / "agent-transcripts" / "p1" / "subagents" / "k1.jsonl",
+                    [ogc_cursor_line("user", {"type": "text", "text": "List files"})])
+    s = parse_file("cursor", f)[0]
+    assert s.session_id == "k1" and s.parent == "p1"
+
+
+def ogc_store_db(path, meta, blobs=()):
+    rows = [("INSERT INTO meta VALUES (?,?)", ("0", json.dumps(meta).encode().hex()))]
+    for i, b in enumerate(blobs):
+        data = json.dumps(b).encode() if isinstance(b, dict) else b
+        rows.append(("INSERT INTO blobs VALUES (?,?)", ("%064x" % (1000 - i), data)))
+    return ogc_make_db(path, "CREATE TABLE blobs (id TEXT PRIMARY KEY, data BLOB);"
+                         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);", rows)
+
+
+def test_cursor_cli_store_db_meta_and_json_message_blobs(tmp_path):
+    db = ogc_store_db(tmp_path / ".cursor" / "chats" / "abc" / "a1" / "store.db",
+                  {"agentId": "a1", "name": "Deploy script", "createdAt": 1775522590321},
+                  [{"role": "system", "content": "You are an agent"},
+                   {"role": "user", "content": [{"type": "text", "text": "<user_query>\nwrite deploy.sh\n</user_query>"}]},
+                   b"\x0a\x20" + b"\x01" * 32,   # a protobuf tree node
+                   {"role": "assistant", "content": [{"type": "reasoning", "text": "plan"},
+                                                     {"type": "tool-call", "toolCallId": "x", "toolName": "Write",
+                                                      "args": {"path": "deploy.sh"}}]},
+                   {"role": "tool", "content": [{"type": "tool-result", "toolCallId": "x", "toolName": "Write",
+                                                 "result": "wrote 10 lines"}]}])
+    s = parse_file("cursor", db)[0]
+    assert s.session_id == "a1" and s.name == "Deploy script"
+    assert s.created == "2026-04-07T00:43:10.321Z"
+    assert kinds(s) == ["user", "thinking", "tool"]
+    assert texts(s, "user") == ["write deploy.sh"]
+    assert "wrote 10 lines" in texts(s, "tool")[0] and s.chunks[2].path == "deploy.sh"
+    assert not any("You are an agent" in c.text for c in s.chunks)
+
+
+def ogc_pb_varint(n):
+    out = bytearray()
+    while True:
+        n, low = n >> 7, n & 0x7F
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def ogc_pb(*fields):
+    """A protobuf message from (field number, value) pairs: ints as varints, text and bytes
+    length-delimited (nested messages are bytes made by ogc_pb)."""
+    out = b""
+    for n, v in fields:
+        if isinstance(v, int):
+            out += ogc_pb_varint(n << 3) + ogc_pb_varint(v)
+        else:
+            v = v.encode() if isinstance(v, str) else v
+            out += ogc_pb_varint(n << 3 | 2) + ogc_pb_varint(len(v)) + v
+    return out
+
+
+class ogc_BlobStore:
+    """A Cursor CLI store.db: blobs named by the SHA-256 of their bytes; protobuf fields name them by
+    the 32 raw bytes of that digest."""
+
+    def __init__(self):
+        self.blobs = []
+
+    def put(self, data):
+        data = json.dumps(data).encode() if isinstance(data, dict) else data
+        self.blobs.append(data)
+        return hashlib.sha256(data).digest()
+
+    def write(self, path, meta):
+        rows = [("INSERT INTO meta VALUES (?,?)", ("0", json.dumps(meta).encode().hex()))]
+        rows += [("INSERT OR IGNORE INTO blobs VALUES (?,?)", (hashlib.sha256(b).hexdigest(), b)) for b in self.blobs]
+        return ogc_make_db(path, "CREATE TABLE blobs (id TEXT PRIMARY KEY, data BLOB);"
+                                 "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);", rows)
+
+
+def ogc_cursor_turns_store(folder):
+    """A chat as the current Cursor CLI stores it: the root (agent.v1.ConversationStateStructure) lists
+    the JSON prompt messages (field 1) and the turns (field 8); a turn names its user message and
+    steps; a step is assistant text (1), a tool call (2) or thinking (3)."""
+    b = ogc_BlobStore()
+    prompt = [b.put({"role": "system", "content": "You are a coding agent"}),
+              b.put({"role": "user", "content": "<user_info>\nWorkspace Path: /home/u/app\n</user_info>"})]
+    user = b.put(ogc_pb((1, "<user_query>\nrun the tests\n</user_query>"), (2, "m-1"), (25, 1775522591000)))
+    thinking = b.put(ogc_pb((3, ogc_pb((1, "pytest first"), (2, 120), (3, 1775522592000)))))
+    shell_args = ogc_pb((1, "pytest -q"), (2, "/home/u/app"))                       # ShellArgs
+    shell_failure = ogc_pb((1, "pytest -q"), (3, 1), (5, "1 failed, 3 passed"))      # command, exit code, stdout
+    shell_call = ogc_pb((1, ogc_pb((1, shell_args), (2, ogc_pb((2, shell_failure))))),   # ToolCall.shell_tool_call
+                        (57, "call_1"), (59, 1775522593000))
+    shell = b.put(ogc_pb((2, shell_call)))
+    content = b.put(b"def test_login(): assert False\n")
+    read_call = ogc_pb((8, ogc_pb((1, ogc_pb((1, "tests/test_login.py"))),           # ToolCall.read_tool_call
+                                  (2, ogc_pb((1, ogc_pb((10, content))))))),          # success, content blob id
+                       (59, 1775522594000))
+    read = b.put(ogc_pb((2, read_call)))
+    unknown = b.put(ogc_pb((2, ogc_pb((99, ogc_pb((1, ogc_pb((1, "holo-arg"))))), (57, "call_3")))))
+    answer = b.put(ogc_pb((1, ogc_pb((1, "One test fails: test_login."), (2, 1775522595000)))))
+    turn1 = b.put(ogc_pb((1, ogc_pb((1, user), (2, thinking), (2, shell), (2, read), (2, unknown), (2, answer),
+                                    (3, "req-1")))))
+    turn2 = b.put(ogc_pb((2, ogc_pb((1, b.put(ogc_pb((1, "git status")))),
+                                    (2, b.put(ogc_pb((1, "nothing to commit"), (3, 0))))))))
+    root = b.put(ogc_pb((1, prompt[0]), (1, prompt[1]), (8, turn1), (8, turn2), (26, 1775522590321)))
+    db = b.write(folder / "store.db", {"agentId": folder.name, "latestRootBlobId": root.hex(), "name": "New Agent",
+                                        "mode": "default", "createdAt": 1775522590321, "lastUsedModel": "composer-2",
+                                        "blobEncryptionKey": "0f" * 32})
+    (folder / "meta.json").write_text(json.dumps({"schemaVersion": 1, "agentId": folder.name, "createdAtMs": 1775522590321,
+                                                  "updatedAtMs": 1775522596000, "hasConversation": True,
+                                                  "cwd": "/home/u/app", "title": "Failing login test"}))
+    return db
+
+
+def test_cursor_cli_store_turns_decoded_from_protobuf(tmp_path):
+    db = ogc_cursor_turns_store(tmp_path / ".cursor" / "chats" / "abc" / "c0ffee")
+    report = ParseReport()
+    [s] = PARSERS["cursor"].parse(str(db), report)
+    assert (s.session_id, s.cwd, s.name) == ("c0ffee", "/home/u/app", "Failing login test")
+    assert kinds(s) == ["user", "thinking", "tool", "tool", "tool", "assistant", "tool"]
+    assert texts(s, "user") == ["run the tests"] and texts(s, "thinking") == ["pytest first"]
+    shell, read, unknown, user_shell = [c for c in s.chunks if c.kind == "tool"]
+    assert shell.tool == "shell" and "command: pytest -q" in shell.text
+    assert "error:" in shell.text and "1 failed, 3 passed" in shell.text   # exit code 1: a failure
+    assert shell.ts == "2026-04-07T00:43:13.000Z"
+    assert read.tool == "read" and read.path == "tests/test_login.py" and "def test_login" in read.text
+    assert unknown.tool == "tool_99" and "holo-arg" in unknown.text
+    assert report.unknown == {"store tool 99": 1}
+    assert user_shell.tool == "shell" and "git status" in user_shell.text and "nothing to commit" in user_shell.text
+    assert texts(s, "assistant") == ["One test fails: test_login."]
+    assert s.created == "2026-04-07T00:43:10.321Z" and s.modified >= "2026-04-07T00:43:16.000Z"
+    assert not any("You are a coding agent" in c.text or "0f0f0f" in c.text for c in s.chunks)
+    assert PARSERS["cursor"].sidecars(str(db)) == [str(db) + "-wal", str(db.parent / "meta.json")]
+
+
+def test_cursor_transcript_of_a_chat_in_a_store_is_not_indexed_twice(tmp_path):
+    ogc_cursor_turns_store(tmp_path / ".cursor" / "chats" / "abc" / "c0ffee")
+    f = write_jsonl(tmp_path / ".cursor" / "projects" / "home-u-app" / "agent-transcripts" / "c0ffee" / "c0ffee.jsonl",
+                        [ogc_cursor_line("user", {"type": "text", "text": "<user_query>run the tests</user_query>"})])
+    assert parse_file("cursor", f) == []
+
+
+def test_cursor_cli_store_json_messages_in_root_order(tmp_path):
+    # Stores written before turns: the root lists JSON messages (AI SDK parts), in conversation order.
+    b = ogc_BlobStore()
+    answer = b.put({"role": "assistant", "content": [{"type": "text", "text": "Second"}]})
+    question = b.put({"role": "user", "content": "First"})
+    root = b.put(ogc_pb((1, question), (1, answer), (8, b"\x07" * 32)))   # a turn whose blob is not there
+    db = b.write(tmp_path / "chats" / "h" / "a2" / "store.db", {"agentId": "a2", "latestRootBlobId": root.hex()})
+    report = ParseReport()
+    [s] = PARSERS["cursor"].parse(str(db), report)
+    assert [c.text for c in s.chunks] == ["First", "Second"]
+    assert report.skipped == {"unreadable turn": 1}
+
+
+def test_cursor_resume_command_for_cli_chats_only():
+    cursor = PARSERS["cursor"]
+    assert cursor.resume_command({"session_id": "c0ffee", "cwd": "/home/u/app", "path": "/h/.cursor/chats/x/c0ffee/store.db"}) \
+        == "cd /home/u/app && agent --resume c0ffee"
+    assert cursor.resume_command({"session_id": "k", "cwd": None, "path": "/h/globalStorage/state.vscdb"}) is None
+
+
+def test_cursor_transcript_lines_it_does_not_know_are_counted(tmp_path):
+    f = write_jsonl(tmp_path / "agent-transcripts" / "t1" / "t1.jsonl", [
+        ogc_cursor_line("user", {"type": "text", "text": "<user_query>hi</user_query>"}, {"type": "image", "data": "AAAA"}),
+        {"type": "turn_ended", "status": "completed"}, {"type": "hologram"},
+        ogc_cursor_line("assistant", {"type": "sparkle", "items": []})])
+    report = ParseReport()
+    PARSERS["cursor"].parse(str(f), report)
+    assert report.unknown == {"hologram": 1, "block sparkle": 1}   # images and turn_ended are known
+
+
+def test_protobuf_reader_reads_the_wire_format_and_refuses_what_is_not():
+    data = ogc_pb((1, 300), (2, "héllo"), (3, ogc_pb((1, "inner")))) + b"\x25\x01\x00\x00\x00" + \
+        b"\x29" + (7).to_bytes(8, "little")
+    assert sesame.protobuf_fields(data) == [(1, 300), (2, "héllo".encode()), (3, b"\x0a\x05inner"), (4, 1), (5, 7)]
+    m = sesame.ProtoMessage(data)
+    assert m.text(2) == "héllo" and m.message(3).text(1) == "inner" and m.get(9) is None
+    assert m.strings() == ["héllo", "inner"]
+    for bad in (b"\x0a\x05abc", b"\x08\x80", b"\x0b", b"\x00\x01"):   # short, unfinished varint, group, field 0
+        with pytest.raises(ValueError):
+            sesame.protobuf_fields(bad)
+    assert sesame.ProtoMessage.parse(b"{\"role\": 1}") is None
+
+
+def test_cursor_transcript_takes_title_and_start_from_the_cli_store(tmp_path):
+    ogc_store_db(tmp_path / ".cursor" / "chats" / "abc" / "a1" / "store.db",
+             {"agentId": "a1", "name": "Deploy script", "createdAt": 1000000000000})
+    f = write_jsonl(tmp_path / ".cursor" / "projects" / "Users-u-app" / "agent-transcripts" / "a1" / "a1.jsonl",
+                    [ogc_cursor_line("user", {"type": "text", "text": "hi"})])
+    s = parse_file("cursor", f)[0]
+    assert s.name == "Deploy script" and s.created == "2001-09-09T01:46:40.000Z"
+
+
+def test_cursor_list_files_finds_transcripts_and_stores_but_not_other_jsonl(tmp_path):
+    cursor = tmp_path / ".cursor"
+    t = write_jsonl(cursor / "projects" / "Users-u-app" / "agent-transcripts" / "a1" / "a1.jsonl", [])
+    db = ogc_store_db(cursor / "chats" / "abc" / "a1" / "store.db", {"agentId": "a1"})
+    write_jsonl(cursor / "projects" / "Users-u-app" / "other.jsonl", [])
+    write_jsonl(cursor / "extensions" / "x" / "agent-transcripts" / "z.jsonl", [])
+    assert PARSERS["cursor"].list_files(str(cursor)) == sorted([str(db), str(t)])
+
+
+ogc_VSCDB_SCHEMA = ("CREATE TABLE ItemTable (key TEXT UNIQUE ON CONFLICT REPLACE, value BLOB);"
+                "CREATE TABLE cursorDiskKV (key TEXT UNIQUE ON CONFLICT REPLACE, value BLOB);")
+
+
+def ogc_kv(key, value):
+    return ("INSERT INTO cursorDiskKV VALUES (?,?)", (key, json.dumps(value)))
+
+
+def test_cursor_ide_composers_with_bubbles_in_header_order_and_cwd_from_workspace(tmp_path):
+    user = tmp_path / "Cursor" / "User"
+    db = ogc_make_db(user / "globalStorage" / "state.vscdb", ogc_VSCDB_SCHEMA, [
+        ogc_kv("composerData:c1", {"_v": 3, "composerId": "c1", "name": "Refactor auth", "createdAt": 1730000000000,
+                               "lastUpdatedAt": 1730000009000,
+                               "fullConversationHeadersOnly": [{"bubbleId": "b2", "type": 1}, {"bubbleId": "b1", "type": 2}]}),
+        ogc_kv("bubbleId:c1:b1", {"type": 2, "text": "Done, see auth.ts", "thinking": {"text": "split the module"},
+                              "toolFormerData": {"name": "edit_file", "rawArgs": "{\"target_file\": \"auth.ts\"}",
+                                                 "result": "{\"diff\": \"+export\"}", "status": "completed"}}),
+        ogc_kv("bubbleId:c1:b2", {"type": 1, "text": "refactor the auth module"}),
+        ogc_kv("bubbleId:c1:b3", {"type": 1, "text": "a reverted prompt not in the headers"}),
+        ogc_kv("composerData:c2", {"composerId": "c2", "createdAt": 1730000000000, "fullConversationHeadersOnly": []}),
+        ogc_kv("composerData:c3", {"composerId": "c3", "createdAt": 1730000000000, "name": "Old style",
+                               "conversation": [{"type": 1, "text": "inline prompt", "workspaceProjectDir": "/w/old"}]}),
+    ])
+    ogc_make_db(user / "workspaceStorage" / "h1" / "state.vscdb", ogc_VSCDB_SCHEMA, [
+        ("INSERT INTO ItemTable VALUES (?,?)",
+         ("composer.composerData", json.dumps({"allComposers": [{"composerId": "c1"}]})))])
+    write_file(user / "workspaceStorage" / "h1" / "workspace.json", {"folder": "file:///Users/u/my%20app"})
+    sessions = {s.session_id: s for s in parse_file("cursor", db)}
+    assert sorted(sessions) == ["c1", "c3"]   # c2 is an empty draft
+    c1 = sessions["c1"]
+    assert c1.name == "Refactor auth" and c1.cwd == "/Users/u/my app"
+    assert c1.created == "2024-10-27T03:33:20.000Z" and c1.modified == "2024-10-27T03:33:29.000Z"
+    assert kinds(c1) == ["user", "thinking", "assistant", "tool"]
+    assert texts(c1, "user") == ["refactor the auth module"]
+    assert c1.chunks[3].path == "auth.ts" and "+export" in c1.chunks[3].text
+    assert sessions["c3"].cwd == "/w/old" and texts(sessions["c3"], "user") == ["inline prompt"]
+
+
+def test_cursor_sqlite_of_unknown_schema_is_not_a_session_file(tmp_path):
+    db = ogc_make_db(tmp_path / "state.vscdb", "CREATE TABLE ItemTable (key TEXT, value BLOB);")
+    with pytest.raises(NotASessionFile):
+        parse_file("cursor", db)
+    with pytest.raises(NotASessionFile):
+        parse_file("cursor", write_file(tmp_path / "x.jsonl", '{"type": "user", "uuid": "1"}\n'))
+
+
+def test_cursor_samples():
+    sessions = sample_sessions("cursor")
+    assert len(sessions) == 8
+    by_id = {s.session_id: s for s in sessions}
+    assert texts(by_id["tests-test-session"], "user") == ["run ls command", "now show me the git status"]
+    assert any("git status" in t for t in texts(by_id["tests-test-session"], "tool"))
+    assert by_id["a1b2c3d4-e5f6-7890-abcd-ef1234567890"].name == "Test Session"
+    assert by_id["child"].parent == "subagent"
+
+
+def test_cursor_global_storage_root_lists_only_the_editor_db(tmp_path):
+    gs = tmp_path / "Cursor" / "User" / "globalStorage"
+    db = ogc_make_db(gs / "state.vscdb", ogc_VSCDB_SCHEMA)
+    write_jsonl(gs / "some.extension" / "agent-transcripts" / "x.jsonl", [])
+    assert PARSERS["cursor"].list_files(str(gs)) == [str(db)]
+
+
+def test_no_resume_command_is_invented():
+    # formats.md shows no resume flag for any of these agents.
+    for agent in ("aider", "cline", "copilot", "amp", "goose", "crush"):
+        assert PARSERS[agent].resume_command({"agent": agent, "session_id": "x", "path": "/p", "cwd": "/"}) is None
+
+
+# ==== Aider ========================================================================================
+
+am_AIDER_HISTORY = """
+# aider chat started at 2025-06-02 11:47:49
+
+> Aider v0.84.0  
+> ^C KeyboardInterrupt  
+
+# aider chat started at 2025-06-02 11:49:34
+
+> Aider v0.84.0  
+> Model: qwen3 with diff edit format  
+> Cur working dir: /home/u/proj/pkg  
+
+#### Fix the flaky retry loop  
+#### in the uploader  
+
+<thinking-content-7bbeb8e1441453ad999a0bbba8a46d4b>
+The backoff never resets.
+</thinking-content-7bbeb8e1441453ad999a0bbba8a46d4b>
+
+Here is the fix:
+
+```
+> not a tool line, just quoted code
+#### not a user line either
+```
+
+> Applied edit to src/uploader.py  
+> Commit 54d022e fix: reset backoff  
+
+#### /run pytest -q  
+
+> 3 passed in 0.2s  
+
+# aider chat started at 2025-06-03 09:00:00
+
+#### second run question  
+
+Answer two.
+"""
+
+
+def test_aider_one_file_holds_many_sessions_and_empty_runs_are_dropped(tmp_path):
+    path = write_file(tmp_path / ".aider.chat.history.md", am_AIDER_HISTORY)
+    sessions = parse_file("aider", path)
+    assert len(sessions) == 2   # the banner-only run is not a session
+    first, second = sessions
+    assert first.created == norm_time("2025-06-02 11:49:34") and first.created.endswith("Z")
+    assert first.modified == first.created
+    assert second.created == norm_time("2025-06-03 09:00:00")
+    assert second.modified >= second.created      # the last run lasts until the file was written
+    assert first.session_id != second.session_id
+    assert [s.session_id for s in parse_file("aider", path)] == [first.session_id, second.session_id]  # stable
+
+
+def test_aider_kinds_user_thinking_fences_and_tool_output(tmp_path):
+    s = parse_file("aider", write_file(tmp_path / ".aider.chat.history.md", am_AIDER_HISTORY))[0]
+    assert texts(s, "user") == ["Fix the flaky retry loop\nin the uploader", "/run pytest -q"]
+    assert texts(s, "thinking") == ["The backoff never resets."]
+    reply = texts(s, "assistant")[0]
+    assert "> not a tool line" in reply and "#### not a user line" in reply and "thinking-content" not in reply
+    banner = texts(s, "context")[0]
+    assert "Aider v0.84.0" in banner      # the start-up banner is context, never the user
+    tools = [c for c in s.chunks if c.kind == "tool"]
+    assert tools[0].path == "src/uploader.py" and "Commit 54d022e" in tools[0].text
+    assert tools[1].tool == "run" and "3 passed" in tools[1].text
+
+
+# What aider 0.86.2 writes for `/run`, `!` and a command the model suggested (aider ran it).
+am_AIDER_RUNS = """
+# aider chat started at 2026-11-25 02:06:51
+
+> Aider v0.86.2  
+> Model: openai/mock-model with diff edit format  
+
+#### /run echo fail-x; exit 3  
+> Add 0.0k tokens of command output to the chat? (Y)es/(N)o [Yes]: y  
+> Added 1 line of output to the chat.  
+
+#### !seq 1 5 | sed s/^/row-/  
+> Add 0.0k tokens of command output to the chat? (Y)es/(N)o [Yes]: y  
+> Added 5 lines of output to the chat.  
+
+#### Check the canary  
+
+To check, run this command:
+
+```bash
+echo canary-3
+```
+
+> Tokens: 2.3k sent, 27 received.  
+> echo canary-3  
+> Run shell command? (Y)es/(N)o/(D)on't ask again [Yes]: y  
+> Running echo canary-3  
+> Add command output to the chat? (Y)es/(N)o/(D)on't ask again [Yes]: y  
+> Added 2 lines of output to the chat.  
+"""
+
+
+def test_aider_run_and_bang_and_suggested_commands_are_shell_calls(tmp_path):
+    [s] = parse_file("aider", write_file(tmp_path / ".aider.chat.history.md", am_AIDER_RUNS))
+    runs = [c for c in s.chunks if c.kind == "tool" and c.tool == "run"]
+    assert [c.text.split("\n")[1] for c in runs] == [
+        "command: echo fail-x; exit 3", "command: seq 1 5 | sed s/^/row-/", "command: echo canary-3"]
+    assert "Added 5 lines of output to the chat." in runs[1].text
+    assert texts(s, "user") == ["/run echo fail-x; exit 3", "!seq 1 5 | sed s/^/row-/", "Check the canary"]
+    assert "run" in sesame.tool_family("bash") and "run" in sesame.tool_family("shell")
+
+
+def test_aider_earlier_run_keeps_its_last_prompt_time_after_a_new_run_is_appended(tmp_path):
+    path = write_file(tmp_path / ".aider.chat.history.md", am_AIDER_RUNS)
+    write_file(tmp_path / ".aider.input.history", "\n# 2026-11-25 02:06:52.104711\n+/run echo fail-x; exit 3\n"
+             "\n# 2026-11-25 02:07:10.500000\n+!seq 1 5 | sed s/^/row-/\n"
+             "\n# 2026-11-25 02:09:30.250000\n+Check the canary\n"
+             "\n# 2026-11-26 08:00:05.000000\n+next day\n")
+    with open(path, "a") as f:
+        f.write("\n# aider chat started at 2026-11-26 08:00:00\n\n#### next day  \n\nHello again.\n")
+    first, second = parse_file("aider", path)
+    assert first.created == norm_time("2026-11-25 02:06:51")
+    assert first.modified == norm_time("2026-11-25 02:09:30.250000") > first.created
+    assert [c.ts for c in first.chunks if c.kind == "user"] == [
+        norm_time("2026-11-25 02:06:52.104711"), norm_time("2026-11-25 02:07:10.5"), norm_time("2026-11-25 02:09:30.25")]
+    assert second.created == norm_time("2026-11-26 08:00:00") and second.modified >= norm_time("2026-11-26 08:00:05")
+
+
+def test_aider_cwd_is_recorded_dir_else_the_file_folder(tmp_path):
+    path = write_file(tmp_path / "repo" / ".aider.chat.history.md", am_AIDER_HISTORY)
+    first, second = parse_file("aider", path)
+    assert first.cwd == "/home/u/proj/pkg"
+    assert second.cwd == str(tmp_path / "repo")
+
+
+def test_aider_other_markdown_is_not_a_session(tmp_path):
+    with pytest.raises(NotASessionFile):
+        parse_file("aider", write_file(tmp_path / "notes.aider.chat.history.md", "# Notes\n\nhello\n"))
+
+
+def test_aider_list_files_bounded_walk(tmp_path):
+    write_file(tmp_path / "a" / ".aider.chat.history.md", am_AIDER_HISTORY)
+    write_file(tmp_path / "a" / ".aider.input.history", "# 2025\n+hi\n")
+    write_file(tmp_path / "a" / "node_modules" / "x" / ".aider.chat.history.md", am_AIDER_HISTORY)
+    write_file(tmp_path / ".hidden" / ".aider.chat.history.md", am_AIDER_HISTORY)
+    write_file(tmp_path / "b" / "c" / ".aider.chat.history.md", am_AIDER_HISTORY)
+    found = PARSERS["aider"].list_files(str(tmp_path))
+    assert found == [str(tmp_path / "a" / ".aider.chat.history.md"), str(tmp_path / "b" / "c" / ".aider.chat.history.md")]
+    assert PARSERS["aider"].default_roots({"HOME": str(tmp_path)}) == []
+
+
+def test_aider_samples():
+    sessions = sample_sessions("aider")
+    users = [t for s in sessions for t in texts(s, "user")]
+    assert "What can you say about this package?" in users
+    assert any(c.kind == "thinking" for s in sessions for c in s.chunks)
+    with pytest.raises(NotASessionFile):
+        parse_file("aider", os.path.join(SAMPLES, "aider", "mozgoslav.aider.input.history"))
+
+
+# ==== Cline / Roo Code / Kilo Code =================================================================
+
+am_ENV = "<environment_details>\n# VSCode Visible Files\nsrc/a.ts\n\n# Current Working Directory (/home/u/webapp) Files\nsrc/\n</environment_details>"
+am_UI_MESSAGES = [
+    {"ts": 1735000000000, "type": "say", "say": "task", "text": "Add a dark mode toggle", "images": []},
+    {"ts": 1735000001000, "type": "say", "say": "api_req_started",
+     "text": json.dumps({"request": "<task>\nAdd a dark mode toggle\n</task>\n\n" + am_ENV, "tokensIn": 10})},
+    {"ts": 1735000002000, "type": "say", "say": "reasoning", "text": "Need the theme context first."},
+    {"ts": 1735000003000, "type": "say", "say": "text", "text": "I'll read the theme file."},
+    {"ts": 1735000004000, "type": "ask", "ask": "tool", "text": json.dumps({"tool": "readFile", "path": "src/theme.ts", "content": "/home/u/webapp/src/theme.ts"})},
+    {"ts": 1735000005000, "type": "say", "say": "tool", "text": json.dumps({"tool": "readFile", "path": "src/theme.ts", "content": "/home/u/webapp/src/theme.ts"})},
+    {"ts": 1735000006000, "type": "ask", "ask": "command", "text": "npm test"},
+    {"ts": 1735000007000, "type": "ask", "ask": "command_output", "text": "ECONNREFUSED 127.0.0.1:5432"},
+    {"ts": 1735000008000, "type": "say", "say": "user_feedback", "text": "use the CSS variables instead", "images": ["data:image/png;base64,AAAA"]},
+    {"ts": 1735000009000, "type": "say", "say": "completion_result", "text": "Dark mode toggle added."},
+    {"ts": 1735000010000, "type": "ask", "ask": "completion_result", "text": "Dark mode toggle added."},
+    {"ts": 1735000011000, "type": "say", "say": "checkpoint_created"},
+]
+
+
+def test_cline_ui_messages_kinds_cwd_times_and_dedupe(tmp_path):
+    task = tmp_path / "tasks" / "1735000000000"
+    path = write_file(task / "ui_messages.json", json.dumps(am_UI_MESSAGES))
+    s = parse_file("cline", path)[0]
+    assert s.session_id == "1735000000000" and s.name is None
+    assert s.cwd == "/home/u/webapp"
+    assert s.created == "2024-12-24T00:26:40.000Z" and s.modified == "2024-12-24T00:26:51.000Z"
+    assert texts(s, "user") == ["Add a dark mode toggle", "use the CSS variables instead"]
+    assert texts(s, "thinking") == ["Need the theme context first."]
+    assert texts(s, "assistant") == ["I'll read the theme file.", "Dark mode toggle added."]  # completion once
+    tools = [c for c in s.chunks if c.kind == "tool"]
+    assert len(tools) == 2                                  # ask + say of one tool use -> one chunk
+    assert tools[0].tool == "readFile" and tools[0].path == "src/theme.ts"
+    assert tools[1].tool == "execute_command" and "npm test" in tools[1].text and "ECONNREFUSED" in tools[1].text
+    assert not any("base64" in c.text for c in s.chunks)
+    assert not any("environment_details" in c.text for c in s.chunks)
+
+
+def test_cline_api_history_only_task_wrapper_is_not_user_text(tmp_path):
+    history = [
+        {"role": "user", "content": [{"type": "text", "text": "<task>\nRename the config loader\n</task>"},
+                                     {"type": "text", "text": am_ENV}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Renaming it now."},
+                                          {"type": "tool_use", "id": "t1", "name": "read_file", "input": {"path": "cfg.py"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "def load(): pass"}]},
+                                     {"type": "text", "text": am_ENV}]},
+    ]
+    path = write_file(tmp_path / "tasks" / "42" / "api_conversation_history.json", json.dumps(history))
+    s = parse_file("cline", path)[0]
+    assert texts(s, "user") == ["Rename the config loader"]
+    assert s.cwd == "/home/u/webapp"
+    tool = [c for c in s.chunks if c.kind == "tool"]
+    assert len(tool) == 1 and "def load(): pass" in tool[0].text and tool[0].path == "cfg.py"
+    assert not any("Current Working Directory" in c.text for c in s.chunks)
+
+
+def test_cline_roo_subtask_points_to_parent_and_lists_one_file_per_task(tmp_path):
+    root = tmp_path / "rooveterinaryinc.roo-cline" / "tasks"
+    write_file(root / "child" / "ui_messages.json", json.dumps(am_UI_MESSAGES[:3]))
+    write_file(root / "child" / "api_conversation_history.json", "[]")
+    write_file(root / "child" / "history_item.json", json.dumps({"id": "child", "parentTaskId": "parent", "workspace": "/w"}))
+    write_file(root / "old" / "api_conversation_history.json", "[]")
+    files = PARSERS["cline"].list_files(str(root))
+    assert files == [str(root / "child" / "ui_messages.json"), str(root / "old" / "api_conversation_history.json")]
+    s = parse_file("cline", root / "child" / "ui_messages.json")[0]
+    assert s.parent == "parent" and s.cwd == "/home/u/webapp"   # the recorded request wins over the index
+
+
+def test_cline_default_roots_find_all_three_extensions(tmp_path):
+    gs = tmp_path / ".config" / "Code" / "User" / "globalStorage"
+    for ext in ("saoudrizwan.claude-dev", "kilocode.kilo-code"):
+        (gs / ext / "tasks").mkdir(parents=True)
+    (tmp_path / "Library" / "Application Support" / "Cursor" / "User" / "globalStorage" / "rooveterinaryinc.roo-cline" / "tasks").mkdir(parents=True)
+    roots = PARSERS["cline"].default_roots({"HOME": str(tmp_path)})
+    assert len(roots) == 3 and all(r.endswith("tasks") for r in roots)
+
+
+def test_cline_other_json_is_not_a_task(tmp_path):
+    with pytest.raises(NotASessionFile):
+        parse_file("cline", write_file(tmp_path / "t" / "ui_messages.json", json.dumps([{"role": "user", "content": "x"}])))
+
+
+def test_cline_sdk_session_user_input_unwrapped_commands_and_manifest(tmp_path):
+    # As Cline CLI 3.0.65 writes ~/.cline/data/sessions/<id>/: the messages and the manifest beside them.
+    folder = tmp_path / "sessions" / "1795484309604_nyc35"
+    messages = {"version": 1, "agent": "lead", "sessionId": "1795484309604_nyc35",
+                "origin": {"source": "cli", "mode": "user", "version": "3.0.65"}, "system_prompt": "You are Cline",
+                "messages": [
+        {"id": "u1", "role": "user", "ts": 1795484309900, "content": [
+            {"type": "text", "text": '<user_input mode="act">Now a failing one: run `echo failing-cline; exit 3`</user_input>'}]},
+        {"id": "a1", "role": "assistant", "ts": 1795484310000, "content": [
+            {"type": "tool_use", "id": "call_07", "name": "run_commands", "input": {"commands": ["echo failing-cline; exit 3"]}}]},
+        {"id": "u2", "role": "user", "ts": 1795484310200, "content": [
+            {"type": "tool_result", "tool_use_id": "call_07", "name": "run_commands", "content": [
+                {"query": "echo failing-cline; exit 3", "result": "[Command exited with code 3]\nfailing-cline\n",
+                 "error": "Command exited with code 3", "success": False}]}]},
+        {"id": "a2", "role": "assistant", "ts": 1795484310300, "content": [{"type": "text", "text": "It failed with code 3."}]}]}
+    path = write_file(folder / "1795484309604_nyc35.messages.json", json.dumps(messages))
+    manifest = {"session_id": "1795484309604_nyc35", "cwd": "/tmp/proj", "started_at": "2026-11-24T01:38:29.610Z",
+                "ended_at": "2026-11-24T01:38:30.402Z", "status": "completed",
+                "prompt": '<user_input mode="act">Now a failing one: run `echo failing-cline; exit 3`</user_input>',
+                "metadata": {"title": "Now a failing one: run `echo failing-cline; exit 3`",
+                             "systemPrompt": "You are Cline, an AI coding agent."}}
+    write_file(folder / "1795484309604_nyc35.json", json.dumps(manifest))
+    assert PARSERS["cline"].list_files(str(tmp_path / "sessions")) == [str(path)]
+    assert PARSERS["cline"].sidecars(str(path)) == [str(folder / "1795484309604_nyc35.json")]
+    report = ParseReport()
+    [s] = PARSERS["cline"].parse(str(path), report)
+    assert (s.session_id, s.cwd, s.name) == ("1795484309604_nyc35", "/tmp/proj", None)   # the title is the prompt
+    assert texts(s, "user") == ["Now a failing one: run `echo failing-cline; exit 3`"]
+    [tool] = [c for c in s.chunks if c.kind == "tool"]
+    assert tool.tool == "run_commands" and "error:" in tool.text and "Command exited with code 3" in tool.text
+    assert texts(s, "assistant") == ["It failed with code 3."]
+    assert s.created == "2026-11-24T01:38:29.610Z" and s.modified == "2026-11-24T01:38:30.402Z"
+    assert report.versions == {"3.0.65"} and not report.unknown
+    assert not any("You are Cline" in c.text for c in s.chunks)
+    manifest["metadata"]["title"] = "Exit codes"   # a title that is not the prompt is a name
+    write_file(folder / "1795484309604_nyc35.json", json.dumps(manifest))
+    assert parse_file("cline", path)[0].name == "Exit codes"
+
+
+def test_cline_sdk_sessions_folder_is_a_default_root(tmp_path):
+    (tmp_path / ".cline" / "data" / "sessions").mkdir(parents=True)
+    assert PARSERS["cline"].default_roots({"HOME": str(tmp_path)}) == [str(tmp_path / ".cline" / "data" / "sessions")]
+
+
+def test_cline_unknown_message_kinds_are_counted_for_the_drift_report(tmp_path):
+    rows = am_UI_MESSAGES[:2] + [{"ts": 1735000012000, "type": "say", "say": "hologram", "text": "?"}]
+    report = ParseReport()
+    PARSERS["cline"].parse(str(write_file(tmp_path / "t" / "1" / "ui_messages.json", json.dumps(rows))), report)
+    assert report.unknown == {"say hologram": 1}   # api_req_started and the rest are skipped on purpose
+
+
+def am_kilo_db(path):
+    """kilo.db as Kilo CLI 7.7.9 writes it: OpenCode's schema; `run` keeps the prompt in quotes."""
+    rows = [("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
+             ("ses_df4d0df1cffetirRruEbdqdRk1", "global", None, "sunny-orchid", "/tmp/st/kilo/proj",
+              "Kilo renamed walrus", "7.7.9", 1795483967715, 1795483973382)),
+            ("INSERT INTO message VALUES (?,?,?,?,?)", ("msg_1", "ses_df4d0df1cffetirRruEbdqdRk1", 1795483971532,
+             1795483971532, json.dumps({"role": "user", "time": {"created": 1795483971532}, "agent": "code"}))),
+            ("INSERT INTO message VALUES (?,?,?,?,?)", ("msg_2", "ses_df4d0df1cffetirRruEbdqdRk1", 1795483972260,
+             1795483972260, json.dumps({"role": "assistant", "time": {"created": 1795483972260},
+                                        "path": {"cwd": "/tmp/st/kilo/proj"}})))]
+    parts = [("prt_1", "msg_1", {"type": "text", "text": '"Second session about walruses, run `echo walrus-two`"'}),
+             ("prt_2", "msg_2", {"type": "step-start", "snapshot": "4b82"}),
+             ("prt_3", "msg_2", {"type": "tool", "tool": "bash", "callID": "call_ad", "state": {
+                 "status": "completed", "input": {"command": "echo walrus-two"}, "output": "walrus-two\n",
+                 "metadata": {"exit": 0, "truncated": False}}}),
+             ("prt_4", "msg_2", {"type": "text", "text": "Done with the walrus."})]
+    for pid, mid, data in parts:
+        rows.append(("INSERT INTO part VALUES (?,?,?,?,?,?)",
+                     (pid, mid, "ses_df4d0df1cffetirRruEbdqdRk1", 0, 0, json.dumps(data))))
+    return ogc_make_db(path, ogc_OPENCODE_SCHEMA, rows)
+
+
+def test_kilo_db_sessions_are_kilo_sessions_with_version_and_resume_command(tmp_path):
+    db = am_kilo_db(tmp_path / ".local" / "share" / "kilo" / "kilo.db")
+    (tmp_path / ".local" / "share" / "kilo" / "opencode.db").write_text("")   # not Kilo's: not listed
+    kilo = PARSERS["kilo"]
+    [root] = kilo.default_roots({"HOME": str(tmp_path)})
+    assert kilo.list_files(root) == [str(db)] and kilo.sidecars(str(db)) == [str(db) + "-wal"]
+    report = ParseReport()
+    [s] = kilo.parse(str(db), report)
+    assert (s.agent, s.session_id, s.name, s.cwd) == ("kilo", "ses_df4d0df1cffetirRruEbdqdRk1", "Kilo renamed walrus",
+                                                      "/tmp/st/kilo/proj")
+    assert texts(s, "user") == ['"Second session about walruses, run `echo walrus-two`"']
+    assert [c.tool for c in s.chunks if c.kind == "tool"] == ["bash"]
+    assert report.versions == {"7.7.9"}
+    assert kilo.resume_command({"session_id": s.session_id}) == "kilo -s ses_df4d0df1cffetirRruEbdqdRk1"
+    assert kilo.default_roots({"XDG_DATA_HOME": "/x", "KILO_DB": "kilo-beta.db"}) == ["/x/kilo", "/x/kilo/kilo-beta.db"]
+
+
+# ==== GitHub Copilot CLI ===========================================================================
+
+def am_copilot_events():
+    def ev(i, etype, data, ts):
+        return {"type": etype, "data": data, "id": "e%d" % i, "timestamp": "2026-03-26T17:50:%02d.000Z" % ts, "parentId": None}
+    return [
+        ev(1, "session.start", {"sessionId": "sid-1", "copilotVersion": "1.0.11", "startTime": "2026-03-26T17:50:00.000Z",
+                                "context": {"cwd": "/home/u/api"}}, 0),
+        ev(2, "system.message", {"content": "You are GitHub Copilot SYSTEMPROMPT", "role": "system"}, 1),
+        ev(3, "user.message", {"content": "why does the migration hang", "transformedContent": "<ctx>why does the migration hang</ctx>"}, 2),
+        ev(4, "assistant.reasoning", {"content": "Check the lock table."}, 3),
+        ev(5, "tool.execution_start", {"toolCallId": "c1", "toolName": "bash", "arguments": {"command": "psql -c 'select 1'"}}, 4),
+        ev(6, "assistant.message", {"content": "Checking locks.", "reasoningText": "Check the lock table.",
+                                    "toolRequests": [{"toolCallId": "c1", "name": "bash", "arguments": "{\"command\": \"psql -c 'select 1'\"}"}]}, 5),
+        ev(7, "tool.execution_complete", {"toolCallId": "c1", "success": False, "result": {"content": "deadlock detected"}}, 6),
+        ev(8, "subagent.started", {"toolCallId": "task-9", "agentName": "explore", "agentDisplayName": "Explore agent"}, 7),
+        ev(9, "assistant.message", {"parentToolCallId": "task-9", "content": "Scanning migrations folder", "toolRequests": []}, 8),
+        ev(10, "assistant.message", {"content": "A migration holds a lock.", "toolRequests": []}, 9),
+    ]
+
+
+def test_copilot_events_merge_tool_call_and_index_each_text_once(tmp_path):
+    folder = tmp_path / "session-state" / "sid-1"
+    path = write_jsonl(folder / "events.jsonl", am_copilot_events())
+    write_file(folder / "workspace.yaml", "id: sid-1\nname: \"Migration hang\"\nsummary: x\n")
+    sessions = parse_file("copilot", path)
+    main = sessions[0]
+    assert main.session_id == "sid-1" and main.cwd == "/home/u/api" and main.name == "Migration hang"
+    assert main.created == "2026-03-26T17:50:00.000Z" and main.modified == "2026-03-26T17:50:09.000Z"
+    assert texts(main, "user") == ["why does the migration hang"]
+    assert texts(main, "thinking") == ["Check the lock table."]           # reasoning event + reasoningText: once
+    tools = [c for c in main.chunks if c.kind == "tool"]
+    assert len(tools) == 1 and "deadlock detected" in tools[0].text and "error:" in tools[0].text
+    assert not any("SYSTEMPROMPT" in c.text for c in main.chunks)
+    assert "Scanning migrations folder" not in texts(main, "assistant")
+
+
+def test_copilot_subagent_events_form_a_child_session(tmp_path):
+    sessions = parse_file("copilot", write_jsonl(tmp_path / "sid-1.jsonl", am_copilot_events()))
+    assert len(sessions) == 2
+    child = sessions[1]
+    assert child.parent == "sid-1" and child.session_id == "sid-1/task-9" and child.name == "Explore agent"
+    assert texts(child, "assistant") == ["Scanning migrations folder"]
+
+
+def test_copilot_cwd_from_folder_trust_and_id_from_file_name(tmp_path):
+    path = write_jsonl(tmp_path / "abc.jsonl", [
+        {"type": "session.info", "data": {"infoType": "folder_trust", "message": "Folder /tmp/x has been added to trusted folders."},
+         "id": "e1", "timestamp": "2025-12-18T22:00:01.000Z"},
+        {"type": "user.message", "data": {"content": "hello"}, "id": "e2", "timestamp": "2025-12-18T22:00:02.000Z"}])
+    s = parse_file("copilot", path)[0]
+    assert s.session_id == "abc" and s.cwd == "/tmp/x"
+
+
+def test_copilot_legacy_history_and_roots(tmp_path):
+    path = write_file(tmp_path / "history-session-state" / "old.json", json.dumps(
+        {"sessionId": "old-1", "workspacePath": "/w", "history": [
+            {"role": "human", "content": "legacy prompt", "time": 1700000000000},
+            {"role": "assistant", "result": "legacy answer", "time": 1700000005000}]}))
+    s = parse_file("copilot", path)[0]
+    assert (s.session_id, s.cwd, texts(s, "user"), texts(s, "assistant")) == ("old-1", "/w", ["legacy prompt"], ["legacy answer"])
+    assert s.created == "2023-11-14T22:13:20.000Z"
+    roots = PARSERS["copilot"].default_roots({"HOME": "/h", "COPILOT_HOME": str(tmp_path)})
+    assert roots[0] == os.path.join(str(tmp_path), "session-state")
+    state = tmp_path / "session-state"
+    write_jsonl(state / "flat.jsonl", am_copilot_events())
+    write_jsonl(state / "sid-1" / "events.jsonl", am_copilot_events())
+    write_jsonl(state / "sid-1" / "other.jsonl", [])
+    assert PARSERS["copilot"].list_files(str(state)) == [str(state / "flat.jsonl"), str(state / "sid-1" / "events.jsonl")]
+
+
+def test_copilot_samples():
+    sessions = sample_sessions("copilot")
+    assert any("List the files" in t for s in sessions for t in texts(s, "user"))
+    assert any("printf" in c.text for s in sessions for c in s.chunks if c.kind == "tool")
+
+
+# ==== Amp ==========================================================================================
+
+def test_amp_thread_title_cwd_tools_and_times(tmp_path):
+    thread = {
+        "v": 12, "id": "T-0001", "title": "Fix CI cache", "created": 1767865803494,
+        "env": {"initial": {"trees": [{"displayName": "my app", "uri": "file:///home/u/my%20app"}]}},
+        "messages": [
+            {"role": "user", "messageId": 0, "content": [{"type": "text", "text": "the CI cache never hits"}],
+             "meta": {"sentAt": 1767865804000}},
+            {"role": "assistant", "messageId": 1, "content": [
+                {"type": "thinking", "thinking": "look at the cache key"},
+                {"type": "text", "text": "Let me look at the workflow."},
+                {"type": "tool_use", "id": "tu1", "name": "Read", "input": {"path": ".github/workflows/ci.yml"}}],
+             "usage": {"model": "x", "timestamp": "2026-01-08T09:50:10.000Z"}},
+            {"role": "user", "messageId": 2, "content": [
+                {"type": "tool_result", "toolUseID": "tu1", "run": {"status": "done", "result": "key: ${{ hashFiles('lock') }}"}}],
+             "meta": {"sentAt": 1767865811000}},
+            {"role": "info", "messageId": 3, "content": [{"type": "summary", "summary": {"type": "message", "summary": "Cache key fixed"}}]},
+        ]}
+    s = parse_file("amp", write_file(tmp_path / "T-0001.json", json.dumps(thread)))[0]
+    assert (s.session_id, s.name, s.cwd) == ("T-0001", "Fix CI cache", "/home/u/my app")
+    assert s.created == "2026-01-08T09:50:03.494Z" and s.modified == "2026-01-08T09:50:11.000Z"
+    assert kinds(s) == ["user", "thinking", "assistant", "tool", "summary"]
+    tool = s.chunks[3]
+    assert tool.path == ".github/workflows/ci.yml" and "hashFiles" in tool.text
+
+
+def test_amp_rejects_other_json(tmp_path):
+    with pytest.raises(NotASessionFile):
+        parse_file("amp", write_file(tmp_path / "settings.json", json.dumps({"amp.url": "x"})))
+
+
+# ==== Goose ========================================================================================
+
+def am_goose_db(path, messages_extra=True):
+    con = sqlite3.connect(str(path))
+    con.executescript("""
+        CREATE TABLE sessions(id TEXT PRIMARY KEY, name TEXT, description TEXT, user_set_name BOOLEAN,
+            session_type TEXT, working_dir TEXT, created_at TIMESTAMP, updated_at TIMESTAMP,
+            parent_session_id TEXT);
+        CREATE TABLE messages(id INTEGER PRIMARY KEY, message_id TEXT, session_id TEXT, role TEXT,
+            content_json TEXT, created_timestamp INTEGER, metadata_json TEXT);
+    """)
+    con.execute("INSERT INTO sessions VALUES('20260101_1', 'Debug flaky test', 'generated title', 1, 'user', '/home/u/svc', "
+                "'2026-01-01 10:00:00', '2026-01-01 10:05:00', NULL)")
+    con.execute("INSERT INTO sessions VALUES('20260101_2', '20260101_2', 'Sub task', 0, 'sub-agent', '/home/u/svc', "
+                "'2026-01-01 10:01:00', '2026-01-01 10:02:00', '20260101_1')")
+    rows = [
+        ("20260101_1", "user", [{"type": "text", "text": "why is test_upload flaky"}], 1767261600, {"userVisible": True, "agentVisible": True}),
+        ("20260101_1", "assistant", [{"type": "thinking", "thinking": "timing issue"},
+                                     {"type": "text", "text": "Running it."},
+                                     {"type": "toolRequest", "id": "r1", "toolCall": {"status": "success", "value": {
+                                         "name": "developer__shell", "arguments": {"command": "pytest -k upload"}}}}], 1767261601, None),
+        ("20260101_1", "user", [{"type": "toolResponse", "id": "r1", "toolResult": {"status": "success", "value": [
+            {"type": "text", "text": "1 failed: TimeoutError"}]}}], 1767261602, None),
+        ("20260101_1", "user", [{"type": "text", "text": "Summary: upload test times out"}], 1767261700,
+         {"userVisible": False, "agentVisible": True}),
+        ("20260101_2", "assistant", [{"type": "text", "text": "sub agent work"}], 1767261660, None),
+    ]
+    for i, (sid, role, content, ts, meta) in enumerate(rows):
+        con.execute("INSERT INTO messages(message_id, session_id, role, content_json, created_timestamp, metadata_json) "
+                    "VALUES(?,?,?,?,?,?)", ("m%d" % i, sid, role, json.dumps(content), ts, json.dumps(meta) if meta else None))
+    con.commit()
+    con.close()
+    return path
+
+
+def test_goose_sqlite_sessions_tools_summary_and_utc_times(tmp_path):
+    sessions = parse_file("goose", am_goose_db(tmp_path / "sessions.db"))
+    main, sub = sessions
+    assert (main.session_id, main.name, main.cwd) == ("20260101_1", "Debug flaky test", "/home/u/svc")
+    assert main.created == "2026-01-01T10:00:00.000Z"          # CURRENT_TIMESTAMP text is UTC
+    assert main.modified == "2026-01-01T10:05:00.000Z"
+    assert kinds(main) == ["user", "thinking", "assistant", "tool", "summary"]
+    assert "TimeoutError" in main.chunks[3].text and main.chunks[3].tool == "developer__shell"
+    assert sub.parent == "20260101_1" and sub.name == "Sub task"
+
+
+def test_goose_unknown_schema_and_legacy_jsonl(tmp_path):
+    other = tmp_path / "other.db"
+    con = sqlite3.connect(str(other))
+    con.execute("CREATE TABLE t(x)")
+    con.commit()
+    con.close()
+    with pytest.raises(NotASessionFile):
+        parse_file("goose", other)
+    legacy = write_jsonl(tmp_path / "legacy" / "myproj.jsonl", [
+        {"working_dir": "/home/u/old", "description": "Old session", "message_count": 1},
+        {"role": "user", "created": 1700000000, "content": [{"type": "text", "text": "legacy goose prompt"}]}])
+    s = parse_file("goose", legacy)[0]
+    assert (s.session_id, s.cwd, s.name, texts(s, "user")) == ("myproj", "/home/u/old", "Old session", ["legacy goose prompt"])
+    assert s.created == "2023-11-14T22:13:20.000Z"
+    am_goose_db(tmp_path / "legacy" / "sessions.db")   # once imported, the old files are not indexed twice
+    assert PARSERS["goose"].list_files(str(tmp_path / "legacy")) == [str(tmp_path / "legacy" / "sessions.db")]
+    assert PARSERS["goose"].default_roots({"HOME": "/h", "GOOSE_PATH_ROOT": "/g"}) == [os.path.join("/g", "data", "sessions")]
+
+
+# ==== Crush ========================================================================================
+
+def am_crush_db(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(str(path))
+    con.executescript("""
+        CREATE TABLE sessions(id TEXT PRIMARY KEY, parent_session_id TEXT, title TEXT NOT NULL,
+            message_count INTEGER, updated_at INTEGER, created_at INTEGER, summary_message_id TEXT);
+        CREATE TABLE messages(id TEXT PRIMARY KEY, session_id TEXT, role TEXT, parts TEXT, model TEXT,
+            created_at INTEGER, updated_at INTEGER, finished_at INTEGER, provider TEXT, is_summary_message INTEGER DEFAULT 0);
+    """)
+    con.execute("INSERT INTO sessions VALUES('s1', NULL, 'Swift parser cleanup', 4, 1754068138, 1754062312, 'm9')")
+    con.execute("INSERT INTO sessions VALUES('title-s1', 's1', 'Generate a title', 1, 1754062312, 1754062312, NULL)")
+    con.execute("INSERT INTO sessions VALUES('call_7', 's1', 'Find tests', 1, 1754062400, 1754062390, NULL)")
+    msgs = [
+        ("m1", "s1", "user", [{"type": "text", "data": {"text": "tidy the KDL lexer"}}], 1754062312, 0),
+        ("m2", "s1", "assistant", [{"type": "reasoning", "data": {"thinking": "start with tokens"}},
+                                   {"type": "text", "data": {"text": "Viewing the lexer."}},
+                                   {"type": "tool_call", "data": {"id": "c1", "name": "view", "input": "{\"file_path\": \"KDLLexer.swift\"}", "finished": True}},
+                                   {"type": "finish", "data": {"reason": "tool_use", "time": 1754062325}}], 1754062312, 0),
+        ("m3", "s1", "tool", [{"type": "tool_result", "data": {"tool_call_id": "c1", "name": "", "content": "struct KDLLexer {}"}}], 1754062325, 0),
+        ("t1", "title-s1", "user", [{"type": "text", "data": {"text": "tidy the KDL lexer"}}], 1754062312, 0),
+        ("m4", "call_7", "assistant", [{"type": "text", "data": {"text": "found 6 test files"}}], 1754062399, 0),
+        ("m9", "s1", "assistant", [{"type": "text", "data": {"text": "Summary so far: lexer tidied"}}], 1754068138, 1),
+    ]
+    for mid, sid, role, parts, ts, summ in msgs:
+        con.execute("INSERT INTO messages VALUES(?,?,?,?,?,?,?,?,?,?)",
+                    (mid, sid, role, json.dumps(parts), "m", ts, ts, None, "p", summ))
+    con.commit()
+    con.close()
+    return path
+
+
+def test_crush_sessions_subagents_title_sessions_and_tools(tmp_path):
+    sessions = parse_file("crush", am_crush_db(tmp_path / "kdl" / ".crush" / "crush.db"))
+    assert [s.session_id for s in sessions] == ["s1", "call_7"]     # "title-" sessions are skipped
+    main, sub = sessions
+    assert main.name == "Swift parser cleanup" and main.cwd == str(tmp_path / "kdl")
+    assert main.created == "2025-08-01T15:31:52.000Z" and main.modified == "2025-08-01T17:08:58.000Z"  # seconds
+    assert kinds(main) == ["user", "thinking", "assistant", "tool", "summary"]
+    assert main.chunks[3].path == "KDLLexer.swift" and "struct KDLLexer" in main.chunks[3].text
+    assert sub.parent == "s1" and texts(sub, "assistant") == ["found 6 test files"]
+    assert sum(t == "tidy the KDL lexer" for s in sessions for t in texts(s, "user")) == 1
+
+
+def test_crush_part_types_it_does_not_know_are_counted_and_the_wal_is_watched(tmp_path):
+    db = am_crush_db(tmp_path / "kdl" / ".crush" / "crush.db")
+    con = sqlite3.connect(str(db))
+    con.execute("INSERT INTO messages VALUES('m5','s1','assistant',?, 'm', 1754062330, 1754062330, NULL, 'p', 0)",
+                (json.dumps([{"type": "hologram", "data": {"text": "?"}}, {"type": "finish", "data": {}}]),))
+    con.commit()
+    con.close()
+    report = ParseReport()
+    PARSERS["crush"].parse(str(db), report)
+    assert report.unknown == {"part hologram": 1}   # `finish` is skipped on purpose
+    assert PARSERS["crush"].sidecars(str(db)) == [str(db) + "-wal"]
+
+
+def test_crush_list_files_enters_dot_crush_only(tmp_path):
+    am_crush_db(tmp_path / "p1" / ".crush" / "crush.db")
+    am_crush_db(tmp_path / "p1" / "node_modules" / "x" / ".crush" / "crush.db")
+    am_crush_db(tmp_path / ".other" / ".crush" / "crush.db")
+    assert PARSERS["crush"].list_files(str(tmp_path)) == [str(tmp_path / "p1" / ".crush" / "crush.db")]
+    assert PARSERS["crush"].default_roots({"HOME": str(tmp_path)}) == []
+
+
+def test_crush_unknown_schema(tmp_path):
+    path = tmp_path / "crush.db"
+    con = sqlite3.connect(str(path))
+    con.execute("CREATE TABLE sessions(x)")
+    con.commit()
+    con.close()
+    with pytest.raises(NotASessionFile):
+        parse_file("crush", path)
+
+
+def test_crush_samples():
+    sessions = sample_sessions("crush")
+    assert any("CRUSH.md" in t for s in sessions for t in texts(s, "user"))
+    assert any(c.tool == "view" for s in sessions for c in s.chunks)
+
+
+# ---------------------------------------------------------------- droid
+
+
+def test_droid_store_title_cwd_reminder_and_tool_join(tmp_path):
+    p = write_jsonl(tmp_path / "s.jsonl", [
+        {"type": "session_start", "id": "d1", "title": "first prompt", "sessionTitle": "Fix build", "cwd": "/w"},
+        {"type": "message", "id": "m1", "timestamp": "2025-12-26T00:00:00Z", "message": {"role": "user", "content": [
+            {"type": "text", "text": "<system-reminder>\nBe concise.\n</system-reminder>\n\nfix the build"}]}},
+        {"type": "message", "id": "m2", "timestamp": "2025-12-26T00:00:01Z", "message": {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "hmm"},
+            {"type": "tool_use", "id": "t1", "name": "Execute", "input": {"command": "make"}}]}},
+        {"type": "message", "id": "m3", "timestamp": "2025-12-26T00:00:02Z", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": "make: ok"}]}},
+    ])
+    [s] = parse_file("droid", p)
+    assert (s.session_id, s.name, s.cwd) == ("d1", "Fix build", "/w")
+    assert texts(s, "user") == ["fix the build"]
+    assert "Be concise" in texts(s, "context")[0]
+    assert kinds(s) == ["context", "user", "thinking", "tool"]
+    assert "command: make" in s.chunks[-1].text and "make: ok" in s.chunks[-1].text
+    assert (s.created, s.modified) == ("2025-12-26T00:00:00.000Z", "2025-12-26T00:00:02.000Z")
+
+
+def test_droid_stream_json_final_text_not_doubled(tmp_path):
+    p = write_jsonl(tmp_path / "x.jsonl", [
+        {"type": "system", "session_id": "sx", "timestamp": 1767812640310, "cwd": "/d"},
+        {"type": "message", "session_id": "sx", "timestamp": 1767812641000, "role": "user", "text": "List files"},
+        {"type": "tool_call", "session_id": "sx", "timestamp": 1767812642000, "id": "c1", "toolName": "Execute",
+         "parameters": {"command": "ls"}},
+        {"type": "tool_result", "session_id": "sx", "timestamp": 1767812643000, "id": "c1",
+         "value": {"stdout": "", "stderr": "boom", "exitCode": 2}},
+        {"type": "message", "session_id": "sx", "timestamp": 1767812643500, "role": "assistant", "text": "Done"},
+        {"type": "completion", "session_id": "sx", "timestamp": 1767812644000, "finalText": "Done"},
+    ])
+    [s] = parse_file("droid", p)
+    assert (s.session_id, s.cwd) == ("sx", "/d")
+    assert texts(s, "assistant") == ["Done"]
+    assert "error:\n" in s.chunks[1].text and "boom" in s.chunks[1].text
+    assert s.created == "2026-01-07T19:04:00.310Z"
+
+
+def test_droid_rejects_other_jsonl(tmp_path):
+    p = write_jsonl(tmp_path / "o.jsonl", [{"foo": 1}])
+    with pytest.raises(NotASessionFile):
+        parse_file("droid", p)
+
+
+# ---------------------------------------------------------------- qwen
+
+ot_SID = "019f0000-0000-7000-8000-0000000000aa"
+
+
+def ot_q(uuid, parent, type_, **kw):
+    d = {"uuid": uuid, "parentUuid": parent, "sessionId": ot_SID, "timestamp": "2026-08-17T12:00:0%dZ" % int(uuid[-1]),
+         "type": type_, "cwd": "/p", "version": "0.21.13"}
+    d.update(kw)
+    return d
+
+
+def test_qwen_fragments_merged_hook_context_and_title(tmp_path):
+    p = write_jsonl(tmp_path / "chats" / (ot_SID + ".jsonl"), [
+        ot_q("u1", None, "user", systemPayload={"displayText": "read the readme", "hookContext": "h"},
+          message={"role": "user", "parts": [{"text": "read the readme"},
+                                             {"text": "<qwen:user-prompt-submit-context>\nh\n</qwen:user-prompt-submit-context>"}]}),
+        ot_q("a2", "u1", "assistant", message={"role": "model", "parts": [{"text": "plan", "thought": True}]}),
+        ot_q("a2", "u1", "assistant", message={"role": "model", "parts": [
+            {"functionCall": {"id": "c1", "name": "read_file", "args": {"path": "/p/README.md"}}}, {"text": "Reading."}]}),
+        ot_q("a2", "u1", "assistant", message={"role": "model", "parts": [{"text": "plan", "thought": True}]}),  # repeat
+        ot_q("r3", "a2", "tool_result", message={"role": "user", "parts": [
+            {"functionResponse": {"id": "c1", "name": "read_file", "response": {"output": "# Hello"}}}]}),
+        ot_q("s4", "r3", "system", subtype="custom_title", systemPayload={"customTitle": "Readme tour"}),
+        ot_q("n5", "s4", "user", subtype="notification", systemPayload={"displayText": "task done"},
+          message={"role": "user", "parts": [{"text": "task done"}]}),
+    ])
+    [s] = parse_file("qwen", p)
+    assert (s.session_id, s.name, s.cwd) == (ot_SID, "Readme tour", "/p")
+    assert texts(s, "user") == ["read the readme"]
+    assert texts(s, "thinking") == ["plan"]          # the repeated fragment is indexed once
+    assert texts(s, "assistant") == ["Reading."]
+    tool = [c for c in s.chunks if c.kind == "tool"][0]
+    assert "# Hello" in tool.text and tool.path == "/p/README.md"
+    assert "task done" in texts(s, "context") and any("user-prompt-submit" in t for t in texts(s, "context"))
+
+
+def test_qwen_failed_shell_command_is_an_error(tmp_path):
+    # Qwen Code 0.15.10: a failed command's result has status "success"; its output names the exit code.
+    out = "Command: %s\nDirectory: (root)\nOutput: %s\nError: (none)\nExit Code: %d\nSignal: 0\nProcess Group PGID: 17649"
+    lines = []
+    for i, (cmd, printed, code) in enumerate([("echo canary-1 && ls", "canary-1", 0), ("echo fail-x; exit 3", "fail-x", 3)]):
+        lines += [
+            ot_q("a%d" % (2 * i + 1), None, "assistant", message={"role": "model", "parts": [
+                {"functionCall": {"id": "call_%d" % i, "name": "run_shell_command", "args": {"command": cmd}}}]}),
+            ot_q("r%d" % (2 * i + 2), None, "tool_result", message={"role": "user", "parts": [
+                {"functionResponse": {"id": "call_%d" % i, "name": "run_shell_command",
+                                      "response": {"output": out % (cmd, printed, code)}}}]},
+                 toolCallResult={"callId": "call_%d" % i, "status": "success", "resultDisplay": printed})]
+    ok, failed = texts(parse_file("qwen", write_jsonl(tmp_path / "chats" / (ot_SID + ".jsonl"), lines))[0], "tool")
+    assert "\noutput:\nCommand: echo canary-1" in ok and "\nerror:\nCommand: echo fail-x; exit 3" in failed
+
+
+def test_qwen_glued_objects_and_wrong_session(tmp_path):
+    a = json.dumps(ot_q("u1", None, "user", message={"role": "user", "parts": [{"text": "one"}]}))
+    b = json.dumps(ot_q("a2", "u1", "assistant", message={"role": "model", "parts": [{"text": "two"}]}))
+    p = write_jsonl(tmp_path / (ot_SID + ".jsonl"), [a + b])
+    [s] = parse_file("qwen", p)
+    assert texts(s, "user") == ["one"] and texts(s, "assistant") == ["two"]
+    other = write_jsonl(tmp_path / "019f0000-0000-7000-8000-0000000000bb.jsonl", [a])
+    with pytest.raises(NotASessionFile):
+        parse_file("qwen", other)
+
+
+def test_qwen_branch_copies_dropped_and_sidechain_is_subagent(tmp_path):
+    p = write_jsonl(tmp_path / (ot_SID + ".jsonl"), [
+        ot_q("u1", None, "user", forkedFrom={"sessionId": "parent-1", "messageUuid": "u1"},
+          message={"role": "user", "parts": [{"text": "old prompt"}]}),
+        ot_q("u2", "u1", "user", message={"role": "user", "parts": [{"text": "new prompt"}]}),
+        ot_q("a3", "u2", "assistant", agentId="explore-1", isSidechain=True,
+          message={"role": "model", "parts": [{"text": "sub work"}]}),
+    ])
+    main, sub = parse_file("qwen", p)
+    assert main.parent == "parent-1" and texts(main, "user") == ["new prompt"]
+    assert sub.parent == ot_SID and texts(sub, "assistant") == ["sub work"]
+
+
+# ---------------------------------------------------------------- kimi
+
+
+def ot_kimi_wire(tmp_path, agent, rows, state=None):
+    sdir = tmp_path / "wd_p_abc" / "session_1"
+    if state is not None:
+        sdir.mkdir(parents=True, exist_ok=True)
+        (sdir / "state.json").write_text(json.dumps(state))
+    return write_jsonl(sdir / "agents" / agent / "wire.jsonl",
+                       [{"type": "metadata", "protocol_version": "1.4", "created_at": 1785612800000}] + rows)
+
+
+def test_kimi_main_title_cwd_injection_and_tools(tmp_path):
+    p = ot_kimi_wire(tmp_path, "main", [
+        {"type": "turn.prompt", "input": [{"type": "text", "text": "run ls"}], "time": 1785612812000},
+        {"type": "context.append_message", "message": {"role": "user", "content": [{"type": "text", "text": "run ls"}],
+                                                       "origin": {"kind": "user"}}, "time": 1785612812001},
+        {"type": "context.append_message", "message": {"role": "user", "content": [
+            {"type": "text", "text": "<system-reminder>plan mode</system-reminder>"}],
+            "origin": {"kind": "injection", "variant": "plan_mode"}}, "time": 1785612812002},
+        {"type": "context.append_loop_event", "event": {"type": "content.part", "stepUuid": "s1",
+                                                        "part": {"type": "think", "think": "use Bash"}}, "time": 1785612813000},
+        {"type": "context.append_loop_event", "event": {"type": "tool.call", "toolCallId": "Bash_0", "name": "Bash",
+                                                        "args": {"command": "ls"}}, "time": 1785612814000},
+        {"type": "context.append_loop_event", "event": {"type": "tool.result", "toolCallId": "Bash_0",
+                                                        "result": {"output": "README.md\n"}}, "time": 1785612815000},
+        {"type": "context.append_loop_event", "event": {"type": "content.part", "stepUuid": "s2",
+                                                        "part": {"type": "text", "text": "Here"}}, "time": 1785612816000},
+        {"type": "context.append_loop_event", "event": {"type": "content.part", "stepUuid": "s2",
+                                                        "part": {"type": "text", "text": " it is."}}, "time": 1785612816001},
+        {"type": "context.apply_compaction", "summary": "We listed files.", "time": 1785612817000},
+    ], state={"title": "run ls", "isCustomTitle": False, "workDir": "/proj", "createdAt": "2026-08-01T19:33:20.000Z",
+              "agents": {"main": {"type": "main", "parentAgentId": None}}})
+    [s] = parse_file("kimi", p)
+    assert (s.session_id, s.name, s.cwd, s.parent) == ("session_1", "run ls", "/proj", None)
+    assert texts(s, "user") == ["run ls"]               # turn.prompt is not indexed twice
+    assert texts(s, "context") == ["<system-reminder>plan mode</system-reminder>"]
+    assert texts(s, "assistant") == ["Here it is."]
+    assert "README.md" in texts(s, "tool")[0] and texts(s, "summary") == ["We listed files."]
+    assert s.created == "2026-08-01T19:33:20.000Z"
+
+
+def test_kimi_code_steering_input_once_and_unknown_ops_counted(tmp_path):
+    p = ot_kimi_wire(tmp_path, "main", [
+        {"type": "turn.steer", "input": [{"type": "text", "text": "use rg instead"}], "origin": {"kind": "user"},
+         "time": 1785612812000},
+        {"type": "context.append_message", "message": {"role": "user", "content": [{"type": "text", "text": "use rg instead"}],
+                                                       "origin": {"kind": "user"}}, "time": 1785612812001},
+        {"type": "turn.steer", "input": [{"type": "text", "text": "stop"}], "time": 1785612813000},
+        {"type": "turn.cancel", "time": 1785612814000}, {"type": "usage.record", "time": 1785612814001},
+        {"type": "hologram.beam", "time": 1785612815000}])
+    report = ParseReport()
+    [s] = PARSERS["kimi"].parse(p, report)
+    assert texts(s, "user") == ["use rg instead", "stop"]   # a cancelled steer is still what the user typed
+    assert report.unknown == {"hologram.beam": 1}
+
+
+def test_kimi_subagent_points_to_parent(tmp_path):
+    p = ot_kimi_wire(tmp_path, "agent-0", [
+        {"type": "context.append_message", "message": {"role": "user", "content": [{"type": "text", "text": "count files"}],
+                                                       "origin": {"kind": "system_trigger", "name": "subagent"}},
+         "time": 1785612812001}],
+        state={"title": "x", "isCustomTitle": True, "customTitle": "Mine", "workDir": "/proj",
+               "agents": {"main": {"parentAgentId": None}, "agent-0": {"type": "sub", "parentAgentId": "main"}}})
+    [s] = parse_file("kimi", p)
+    assert (s.session_id, s.parent, s.name) == ("session_1/agent-0", "session_1", None)
+    assert kinds(s) == ["context"]
+    main = ot_kimi_wire(tmp_path, "main", [])
+    assert parse_file("kimi", main)[0].name == "Mine"
+
+
+def test_kimi_state_json_is_not_a_session(tmp_path):
+    (tmp_path / "state.json").write_text('{"title": "x"}')
+    with pytest.raises(NotASessionFile):
+        parse_file("kimi", tmp_path / "state.json")
+
+
+def ot_kimi_cli_session(tmp_path, events, state=None, cwd="/home/u/proj", sid="e262be1f-673c-4628-9d78-97b1c81d88be"):
+    """A kimi-cli 1.x session as 1.52.0 writes it: ~/.kimi/sessions/<md5(cwd)>/<id>/wire.jsonl, and the
+    work dir in ~/.kimi/kimi.json."""
+    share = tmp_path / ".kimi"
+    share.mkdir(parents=True, exist_ok=True)
+    (share / "kimi.json").write_text(json.dumps({"work_dirs": [{"path": cwd, "kaos": "local", "last_session_id": sid}]}))
+    folder = share / "sessions" / hashlib.md5(cwd.encode()).hexdigest() / sid
+    if state is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "state.json").write_text(json.dumps(state))
+    return write_jsonl(folder / "wire.jsonl", [{"type": "metadata", "protocol_version": "1.10"}] + [
+        {"timestamp": 1795484101.5 + i, "message": {"type": t, "payload": p}} for i, (t, p) in enumerate(events)])
+
+
+ot_KIMI_CLI_EVENTS = [
+    ("TurnBegin", {"user_input": "Now a failing one: run `echo failing-kimi; exit 3`"}),
+    ("StepBegin", {"n": 1}),
+    ("ToolCall", {"type": "function", "id": "call_03", "function": {
+        "name": "Shell", "arguments": "{\"command\": \"echo failing-kimi; exit 3\"}"}, "extras": None}),
+    ("ToolResult", {"tool_call_id": "call_03", "return_value": {
+        "is_error": True, "output": "failing-kimi\n", "message": "Command failed with exit code: 3.",
+        "display": [{"type": "brief", "text": "Failed with exit code: 3"}], "extras": None}}),
+    ("StatusUpdate", {"context_tokens": 50}),
+    ("StepBegin", {"n": 2}),
+    ("ContentPart", {"type": "think", "think": "It exited with 3."}),
+    ("ContentPart", {"type": "text", "text": "The command failed"}),
+    ("ContentPart", {"type": "text", "text": " with code 3."}),
+    ("SubagentEvent", {"agent_id": "a1", "event": {"type": "ContentPart", "payload": {"type": "text", "text": "copy"}}}),
+    ("TurnEnd", {}),
+]
+
+
+def test_kimi_cli_wire_prompts_tools_failures_cwd_and_resume(tmp_path):
+    p = ot_kimi_cli_session(tmp_path, ot_KIMI_CLI_EVENTS, state={
+        "version": 1, "custom_title": "Now a failing one: run `echo failing-kimi; exit 3`", "title_generated": False})
+    assert PARSERS["kimi"].list_files(str(tmp_path / ".kimi" / "sessions")) == [str(p)]
+    report = ParseReport()
+    [s] = PARSERS["kimi"].parse(str(p), report)
+    assert (s.session_id, s.cwd, s.parent) == ("e262be1f-673c-4628-9d78-97b1c81d88be", "/home/u/proj", None)
+    assert s.name is None   # the automatic title is the shortened first prompt
+    assert kinds(s) == ["user", "tool", "thinking", "assistant"]   # the sub-agent's copy is not indexed
+    tool = s.chunks[1]
+    assert tool.tool == "Shell" and "error:" in tool.text and "exit code: 3" in tool.text and "failing-kimi" in tool.text
+    assert texts(s, "assistant") == ["The command failed with code 3."]
+    assert s.created == "2026-11-24T01:35:01.500Z" and s.modified == "2026-11-24T01:35:11.500Z"
+    assert not report.unknown
+    assert PARSERS["kimi"].resume_command({"session_id": s.session_id, "cwd": s.cwd, "path": str(p)}) == \
+        "cd /home/u/proj && kimi -r e262be1f-673c-4628-9d78-97b1c81d88be"
+
+
+def test_kimi_cli_title_set_by_the_user_is_the_name_and_unknown_events_are_counted(tmp_path):
+    p = ot_kimi_cli_session(tmp_path, ot_KIMI_CLI_EVENTS[:1] + [("Hologram", {})],
+                            state={"custom_title": "Exit codes", "title_generated": True})
+    report = ParseReport()
+    [s] = PARSERS["kimi"].parse(str(p), report)
+    assert s.name == "Exit codes" and report.unknown == {"Hologram": 1}
+
+
+def test_kimi_cli_subagent_wire_is_its_own_session(tmp_path):
+    ot_kimi_cli_session(tmp_path, ot_KIMI_CLI_EVENTS[:1])
+    [session] = (tmp_path / ".kimi" / "sessions").glob("*/*")
+    sub = session / "subagents" / "a1" / "wire.jsonl"
+    write_jsonl(sub, [{"type": "metadata", "protocol_version": "1.10"},
+                         {"timestamp": 1795484200.0, "message": {"type": "TurnBegin", "payload": {"user_input": "count files"}}}])
+    (sub.parent / "meta.json").write_text(json.dumps({"agent_id": "a1", "description": "Count the files"}))
+    assert len(PARSERS["kimi"].list_files(str(tmp_path / ".kimi" / "sessions"))) == 2
+    [s] = parse_file("kimi", sub)
+    assert (s.session_id, s.parent, s.name, s.cwd) == ("e262be1f-673c-4628-9d78-97b1c81d88be/a1",
+                                                       "e262be1f-673c-4628-9d78-97b1c81d88be", "Count the files", "/home/u/proj")
+
+
+def test_kimi_cli_0x_context_file_is_a_session(tmp_path):
+    # kimi-cli 0.x: ~/.kimi/sessions/<md5(cwd)>/<id>.jsonl holds the model's context, nothing else.
+    (tmp_path / "kimi.json").write_text(json.dumps({"work_dirs": [{"path": "/w"}]}))
+    group = tmp_path / "sessions" / hashlib.md5(b"/w").hexdigest()
+    p = write_jsonl(group / "1279524b-c991-4a49-ae24-df1ac18c2d62.jsonl", [
+        {"role": "_checkpoint", "id": 0},
+        {"role": "user", "content": "list the files"},
+        {"role": "user", "content": [{"type": "text", "text": "<system>CHECKPOINT 1</system>"}]},
+        {"role": "_usage", "token_count": 50},
+        {"role": "assistant", "content": [{"type": "think", "think": "use ls"}, {"type": "text", "text": "Listing."}],
+         "tool_calls": [{"type": "function", "id": "c1", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]},
+        {"role": "tool", "content": [{"type": "text", "text": "README.md"}], "tool_call_id": "c1"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"type": "function", "id": "c2", "function": {"name": "Bash", "arguments": "{\"command\": \"exit 3\"}"}}]},
+        {"role": "tool", "content": [{"type": "text", "text": "<system>ERROR: Command failed with exit code: 3.</system>"}],
+         "tool_call_id": "c2"}])
+    write_jsonl(group / "1279524b-c991-4a49-ae24-df1ac18c2d62_1.jsonl", [{"role": "user", "content": "old"}])
+    assert PARSERS["kimi"].list_files(str(tmp_path / "sessions")) == [str(p)]   # a rotated history is not listed
+    [s] = parse_file("kimi", p)
+    assert (s.session_id, s.cwd) == ("1279524b-c991-4a49-ae24-df1ac18c2d62", "/w")
+    assert kinds(s) == ["user", "thinking", "assistant", "tool", "tool"] and "README.md" in texts(s, "tool")[0]
+    assert "error:" in texts(s, "tool")[1]   # kimi-cli 0.50 says a command failed only in the text
+
+
+def test_kimi_default_roots_cover_kimi_code_and_kimi_cli():
+    assert PARSERS["kimi"].default_roots({"HOME": "/h"}) == ["/h/.kimi-code/sessions", "/h/.kimi/sessions"]
+    assert PARSERS["kimi"].default_roots({"HOME": "/h", "KIMI_SHARE_DIR": "/k"})[1] == "/k/sessions"
+
+
+# ---------------------------------------------------------------- openclaw
+
+
+def test_openclaw_injected_context_and_tools(tmp_path):
+    p = write_jsonl(tmp_path / "a.jsonl", [
+        {"type": "session", "id": "oc1", "version": 3, "timestamp": "2026-02-24T10:00:00Z", "cwd": "/r"},
+        {"type": "custom_message", "customType": "openclaw.runtime-context", "content": "runtime ctx", "display": False,
+         "id": "c", "timestamp": "2026-02-24T10:00:01Z"},
+        {"type": "message", "id": "m0", "timestamp": "2026-02-24T10:00:01Z", "message": {"role": "user", "content": [
+            {"type": "text", "text": "Read HEARTBEAT.md if it exists and consider outstanding tasks."}]}},
+        {"type": "message", "id": "m1", "timestamp": "2026-02-24T10:00:02Z", "message": {"role": "user", "content": [
+            {"type": "text", "text": "git status please"}]}},
+        {"type": "message", "id": "m2", "timestamp": "2026-02-24T10:00:03Z", "message": {"role": "assistant", "content": [
+            {"type": "toolCall", "id": "t1", "name": "run_terminal", "arguments": {"command": "git status"}}]}},
+        {"type": "message", "id": "m3", "timestamp": "2026-02-24T10:00:04Z", "message": {
+            "role": "toolResult", "toolCallId": "t1", "toolName": "run_terminal", "content": "clean", "isError": False}},
+    ])
+    [s] = parse_file("openclaw", p)
+    assert (s.session_id, s.cwd) == ("oc1", "/r")
+    assert texts(s, "user") == ["git status please"]
+    assert len(texts(s, "context")) == 2
+    assert "clean" in texts(s, "tool")[0]
+    assert (s.created, s.modified) == ("2026-02-24T10:00:00.000Z", "2026-02-24T10:00:04.000Z")
+
+
+# ---------------------------------------------------------------- grok
+
+
+def test_grok_summary_title_synthetic_context_and_subagent_parent(tmp_path):
+    bucket = tmp_path / "%2Ftmp%2Fp"
+    (bucket / "parent1" / "subagents" / "child1").mkdir(parents=True)
+    (bucket / "parent1" / "subagents" / "child1" / "meta.json").write_text(json.dumps({"parent_session_id": "parent1"}))
+    (bucket / "child1").mkdir()
+    (bucket / "child1" / "summary.json").write_text(json.dumps({
+        "info": {"id": "child1", "cwd": "/tmp/p"}, "generated_title": "Count files", "session_summary": "x",
+        "created_at": "2026-07-31T10:13:27.574131Z", "updated_at": "2026-07-31T10:15:02.118940Z"}))
+    p = write_jsonl(bucket / "child1" / "chat_history.jsonl", [
+        {"type": "system", "content": "You are Grok."},
+        {"type": "user", "content": [{"type": "text", "text": "<user_info>OS</user_info>"}], "synthetic_reason": "environment_context"},
+        {"type": "user", "content": [{"type": "text", "text": "count py files"}], "prompt_index": 0},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "use find"}], "encrypted_content": "zzz"},
+        {"type": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "run_terminal_cmd",
+                                                               "arguments": "{\"command\":\"find . | wc -l\"}"}]},
+        {"type": "tool_result", "tool_call_id": "c1", "content": "3\n"},
+    ])
+    assert PARSERS["grok"].list_files(str(tmp_path)) == [p]  # subagents/ copies are not listed
+    [s] = parse_file("grok", p)
+    assert (s.session_id, s.name, s.cwd, s.parent) == ("child1", "Count files", "/tmp/p", "parent1")
+    assert kinds(s) == ["context", "user", "thinking", "tool"]
+    assert "command: find . | wc -l" in s.chunks[-1].text and "zzz" not in "".join(c.text for c in s.chunks)
+    assert (s.created, s.modified) == ("2026-07-31T10:13:27.574Z", "2026-07-31T10:15:02.118Z")
+
+
+# ---------------------------------------------------------------- hermes
+
+
+def test_hermes_state_db(tmp_path):
+    db = tmp_path / "state.db"
+    con = sqlite3.connect(str(db))
+    con.executescript("""
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT, model TEXT, model_config TEXT, started_at REAL,
+                               ended_at REAL, title TEXT, parent_session_id TEXT);
+        CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id TEXT, role TEXT, content TEXT, tool_call_id TEXT,
+                               tool_calls TEXT, tool_name TEXT, timestamp REAL, reasoning TEXT);
+    """)
+    con.execute("INSERT INTO sessions VALUES ('h1','cli','m','{\"cwd\": \"/w\"}',1777500000,1777500100,'Dir check',NULL)")
+    con.execute("INSERT INTO sessions VALUES ('h2','cli','m','{}',1777500200,NULL,NULL,'h1')")
+    con.execute("INSERT INTO messages VALUES (1,'h1','user','where am I',NULL,NULL,NULL,1777500001,NULL)")
+    con.execute("INSERT INTO messages VALUES (2,'h1','assistant','',NULL,"
+                "'[{\"id\":\"c1\",\"function\":{\"name\":\"shell\",\"arguments\":\"{\\\"command\\\":\\\"pwd\\\"}\"}}]',"
+                "NULL,1777500002,'think')")
+    con.execute("INSERT INTO messages VALUES (3,'h1','tool','/w','c1',NULL,'shell',1777500003,NULL)")
+    con.execute("INSERT INTO messages VALUES (4,'h2','user','[SYSTEM: The user has invoked the x skill]',NULL,NULL,NULL,1777500201,NULL)")
+    con.commit()
+    con.close()
+    h1, h2 = sorted(parse_file("hermes", db), key=lambda s: s.session_id)
+    assert (h1.name, h1.cwd, h1.parent) == ("Dir check", "/w", None)
+    assert kinds(h1) == ["user", "thinking", "tool"] and "command: pwd" in h1.chunks[-1].text
+    assert h1.created == "2026-04-29T22:00:00.000Z" and h1.modified == "2026-04-29T22:01:40.000Z"
+    assert h2.parent == "h1" and kinds(h2) == ["context"]
+
+
+def test_hermes_019_cwd_column_and_failed_terminal_call(tmp_path):
+    # Hermes 0.19: the working directory is a column of sessions (model_config no longer has it), and
+    # the terminal tool answers {"output", "exit_code", "error"} as JSON.
+    db = tmp_path / "state.db"
+    con = sqlite3.connect(str(db))
+    con.executescript("""
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT NOT NULL, model TEXT, model_config TEXT,
+                               parent_session_id TEXT, started_at REAL NOT NULL, ended_at REAL, cwd TEXT,
+                               git_branch TEXT, title TEXT);
+        CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id TEXT, role TEXT, content TEXT, tool_call_id TEXT,
+                               tool_calls TEXT, tool_name TEXT, timestamp REAL, reasoning TEXT);
+    """)
+    con.execute("INSERT INTO sessions VALUES ('20261125_020606_115c43','cli','mock-model',"
+                "'{\"max_iterations\": 90, \"reasoning_config\": null}',NULL,1795572368.39054,NULL,"
+                "'/home/u/work',NULL,NULL)")
+    calls = '[{"id": "call_%s", "call_id": "call_%s", "type": "function", "function": {"name": "terminal", ' \
+            '"arguments": "{\\"command\\": \\"%s\\"}"}}]'
+    rows = [(1, "user", "Check the canary", None, None, None),
+            (2, "assistant", "", None, calls % ("a", "a", "echo canary-1 && ls"), None),
+            (3, "tool", '{"output": "canary-1", "exit_code": 0, "error": null}', "call_a", None, "terminal"),
+            (4, "assistant", "", None, calls % ("b", "b", "echo fail-x; exit 3"), None),
+            (5, "tool", '{"output": "fail-x", "exit_code": 3, "error": null}', "call_b", None, "terminal")]
+    for i, role, content, tcid, tcalls, tname in rows:
+        con.execute("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,NULL)",
+                    (i, "20261125_020606_115c43", role, content, tcid, tcalls, tname, 1795572368.4 + i))
+    con.commit()
+    con.close()
+    [s] = parse_file("hermes", db)
+    assert s.cwd == "/home/u/work"
+    ok, failed = [c.text for c in s.chunks if c.kind == "tool"]
+    assert ok == "tool: terminal\ncommand: echo canary-1 && ls\noutput:\ncanary-1"
+    assert failed == "tool: terminal\ncommand: echo fail-x; exit 3\nerror:\nfail-x"
+
+
+def test_hermes_unknown_sqlite_schema(tmp_path):
+    db = tmp_path / "state.db"
+    con = sqlite3.connect(str(db))
+    con.execute("CREATE TABLE other (x)")
+    con.commit()
+    con.close()
+    with pytest.raises(NotASessionFile):
+        parse_file("hermes", db)
+
+
+def test_hermes_legacy_json(tmp_path):
+    p = tmp_path / "session_1.json"
+    p.write_text(json.dumps({"session_id": "s1", "session_start": "2026-04-29T20:00:00Z",
+                             "last_updated": "2026-04-29T20:00:04Z", "model_config": {"cwd": "/x"},
+                             "messages": [{"role": "user", "content": "hello"}, {"role": "session_meta"}]}))
+    [s] = parse_file("hermes", p)
+    assert (s.session_id, s.cwd, texts(s, "user")) == ("s1", "/x", ["hello"])
+
+
+# ---------------------------------------------------------------- antigravity
+
+
+def test_antigravity_user_request_and_ordered_tool_outputs(tmp_path):
+    p = write_jsonl(tmp_path / "conv-1" / ".system_generated" / "logs" / "transcript.jsonl", [
+        {"step_index": 0, "source": "USER_EXPLICIT", "type": "USER_INPUT", "created_at": "2026-06-26T21:16:16Z",
+         "content": "<USER_REQUEST>\nList the files.\n</USER_REQUEST>\n<USER_SETTINGS_CHANGE>model</USER_SETTINGS_CHANGE>"},
+        {"step_index": 1, "source": "MODEL", "type": "PLANNER_RESPONSE", "created_at": "2026-06-26T21:16:17Z",
+         "thinking": "list it", "tool_calls": [{"name": "list_dir", "args": {"DirectoryPath": "\"/tmp/repo\""}},
+                                                {"name": "run_command", "args": {"CommandLine": "\"ls -a\""}}]},
+        {"step_index": 2, "source": "MODEL", "type": "LIST_DIRECTORY", "created_at": "2026-06-26T21:16:18Z", "content": "a.txt"},
+        {"step_index": 3, "source": "MODEL", "type": "RUN_COMMAND", "created_at": "2026-06-26T21:16:19Z", "content": ".\n..\na.txt"},
+        {"step_index": 4, "source": "SYSTEM", "type": "SYSTEM_MESSAGE", "created_at": "2026-06-26T21:16:20Z", "content": "sys"},
+    ])
+    assert PARSERS["antigravity"].list_files(str(tmp_path)) == [p]
+    [s] = parse_file("antigravity", p)
+    assert s.session_id == "conv-1"
+    assert texts(s, "user") == ["List the files."]
+    assert texts(s, "context") == ["<USER_SETTINGS_CHANGE>model</USER_SETTINGS_CHANGE>", "sys"]
+    t1, t2 = texts(s, "tool")
+    assert "DirectoryPath: /tmp/repo" in t1 and "a.txt" in t1
+    assert "CommandLine: ls -a" in t2 and ".." in t2
+    assert [c.path for c in s.chunks if c.kind == "tool"] == ["/tmp/repo", None]
+
+
+# ---------------------------------------------------------------- samples
+
+ot_SAMPLE_DIRS = [("droid", "factory-droid"), ("qwen", "qwen"), ("kimi", "kimi"), ("openclaw", "openclaw"),
+               ("grok", "grok"), ("hermes", "hermes"), ("antigravity", "antigravity")]
+
+
+@pytest.mark.parametrize("agent,folder", ot_SAMPLE_DIRS)
+def test_samples(agent, folder):
+    root = os.path.join(SAMPLES, folder)
+    if not os.path.isdir(root):
+        pytest.skip("samples absent")
+    sessions = 0
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            try:
+                got = PARSERS[agent].parse(os.path.join(dirpath, f), ParseReport())
+            except NotASessionFile:
+                continue
+            assert got, f
+            for s in got:
+                assert s.session_id and s.created and s.modified
+                assert all(c.kind in ("user", "assistant", "tool", "thinking", "summary", "custom", "context")
+                           for c in s.chunks)
+            sessions += len(got)
+            text = "\n".join(c.text for s in got for c in s.chunks if c.kind in ("user", "tool"))
+            assert text, "no user prompt or tool call indexed from %s" % f
+    assert sessions >= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Agents together: one conversation in several layouts, discovery without config, the samples
+# ---------------------------------------------------------------------------------------------
+
+def render_conversation(fmt, root, sid, cwd, turns, start="2026-05-01T10:00:00"):
+    """Write one conversation [(user text, assistant text, [(command, output)])] in pi, Claude Code
+    or Codex layout under an agent's home folder `root`; returns the file path."""
+    clock = iter(range(10, 10000))
+
+    def ts():
+        return "%s.%03dZ" % (start, next(clock))
+    if fmt == "pi":
+        w = PiWriter(os.path.join(str(root), "sessions"), sid, cwd=cwd, start=start + ".000Z")
+        for user, answer, calls in turns:
+            w.user(user)
+            for command, output in calls:
+                w.tool("bash", {"command": command}, output)
+            w.assistant(answer)
+        return w.save()
+    records = []
+    if fmt == "claude":
+        n = iter(range(1, 10000))
+
+        def rec(rtype, message):
+            records.append({"type": rtype, "uuid": "u%d" % next(n), "sessionId": sid, "cwd": cwd, "timestamp": ts(),
+                            "isSidechain": False, "version": "2.1.14", "message": message})
+        for user, answer, calls in turns:
+            rec("user", {"role": "user", "content": user})
+            for i, (command, output) in enumerate(calls):
+                tid = "toolu_%d" % next(n)
+                rec("assistant", {"id": "msg_%s" % tid, "role": "assistant",
+                                  "content": [{"type": "tool_use", "id": tid, "name": "Bash", "input": {"command": command}}]})
+                rec("user", {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tid, "content": output}]})
+            rec("assistant", {"id": "msg_%d" % next(n), "role": "assistant", "content": [{"type": "text", "text": answer}]})
+        path = os.path.join(str(root), "projects", "".join(c if c.isalnum() else "-" for c in cwd), sid + ".jsonl")
+    else:
+        records.append({"timestamp": ts(), "type": "session_meta",
+                        "payload": {"id": sid, "timestamp": start + ".000Z", "cwd": cwd, "originator": "codex_cli_rs"}})
+        for user, answer, calls in turns:
+            records.append({"timestamp": ts(), "type": "response_item", "payload": {
+                "type": "message", "role": "user", "content": [{"type": "input_text", "text": user}]}})
+            for i, (command, output) in enumerate(calls):
+                cid = "call_%d_%d" % (len(records), i)
+                records.append({"timestamp": ts(), "type": "response_item", "payload": {
+                    "type": "function_call", "name": "shell", "call_id": cid,
+                    "arguments": json.dumps({"command": ["bash", "-lc", command]})}})
+                records.append({"timestamp": ts(), "type": "response_item", "payload": {
+                    "type": "function_call_output", "call_id": cid, "output": output}})
+            records.append({"timestamp": ts(), "type": "response_item", "payload": {
+                "type": "message", "role": "assistant", "content": [{"type": "output_text", "text": answer}]}})
+        day = start[:10].replace("-", "/")
+        path = os.path.join(str(root), "sessions", day, "rollout-%s-%s.jsonl" % (start.replace(":", "-"), sid))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        for r in records:
+            f.write(line(r))
+    return path
+
+
+CONVERSATIONS = [
+    ("0a0a0a0a-1111-4111-8111-000000000001", "/home/dev/api", [
+        ("The payments webhook retries too fast and partners complain.",
+         "Added exponential backoff with jitter to webhook retries.", [("pytest tests/test_webhooks.py", "5 passed")])]),
+    ("0a0a0a0a-1111-4111-8111-000000000002", "/home/dev/web", [
+        ("Dark mode colours are wrong in the settings page.", "Fixed the CSS variables for dark mode.", []),
+        ("Also the toggle does not persist.", "Stored the theme in localStorage.", [("npm test", "ok theme persists")])]),
+    ("0a0a0a0a-1111-4111-8111-000000000003", "/home/dev/infra", [
+        ("Terraform plan fails with a state lock error.", "Another run held the lock; released it.",
+         [("terraform force-unlock 1234", "Terraform state has been successfully unlocked!")])]),
+    ("0a0a0a0a-1111-4111-8111-000000000004", "/home/dev/api", [
+        ("Webhook payloads need a signature header.", "Signed payloads with HMAC SHA256.", [])]),
+]
+
+CROSS_QUERIES = ["webhook retries backoff", "dark mode toggle", "terraform lock", "webhook signature",
+                 "force-unlock", "localStorage theme", "partners complain jitter"]
+
+
+def test_the_same_conversations_rank_the_same_in_pi_claude_and_codex_layouts(tmp_path, monkeypatch, capsys, env):
+    rankings = {}
+    for fmt in ("pi", "claude", "codex"):
+        home = tmp_path / fmt
+        for sid, cwd, turns in CONVERSATIONS:
+            render_conversation(fmt, home, sid, cwd, turns)
+        sub = {"pi": "sessions", "claude": "projects", "codex": "sessions"}[fmt]
+        write_config({"sources": [{"parser": fmt, "path": str(home / sub)}]}, tmp_path)
+        monkeypatch.setenv("SESAME_DATA_DIR", str(tmp_path / ("data-" + fmt)))
+        rankings[fmt] = [search_ids(capsys, q) for q in CROSS_QUERIES]
+        rankings[fmt].append(search_ids(capsys, "terraform", "--tool", "bash"))
+    assert rankings["pi"] == rankings["claude"] == rankings["codex"]
+    assert rankings["pi"][0][0].endswith("01") and rankings["pi"][2] == [CONVERSATIONS[2][0]]
+
+
+def test_without_config_sessions_of_several_agents_in_their_default_places_are_found(tmp_path, env, capsys):
+    os.remove(tmp_path / "config" / "config.jsonc")
+    home = tmp_path / "home"
+    words = {"pi": "aardvark", "claude": "bandicoot", "codex": "capybara"}
+    for n, (fmt, word) in enumerate(words.items()):
+        root = {"pi": home / ".pi" / "agent", "claude": home / ".claude", "codex": home / ".codex"}[fmt]
+        render_conversation(fmt, root, "0b0b0b0b-2222-4222-8222-00000000000%d" % n, "/home/dev/zoo",
+                            [("Tell me about the %s." % word, "The %s is an animal." % word, [])])
+    gemini = home / ".gemini" / "tmp" / "zoo" / "chats"
+    gemini.mkdir(parents=True)
+    with open(gemini / "session-2026-05-01T10-00-g9.jsonl", "w") as f:
+        f.write(line({"sessionId": "g-9", "projectHash": "ab", "startTime": "2026-05-01T10:00:00.000Z",
+                      "lastUpdated": "2026-05-01T10:00:05.000Z", "kind": "main"}))
+        f.write(line({"id": "u1", "timestamp": "2026-05-01T10:00:01Z", "type": "user", "content": [{"text": "and the dugong?"}]}))
+        f.write(line({"id": "a1", "timestamp": "2026-05-01T10:00:02Z", "type": "gemini", "content": "A dugong swims."}))
+    words["gemini"] = "dugong"
+    for agent, word in words.items():
+        code, out, err = run(capsys, "search", word, "--json")
+        results = json.loads(out)["results"]
+        assert [r["agent"] for r in results] == [agent], (agent, err)
+    code, out, _ = run(capsys, "sources", "--json")
+    active = {s["agent"] for s in json.loads(out)["sources"] if s["active"]}
+    assert {"pi", "claude", "codex", "gemini"} <= active
+
+
+def test_sources_counts_the_files_found_per_agent_and_why_some_were_not_indexed(env, capsys):
+    PiWriter(env, "aaaa0001-one").user("the first session").save()
+    PiWriter(env, "aaaa0002-two").user("the second session").save()
+    with open(os.path.join(str(env), "notes.jsonl"), "w") as f:
+        f.write("this is not a session\n")
+    run(capsys, "index")
+    pi = next(s for s in json.loads(run(capsys, "sources", "--json")[1])["sources"] if s["agent"] == "pi")
+    assert (pi["filesFound"], pi["filesIndexed"], pi["filesNotIndexed"], pi["sessionsIndexed"]) == (3, 2, {"skipped": 1}, 2)
+    code, out, _ = run(capsys, "sources")
+    assert "3 files (1 not a session file)" in out and "sesame status" in out
+
+
+def test_forget_list_says_when_nothing_is_forgotten(env, capsys):
+    code, out, _ = run(capsys, "forget", "--list")
+    assert code == 0 and "No session is forgotten" in out
+    assert json.loads(run(capsys, "forget", "--list", "--json")[1]) == {"forgotten": []}
+
+
+SAMPLE_AGENTS = {  # samples folder -> (parser id, sessions its files hold)
+    "aider": ("aider", 18), "antigravity": ("antigravity", 2), "claude-code": ("claude", 7), "codex": ("codex", 9),
+    "copilot": ("copilot", 5), "crush": ("crush", 1), "cursor": ("cursor", 8), "factory-droid": ("droid", 6),
+    "gemini": ("gemini", 4), "grok": ("grok", 2), "hermes": ("hermes", 3), "kimi": ("kimi", 3),
+    "openclaw": ("openclaw", 3), "opencode": ("opencode", 3), "pi": ("pi", 5), "qwen": ("qwen", 5),
+}
+INJECTED = ("<environment_context>", "<system-reminder>", "<user_info>", "<command-name>", "# AGENTS.md",
+            "Caveat: The messages below", "<local-command-stdout>", "<permissions instructions>")
+
+
+@pytest.mark.skipif(not os.path.isdir(SAMPLES), reason="../shared/samples not present")
+@slow
+def test_every_sample_file_is_indexed_or_reported_and_its_prompts_and_commands_are_findable(tmp_path, env, capsys):
+    sources = []
+    for folder, (agent, _) in SAMPLE_AGENTS.items():
+        for root, _, files in os.walk(os.path.join(SAMPLES, folder)):
+            sources += [{"parser": agent, "path": os.path.join(root, f)} for f in files]
+    write_config({"sources": sources}, tmp_path)
+    code, out, err = run(capsys, "index", "--json")
+    summary = json.loads(out)
+    assert code == 0 and summary["filesSeen"] == len(sources)
+    assert all(p["reason"].startswith("not a ") for p in summary["skipped"]), summary["skipped"]
+    status = json.loads(run(capsys, "status", "--json")[1])
+    assert {p["agent"]: p["sessions"] for p in status["perAgent"]} == {a: n for a, n in SAMPLE_AGENTS.values()}
+    import sqlite3 as sq
+    con = sq.connect(str(tmp_path / "data" / "index.sqlite"))
+    rows = con.execute("SELECT s.agent, s.session_id, c.kind, c.text FROM chunks c JOIN sessions s ON s.id = c.session "
+                       "ORDER BY s.id, c.seq").fetchall()
+    missed, checked, injected = [], {}, []
+    for agent, session_id, kind, text in rows:
+        text = sesame.unpack(text)
+        if kind == "user" and any(marker in text for marker in INJECTED):
+            injected.append((agent, session_id, text[:80]))
+        key = (agent, session_id, kind)
+        if kind not in ("user", "tool") or key in checked:
+            continue
+        body = text.split("command:", 1)[1].split("\n")[0] if kind == "tool" and "command:" in text else text
+        words = [w for w in re.findall(r"[^\W\d_]{4,}", body)][:5]
+        if kind == "tool" and "command:" not in text or len(words) < 2:
+            continue
+        checked[key] = True
+        flags = ["--tools"] if kind == "tool" else []
+        code, out, _ = run(capsys, "search", " ".join(words), "--agent", agent, "--limit", "50", "--json",
+                           "--no-refresh", *flags)
+        if session_id not in [r["sessionId"] for r in json.loads(out)["results"]]:
+            missed.append((agent, session_id, kind, words))
+    assert injected == []
+    assert missed == []
+    assert {a for a, _, k in checked if k == "user"} >= {"claude", "codex", "pi", "aider", "gemini", "cursor", "qwen"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Real samples (../shared/samples), when present
+# ---------------------------------------------------------------------------------------------
+
+needs_samples = pytest.mark.skipif(not os.path.isdir(SAMPLES), reason="../shared/samples not present")
+
+
+@needs_samples
+@slow
+def test_every_pi_sample_user_message_is_findable(tmp_path, capsys, env):
+    write_config({"sources": [{"parser": "pi", "path": os.path.join(SAMPLES, "pi")}]}, tmp_path)
+    code, out, err = run(capsys, "index", "--json")
+    assert code == 0 and json.loads(out)["sessions"] >= 4
+    import re
+    missed = []
+    for root, _, files in os.walk(os.path.join(SAMPLES, "pi")):
+        for f in files:
+            path = os.path.join(root, f)
+            (s,) = sesame.PARSERS["pi"].parse(path, sesame.ParseReport())
+            for c in [c for c in s.chunks if c.kind == "user"][:25]:
+                words = [w for w in re.findall(r"[A-Za-z]{5,}", c.text)][:4]
+                if len(words) < 2:
+                    continue
+                code, out, _ = run(capsys, "search", " ".join(words), "--json", "--limit", "20", "--no-refresh")
+                if s.session_id not in [r["sessionId"] for r in json.loads(out)["results"]]:
+                    missed.append((f, words))
+    assert missed == []
+
+
+# ---------------------------------------------------------------------------------------------
 # Index
 # ---------------------------------------------------------------------------------------------
 
@@ -700,7 +3532,7 @@ def test_the_session_an_agent_runs_in_is_marked_current_and_ranked_last(env, cap
     for key, text in (("own", "search for the zephyr lattice session: sesame search zephyr lattice zephyr lattice"),
                       ("old", "the zephyr lattice failed to converge")):
         recs = [dict(cc_cl_user("u1", "2026-02-0%dT10:00:00.000Z" % (1 + len(key)), text), sessionId=ids[key])]
-        cc_write_jsonl(projects / "-home-u-proj" / (ids[key] + ".jsonl"), recs)
+        write_jsonl(projects / "-home-u-proj" / (ids[key] + ".jsonl"), recs)
     assert search_ids(capsys, "zephyr lattice")[0] == ids["own"]     # outside the agent: BM25 alone
     monkeypatch.setenv("CLAUDE_CODE_SESSION_ID", ids["own"])
     data = json.loads(run(capsys, "search", "zephyr lattice", "--json")[1])
@@ -2039,2928 +4871,6 @@ def test_the_official_mcp_python_sdk_client_uses_every_tool(corpus, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# Agent parsers: one block per agent section of sesame.py. Each pins that agent's traps with small
-# literal files written here, then checks every file of ../shared/samples/<agent> when present.
-# ---------------------------------------------------------------------------------------------
-
-def cc_write_jsonl(path, records, raw_tail=""):
-    os.makedirs(os.path.dirname(str(path)), exist_ok=True)
-    with open(str(path), "w") as f:
-        for r in records:
-            f.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
-        f.write(raw_tail)
-    return str(path)
-
-
-def cc_kinds(s):
-    return [c.kind for c in s.chunks]
-
-
-def cc_texts(s, kind):
-    return [c.text for c in s.chunks if c.kind == kind]
-
-
-# ==================================================================================================
-# Claude Code
-# ==================================================================================================
-
-cc_SID = "11111111-2222-4333-8444-555555555555"
-
-
-def cc_cl(rtype, uuid, ts, **kw):
-    rec = {"type": rtype, "uuid": uuid, "sessionId": cc_SID, "cwd": "/home/u/proj", "isSidechain": False,
-           "timestamp": ts, "version": "2.1.14"}
-    rec.update(kw)
-    return rec
-
-
-def cc_cl_user(uuid, ts, content, **kw):
-    return cc_cl("user", uuid, ts, message={"role": "user", "content": content}, **kw)
-
-
-def cc_cl_asst(uuid, ts, mid, blocks, **kw):
-    return cc_cl("assistant", uuid, ts, message={"id": mid, "role": "assistant", "content": blocks}, **kw)
-
-
-def cc_claude_parse(path):
-    return PARSERS["claude"].parse(str(path), ParseReport())
-
-
-def test_claude_session_id_cwd_times_and_kinds(tmp_path):
-    p = cc_write_jsonl(tmp_path / "-home-u-proj" / (cc_SID + ".jsonl"), [
-        {"type": "queue-operation", "operation": "dequeue", "sessionId": cc_SID, "timestamp": "2026-01-21T06:19:38.000Z"},
-        cc_cl_user("u1", "2026-01-21T06:19:38.056Z", "why does the flux capacitor leak?"),
-        cc_cl_asst("a1", "2026-01-21T06:19:40.000Z", "msg_1", [{"type": "thinking", "thinking": "hmm, capacitors"}]),
-        cc_cl_asst("a2", "2026-01-21T06:19:41.000Z", "msg_1", [{"type": "text", "text": "Because of the seal."}]),
-    ])
-    [s] = cc_claude_parse(p)
-    assert s.session_id == cc_SID and s.cwd == "/home/u/proj" and s.parent is None and s.name is None
-    assert s.created == "2026-01-21T06:19:38.000Z" and s.modified == "2026-01-21T06:19:41.000Z"
-    assert cc_kinds(s) == ["user", "thinking", "assistant"]
-
-
-def test_claude_streamed_message_is_merged_and_indexed_once(tmp_path):
-    # One API message written over several lines (one block per line, one line repeating a block).
-    p = cc_write_jsonl(tmp_path / (cc_SID + ".jsonl"), [
-        cc_cl_user("u1", "2026-01-01T00:00:00Z", "list files"),
-        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "msg_9", [{"type": "text", "text": "Listing."}]),
-        cc_cl_asst("a2", "2026-01-01T00:00:01Z", "msg_9", [{"type": "text", "text": "Listing."},
-                                                          {"type": "tool_use", "id": "toolu_1", "name": "Bash",
-                                                           "input": {"command": "ls -la"}}]),
-        cc_cl_asst("a3", "2026-01-01T00:00:01Z", "msg_9", [{"type": "tool_use", "id": "toolu_1", "name": "Bash",
-                                                          "input": {"command": "ls -la"}}]),
-        cc_cl_user("u2", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "toolu_1",
-                                                 "content": "README.md\nsetup.py"}],
-                toolUseResult={"stdout": "README.md\nsetup.py", "stderr": ""}),
-    ])
-    [s] = cc_claude_parse(p)
-    assert cc_kinds(s) == ["user", "assistant", "tool"]
-    assert cc_texts(s, "assistant") == ["Listing."]
-    tool = [c for c in s.chunks if c.kind == "tool"][0]
-    assert tool.tool == "Bash" and "command: ls -la" in tool.text and "setup.py" in tool.text
-
-
-def test_claude_injected_text_is_context_never_user(tmp_path):
-    p = cc_write_jsonl(tmp_path / (cc_SID + ".jsonl"), [
-        cc_cl_user("u1", "2026-01-01T00:00:00Z",
-                "<local-command-caveat>Caveat: The messages below were generated by the user while running "
-                "local commands. DO NOT respond.</local-command-caveat>", isMeta=True),
-        cc_cl_user("u2", "2026-01-01T00:00:01Z",
-                "<command-name>/review</command-name>\n<command-message>review</command-message>\n"
-                "<command-args>the parser module</command-args>"),
-        cc_cl_user("u3", "2026-01-01T00:00:02Z", "<local-command-stdout>Set model to opus</local-command-stdout>"),
-        cc_cl_user("u4", "2026-01-01T00:00:03Z", [
-            {"type": "text", "text": "<system-reminder>The TodoWrite tool was not used</system-reminder>"},
-            {"type": "text", "text": "please fix the zebra bug"}]),
-        cc_cl_user("u5", "2026-01-01T00:00:04Z", "Stop hook feedback: run the tests", isMeta=True),
-        cc_cl_user("u6", "2026-01-01T00:00:05Z", "[Request interrupted by user]"),
-    ])
-    [s] = cc_claude_parse(p)
-    users = cc_texts(s, "user")
-    assert users == ["/review the parser module", "please fix the zebra bug"]
-    context = " ".join(cc_texts(s, "context"))
-    for injected in ("Caveat", "Set model to opus", "TodoWrite", "Stop hook feedback", "Request interrupted"):
-        assert injected in context and not any(injected in u for u in users)
-
-
-def test_claude_title_precedence_rename_then_ai_title_then_own_summary(tmp_path):
-    base = [cc_cl_user("u1", "2026-01-01T00:00:00Z", "hello")]
-    p = cc_write_jsonl(tmp_path / "a" / (cc_SID + ".jsonl"), base + [
-        {"type": "summary", "summary": "Summary of another session", "leafUuid": "elsewhere"},
-        {"type": "summary", "summary": "Greeting exchange", "leafUuid": "u1"},
-    ])
-    assert cc_claude_parse(p)[0].name == "Greeting exchange"
-    p = cc_write_jsonl(tmp_path / "b" / (cc_SID + ".jsonl"), base + [
-        {"type": "summary", "summary": "Greeting exchange", "leafUuid": "u1"},
-        {"type": "ai-title", "sessionId": cc_SID, "aiTitle": "Generated title"},
-    ])
-    assert cc_claude_parse(p)[0].name == "Generated title"
-    p = cc_write_jsonl(tmp_path / "c" / (cc_SID + ".jsonl"), base + [
-        {"type": "custom-title", "sessionId": cc_SID, "customTitle": "My rename"},
-        {"type": "ai-title", "sessionId": cc_SID, "aiTitle": "Generated title"},
-    ])
-    assert cc_claude_parse(p)[0].name == "My rename"
-    p = cc_write_jsonl(tmp_path / "d" / (cc_SID + ".jsonl"), base + [
-        {"type": "summary", "summary": "Summary of another session", "leafUuid": "elsewhere"}])
-    assert cc_claude_parse(p)[0].name is None
-
-
-def test_claude_subagent_is_its_own_session_pointing_to_parent(tmp_path):
-    p = cc_write_jsonl(tmp_path / "-proj" / cc_SID / "subagents" / "agent-a0ad4f.jsonl", [
-        cc_cl_user("c1", "2026-01-01T00:00:02Z", "Search the repo for TODO comments", isSidechain=True, agentId="a0ad4f"),
-        cc_cl_asst("c2", "2026-01-01T00:00:03Z", "msg_c", [{"type": "text", "text": "Found 3."}], isSidechain=True,
-                agentId="a0ad4f"),
-    ])
-    [s] = cc_claude_parse(p)
-    assert s.session_id == "agent-a0ad4f" and s.parent == cc_SID
-    assert cc_texts(s, "user") == ["Search the repo for TODO comments"]
-    assert PARSERS["claude"].resume_command({"session_id": s.session_id, "cwd": s.cwd, "path": p}) is None
-    assert p in PARSERS["claude"].list_files(str(tmp_path))
-
-
-def test_claude_spilled_tool_output_is_read_from_tool_results(tmp_path):
-    proj = tmp_path / "-proj"
-    spill = proj / cc_SID / "tool-results" / "toolu_big.txt"
-    os.makedirs(str(spill.parent))
-    spill.write_text("line\n" * 10 + "UNIQUE_NEEDLE_IN_BIG_OUTPUT\n")
-    stub = ("<persisted-output>\nOutput too large (2MB). Full output saved to: %s\n\nPreview (first 2KB):\nline\n"
-            "</persisted-output>" % spill)
-    p = cc_write_jsonl(proj / (cc_SID + ".jsonl"), [
-        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": "toolu_big", "name": "Bash",
-                                                       "input": {"command": "make test"}}]),
-        cc_cl_user("u1", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "toolu_big", "content": stub}]),
-    ])
-    [s] = cc_claude_parse(p)
-    assert "UNIQUE_NEEDLE_IN_BIG_OUTPUT" in cc_texts(s, "tool")[0]
-
-
-def test_claude_spill_written_on_another_machine_is_found_in_this_session_folder(tmp_path):
-    # Claude Code 2.1 names the spill at random and records the absolute path of the machine that
-    # wrote it; the session folder was synced here from elsewhere.
-    proj = tmp_path / "-proj"
-    spill = proj / cc_SID / "tool-results" / "bgkptfuro.txt"
-    os.makedirs(str(spill.parent))
-    spill.write_text("line-number-1\n" * 10 + "SYNCED_SPILL_NEEDLE\n")
-    elsewhere = "/Users/someone/.claude/projects/-proj/%s/tool-results/bgkptfuro.txt" % cc_SID
-    stub = ("<persisted-output>\nOutput too large (516.5KB). Full output saved to: %s\n\nPreview (first 2KB):\n"
-            "line-number-1\n...\n</persisted-output>" % elsewhere)
-    p = cc_write_jsonl(proj / (cc_SID + ".jsonl"), [
-        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": "toolu_f048", "name": "Bash",
-                                                       "input": {"command": "seq 1 30000 | sed s/^/line-number-/"}}]),
-        cc_cl_user("u1", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "toolu_f048", "content": stub,
-                                                  "is_error": False}],
-                   toolUseResult={"stdout": "line-number-1\n", "stderr": "", "interrupted": False,
-                                  "persistedOutputPath": elsewhere, "persistedOutputSize": 528894}),
-    ])
-    assert "SYNCED_SPILL_NEEDLE" in cc_texts(cc_claude_parse(p)[0], "tool")[0]
-    windows = "C:\\Users\\someone\\.claude\\projects\\-proj\\%s\\tool-results\\bgkptfuro.txt" % cc_SID
-    p = cc_write_jsonl(proj / (cc_SID + ".jsonl"), [
-        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": "toolu_f048", "name": "Bash",
-                                                       "input": {"command": "make"}}]),
-        cc_cl_user("u1", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "toolu_f048",
-                                                  "content": "<persisted-output>preview</persisted-output>"}],
-                   toolUseResult={"stdout": "preview", "persistedOutputPath": windows}),
-    ])
-    assert "SYNCED_SPILL_NEEDLE" in cc_texts(cc_claude_parse(p)[0], "tool")[0]
-
-
-def cc_truncated_failure(command, call_id="toolu_big_fail"):
-    """A failed Bash call whose output Claude Code 2.1 cut itself: 5,000 characters from each end."""
-    out = "".join("%d\n" % i for i in range(1, 9001))
-    text = "Exit code 4\n%s\n\n... [%d characters truncated] ...\n\n%s" % (out[:5000], len(out) - 10000, out[-5000:])
-    return [
-        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": call_id, "name": "Bash",
-                                                       "input": {"command": command,
-                                                                 "description": "Run the checks"}}]),
-        cc_cl_user("u1", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": call_id, "content": text,
-                                                  "is_error": True}], toolUseResult="Error: " + text),
-    ]
-
-
-def test_claude_truncated_failure_is_an_error_found_by_its_command_under_tools(env, tmp_path, capsys):
-    root = tmp_path / "claude-projects"
-    cc_write_jsonl(root / "-proj" / (cc_SID + ".jsonl"),
-                   [cc_cl_user("u0", "2026-01-01T00:00:00Z", "check the build")] + cc_truncated_failure(
-                       "npm run build-assets; exit 4"))
-    other = cc_SID.replace("1111", "9999")
-    cc_write_jsonl(root / "-other" / (other + ".jsonl"), [
-        cc_cl_user("u0", "2026-01-01T00:00:00Z", "the build of the assets is slow", sessionId=other)])
-    write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
-    assert search_ids(capsys, "build-assets", "--tools") == [cc_SID]
-    assert search_ids(capsys, "build-assets", "--tool", "bash") == [cc_SID]
-    [tool] = [c for c in PARSERS["claude"].parse(str(root / "-proj" / (cc_SID + ".jsonl")), ParseReport())[0].chunks
-              if c.kind == "tool"]
-    assert tool.text.startswith("tool: Bash\ncommand: npm run build-assets; exit 4\ndescription: Run the checks\nerror:")
-
-
-def test_claude_shell_failure_named_only_by_its_exit_code_is_an_error(tmp_path):
-    lines = cc_truncated_failure("pytest -x")
-    lines[1]["message"]["content"][0]["is_error"] = False      # SDK writers leave it false
-    ok = [cc_cl_asst("a2", "2026-01-01T00:00:03Z", "m2", [{"type": "tool_use", "id": "t_ok", "name": "Bash",
-                                                          "input": {"command": "echo Exit code 3"}}]),
-          cc_cl_user("u2", "2026-01-01T00:00:04Z", [{"type": "tool_result", "tool_use_id": "t_ok",
-                                                    "content": "Exit code 3"}],
-                     toolUseResult={"stdout": "Exit code 3", "stderr": ""})]
-    zero = [cc_cl_asst("a3", "2026-01-01T00:00:05Z", "m3", [{"type": "tool_use", "id": "t_z", "name": "Bash",
-                                                            "input": {"command": "true"}}]),
-            cc_cl_user("u3", "2026-01-01T00:00:06Z", [{"type": "tool_result", "tool_use_id": "t_z",
-                                                      "content": "Exit code 0"}])]
-    [s] = cc_claude_parse(cc_write_jsonl(tmp_path / (cc_SID + ".jsonl"), lines + ok + zero))
-    failed, echoed, zeroed = cc_texts(s, "tool")
-    assert "\nerror:\nExit code 4" in failed and "\nerror:" not in zeroed
-    # a command that printed the words succeeded: its structured result holds what it printed
-    assert "\noutput:\nExit code 3" in echoed
-
-
-def test_claude_compact_summary_resumed_copy_and_bad_lines(tmp_path):
-    line = cc_cl_user("u1", "2026-01-01T00:00:00Z", "port the parser to rust")
-    p = cc_write_jsonl(tmp_path / (cc_SID + ".jsonl"), [
-        line, "{not json", line,   # a resumed file repeats earlier lines with their uuids
-        cc_cl_user("u2", "2026-01-01T00:00:05Z", "This session is being continued from a previous conversation...",
-                isCompactSummary=True),
-    ], raw_tail='{"type": "user", "unfinished')
-    report = ParseReport()
-    [s] = PARSERS["claude"].parse(p, report)
-    assert cc_texts(s, "user") == ["port the parser to rust"]
-    assert cc_texts(s, "summary") and report.skipped_lines == 2
-
-
-def test_claude_resume_command_runs_in_the_session_cwd():
-    cmd = PARSERS["claude"].resume_command({"session_id": cc_SID, "cwd": "/home/u/my proj", "path": "x"})
-    assert cmd == "cd '/home/u/my proj' && claude --resume %s" % cc_SID
-
-
-def test_claude_rejects_other_formats(tmp_path):
-    p = cc_write_jsonl(tmp_path / "x.jsonl", [{"timestamp": "2026-01-01T00:00:00Z", "type": "session_meta",
-                                            "payload": {"id": "abc"}}])
-    with pytest.raises(NotASessionFile):
-        cc_claude_parse(p)
-    p = cc_write_jsonl(tmp_path / "y.jsonl", ["[1, 2]"])
-    with pytest.raises(NotASessionFile):
-        cc_claude_parse(p)
-
-
-def test_claude_default_roots_honour_config_dir():
-    roots = PARSERS["claude"].default_roots({"CLAUDE_CONFIG_DIR": "/a/claude,/b/claude"})
-    assert roots == ["/a/claude/projects", "/b/claude/projects"]
-
-
-# ==================================================================================================
-# Codex
-# ==================================================================================================
-
-cc_TID = "019a93b9-f380-7600-98ff-940e6b99603c"
-
-
-def cc_cx(ts, rtype, payload):
-    return {"timestamp": ts, "type": rtype, "payload": payload}
-
-
-def cc_cx_meta(tid=cc_TID, ts="2025-11-17T21:30:28.608Z", **kw):
-    p = {"id": tid, "timestamp": ts, "cwd": "/home/u/app", "originator": "codex_cli_rs", "cli_version": "0.58.0",
-         "source": "cli", "instructions": "AGENTS.md text"}
-    p.update(kw)
-    return cc_cx(ts, "session_meta", p)
-
-
-def cc_cx_msg(ts, role, text):
-    kind = "output_text" if role == "assistant" else "input_text"
-    return cc_cx(ts, "response_item", {"type": "message", "role": role, "content": [{"type": kind, "text": text}]})
-
-
-def cc_codex_parse(path):
-    return PARSERS["codex"].parse(str(path), ParseReport())
-
-
-def cc_rollout(tmp_path, name=cc_TID):
-    return tmp_path / "sessions" / "2025" / "11" / "17" / ("rollout-2025-11-17T15-30-28-%s.jsonl" % name)
-
-
-def test_codex_wrapped_streams_are_indexed_once_and_context_is_not_user(tmp_path):
-    p = cc_write_jsonl(cc_rollout(tmp_path), [
-        cc_cx_meta(),
-        cc_cx_msg("2025-11-17T21:30:29.000Z", "developer", "<permissions instructions>sandbox</permissions instructions>"),
-        cc_cx_msg("2025-11-17T21:30:29.100Z", "user", "<environment_context>\n  <cwd>/home/u/app</cwd>\n</environment_context>"),
-        cc_cx_msg("2025-11-17T21:30:29.200Z", "user", "# AGENTS.md instructions for /home/u/app\n\nbe terse"),
-        cc_cx("2025-11-17T21:30:30.000Z", "event_msg", {"type": "user_message", "message": "wire lmstudio in", "images": []}),
-        cc_cx_msg("2025-11-17T21:30:30.000Z", "user", "wire lmstudio in"),
-        cc_cx("2025-11-17T21:30:31.000Z", "response_item", {"type": "reasoning", "summary": [
-            {"type": "summary_text", "text": "**Planning inspection**"}], "encrypted_content": "gAAAA"}),
-        cc_cx("2025-11-17T21:30:31.000Z", "event_msg", {"type": "agent_reasoning", "text": "**Planning inspection**"}),
-        cc_cx("2025-11-17T21:30:32.000Z", "response_item", {"type": "function_call", "name": "shell", "call_id": "call_1",
-                                                          "arguments": json.dumps({"command": ["bash", "-lc", "ls"]})}),
-        cc_cx("2025-11-17T21:30:33.000Z", "response_item", {"type": "function_call_output", "call_id": "call_1",
-                                                          "output": json.dumps({"output": "README.md\n",
-                                                                                "metadata": {"exit_code": 0}})}),
-        cc_cx_msg("2025-11-17T21:30:34.000Z", "assistant", "Done wiring."),
-        cc_cx("2025-11-17T21:30:34.000Z", "event_msg", {"type": "agent_message", "message": "Done wiring."}),
-        cc_cx("2025-11-17T21:30:35.000Z", "event_msg", {"type": "token_count", "info": None}),
-    ])
-    [s] = cc_codex_parse(p)
-    assert s.session_id == cc_TID and s.cwd == "/home/u/app" and s.parent is None
-    assert s.created == "2025-11-17T21:30:28.608Z" and s.modified == "2025-11-17T21:30:35.000Z"
-    assert cc_texts(s, "user") == ["wire lmstudio in"]
-    assert cc_texts(s, "assistant") == ["Done wiring."] and cc_texts(s, "thinking") == ["**Planning inspection**"]
-    assert len(cc_texts(s, "context")) == 3 and not any("AGENTS.md" in t for t in cc_texts(s, "user"))
-    [tool] = [c for c in s.chunks if c.kind == "tool"]
-    assert tool.text == "tool: shell\ncommand: ls\noutput:\nREADME.md"
-
-
-def test_codex_response_items_without_events_still_give_user_text(tmp_path):
-    p = cc_write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(), cc_cx_msg("2025-11-17T21:31:00Z", "user", "only in response items")])
-    assert cc_texts(cc_codex_parse(p)[0], "user") == ["only in response items"]
-
-
-def test_codex_bare_era_header_and_cwd_from_environment_context(tmp_path):
-    p = cc_write_jsonl(tmp_path / "sessions" / ("rollout-2025-08-01-%s.jsonl" % cc_TID), [
-        {"id": cc_TID, "timestamp": "2025-08-01T10:00:00.000Z", "instructions": None, "git": {"branch": "main"}},
-        {"record_type": "state"},
-        {"type": "message", "role": "user", "content": [
-            {"type": "input_text", "text": "<environment_context>\n<cwd>/srv/old</cwd>\n</environment_context>"}]},
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "bump the version"}]},
-        {"type": "function_call", "name": "shell", "arguments": "{\"command\": [\"git\", \"tag\"]}", "call_id": "c1"},
-        {"type": "function_call_output", "call_id": "c1", "output": "v1.0"},
-        {"record_type": "state"},
-    ])
-    [s] = cc_codex_parse(p)
-    assert s.session_id == cc_TID and s.cwd == "/srv/old" and s.created == "2025-08-01T10:00:00.000Z"
-    assert cc_kinds(s) == ["context", "user", "tool"] and "v1.0" in cc_texts(s, "tool")[0]
-
-
-def test_codex_typescript_era_json(tmp_path):
-    p = tmp_path / "sessions" / "rollout-2025-04-20-abc.json"
-    os.makedirs(str(p.parent))
-    p.write_text(json.dumps({"session": {"id": "ts-era-1", "timestamp": "2025-04-20T09:00:00Z",
-                                         "instructions": "always use tabs"},
-                             "items": [{"type": "message", "role": "user",
-                                        "content": [{"type": "input_text", "text": "add a cli flag"}]},
-                                       {"type": "message", "role": "assistant",
-                                        "content": [{"type": "output_text", "text": "Added --verbose."}]}]}))
-    [s] = cc_codex_parse(p)
-    assert s.session_id == "ts-era-1" and s.created == "2025-04-20T09:00:00.000Z"
-    assert cc_texts(s, "user") == ["add a cli flag"] and cc_texts(s, "context") == ["always use tabs"]
-    assert str(p) in PARSERS["codex"].list_files(str(tmp_path / "sessions"))
-
-
-def test_codex_thread_name_from_session_index_last_entry_wins(tmp_path):
-    p = cc_write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(), cc_cx("2025-11-17T21:31:00Z", "event_msg",
-                                                      {"type": "thread_name_updated", "thread_name": "in-file name"})])
-    assert cc_codex_parse(p)[0].name == "in-file name"
-    cc_write_jsonl(tmp_path / "session_index.jsonl", [
-        {"id": cc_TID, "thread_name": "first name", "updated_at": "2025-11-17T21:35:00Z"},
-        {"id": "other", "thread_name": "not mine", "updated_at": "2025-11-17T21:36:00Z"},
-        {"id": cc_TID, "thread_name": "LM Studio wiring", "updated_at": "2025-11-17T21:37:00Z"},
-    ])
-    assert cc_codex_parse(p)[0].name == "LM Studio wiring"
-
-
-def test_codex_state_db_rename_and_changed_title_name_the_session_and_the_newest_wins(tmp_path):
-    # Codex 0.169 keeps threads in state_5.sqlite: `title` starts as the first prompt (not a name),
-    # a /rename sets `name` (and appends to session_index.jsonl), the desktop app changes `title`.
-    p = cc_write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(), cc_cx_msg("2025-11-17T21:31:00Z", "user", "wire lmstudio in")])
-    con = sqlite3.connect(str(tmp_path / "state_5.sqlite"))
-    con.execute("CREATE TABLE threads (id TEXT PRIMARY KEY, rollout_path TEXT NOT NULL, title TEXT NOT NULL, "
-                "first_user_message TEXT NOT NULL DEFAULT '', name TEXT, updated_at INTEGER NOT NULL, "
-                "updated_at_ms INTEGER)")
-    con.execute("INSERT INTO threads VALUES (?, ?, 'wire lmstudio in', 'wire lmstudio in', NULL, 1763415060, "
-                "1763415060000)", (cc_TID, str(p)))
-    con.commit()
-    assert cc_codex_parse(p)[0].name is None
-    con.execute("UPDATE threads SET title = 'LM Studio provider'")
-    con.commit()
-    assert cc_codex_parse(p)[0].name == "LM Studio provider"
-    con.execute("UPDATE threads SET name = 'Local models'")
-    con.commit()
-    assert cc_codex_parse(p)[0].name == "Local models"
-    cc_write_jsonl(tmp_path / "session_index.jsonl", [
-        {"id": cc_TID, "thread_name": "older rename", "updated_at": "2025-11-17T21:00:00Z"}])
-    assert cc_codex_parse(p)[0].name == "Local models"
-    cc_write_jsonl(tmp_path / "session_index.jsonl", [
-        {"id": cc_TID, "thread_name": "newer rename", "updated_at": "2025-11-17T22:00:00Z"}])
-    assert cc_codex_parse(p)[0].name == "newer rename"
-    con.close()
-
-
-def cc_cx_exec(ts, call_id, cmd, output, exit_code):
-    """What Codex 0.169 writes for one exec_command: the call, the item_completed event, the output."""
-    return [
-        cc_cx(ts, "response_item", {"type": "function_call", "name": "exec_command", "call_id": call_id,
-                                    "arguments": json.dumps({"cmd": cmd})}),
-        cc_cx(ts, "event_msg", {"type": "item_completed", "item": {
-            "type": "CommandExecution", "id": call_id, "command": ["/bin/bash", "-lc", cmd],
-            "status": "failed" if exit_code else "completed", "aggregated_output": output, "exit_code": exit_code}}),
-        cc_cx(ts, "response_item", {"type": "function_call_output", "call_id": call_id, "output":
-                                    "Chunk ID: 9e7052\nWall time: 0.0000 seconds\nProcess exited with code %d\n"
-                                    "Original token count: 2\nOutput:\n%s" % (exit_code, output)}),
-    ]
-
-
-def test_codex_failed_exec_command_is_an_error_from_its_exit_code(tmp_path):
-    p = cc_write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(cli_version="0.169.0")]
-                       + cc_cx_exec("2025-11-17T21:31:00Z", "call_ok", "echo canary-1 && ls", "canary-1\n", 0)
-                       + cc_cx_exec("2025-11-17T21:31:01Z", "call_bad", "echo fail-x; exit 3", "fail-x\n", 3))
-    ok, bad = [c for c in cc_codex_parse(p)[0].chunks if c.kind == "tool"]
-    assert ok.tool == bad.tool == "exec_command"
-    assert ok.text.startswith("tool: exec_command\ncmd: echo canary-1 && ls\noutput:") and "\nerror:" not in ok.text
-    assert bad.text.startswith("tool: exec_command\ncmd: echo fail-x; exit 3\nerror:")
-    # the output text alone says it too (no event), and so does an older exec_command_end event
-    lines = [r for r in cc_cx_exec("2025-11-17T21:31:01Z", "c2", "false", "", 1) if r["type"] == "response_item"]
-    p2 = cc_write_jsonl(cc_rollout(tmp_path, "other"), [cc_cx_meta()] + lines)
-    assert "\nerror:" in cc_codex_parse(p2)[0].chunks[-1].text
-    p3 = cc_write_jsonl(cc_rollout(tmp_path, "older"), [
-        cc_cx_meta(),
-        cc_cx("2025-11-17T21:31:00Z", "response_item", {"type": "function_call", "name": "shell", "call_id": "c3",
-                                                      "arguments": json.dumps({"command": ["bash", "-lc", "make"]})}),
-        cc_cx("2025-11-17T21:31:01Z", "event_msg", {"type": "exec_command_end", "call_id": "c3", "exit_code": 2}),
-        cc_cx("2025-11-17T21:31:01Z", "response_item", {"type": "function_call_output", "call_id": "c3",
-                                                      "output": "make: *** No rule"}),
-    ])
-    assert "\nerror:" in cc_codex_parse(p3)[0].chunks[-1].text
-
-
-def test_codex_exec_command_is_found_with_tool_bash(env, tmp_path, capsys):
-    home = tmp_path / "codex"
-    cc_write_jsonl(home / "sessions" / "2025" / "11" / "17" / ("rollout-2025-11-17T15-30-28-%s.jsonl" % cc_TID),
-                   [cc_cx_meta()] + cc_cx_exec("2025-11-17T21:31:00Z", "c1", "cargo build-std", "ok", 0))
-    write_config({"sources": [{"parser": "codex", "path": str(home / "sessions")}]}, tmp_path)
-    assert search_ids(capsys, "build-std", "--tool", "bash") == [cc_TID]
-
-
-def test_codex_subagent_links_parent_and_drops_replayed_history(tmp_path):
-    parent = "0199a000-0000-7000-8000-000000000002"
-    child = "0199a001-0000-7000-8000-00000000c41d"
-    p = cc_write_jsonl(cc_rollout(tmp_path, child), [
-        cc_cx_meta(child, "2026-10-05T00:02:00.100Z", forked_from_id=parent,
-                source={"subagent": {"thread_spawn": {"parent_thread_id": parent, "depth": 1}}}),
-        # replayed parent history, written in the creation burst
-        cc_cx_meta(parent, "2026-10-05T00:02:00.101Z"),
-        cc_cx_msg("2026-10-05T00:02:00.102Z", "developer", "<permissions instructions>parent</permissions instructions>"),
-        cc_cx("2026-10-05T00:02:00.103Z", "event_msg", {"type": "user_message", "message": "parent prompt xyzzy"}),
-        cc_cx_msg("2026-10-05T00:02:00.104Z", "assistant", "parent answer xyzzy"),
-        # the child's own initial context, then its own work
-        cc_cx_msg("2026-10-05T00:02:00.105Z", "developer", "<permissions instructions>child</permissions instructions>"),
-        cc_cx("2026-10-05T00:02:02.000Z", "event_msg", {"type": "user_message", "message": "Update the dependency pins"}),
-        cc_cx_msg("2026-10-05T00:02:30.000Z", "assistant", "Updated the pins."),
-    ])
-    [s] = cc_codex_parse(p)
-    assert s.session_id == child and s.parent == parent
-    assert cc_texts(s, "user") == ["Update the dependency pins"] and cc_texts(s, "assistant") == ["Updated the pins."]
-    assert not any("xyzzy" in c.text for c in s.chunks)
-
-
-def test_codex_subagent_without_replayed_history_keeps_its_work(tmp_path):
-    p = os.path.join(SAMPLES, "codex", "ccrider-subagent_v2.jsonl")
-    if not os.path.exists(p):
-        pytest.skip("samples absent")
-    [s] = cc_codex_parse(p)
-    assert s.parent == "0199a000-0000-7000-8000-000000000002"
-    assert cc_texts(s, "user") == ["Update the dependency pins"]
-
-
-def test_codex_zstd_rollouts_are_read_or_reported(tmp_path):
-    plain = cc_write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(), cc_cx_msg("2025-11-17T21:31:00Z", "user", "compressed hello")])
-    z = plain + ".zst"
-    try:
-        from compression import zstd
-    except ImportError:
-        zstd = None
-    data = open(plain, "rb").read()
-    with open(z, "wb") as f:
-        f.write(zstd.compress(data) if zstd else b"\x28\xb5\x2f\xfd" + data)
-    # a plain file beside its .zst wins; the .zst alone is listed
-    assert PARSERS["codex"].list_files(str(tmp_path / "sessions")) == [plain]
-    os.remove(plain)
-    assert PARSERS["codex"].list_files(str(tmp_path / "sessions")) == [z]
-    if zstd:
-        assert cc_texts(cc_codex_parse(z)[0], "user") == ["compressed hello"]
-    else:
-        with pytest.raises(NotASessionFile, match="zstd compressed; this Python cannot decompress it"):
-            cc_codex_parse(z)
-
-
-def test_codex_roots_honour_codex_home_and_archive():
-    assert PARSERS["codex"].default_roots({"CODEX_HOME": "/x/codex"}) == ["/x/codex/sessions",
-                                                                         "/x/codex/archived_sessions"]
-
-
-def test_codex_rejects_other_formats_and_resumes_by_id(tmp_path):
-    p = cc_write_jsonl(tmp_path / "rollout-x.jsonl", [{"timestamp": "2025-09-10T10:00:00Z", "role": "user",
-                                                    "content": "hi"}])
-    with pytest.raises(NotASessionFile):
-        cc_codex_parse(p)
-    assert PARSERS["codex"].resume_command({"session_id": cc_TID, "cwd": "/a", "path": p}) == "codex resume " + cc_TID
-
-
-# ==================================================================================================
-# The same conversation in both formats gives the same chunks
-# ==================================================================================================
-
-
-def test_same_conversation_parses_alike_in_claude_and_codex(tmp_path):
-    question, answer, command, output = "how big is the repo?", "It has 42 files.", "git ls-files | wc -l", "42"
-    cp = cc_write_jsonl(tmp_path / "claude" / (cc_SID + ".jsonl"), [
-        cc_cl_user("u1", "2026-01-01T00:00:00Z", question),
-        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "tool_use", "id": "toolu_1", "name": "Bash",
-                                                       "input": {"command": command}}]),
-        cc_cl_user("u2", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "toolu_1", "content": output}]),
-        cc_cl_asst("a2", "2026-01-01T00:00:03Z", "m2", [{"type": "text", "text": answer}]),
-    ])
-    xp = cc_write_jsonl(cc_rollout(tmp_path), [
-        cc_cx_meta(ts="2026-01-01T00:00:00Z"),
-        cc_cx("2026-01-01T00:00:00Z", "event_msg", {"type": "user_message", "message": question}),
-        cc_cx_msg("2026-01-01T00:00:00Z", "user", question),
-        cc_cx("2026-01-01T00:00:01Z", "response_item", {"type": "function_call", "name": "shell", "call_id": "c1",
-                                                      "arguments": json.dumps({"command": ["bash", "-lc", command]})}),
-        cc_cx("2026-01-01T00:00:02Z", "response_item", {"type": "function_call_output", "call_id": "c1",
-                                                      "output": output}),
-        cc_cx_msg("2026-01-01T00:00:03Z", "assistant", answer),
-        cc_cx("2026-01-01T00:00:03Z", "event_msg", {"type": "agent_message", "message": answer}),
-    ])
-    [c], [x] = cc_claude_parse(cp), cc_codex_parse(xp)
-
-    def shape(s):
-        return [(ch.kind, ch.text.replace("tool: Bash", "tool: shell")) for ch in s.chunks]
-    assert shape(c) == shape(x) == [("user", question), ("tool", "tool: shell\ncommand: %s\noutput:\n%s" % (command, output)),
-                                    ("assistant", answer)]
-
-
-# ==================================================================================================
-# Samples
-# ==================================================================================================
-
-
-def cc__sample_files(agent_dir):
-    root = os.path.join(SAMPLES, agent_dir)
-    if not os.path.isdir(root):
-        pytest.skip("samples absent")
-    return [f for f in sorted(glob.glob(os.path.join(root, "**", "*.json*"), recursive=True))
-            if not f.endswith(".meta.json")]
-
-
-def cc__parse_all(agent, files):
-    sessions = []
-    for f in files:
-        try:
-            got = PARSERS[agent].parse(f, ParseReport())
-        except NotASessionFile:
-            continue
-        assert len(got) >= 1, f
-        for s in got:
-            assert s.session_id and s.created and s.modified and s.created <= s.modified, f
-            assert all(c.kind in sesame.KIND_COLUMN for c in s.chunks), f
-        sessions += got
-    return sessions
-
-
-def test_claude_samples_parse(tmp_path):
-    sessions = cc__parse_all("claude", cc__sample_files("claude-code"))
-    assert len(sessions) >= 7
-    everything = "\n".join(c.text for s in sessions for c in s.chunks)
-    users = [c.text for s in sessions for c in s.chunks if c.kind == "user"]
-    assert any(u.startswith("Add a function called multiply_numbers") for u in users)
-    assert "git status" in everything and "Delegate a repo search to a subagent" in users
-    assert any(s.parent == "0a1b2c3d-4e5f-4061-8071-2a3b4c5d6e7f" for s in sessions)
-
-
-def test_codex_samples_parse(tmp_path):
-    sessions = cc__parse_all("codex", cc__sample_files("codex"))
-    assert len(sessions) >= 9
-    users = [c.text for s in sessions for c in s.chunks if c.kind == "user"]
-    assert any(u.startswith("finish up the users work by rigging up the chatbot-ui") for u in users)
-    assert not any("<environment_context>" in u for u in users)
-    tools = "\n".join(c.text for s in sessions for c in s.chunks if c.kind == "tool")
-    assert "command: ls" in tools
-
-
-# Where the shared samples are, relative to this test file (adjust when the file moves).
-
-
-def ogc_parse(agent, path):
-    return PARSERS[agent].parse(str(path), ParseReport())
-
-
-def ogc_write(path, obj):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(obj if isinstance(obj, str) else json.dumps(obj))
-    return path
-
-
-def ogc_write_jsonl(path, records):
-    return ogc_write(path, "".join(json.dumps(r) + "\n" for r in records))
-
-
-def ogc_kinds(session):
-    return [c.kind for c in session.chunks]
-
-
-def ogc_texts(session, kind):
-    return [c.text for c in session.chunks if c.kind == kind]
-
-
-def ogc_make_db(path, script, rows=()):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    con = sqlite3.connect(str(path))
-    con.executescript(script)
-    for sql, params in rows:
-        con.execute(sql, params)
-    con.commit()
-    con.close()
-    return path
-
-
-def ogc_check_samples(agent):
-    root = os.path.join(SAMPLES, agent)
-    if not os.path.isdir(root):
-        pytest.skip("no samples for %s" % agent)
-    sessions = []
-    for path in sorted(p for p in glob.glob(os.path.join(root, "**", "*"), recursive=True) if os.path.isfile(p)):
-        try:
-            got = PARSERS[agent].parse(path, ParseReport())
-        except NotASessionFile:
-            continue
-        assert len(got) >= 1, path
-        sessions.extend(got)
-    return sessions
-
-
-# ==== OpenCode ====================================================================================
-
-ogc_OPENCODE_SCHEMA = """
-CREATE TABLE session (id TEXT PRIMARY KEY, project_id TEXT, parent_id TEXT, slug TEXT, directory TEXT,
-  title TEXT, version TEXT, time_created INTEGER, time_updated INTEGER);
-CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER, time_updated INTEGER, data TEXT);
-CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT, session_id TEXT, time_created INTEGER,
-  time_updated INTEGER, data TEXT);
-"""
-
-
-def ogc_opencode_db(path):
-    rows = [
-        ("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
-         ("ses_b", "p", None, "s", "/home/u/proj", "Fix flaky CI", "1.2.0", 1730000000000, 1730000009000)),
-        ("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
-         ("ses_c", "p", "ses_b", "s", "/home/u/proj", "Child session - 2024-10-27T03:33:20.000Z", "1.2.0",
-          1730000005000, 1730000006000)),
-    ]
-    msgs = [("msg_2", "ses_b", 1730000002000, {"role": "assistant", "time": {"created": 1730000002000}}),
-            ("msg_1", "ses_b", 1730000001000, {"role": "user", "time": {"created": 1730000001000}}),
-            ("msg_3", "ses_c", 1730000005500, {"role": "user", "time": {"created": 1730000005500}})]
-    for mid, sid, t, data in msgs:
-        rows.append(("INSERT INTO message VALUES (?,?,?,?,?)", (mid, sid, t, t, json.dumps(data))))
-    parts = [
-        ("prt_1", "msg_1", "ses_b", {"type": "text", "text": "why does the ci flake"}),
-        ("prt_2", "msg_1", "ses_b", {"type": "text", "text": "Called the Read tool: secret.txt", "synthetic": True}),
-        ("prt_3", "msg_1", "ses_b", {"type": "file", "mime": "image/png", "url": "data:image/png;base64,AAAA"}),
-        ("prt_4", "msg_2", "ses_b", {"type": "reasoning", "text": "look at the workflow"}),
-        ("prt_5", "msg_2", "ses_b", {"type": "tool", "callID": "c1", "tool": "read",
-                                     "state": {"status": "completed", "input": {"filePath": "/home/u/proj/ci.yml"},
-                                               "output": "runs-on: ubuntu"}}),
-        ("prt_6", "msg_2", "ses_b", {"type": "tool", "callID": "c2", "tool": "bash",
-                                     "state": {"status": "error", "input": {"command": "make test"},
-                                               "error": "exit status 2"}}),
-        ("prt_7", "msg_2", "ses_b", {"type": "text", "text": "The cache key is wrong."}),
-        ("prt_8", "msg_2", "ses_b", {"type": "step-finish", "tokens": {}}),
-        ("prt_9", "msg_3", "ses_c", {"type": "text", "text": "child prompt"}),
-    ]
-    for pid, mid, sid, data in parts:
-        rows.append(("INSERT INTO part VALUES (?,?,?,?,?,?)", (pid, mid, sid, 0, 0, json.dumps(data))))
-    return ogc_make_db(path, ogc_OPENCODE_SCHEMA, rows)
-
-
-def test_opencode_db_gives_every_session_with_times_title_and_parent(tmp_path):
-    sessions = ogc_parse("opencode", ogc_opencode_db(tmp_path / "opencode.db"))
-    assert [s.session_id for s in sessions] == ["ses_b", "ses_c"]
-    main, child = sessions
-    assert main.name == "Fix flaky CI" and main.cwd == "/home/u/proj"
-    assert main.created == "2024-10-27T03:33:20.000Z" and main.modified == "2024-10-27T03:33:29.000Z"
-    assert child.parent == "ses_b"
-    assert child.name is None   # the placeholder title is not a name
-
-
-def test_opencode_db_messages_in_order_with_tools_joined_and_synthetic_text_as_context(tmp_path):
-    s = ogc_parse("opencode", ogc_opencode_db(tmp_path / "opencode.db"))[0]
-    assert ogc_kinds(s) == ["user", "context", "thinking", "tool", "tool", "assistant"]
-    assert ogc_texts(s, "user") == ["why does the ci flake"]
-    read, bash = [c for c in s.chunks if c.kind == "tool"]
-    assert read.tool == "read" and read.path == "/home/u/proj/ci.yml" and "runs-on: ubuntu" in read.text
-    assert "error:" in bash.text and "exit status 2" in bash.text
-    assert not any("base64" in c.text for c in s.chunks)
-
-
-def ogc_opencode_bash_db(path, states):
-    """An OpenCode 1.18 database with one session whose assistant ran bash once per state."""
-    rows = [("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
-             ("ses_x", "p", None, "s", "/home/u/w", "Checks", "1.18.33", 1795572203585, 1795572237891)),
-            ("INSERT INTO message VALUES (?,?,?,?,?)",
-             ("msg_a", "ses_x", 1795572204000, 1795572204000, json.dumps({"role": "assistant",
-                                                                          "time": {"created": 1795572204000}})))]
-    for i, state in enumerate(states):
-        rows.append(("INSERT INTO part VALUES (?,?,?,?,?,?)", ("prt_%d" % i, "msg_a", "ses_x", 0, 0, json.dumps(
-            {"type": "tool", "callID": "c%d" % i, "tool": "bash", "state": dict(state, status="completed")}))))
-    return ogc_make_db(path, ogc_OPENCODE_SCHEMA, rows)
-
-
-def test_opencode_failed_bash_is_an_error_and_a_truncated_output_is_read_whole(tmp_path):
-    # OpenCode 1.18.33: a failing command is "completed" with metadata.exit; a long output keeps its head
-    # and tail in the part and the whole in <data dir>/tool-output/<id>, named by metadata.outputPath.
-    data = tmp_path / "opencode"
-    spilled = data / "tool-output" / "tool_21072055d001EP5rCQ23YDFTEQ"
-    os.makedirs(str(spilled.parent))
-    spilled.write_text("".join("line-number-%d\n" % i for i in range(1, 40001)) + "big-done\n")
-    elsewhere = "/Users/someone/.local/share/opencode/tool-output/tool_21072055d001EP5rCQ23YDFTEQ"
-    preview = "...output truncated...\n\nFull output saved to: %s\n\nline-number-38003\n" % elsewhere
-    db = ogc_opencode_bash_db(data / "opencode.db", [
-        {"input": {"command": "echo canary-1 && ls"}, "output": "canary-1\n",
-         "metadata": {"output": "canary-1\n", "exit": 0, "truncated": False}},
-        {"input": {"command": "echo fail-x; exit 3"}, "output": "fail-x\n",
-         "metadata": {"output": "fail-x\n", "exit": 3, "truncated": False}},
-        {"input": {"command": "seq 1 40000 | sed s/^/line-number-/; echo big-done"}, "output": preview,
-         "metadata": {"output": "line-number-38335\n", "exit": 0, "truncated": True, "outputPath": elsewhere}},
-    ])
-    ok, failed, big = ogc_texts(ogc_parse("opencode", db)[0], "tool")
-    assert "\noutput:\ncanary-1" in ok and "\nerror:\nfail-x" in failed
-    assert "\noutput:\nline-number-1\n" in big and big.rstrip().endswith("big-done")
-    os.remove(str(spilled))   # the whole output is gone: the part's own head and tail remain
-    assert "line-number-38003" in ogc_texts(ogc_parse("opencode", db)[0], "tool")[2]
-
-
-def test_opencode_db_with_another_schema_is_not_a_session_file(tmp_path):
-    db = ogc_make_db(tmp_path / "opencode.db", "CREATE TABLE session (id TEXT);")
-    with pytest.raises(NotASessionFile):
-        ogc_parse("opencode", db)
-
-
-def ogc_opencode_storage(root):
-    st = root / "storage"
-    ogc_write(st / "session" / "proj1" / "ses_b.json",
-          {"id": "ses_b", "projectID": "proj1", "directory": "/home/u/proj", "title": "Fix flaky CI",
-           "version": "1.0.0", "time": {"created": 1730000000000, "updated": 1730000009000}})
-    ogc_write(st / "message" / "ses_b" / "msg_2.json",
-          {"id": "msg_2", "sessionID": "ses_b", "role": "assistant", "summary": True, "time": {"created": 1730000002000}})
-    ogc_write(st / "message" / "ses_b" / "msg_1.json",
-          {"id": "msg_1", "sessionID": "ses_b", "role": "user", "time": {"created": 1730000001000}})
-    ogc_write(st / "part" / "msg_1" / "prt_1.json", {"id": "prt_1", "type": "text", "text": "why does the ci flake"})
-    ogc_write(st / "part" / "msg_2" / "prt_2.json", {"id": "prt_2", "type": "text", "text": "Summary: cache key fixed"})
-    return st / "session" / "proj1" / "ses_b.json"
-
-
-def test_opencode_storage_lists_session_files_only_and_pulls_in_messages_and_parts(tmp_path):
-    session_file = ogc_opencode_storage(tmp_path)
-    ogc_opencode_db(tmp_path / "opencode.db")
-    listed = PARSERS["opencode"].list_files(str(tmp_path))
-    assert sorted(listed) == sorted([str(session_file), str(tmp_path / "opencode.db")])
-    s = ogc_parse("opencode", session_file)[0]
-    assert s.session_id == "ses_b"   # same id as the database copy: the index keeps one
-    assert s.name == "Fix flaky CI" and s.cwd == "/home/u/proj"
-    assert ogc_kinds(s) == ["user", "summary"]   # compaction summary message
-
-
-def test_opencode_message_file_is_not_a_session(tmp_path):
-    ogc_opencode_storage(tmp_path)
-    with pytest.raises(NotASessionFile):
-        ogc_parse("opencode", tmp_path / "storage" / "message" / "ses_b" / "msg_1.json")
-
-
-def test_opencode_default_root_honours_xdg_data_home():
-    assert PARSERS["opencode"].default_roots({"XDG_DATA_HOME": "/x/data"}) == ["/x/data/opencode"]
-    assert PARSERS["opencode"].default_roots({"XDG_DATA_HOME": "/x/data", "OPENCODE_DB": "beta.db"}) ==\
-        ["/x/data/opencode", "/x/data/opencode/beta.db"]
-
-
-def test_opencode_samples():
-    sessions = ogc_check_samples("opencode")
-    assert {s.session_id for s in sessions} >= {"s_stage0_small", "s_stage0_large", "s_stage0_drift"}
-    small = next(s for s in sessions if s.session_id == "s_stage0_small")
-    assert "Hello" in ogc_texts(small, "user")
-    assert any("command: ls" in t for t in ogc_texts(small, "tool"))
-    drift = next(s for s in sessions if s.session_id == "s_stage0_drift")   # flat part/ folder
-    assert any("cat README.md" in t for t in ogc_texts(drift, "tool"))
-
-
-# ==== Gemini CLI ==================================================================================
-
-ogc_GEMINI_META = {"sessionId": "g-1", "projectHash": "ab", "startTime": "2026-04-29T21:39:22.319Z",
-               "lastUpdated": "2026-04-29T21:39:22.319Z", "kind": "main"}
-
-
-def ogc_gemini_chats(tmp_path, slug="proj"):
-    return tmp_path / ".gemini" / "tmp" / slug / "chats"
-
-
-def test_gemini_repeated_id_is_indexed_once_with_the_newer_record(tmp_path):
-    f = ogc_write_jsonl(ogc_gemini_chats(tmp_path) / "session-2026-04-29T21-39-g1.jsonl", [
-        ogc_GEMINI_META,
-        {"id": "u1", "timestamp": "2026-04-29T21:39:30Z", "type": "user", "content": [{"text": "list the files"}]},
-        {"id": "a1", "timestamp": "2026-04-29T21:39:31Z", "type": "gemini", "content": "partial"},
-        {"id": "a1", "timestamp": "2026-04-29T21:39:32Z", "type": "gemini", "content": "final answer",
-         "toolCalls": [{"id": "t1", "name": "run_shell_command", "args": {"command": "ls -F"}, "status": "success",
-                        "result": [{"functionResponse": {"id": "t1", "response": {"output": "README.md"}}}]}]},
-        {"$set": {"lastUpdated": "2026-04-29T21:40:00Z"}},
-    ])
-    s = ogc_parse("gemini", f)[0]
-    assert s.session_id == "g-1"
-    assert ogc_texts(s, "assistant") == ["final answer"]
-    assert ogc_kinds(s) == ["user", "assistant", "tool"]
-    assert "README.md" in ogc_texts(s, "tool")[0] and "ls -F" in ogc_texts(s, "tool")[0]
-    assert s.created == "2026-04-29T21:39:22.319Z" and s.modified == "2026-04-29T21:40:00.000Z"
-
-
-# What Gemini CLI 0.61 writes for a session resumed once (`gemini --resume latest -p ...`), trimmed.
-ogc_GEMINI_CTX = {"id": "ctx", "timestamp": "2026-11-25T02:01:45.461Z", "type": "user", "content": [
-    {"text": "<session_context>\nThis is the Gemini CLI. We are setting up the context for our chat.\n</session_context>"}]}
-ogc_GEMINI_CALL = "run_shell_command__run_shell_command_1795572105628_0"
-ogc_GEMINI_OUT = {"output": "<untrusted_context>\nOutput: canary-1\nProcess Group PGID: 11209\n</untrusted_context>"}
-ogc_GEMINI_RESUMED = [
-    dict(ogc_GEMINI_META, startTime="2026-11-25T02:01:45.459Z", lastUpdated="2026-11-25T02:01:45.459Z"),
-    {"$set": {"messages": [ogc_GEMINI_CTX], "lastUpdated": "2026-11-25T02:01:45.461Z"}},
-    {"id": "u1", "timestamp": "2026-11-25T02:01:45.584Z", "type": "user",
-     "content": [{"text": "Check the canary. Please run `echo canary-1 && ls`"}]},
-    {"id": "g1", "timestamp": "2026-11-25T02:01:45.719Z", "type": "gemini", "content": "", "toolCalls": [
-        {"id": ogc_GEMINI_CALL, "name": "run_shell_command", "args": {"command": "echo canary-1 && ls"},
-         "result": [{"functionResponse": {"id": ogc_GEMINI_CALL, "name": "run_shell_command",
-                                          "response": ogc_GEMINI_OUT}}], "status": "success"}]},
-    {"id": "r1", "timestamp": "2026-11-25T02:01:45.806Z", "type": "user", "content": [
-        {"functionResponse": {"id": ogc_GEMINI_CALL, "name": "run_shell_command", "response": ogc_GEMINI_OUT}}]},
-    # the resume: a second metadata line, then the history again, its tool calls as content parts only
-    dict(ogc_GEMINI_META, startTime="2026-11-25T02:01:50.655Z", lastUpdated="2026-11-25T02:01:50.655Z"),
-    {"$set": {"messages": [
-        dict(ogc_GEMINI_CTX, timestamp="2026-11-25T02:01:50.656Z"),
-        {"id": "u1", "timestamp": "2026-11-25T02:01:50.669Z", "type": "user",
-         "content": [{"text": "Check the canary. Please run `echo canary-1 && ls`"}]},
-        {"id": "g1", "timestamp": "2026-11-25T02:01:50.669Z", "type": "gemini", "content": [
-            {"functionCall": {"id": ogc_GEMINI_CALL, "name": "run_shell_command",
-                              "args": {"command": "echo canary-1 && ls"}}}]},
-        {"id": "g1_response", "timestamp": "2026-11-25T02:01:50.669Z", "type": "user", "content": [
-            {"functionResponse": {"id": ogc_GEMINI_CALL, "name": "run_shell_command", "response": ogc_GEMINI_OUT}}]},
-        {"id": "r1", "timestamp": "2026-11-25T02:01:50.669Z", "type": "user", "content": [
-            {"functionResponse": {"id": ogc_GEMINI_CALL, "name": "run_shell_command", "response": ogc_GEMINI_OUT}}]},
-        {"id": "a1", "timestamp": "2026-11-25T02:01:50.669Z", "type": "gemini", "content": [{"text": "All good."}]},
-    ]}},
-    {"id": "u2", "timestamp": "2026-11-25T02:01:50.769Z", "type": "user",
-     "content": [{"text": "Now a failure please run `echo fail-x; exit 3`"}]},
-    {"id": "g2", "timestamp": "2026-11-25T02:01:50.932Z", "type": "gemini", "content": "", "toolCalls": [
-        {"id": "call-2", "name": "run_shell_command", "args": {"command": "echo fail-x; exit 3"}, "status": "success",
-         "result": [{"functionResponse": {"id": "call-2", "name": "run_shell_command", "response": {
-             "output": "<untrusted_context>\nOutput: fail-x\nExit Code: 3\nProcess Group PGID: 11316\n</untrusted_context>"}}}]}]},
-    {"$set": {"lastUpdated": "2026-11-25T02:01:51.035Z"}},
-]
-
-
-def test_gemini_resumed_session_keeps_its_tool_calls_creation_time_and_failures(tmp_path):
-    f = ogc_write_jsonl(ogc_gemini_chats(tmp_path) / "session-2026-11-25T02-01-95eb3fe0.jsonl", ogc_GEMINI_RESUMED)
-    [s] = ogc_parse("gemini", f)
-    assert s.created == "2026-11-25T02:01:45.459Z" and s.modified == "2026-11-25T02:01:51.035Z"
-    assert ogc_kinds(s) == ["context", "user", "tool", "assistant", "user", "tool"]
-    canary, failure = ogc_texts(s, "tool")
-    assert canary.startswith("tool: run_shell_command\ncommand: echo canary-1 && ls\noutput:") and "canary-1" in canary
-    assert failure.startswith("tool: run_shell_command\ncommand: echo fail-x; exit 3\nerror:")
-
-
-def test_gemini_resume_stub_with_the_same_session_id_is_not_a_second_session(tmp_path):
-    chats = ogc_gemini_chats(tmp_path)
-    real = ogc_write_jsonl(chats / "session-2026-11-25T02-01-95eb3fe0.jsonl", ogc_GEMINI_RESUMED)
-    stub = ogc_write_jsonl(chats / "session-2026-11-25T02-05-95eb3fe0.jsonl", [
-        dict(ogc_GEMINI_META, startTime="2026-11-25T02:05:00.000Z"),
-        {"$set": {"messages": [ogc_GEMINI_CTX], "lastUpdated": "2026-11-25T02:05:00.001Z"}}])
-    assert ogc_parse("gemini", stub) == [] and len(ogc_parse("gemini", real)) == 1
-    os.remove(real)   # alone, a session that only started is still a session
-    assert [s.session_id for s in ogc_parse("gemini", stub)] == ["g-1"]
-
-
-def test_gemini_cut_output_is_read_whole_from_tool_outputs(tmp_path):
-    # Gemini CLI 0.61 keeps the first 8,000 and last 32,000 characters in the record and the whole output
-    # in <project temp>/tool-outputs/session-<id>/<call id>.txt (found there also when the path is stale).
-    chats = ogc_gemini_chats(tmp_path)
-    whole = chats.parent / "tool-outputs" / "session-g-1" / "run_shell_command_1.txt"
-    os.makedirs(str(whole.parent))
-    whole.write_text("<untrusted_context>\nOutput: " + "".join("line-number-%d\n" % i for i in range(1, 40001))
-                     + "big-done\n</untrusted_context>")
-    cut = ("Output too large. Showing first 8,000 and last 32,000 characters. For full output see: "
-           "/home/other/.gemini/tmp/proj/tool-outputs/session-g-1/run_shell_command_1.txt\n<untrusted_context>\n"
-           "Output: line-number-1\n... [truncated] ...\nline-number-40000\nbig-done\n</untrusted_context>")
-    f = ogc_write_jsonl(chats / "session-2026-11-25T02-13-g1.jsonl", [
-        ogc_GEMINI_META,
-        {"id": "u1", "timestamp": "2026-11-25T02:13:49.517Z", "type": "user", "content": [{"text": "Large one"}]},
-        {"id": "g1", "timestamp": "2026-11-25T02:13:49.613Z", "type": "gemini", "content": "", "toolCalls": [
-            {"id": "run_shell_command_1", "name": "run_shell_command", "args": {"command": "seq 1 40000"},
-             "status": "success", "result": [{"functionResponse": {"id": "run_shell_command_1",
-                                                                   "response": {"output": cut}}}]}]},
-    ])
-    [tool] = ogc_texts(ogc_parse("gemini", f)[0], "tool")
-    assert "\nline-number-2\n" in tool and "Output too large" not in tool and "big-done" in tool
-
-
-def test_gemini_rewind_drops_the_message_and_everything_after(tmp_path):
-    f = ogc_write_jsonl(ogc_gemini_chats(tmp_path) / "session-x.jsonl", [
-        ogc_GEMINI_META,
-        {"id": "u1", "type": "user", "content": "first question"},
-        {"id": "u2", "type": "user", "content": "abandoned question"},
-        {"id": "a2", "type": "gemini", "content": "abandoned answer"},
-        {"$rewindTo": "u2"},
-        {"id": "u3", "type": "user", "content": "second question"},
-    ])
-    s = ogc_parse("gemini", f)[0]
-    assert ogc_texts(s, "user") == ["first question", "second question"]
-    assert not ogc_texts(s, "assistant")
-
-
-def test_gemini_rewind_to_unknown_id_clears_and_set_messages_replaces(tmp_path):
-    f = ogc_write_jsonl(ogc_gemini_chats(tmp_path) / "session-x.jsonl", [
-        ogc_GEMINI_META,
-        {"id": "u1", "type": "user", "content": "gone"},
-        {"$rewindTo": "nope"},
-        {"id": "u2", "type": "user", "content": "also replaced"},
-        {"$set": {"messages": [{"id": "u9", "type": "user", "content": "checkpointed"}], "summary": "Fix the build"}},
-    ])
-    s = ogc_parse("gemini", f)[0]
-    assert ogc_texts(s, "user") == ["checkpointed"]
-    assert s.name == "Fix the build"   # the generated summary is the title
-
-
-def test_gemini_injected_session_context_is_not_user_and_title_is_first_real_prompt(tmp_path):
-    f = ogc_write_jsonl(ogc_gemini_chats(tmp_path) / "session-x.jsonl", [
-        ogc_GEMINI_META,
-        {"id": "u0", "type": "user", "content": "<session_context>OS: linux, cwd /w</session_context>"},
-        {"id": "u1", "type": "user", "content": "@src/a.py explain\n--- Content from referenced files ---\nprint(1)",
-         "displayContent": "@src/a.py explain"},
-        {"id": "i1", "type": "info", "content": "Request cancelled."},
-    ])
-    s = ogc_parse("gemini", f)[0]
-    assert ogc_texts(s, "user") == ["@src/a.py explain"]
-    assert any("session_context" in t for t in ogc_texts(s, "context"))
-    assert any("print(1)" in t for t in ogc_texts(s, "context"))
-    assert "Request cancelled." in ogc_texts(s, "context")
-    assert s.name == "@src/a.py explain"
-
-
-def test_gemini_subagent_points_to_parent_and_cwd_comes_from_project_root_marker(tmp_path):
-    chats = ogc_gemini_chats(tmp_path)
-    ogc_write(chats.parent / ".project_root", "/home/u/myrepo\n")
-    f = ogc_write_jsonl(chats / "parent-uuid" / "child-uuid.jsonl", [
-        dict(ogc_GEMINI_META, sessionId="child-uuid", kind="subagent"),
-        {"id": "u1", "type": "user", "content": "find the bug"},
-    ])
-    s = ogc_parse("gemini", f)[0]
-    assert s.parent == "parent-uuid" and s.session_id == "child-uuid"
-    assert s.cwd == "/home/u/myrepo"
-
-
-def test_gemini_cwd_from_projects_registry_by_project_hash(tmp_path):
-    path = "/home/u/hashed"
-    digest = hashlib.sha256(path.encode()).hexdigest()
-    ogc_write(tmp_path / ".gemini" / "projects.json", {"projects": {path: "other-slug"}})
-    f = ogc_write_jsonl(ogc_gemini_chats(tmp_path, slug=digest) / "session-x.jsonl",
-                    [dict(ogc_GEMINI_META, projectHash=digest), {"id": "u1", "type": "user", "content": "hi"}])
-    assert ogc_parse("gemini", f)[0].cwd == path
-
-
-def test_gemini_legacy_json_and_list_files_prefers_migrated_jsonl(tmp_path):
-    chats = ogc_gemini_chats(tmp_path)
-    legacy = ogc_write(chats / "session-2025-01-01T00-00-aaaa.json", json.dumps(dict(
-        ogc_GEMINI_META, sessionId="g-legacy",
-        messages=[{"id": "m1", "type": "user", "content": "legacy prompt"},
-                  {"id": "m2", "type": "gemini", "content": "legacy answer",
-                   "thoughts": [{"subject": "Plan", "description": "read files"}]}]), indent=2))
-    s = ogc_parse("gemini", legacy)[0]
-    assert s.session_id == "g-legacy" and ogc_kinds(s) == ["user", "thinking", "assistant"]
-    ogc_write(chats / "session-2025-01-02T00-00-bbbb.json", "{}")
-    ogc_write_jsonl(chats / "session-2025-01-02T00-00-bbbb.jsonl", [ogc_GEMINI_META])
-    ogc_write(chats.parent / "logs.json", "[]")
-    ogc_write(chats.parent / "checkpoint-x.json", "[]")
-    listed = [os.path.basename(p) for p in PARSERS["gemini"].list_files(str(tmp_path / ".gemini" / "tmp"))]
-    assert listed == ["session-2025-01-01T00-00-aaaa.json", "session-2025-01-02T00-00-bbbb.jsonl"]
-
-
-def test_gemini_foreign_json_is_not_a_session_file(tmp_path):
-    with pytest.raises(NotASessionFile):
-        ogc_parse("gemini", ogc_write(tmp_path / "x.jsonl", '{"type": "session", "id": "pi"}\n'))
-    with pytest.raises(NotASessionFile):
-        ogc_parse("gemini", ogc_write(tmp_path / "y.json", '{\n "a": 1\n}'))
-
-
-def test_gemini_home_env():
-    assert PARSERS["gemini"].default_roots({"GEMINI_CLI_HOME": "/h"}) == ["/h/.gemini/tmp"]
-
-
-def test_gemini_samples():
-    sessions = ogc_check_samples("gemini")
-    assert len(sessions) == 4
-    jsonl = next(s for s in sessions if s.session_id == "gemini_stage0_jsonl")
-    assert "Say hello and list files." in ogc_texts(jsonl, "user")
-    assert any("ls -F" in t for t in ogc_texts(jsonl, "tool"))
-    assert not any("AAAA" in c.text for s in sessions for c in s.chunks)   # inline image data
-
-
-# ==== Cursor ======================================================================================
-
-def ogc_cursor_line(role, *blocks):
-    return {"role": role, "message": {"content": list(blocks)}}
-
-
-def test_cursor_user_query_wrapper_is_the_user_and_the_rest_is_context(tmp_path):
-    f = ogc_write_jsonl(tmp_path / "agent-transcripts" / "c1" / "c1.jsonl", [
-        ogc_cursor_line("user", {"type": "text", "text": "<user_info>\nOS: darwin\nWorkspace Path: /Users/u/app\n"
-                                                    "</user_info>\n<user_query>\nfix the login bug\n</user_query>"}),
-        ogc_cursor_line("assistant", {"type": "text", "text": "Looking."},
-                    {"type": "tool_use", "id": "tu1", "name": "Shell", "input": {"command": "git status"}}),
-        ogc_cursor_line("user", {"type": "tool_result", "tool_use_id": "tu1", "content": "clean"}),
-        {"type": "turn_ended", "status": "success"},
-    ])
-    s = ogc_parse("cursor", f)[0]
-    assert s.session_id == "c1"
-    assert ogc_texts(s, "user") == ["fix the login bug"]
-    assert any("user_info" in t for t in ogc_texts(s, "context"))
-    assert s.cwd == "/Users/u/app"
-    assert ogc_kinds(s) == ["context", "user", "assistant", "tool"]
-    assert "git status" in ogc_texts(s, "tool")[0] and "clean" in ogc_texts(s, "tool")[0]
-    assert s.name is None and s.created and s.created.endswith("Z")
-
-
-def test_cursor_tool_result_without_ids_joins_the_waiting_call(tmp_path):
-    f = ogc_write_jsonl(tmp_path / "t.jsonl", [
-        ogc_cursor_line("user", {"type": "text", "text": "read it"}),
-        ogc_cursor_line("assistant", {"type": "tool_use", "name": "Read", "input": {"file_path": "a.txt"}}),
-        ogc_cursor_line("user", {"type": "tool_result", "tool_use_id": "t9", "content": [{"type": "text", "text": "hello"}]}),
-    ])
-    s = ogc_parse("cursor", f)[0]
-    assert ogc_kinds(s) == ["user", "tool"]
-    assert "hello" in s.chunks[1].text and s.chunks[1].path == "a.txt"
-
-
-def test_cursor_subagent_transcript_points_to_parent(tmp_path):
-    f = ogc_write_jsonl(tmp_path / "agent-transcripts" / "p1" / "subagents" / "k1.jsonl",
-                    [ogc_cursor_line("user", {"type": "text", "text": "List files"})])
-    s = ogc_parse("cursor", f)[0]
-    assert s.session_id == "k1" and s.parent == "p1"
-
-
-def ogc_store_db(path, meta, blobs=()):
-    rows = [("INSERT INTO meta VALUES (?,?)", ("0", json.dumps(meta).encode().hex()))]
-    for i, b in enumerate(blobs):
-        data = json.dumps(b).encode() if isinstance(b, dict) else b
-        rows.append(("INSERT INTO blobs VALUES (?,?)", ("%064x" % (1000 - i), data)))
-    return ogc_make_db(path, "CREATE TABLE blobs (id TEXT PRIMARY KEY, data BLOB);"
-                         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);", rows)
-
-
-def test_cursor_cli_store_db_meta_and_json_message_blobs(tmp_path):
-    db = ogc_store_db(tmp_path / ".cursor" / "chats" / "abc" / "a1" / "store.db",
-                  {"agentId": "a1", "name": "Deploy script", "createdAt": 1775522590321},
-                  [{"role": "system", "content": "You are an agent"},
-                   {"role": "user", "content": [{"type": "text", "text": "<user_query>\nwrite deploy.sh\n</user_query>"}]},
-                   b"\x0a\x20" + b"\x01" * 32,   # a protobuf tree node
-                   {"role": "assistant", "content": [{"type": "reasoning", "text": "plan"},
-                                                     {"type": "tool-call", "toolCallId": "x", "toolName": "Write",
-                                                      "args": {"path": "deploy.sh"}}]},
-                   {"role": "tool", "content": [{"type": "tool-result", "toolCallId": "x", "toolName": "Write",
-                                                 "result": "wrote 10 lines"}]}])
-    s = ogc_parse("cursor", db)[0]
-    assert s.session_id == "a1" and s.name == "Deploy script"
-    assert s.created == "2026-04-07T00:43:10.321Z"
-    assert ogc_kinds(s) == ["user", "thinking", "tool"]
-    assert ogc_texts(s, "user") == ["write deploy.sh"]
-    assert "wrote 10 lines" in ogc_texts(s, "tool")[0] and s.chunks[2].path == "deploy.sh"
-    assert not any("You are an agent" in c.text for c in s.chunks)
-
-
-def ogc_pb_varint(n):
-    out = bytearray()
-    while True:
-        n, low = n >> 7, n & 0x7F
-        out.append(low | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def ogc_pb(*fields):
-    """A protobuf message from (field number, value) pairs: ints as varints, text and bytes
-    length-delimited (nested messages are bytes made by ogc_pb)."""
-    out = b""
-    for n, v in fields:
-        if isinstance(v, int):
-            out += ogc_pb_varint(n << 3) + ogc_pb_varint(v)
-        else:
-            v = v.encode() if isinstance(v, str) else v
-            out += ogc_pb_varint(n << 3 | 2) + ogc_pb_varint(len(v)) + v
-    return out
-
-
-class ogc_BlobStore:
-    """A Cursor CLI store.db: blobs named by the SHA-256 of their bytes; protobuf fields name them by
-    the 32 raw bytes of that digest."""
-
-    def __init__(self):
-        self.blobs = []
-
-    def put(self, data):
-        data = json.dumps(data).encode() if isinstance(data, dict) else data
-        self.blobs.append(data)
-        return hashlib.sha256(data).digest()
-
-    def write(self, path, meta):
-        rows = [("INSERT INTO meta VALUES (?,?)", ("0", json.dumps(meta).encode().hex()))]
-        rows += [("INSERT OR IGNORE INTO blobs VALUES (?,?)", (hashlib.sha256(b).hexdigest(), b)) for b in self.blobs]
-        return ogc_make_db(path, "CREATE TABLE blobs (id TEXT PRIMARY KEY, data BLOB);"
-                                 "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);", rows)
-
-
-def ogc_cursor_turns_store(folder):
-    """A chat as the current Cursor CLI stores it: the root (agent.v1.ConversationStateStructure) lists
-    the JSON prompt messages (field 1) and the turns (field 8); a turn names its user message and
-    steps; a step is assistant text (1), a tool call (2) or thinking (3)."""
-    b = ogc_BlobStore()
-    prompt = [b.put({"role": "system", "content": "You are a coding agent"}),
-              b.put({"role": "user", "content": "<user_info>\nWorkspace Path: /home/u/app\n</user_info>"})]
-    user = b.put(ogc_pb((1, "<user_query>\nrun the tests\n</user_query>"), (2, "m-1"), (25, 1775522591000)))
-    thinking = b.put(ogc_pb((3, ogc_pb((1, "pytest first"), (2, 120), (3, 1775522592000)))))
-    shell_args = ogc_pb((1, "pytest -q"), (2, "/home/u/app"))                       # ShellArgs
-    shell_failure = ogc_pb((1, "pytest -q"), (3, 1), (5, "1 failed, 3 passed"))      # command, exit code, stdout
-    shell_call = ogc_pb((1, ogc_pb((1, shell_args), (2, ogc_pb((2, shell_failure))))),   # ToolCall.shell_tool_call
-                        (57, "call_1"), (59, 1775522593000))
-    shell = b.put(ogc_pb((2, shell_call)))
-    content = b.put(b"def test_login(): assert False\n")
-    read_call = ogc_pb((8, ogc_pb((1, ogc_pb((1, "tests/test_login.py"))),           # ToolCall.read_tool_call
-                                  (2, ogc_pb((1, ogc_pb((10, content))))))),          # success, content blob id
-                       (59, 1775522594000))
-    read = b.put(ogc_pb((2, read_call)))
-    unknown = b.put(ogc_pb((2, ogc_pb((99, ogc_pb((1, ogc_pb((1, "holo-arg"))))), (57, "call_3")))))
-    answer = b.put(ogc_pb((1, ogc_pb((1, "One test fails: test_login."), (2, 1775522595000)))))
-    turn1 = b.put(ogc_pb((1, ogc_pb((1, user), (2, thinking), (2, shell), (2, read), (2, unknown), (2, answer),
-                                    (3, "req-1")))))
-    turn2 = b.put(ogc_pb((2, ogc_pb((1, b.put(ogc_pb((1, "git status")))),
-                                    (2, b.put(ogc_pb((1, "nothing to commit"), (3, 0))))))))
-    root = b.put(ogc_pb((1, prompt[0]), (1, prompt[1]), (8, turn1), (8, turn2), (26, 1775522590321)))
-    db = b.write(folder / "store.db", {"agentId": folder.name, "latestRootBlobId": root.hex(), "name": "New Agent",
-                                        "mode": "default", "createdAt": 1775522590321, "lastUsedModel": "composer-2",
-                                        "blobEncryptionKey": "0f" * 32})
-    (folder / "meta.json").write_text(json.dumps({"schemaVersion": 1, "agentId": folder.name, "createdAtMs": 1775522590321,
-                                                  "updatedAtMs": 1775522596000, "hasConversation": True,
-                                                  "cwd": "/home/u/app", "title": "Failing login test"}))
-    return db
-
-
-def test_cursor_cli_store_turns_decoded_from_protobuf(tmp_path):
-    db = ogc_cursor_turns_store(tmp_path / ".cursor" / "chats" / "abc" / "c0ffee")
-    report = ParseReport()
-    [s] = PARSERS["cursor"].parse(str(db), report)
-    assert (s.session_id, s.cwd, s.name) == ("c0ffee", "/home/u/app", "Failing login test")
-    assert ogc_kinds(s) == ["user", "thinking", "tool", "tool", "tool", "assistant", "tool"]
-    assert ogc_texts(s, "user") == ["run the tests"] and ogc_texts(s, "thinking") == ["pytest first"]
-    shell, read, unknown, user_shell = [c for c in s.chunks if c.kind == "tool"]
-    assert shell.tool == "shell" and "command: pytest -q" in shell.text
-    assert "error:" in shell.text and "1 failed, 3 passed" in shell.text   # exit code 1: a failure
-    assert shell.ts == "2026-04-07T00:43:13.000Z"
-    assert read.tool == "read" and read.path == "tests/test_login.py" and "def test_login" in read.text
-    assert unknown.tool == "tool_99" and "holo-arg" in unknown.text
-    assert report.unknown == {"store tool 99": 1}
-    assert user_shell.tool == "shell" and "git status" in user_shell.text and "nothing to commit" in user_shell.text
-    assert ogc_texts(s, "assistant") == ["One test fails: test_login."]
-    assert s.created == "2026-04-07T00:43:10.321Z" and s.modified >= "2026-04-07T00:43:16.000Z"
-    assert not any("You are a coding agent" in c.text or "0f0f0f" in c.text for c in s.chunks)
-    assert PARSERS["cursor"].sidecars(str(db)) == [str(db) + "-wal", str(db.parent / "meta.json")]
-
-
-def test_cursor_transcript_of_a_chat_in_a_store_is_not_indexed_twice(tmp_path):
-    ogc_cursor_turns_store(tmp_path / ".cursor" / "chats" / "abc" / "c0ffee")
-    f = ogc_write_jsonl(tmp_path / ".cursor" / "projects" / "home-u-app" / "agent-transcripts" / "c0ffee" / "c0ffee.jsonl",
-                        [ogc_cursor_line("user", {"type": "text", "text": "<user_query>run the tests</user_query>"})])
-    assert ogc_parse("cursor", f) == []
-
-
-def test_cursor_cli_store_json_messages_in_root_order(tmp_path):
-    # Stores written before turns: the root lists JSON messages (AI SDK parts), in conversation order.
-    b = ogc_BlobStore()
-    answer = b.put({"role": "assistant", "content": [{"type": "text", "text": "Second"}]})
-    question = b.put({"role": "user", "content": "First"})
-    root = b.put(ogc_pb((1, question), (1, answer), (8, b"\x07" * 32)))   # a turn whose blob is not there
-    db = b.write(tmp_path / "chats" / "h" / "a2" / "store.db", {"agentId": "a2", "latestRootBlobId": root.hex()})
-    report = ParseReport()
-    [s] = PARSERS["cursor"].parse(str(db), report)
-    assert [c.text for c in s.chunks] == ["First", "Second"]
-    assert report.skipped == {"unreadable turn": 1}
-
-
-def test_cursor_resume_command_for_cli_chats_only():
-    cursor = PARSERS["cursor"]
-    assert cursor.resume_command({"session_id": "c0ffee", "cwd": "/home/u/app", "path": "/h/.cursor/chats/x/c0ffee/store.db"}) \
-        == "cd /home/u/app && agent --resume c0ffee"
-    assert cursor.resume_command({"session_id": "k", "cwd": None, "path": "/h/globalStorage/state.vscdb"}) is None
-
-
-def test_cursor_transcript_lines_it_does_not_know_are_counted(tmp_path):
-    f = ogc_write_jsonl(tmp_path / "agent-transcripts" / "t1" / "t1.jsonl", [
-        ogc_cursor_line("user", {"type": "text", "text": "<user_query>hi</user_query>"}, {"type": "image", "data": "AAAA"}),
-        {"type": "turn_ended", "status": "completed"}, {"type": "hologram"},
-        ogc_cursor_line("assistant", {"type": "sparkle", "items": []})])
-    report = ParseReport()
-    PARSERS["cursor"].parse(str(f), report)
-    assert report.unknown == {"hologram": 1, "block sparkle": 1}   # images and turn_ended are known
-
-
-def test_protobuf_reader_reads_the_wire_format_and_refuses_what_is_not():
-    data = ogc_pb((1, 300), (2, "héllo"), (3, ogc_pb((1, "inner")))) + b"\x25\x01\x00\x00\x00" + \
-        b"\x29" + (7).to_bytes(8, "little")
-    assert sesame.protobuf_fields(data) == [(1, 300), (2, "héllo".encode()), (3, b"\x0a\x05inner"), (4, 1), (5, 7)]
-    m = sesame.ProtoMessage(data)
-    assert m.text(2) == "héllo" and m.message(3).text(1) == "inner" and m.get(9) is None
-    assert m.strings() == ["héllo", "inner"]
-    for bad in (b"\x0a\x05abc", b"\x08\x80", b"\x0b", b"\x00\x01"):   # short, unfinished varint, group, field 0
-        with pytest.raises(ValueError):
-            sesame.protobuf_fields(bad)
-    assert sesame.ProtoMessage.parse(b"{\"role\": 1}") is None
-
-
-def test_cursor_transcript_takes_title_and_start_from_the_cli_store(tmp_path):
-    ogc_store_db(tmp_path / ".cursor" / "chats" / "abc" / "a1" / "store.db",
-             {"agentId": "a1", "name": "Deploy script", "createdAt": 1000000000000})
-    f = ogc_write_jsonl(tmp_path / ".cursor" / "projects" / "Users-u-app" / "agent-transcripts" / "a1" / "a1.jsonl",
-                    [ogc_cursor_line("user", {"type": "text", "text": "hi"})])
-    s = ogc_parse("cursor", f)[0]
-    assert s.name == "Deploy script" and s.created == "2001-09-09T01:46:40.000Z"
-
-
-def test_cursor_list_files_finds_transcripts_and_stores_but_not_other_jsonl(tmp_path):
-    cursor = tmp_path / ".cursor"
-    t = ogc_write_jsonl(cursor / "projects" / "Users-u-app" / "agent-transcripts" / "a1" / "a1.jsonl", [])
-    db = ogc_store_db(cursor / "chats" / "abc" / "a1" / "store.db", {"agentId": "a1"})
-    ogc_write_jsonl(cursor / "projects" / "Users-u-app" / "other.jsonl", [])
-    ogc_write_jsonl(cursor / "extensions" / "x" / "agent-transcripts" / "z.jsonl", [])
-    assert PARSERS["cursor"].list_files(str(cursor)) == sorted([str(db), str(t)])
-
-
-ogc_VSCDB_SCHEMA = ("CREATE TABLE ItemTable (key TEXT UNIQUE ON CONFLICT REPLACE, value BLOB);"
-                "CREATE TABLE cursorDiskKV (key TEXT UNIQUE ON CONFLICT REPLACE, value BLOB);")
-
-
-def ogc_kv(key, value):
-    return ("INSERT INTO cursorDiskKV VALUES (?,?)", (key, json.dumps(value)))
-
-
-def test_cursor_ide_composers_with_bubbles_in_header_order_and_cwd_from_workspace(tmp_path):
-    user = tmp_path / "Cursor" / "User"
-    db = ogc_make_db(user / "globalStorage" / "state.vscdb", ogc_VSCDB_SCHEMA, [
-        ogc_kv("composerData:c1", {"_v": 3, "composerId": "c1", "name": "Refactor auth", "createdAt": 1730000000000,
-                               "lastUpdatedAt": 1730000009000,
-                               "fullConversationHeadersOnly": [{"bubbleId": "b2", "type": 1}, {"bubbleId": "b1", "type": 2}]}),
-        ogc_kv("bubbleId:c1:b1", {"type": 2, "text": "Done, see auth.ts", "thinking": {"text": "split the module"},
-                              "toolFormerData": {"name": "edit_file", "rawArgs": "{\"target_file\": \"auth.ts\"}",
-                                                 "result": "{\"diff\": \"+export\"}", "status": "completed"}}),
-        ogc_kv("bubbleId:c1:b2", {"type": 1, "text": "refactor the auth module"}),
-        ogc_kv("bubbleId:c1:b3", {"type": 1, "text": "a reverted prompt not in the headers"}),
-        ogc_kv("composerData:c2", {"composerId": "c2", "createdAt": 1730000000000, "fullConversationHeadersOnly": []}),
-        ogc_kv("composerData:c3", {"composerId": "c3", "createdAt": 1730000000000, "name": "Old style",
-                               "conversation": [{"type": 1, "text": "inline prompt", "workspaceProjectDir": "/w/old"}]}),
-    ])
-    ogc_make_db(user / "workspaceStorage" / "h1" / "state.vscdb", ogc_VSCDB_SCHEMA, [
-        ("INSERT INTO ItemTable VALUES (?,?)",
-         ("composer.composerData", json.dumps({"allComposers": [{"composerId": "c1"}]})))])
-    ogc_write(user / "workspaceStorage" / "h1" / "workspace.json", {"folder": "file:///Users/u/my%20app"})
-    sessions = {s.session_id: s for s in ogc_parse("cursor", db)}
-    assert sorted(sessions) == ["c1", "c3"]   # c2 is an empty draft
-    c1 = sessions["c1"]
-    assert c1.name == "Refactor auth" and c1.cwd == "/Users/u/my app"
-    assert c1.created == "2024-10-27T03:33:20.000Z" and c1.modified == "2024-10-27T03:33:29.000Z"
-    assert ogc_kinds(c1) == ["user", "thinking", "assistant", "tool"]
-    assert ogc_texts(c1, "user") == ["refactor the auth module"]
-    assert c1.chunks[3].path == "auth.ts" and "+export" in c1.chunks[3].text
-    assert sessions["c3"].cwd == "/w/old" and ogc_texts(sessions["c3"], "user") == ["inline prompt"]
-
-
-def test_cursor_sqlite_of_unknown_schema_is_not_a_session_file(tmp_path):
-    db = ogc_make_db(tmp_path / "state.vscdb", "CREATE TABLE ItemTable (key TEXT, value BLOB);")
-    with pytest.raises(NotASessionFile):
-        ogc_parse("cursor", db)
-    with pytest.raises(NotASessionFile):
-        ogc_parse("cursor", ogc_write(tmp_path / "x.jsonl", '{"type": "user", "uuid": "1"}\n'))
-
-
-def test_cursor_samples():
-    sessions = ogc_check_samples("cursor")
-    assert len(sessions) == 8
-    by_id = {s.session_id: s for s in sessions}
-    assert ogc_texts(by_id["tests-test-session"], "user") == ["run ls command", "now show me the git status"]
-    assert any("git status" in t for t in ogc_texts(by_id["tests-test-session"], "tool"))
-    assert by_id["a1b2c3d4-e5f6-7890-abcd-ef1234567890"].name == "Test Session"
-    assert by_id["child"].parent == "subagent"
-
-
-def test_cursor_global_storage_root_lists_only_the_editor_db(tmp_path):
-    gs = tmp_path / "Cursor" / "User" / "globalStorage"
-    db = ogc_make_db(gs / "state.vscdb", ogc_VSCDB_SCHEMA)
-    ogc_write_jsonl(gs / "some.extension" / "agent-transcripts" / "x.jsonl", [])
-    assert PARSERS["cursor"].list_files(str(gs)) == [str(db)]
-
-
-def am_parse(agent, path):
-    return PARSERS[agent].parse(str(path), ParseReport())
-
-
-def am_kinds(session):
-    return [c.kind for c in session.chunks]
-
-
-def am_texts(session, kind):
-    return [c.text for c in session.chunks if c.kind == kind]
-
-
-def am_write(path, text):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def am_write_jsonl(path, records):
-    return am_write(path, "".join(json.dumps(r) + "\n" for r in records))
-
-
-def am_sample_files(agent):
-    folder = os.path.join(SAMPLES, agent)
-    if not os.path.isdir(folder):
-        pytest.skip("no samples for %s" % agent)
-    return sorted(f for f in glob.glob(os.path.join(folder, "**", "*"), recursive=True) if os.path.isfile(f))
-
-
-def am_check_samples(agent):
-    """Every sample parses to sessions or is refused as another format; returns all sessions."""
-    found = []
-    for f in am_sample_files(agent):
-        try:
-            sessions = PARSERS[agent].parse(f, ParseReport())
-        except NotASessionFile:
-            continue
-        assert sessions, f
-        for s in sessions:
-            assert s.session_id and s.created and s.modified and s.created.endswith("Z")
-        found.extend(sessions)
-    assert found
-    return found
-
-
-def test_no_resume_command_is_invented():
-    # formats.md shows no resume flag for any of these agents.
-    for agent in ("aider", "cline", "copilot", "amp", "goose", "crush"):
-        assert PARSERS[agent].resume_command({"agent": agent, "session_id": "x", "path": "/p", "cwd": "/"}) is None
-
-
-# ==== Aider ========================================================================================
-
-am_AIDER_HISTORY = """
-# aider chat started at 2025-06-02 11:47:49
-
-> Aider v0.84.0  
-> ^C KeyboardInterrupt  
-
-# aider chat started at 2025-06-02 11:49:34
-
-> Aider v0.84.0  
-> Model: qwen3 with diff edit format  
-> Cur working dir: /home/u/proj/pkg  
-
-#### Fix the flaky retry loop  
-#### in the uploader  
-
-<thinking-content-7bbeb8e1441453ad999a0bbba8a46d4b>
-The backoff never resets.
-</thinking-content-7bbeb8e1441453ad999a0bbba8a46d4b>
-
-Here is the fix:
-
-```
-> not a tool line, just quoted code
-#### not a user line either
-```
-
-> Applied edit to src/uploader.py  
-> Commit 54d022e fix: reset backoff  
-
-#### /run pytest -q  
-
-> 3 passed in 0.2s  
-
-# aider chat started at 2025-06-03 09:00:00
-
-#### second run question  
-
-Answer two.
-"""
-
-
-def test_aider_one_file_holds_many_sessions_and_empty_runs_are_dropped(tmp_path):
-    path = am_write(tmp_path / ".aider.chat.history.md", am_AIDER_HISTORY)
-    sessions = am_parse("aider", path)
-    assert len(sessions) == 2   # the banner-only run is not a session
-    first, second = sessions
-    assert first.created == norm_time("2025-06-02 11:49:34") and first.created.endswith("Z")
-    assert first.modified == first.created
-    assert second.created == norm_time("2025-06-03 09:00:00")
-    assert second.modified >= second.created      # the last run lasts until the file was written
-    assert first.session_id != second.session_id
-    assert [s.session_id for s in am_parse("aider", path)] == [first.session_id, second.session_id]  # stable
-
-
-def test_aider_kinds_user_thinking_fences_and_tool_output(tmp_path):
-    s = am_parse("aider", am_write(tmp_path / ".aider.chat.history.md", am_AIDER_HISTORY))[0]
-    assert am_texts(s, "user") == ["Fix the flaky retry loop\nin the uploader", "/run pytest -q"]
-    assert am_texts(s, "thinking") == ["The backoff never resets."]
-    reply = am_texts(s, "assistant")[0]
-    assert "> not a tool line" in reply and "#### not a user line" in reply and "thinking-content" not in reply
-    banner = am_texts(s, "context")[0]
-    assert "Aider v0.84.0" in banner      # the start-up banner is context, never the user
-    tools = [c for c in s.chunks if c.kind == "tool"]
-    assert tools[0].path == "src/uploader.py" and "Commit 54d022e" in tools[0].text
-    assert tools[1].tool == "run" and "3 passed" in tools[1].text
-
-
-# What aider 0.86.2 writes for `/run`, `!` and a command the model suggested (aider ran it).
-am_AIDER_RUNS = """
-# aider chat started at 2026-11-25 02:06:51
-
-> Aider v0.86.2  
-> Model: openai/mock-model with diff edit format  
-
-#### /run echo fail-x; exit 3  
-> Add 0.0k tokens of command output to the chat? (Y)es/(N)o [Yes]: y  
-> Added 1 line of output to the chat.  
-
-#### !seq 1 5 | sed s/^/row-/  
-> Add 0.0k tokens of command output to the chat? (Y)es/(N)o [Yes]: y  
-> Added 5 lines of output to the chat.  
-
-#### Check the canary  
-
-To check, run this command:
-
-```bash
-echo canary-3
-```
-
-> Tokens: 2.3k sent, 27 received.  
-> echo canary-3  
-> Run shell command? (Y)es/(N)o/(D)on't ask again [Yes]: y  
-> Running echo canary-3  
-> Add command output to the chat? (Y)es/(N)o/(D)on't ask again [Yes]: y  
-> Added 2 lines of output to the chat.  
-"""
-
-
-def test_aider_run_and_bang_and_suggested_commands_are_shell_calls(tmp_path):
-    [s] = am_parse("aider", am_write(tmp_path / ".aider.chat.history.md", am_AIDER_RUNS))
-    runs = [c for c in s.chunks if c.kind == "tool" and c.tool == "run"]
-    assert [c.text.split("\n")[1] for c in runs] == [
-        "command: echo fail-x; exit 3", "command: seq 1 5 | sed s/^/row-/", "command: echo canary-3"]
-    assert "Added 5 lines of output to the chat." in runs[1].text
-    assert am_texts(s, "user") == ["/run echo fail-x; exit 3", "!seq 1 5 | sed s/^/row-/", "Check the canary"]
-    assert "run" in sesame.tool_family("bash") and "run" in sesame.tool_family("shell")
-
-
-def test_aider_earlier_run_keeps_its_last_prompt_time_after_a_new_run_is_appended(tmp_path):
-    path = am_write(tmp_path / ".aider.chat.history.md", am_AIDER_RUNS)
-    am_write(tmp_path / ".aider.input.history", "\n# 2026-11-25 02:06:52.104711\n+/run echo fail-x; exit 3\n"
-             "\n# 2026-11-25 02:07:10.500000\n+!seq 1 5 | sed s/^/row-/\n"
-             "\n# 2026-11-25 02:09:30.250000\n+Check the canary\n"
-             "\n# 2026-11-26 08:00:05.000000\n+next day\n")
-    with open(path, "a") as f:
-        f.write("\n# aider chat started at 2026-11-26 08:00:00\n\n#### next day  \n\nHello again.\n")
-    first, second = am_parse("aider", path)
-    assert first.created == norm_time("2026-11-25 02:06:51")
-    assert first.modified == norm_time("2026-11-25 02:09:30.250000") > first.created
-    assert [c.ts for c in first.chunks if c.kind == "user"] == [
-        norm_time("2026-11-25 02:06:52.104711"), norm_time("2026-11-25 02:07:10.5"), norm_time("2026-11-25 02:09:30.25")]
-    assert second.created == norm_time("2026-11-26 08:00:00") and second.modified >= norm_time("2026-11-26 08:00:05")
-
-
-def test_aider_cwd_is_recorded_dir_else_the_file_folder(tmp_path):
-    path = am_write(tmp_path / "repo" / ".aider.chat.history.md", am_AIDER_HISTORY)
-    first, second = am_parse("aider", path)
-    assert first.cwd == "/home/u/proj/pkg"
-    assert second.cwd == str(tmp_path / "repo")
-
-
-def test_aider_other_markdown_is_not_a_session(tmp_path):
-    with pytest.raises(NotASessionFile):
-        am_parse("aider", am_write(tmp_path / "notes.aider.chat.history.md", "# Notes\n\nhello\n"))
-
-
-def test_aider_list_files_bounded_walk(tmp_path):
-    am_write(tmp_path / "a" / ".aider.chat.history.md", am_AIDER_HISTORY)
-    am_write(tmp_path / "a" / ".aider.input.history", "# 2025\n+hi\n")
-    am_write(tmp_path / "a" / "node_modules" / "x" / ".aider.chat.history.md", am_AIDER_HISTORY)
-    am_write(tmp_path / ".hidden" / ".aider.chat.history.md", am_AIDER_HISTORY)
-    am_write(tmp_path / "b" / "c" / ".aider.chat.history.md", am_AIDER_HISTORY)
-    found = PARSERS["aider"].list_files(str(tmp_path))
-    assert found == [str(tmp_path / "a" / ".aider.chat.history.md"), str(tmp_path / "b" / "c" / ".aider.chat.history.md")]
-    assert PARSERS["aider"].default_roots({"HOME": str(tmp_path)}) == []
-
-
-def test_aider_samples():
-    sessions = am_check_samples("aider")
-    users = [t for s in sessions for t in am_texts(s, "user")]
-    assert "What can you say about this package?" in users
-    assert any(c.kind == "thinking" for s in sessions for c in s.chunks)
-    with pytest.raises(NotASessionFile):
-        am_parse("aider", os.path.join(SAMPLES, "aider", "mozgoslav.aider.input.history"))
-
-
-# ==== Cline / Roo Code / Kilo Code =================================================================
-
-am_ENV = "<environment_details>\n# VSCode Visible Files\nsrc/a.ts\n\n# Current Working Directory (/home/u/webapp) Files\nsrc/\n</environment_details>"
-am_UI_MESSAGES = [
-    {"ts": 1735000000000, "type": "say", "say": "task", "text": "Add a dark mode toggle", "images": []},
-    {"ts": 1735000001000, "type": "say", "say": "api_req_started",
-     "text": json.dumps({"request": "<task>\nAdd a dark mode toggle\n</task>\n\n" + am_ENV, "tokensIn": 10})},
-    {"ts": 1735000002000, "type": "say", "say": "reasoning", "text": "Need the theme context first."},
-    {"ts": 1735000003000, "type": "say", "say": "text", "text": "I'll read the theme file."},
-    {"ts": 1735000004000, "type": "ask", "ask": "tool", "text": json.dumps({"tool": "readFile", "path": "src/theme.ts", "content": "/home/u/webapp/src/theme.ts"})},
-    {"ts": 1735000005000, "type": "say", "say": "tool", "text": json.dumps({"tool": "readFile", "path": "src/theme.ts", "content": "/home/u/webapp/src/theme.ts"})},
-    {"ts": 1735000006000, "type": "ask", "ask": "command", "text": "npm test"},
-    {"ts": 1735000007000, "type": "ask", "ask": "command_output", "text": "ECONNREFUSED 127.0.0.1:5432"},
-    {"ts": 1735000008000, "type": "say", "say": "user_feedback", "text": "use the CSS variables instead", "images": ["data:image/png;base64,AAAA"]},
-    {"ts": 1735000009000, "type": "say", "say": "completion_result", "text": "Dark mode toggle added."},
-    {"ts": 1735000010000, "type": "ask", "ask": "completion_result", "text": "Dark mode toggle added."},
-    {"ts": 1735000011000, "type": "say", "say": "checkpoint_created"},
-]
-
-
-def test_cline_ui_messages_kinds_cwd_times_and_dedupe(tmp_path):
-    task = tmp_path / "tasks" / "1735000000000"
-    path = am_write(task / "ui_messages.json", json.dumps(am_UI_MESSAGES))
-    s = am_parse("cline", path)[0]
-    assert s.session_id == "1735000000000" and s.name is None
-    assert s.cwd == "/home/u/webapp"
-    assert s.created == "2024-12-24T00:26:40.000Z" and s.modified == "2024-12-24T00:26:51.000Z"
-    assert am_texts(s, "user") == ["Add a dark mode toggle", "use the CSS variables instead"]
-    assert am_texts(s, "thinking") == ["Need the theme context first."]
-    assert am_texts(s, "assistant") == ["I'll read the theme file.", "Dark mode toggle added."]  # completion once
-    tools = [c for c in s.chunks if c.kind == "tool"]
-    assert len(tools) == 2                                  # ask + say of one tool use -> one chunk
-    assert tools[0].tool == "readFile" and tools[0].path == "src/theme.ts"
-    assert tools[1].tool == "execute_command" and "npm test" in tools[1].text and "ECONNREFUSED" in tools[1].text
-    assert not any("base64" in c.text for c in s.chunks)
-    assert not any("environment_details" in c.text for c in s.chunks)
-
-
-def test_cline_api_history_only_task_wrapper_is_not_user_text(tmp_path):
-    history = [
-        {"role": "user", "content": [{"type": "text", "text": "<task>\nRename the config loader\n</task>"},
-                                     {"type": "text", "text": am_ENV}]},
-        {"role": "assistant", "content": [{"type": "text", "text": "Renaming it now."},
-                                          {"type": "tool_use", "id": "t1", "name": "read_file", "input": {"path": "cfg.py"}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "def load(): pass"}]},
-                                     {"type": "text", "text": am_ENV}]},
-    ]
-    path = am_write(tmp_path / "tasks" / "42" / "api_conversation_history.json", json.dumps(history))
-    s = am_parse("cline", path)[0]
-    assert am_texts(s, "user") == ["Rename the config loader"]
-    assert s.cwd == "/home/u/webapp"
-    tool = [c for c in s.chunks if c.kind == "tool"]
-    assert len(tool) == 1 and "def load(): pass" in tool[0].text and tool[0].path == "cfg.py"
-    assert not any("Current Working Directory" in c.text for c in s.chunks)
-
-
-def test_cline_roo_subtask_points_to_parent_and_lists_one_file_per_task(tmp_path):
-    root = tmp_path / "rooveterinaryinc.roo-cline" / "tasks"
-    am_write(root / "child" / "ui_messages.json", json.dumps(am_UI_MESSAGES[:3]))
-    am_write(root / "child" / "api_conversation_history.json", "[]")
-    am_write(root / "child" / "history_item.json", json.dumps({"id": "child", "parentTaskId": "parent", "workspace": "/w"}))
-    am_write(root / "old" / "api_conversation_history.json", "[]")
-    files = PARSERS["cline"].list_files(str(root))
-    assert files == [str(root / "child" / "ui_messages.json"), str(root / "old" / "api_conversation_history.json")]
-    s = am_parse("cline", root / "child" / "ui_messages.json")[0]
-    assert s.parent == "parent" and s.cwd == "/home/u/webapp"   # the recorded request wins over the index
-
-
-def test_cline_default_roots_find_all_three_extensions(tmp_path):
-    gs = tmp_path / ".config" / "Code" / "User" / "globalStorage"
-    for ext in ("saoudrizwan.claude-dev", "kilocode.kilo-code"):
-        (gs / ext / "tasks").mkdir(parents=True)
-    (tmp_path / "Library" / "Application Support" / "Cursor" / "User" / "globalStorage" / "rooveterinaryinc.roo-cline" / "tasks").mkdir(parents=True)
-    roots = PARSERS["cline"].default_roots({"HOME": str(tmp_path)})
-    assert len(roots) == 3 and all(r.endswith("tasks") for r in roots)
-
-
-def test_cline_other_json_is_not_a_task(tmp_path):
-    with pytest.raises(NotASessionFile):
-        am_parse("cline", am_write(tmp_path / "t" / "ui_messages.json", json.dumps([{"role": "user", "content": "x"}])))
-
-
-def test_cline_sdk_session_user_input_unwrapped_commands_and_manifest(tmp_path):
-    # As Cline CLI 3.0.65 writes ~/.cline/data/sessions/<id>/: the messages and the manifest beside them.
-    folder = tmp_path / "sessions" / "1795484309604_nyc35"
-    messages = {"version": 1, "agent": "lead", "sessionId": "1795484309604_nyc35",
-                "origin": {"source": "cli", "mode": "user", "version": "3.0.65"}, "system_prompt": "You are Cline",
-                "messages": [
-        {"id": "u1", "role": "user", "ts": 1795484309900, "content": [
-            {"type": "text", "text": '<user_input mode="act">Now a failing one: run `echo failing-cline; exit 3`</user_input>'}]},
-        {"id": "a1", "role": "assistant", "ts": 1795484310000, "content": [
-            {"type": "tool_use", "id": "call_07", "name": "run_commands", "input": {"commands": ["echo failing-cline; exit 3"]}}]},
-        {"id": "u2", "role": "user", "ts": 1795484310200, "content": [
-            {"type": "tool_result", "tool_use_id": "call_07", "name": "run_commands", "content": [
-                {"query": "echo failing-cline; exit 3", "result": "[Command exited with code 3]\nfailing-cline\n",
-                 "error": "Command exited with code 3", "success": False}]}]},
-        {"id": "a2", "role": "assistant", "ts": 1795484310300, "content": [{"type": "text", "text": "It failed with code 3."}]}]}
-    path = am_write(folder / "1795484309604_nyc35.messages.json", json.dumps(messages))
-    manifest = {"session_id": "1795484309604_nyc35", "cwd": "/tmp/proj", "started_at": "2026-11-24T01:38:29.610Z",
-                "ended_at": "2026-11-24T01:38:30.402Z", "status": "completed",
-                "prompt": '<user_input mode="act">Now a failing one: run `echo failing-cline; exit 3`</user_input>',
-                "metadata": {"title": "Now a failing one: run `echo failing-cline; exit 3`",
-                             "systemPrompt": "You are Cline, an AI coding agent."}}
-    am_write(folder / "1795484309604_nyc35.json", json.dumps(manifest))
-    assert PARSERS["cline"].list_files(str(tmp_path / "sessions")) == [str(path)]
-    assert PARSERS["cline"].sidecars(str(path)) == [str(folder / "1795484309604_nyc35.json")]
-    report = ParseReport()
-    [s] = PARSERS["cline"].parse(str(path), report)
-    assert (s.session_id, s.cwd, s.name) == ("1795484309604_nyc35", "/tmp/proj", None)   # the title is the prompt
-    assert am_texts(s, "user") == ["Now a failing one: run `echo failing-cline; exit 3`"]
-    [tool] = [c for c in s.chunks if c.kind == "tool"]
-    assert tool.tool == "run_commands" and "error:" in tool.text and "Command exited with code 3" in tool.text
-    assert am_texts(s, "assistant") == ["It failed with code 3."]
-    assert s.created == "2026-11-24T01:38:29.610Z" and s.modified == "2026-11-24T01:38:30.402Z"
-    assert report.versions == {"3.0.65"} and not report.unknown
-    assert not any("You are Cline" in c.text for c in s.chunks)
-    manifest["metadata"]["title"] = "Exit codes"   # a title that is not the prompt is a name
-    am_write(folder / "1795484309604_nyc35.json", json.dumps(manifest))
-    assert am_parse("cline", path)[0].name == "Exit codes"
-
-
-def test_cline_sdk_sessions_folder_is_a_default_root(tmp_path):
-    (tmp_path / ".cline" / "data" / "sessions").mkdir(parents=True)
-    assert PARSERS["cline"].default_roots({"HOME": str(tmp_path)}) == [str(tmp_path / ".cline" / "data" / "sessions")]
-
-
-def test_cline_unknown_message_kinds_are_counted_for_the_drift_report(tmp_path):
-    rows = am_UI_MESSAGES[:2] + [{"ts": 1735000012000, "type": "say", "say": "hologram", "text": "?"}]
-    report = ParseReport()
-    PARSERS["cline"].parse(str(am_write(tmp_path / "t" / "1" / "ui_messages.json", json.dumps(rows))), report)
-    assert report.unknown == {"say hologram": 1}   # api_req_started and the rest are skipped on purpose
-
-
-def am_kilo_db(path):
-    """kilo.db as Kilo CLI 7.7.9 writes it: OpenCode's schema; `run` keeps the prompt in quotes."""
-    rows = [("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
-             ("ses_df4d0df1cffetirRruEbdqdRk1", "global", None, "sunny-orchid", "/tmp/st/kilo/proj",
-              "Kilo renamed walrus", "7.7.9", 1795483967715, 1795483973382)),
-            ("INSERT INTO message VALUES (?,?,?,?,?)", ("msg_1", "ses_df4d0df1cffetirRruEbdqdRk1", 1795483971532,
-             1795483971532, json.dumps({"role": "user", "time": {"created": 1795483971532}, "agent": "code"}))),
-            ("INSERT INTO message VALUES (?,?,?,?,?)", ("msg_2", "ses_df4d0df1cffetirRruEbdqdRk1", 1795483972260,
-             1795483972260, json.dumps({"role": "assistant", "time": {"created": 1795483972260},
-                                        "path": {"cwd": "/tmp/st/kilo/proj"}})))]
-    parts = [("prt_1", "msg_1", {"type": "text", "text": '"Second session about walruses, run `echo walrus-two`"'}),
-             ("prt_2", "msg_2", {"type": "step-start", "snapshot": "4b82"}),
-             ("prt_3", "msg_2", {"type": "tool", "tool": "bash", "callID": "call_ad", "state": {
-                 "status": "completed", "input": {"command": "echo walrus-two"}, "output": "walrus-two\n",
-                 "metadata": {"exit": 0, "truncated": False}}}),
-             ("prt_4", "msg_2", {"type": "text", "text": "Done with the walrus."})]
-    for pid, mid, data in parts:
-        rows.append(("INSERT INTO part VALUES (?,?,?,?,?,?)",
-                     (pid, mid, "ses_df4d0df1cffetirRruEbdqdRk1", 0, 0, json.dumps(data))))
-    return ogc_make_db(path, ogc_OPENCODE_SCHEMA, rows)
-
-
-def test_kilo_db_sessions_are_kilo_sessions_with_version_and_resume_command(tmp_path):
-    db = am_kilo_db(tmp_path / ".local" / "share" / "kilo" / "kilo.db")
-    (tmp_path / ".local" / "share" / "kilo" / "opencode.db").write_text("")   # not Kilo's: not listed
-    kilo = PARSERS["kilo"]
-    [root] = kilo.default_roots({"HOME": str(tmp_path)})
-    assert kilo.list_files(root) == [str(db)] and kilo.sidecars(str(db)) == [str(db) + "-wal"]
-    report = ParseReport()
-    [s] = kilo.parse(str(db), report)
-    assert (s.agent, s.session_id, s.name, s.cwd) == ("kilo", "ses_df4d0df1cffetirRruEbdqdRk1", "Kilo renamed walrus",
-                                                      "/tmp/st/kilo/proj")
-    assert am_texts(s, "user") == ['"Second session about walruses, run `echo walrus-two`"']
-    assert [c.tool for c in s.chunks if c.kind == "tool"] == ["bash"]
-    assert report.versions == {"7.7.9"}
-    assert kilo.resume_command({"session_id": s.session_id}) == "kilo -s ses_df4d0df1cffetirRruEbdqdRk1"
-    assert kilo.default_roots({"XDG_DATA_HOME": "/x", "KILO_DB": "kilo-beta.db"}) == ["/x/kilo", "/x/kilo/kilo-beta.db"]
-
-
-# ==== GitHub Copilot CLI ===========================================================================
-
-def am_copilot_events():
-    def ev(i, etype, data, ts):
-        return {"type": etype, "data": data, "id": "e%d" % i, "timestamp": "2026-03-26T17:50:%02d.000Z" % ts, "parentId": None}
-    return [
-        ev(1, "session.start", {"sessionId": "sid-1", "copilotVersion": "1.0.11", "startTime": "2026-03-26T17:50:00.000Z",
-                                "context": {"cwd": "/home/u/api"}}, 0),
-        ev(2, "system.message", {"content": "You are GitHub Copilot SYSTEMPROMPT", "role": "system"}, 1),
-        ev(3, "user.message", {"content": "why does the migration hang", "transformedContent": "<ctx>why does the migration hang</ctx>"}, 2),
-        ev(4, "assistant.reasoning", {"content": "Check the lock table."}, 3),
-        ev(5, "tool.execution_start", {"toolCallId": "c1", "toolName": "bash", "arguments": {"command": "psql -c 'select 1'"}}, 4),
-        ev(6, "assistant.message", {"content": "Checking locks.", "reasoningText": "Check the lock table.",
-                                    "toolRequests": [{"toolCallId": "c1", "name": "bash", "arguments": "{\"command\": \"psql -c 'select 1'\"}"}]}, 5),
-        ev(7, "tool.execution_complete", {"toolCallId": "c1", "success": False, "result": {"content": "deadlock detected"}}, 6),
-        ev(8, "subagent.started", {"toolCallId": "task-9", "agentName": "explore", "agentDisplayName": "Explore agent"}, 7),
-        ev(9, "assistant.message", {"parentToolCallId": "task-9", "content": "Scanning migrations folder", "toolRequests": []}, 8),
-        ev(10, "assistant.message", {"content": "A migration holds a lock.", "toolRequests": []}, 9),
-    ]
-
-
-def test_copilot_events_merge_tool_call_and_index_each_text_once(tmp_path):
-    folder = tmp_path / "session-state" / "sid-1"
-    path = am_write_jsonl(folder / "events.jsonl", am_copilot_events())
-    am_write(folder / "workspace.yaml", "id: sid-1\nname: \"Migration hang\"\nsummary: x\n")
-    sessions = am_parse("copilot", path)
-    main = sessions[0]
-    assert main.session_id == "sid-1" and main.cwd == "/home/u/api" and main.name == "Migration hang"
-    assert main.created == "2026-03-26T17:50:00.000Z" and main.modified == "2026-03-26T17:50:09.000Z"
-    assert am_texts(main, "user") == ["why does the migration hang"]
-    assert am_texts(main, "thinking") == ["Check the lock table."]           # reasoning event + reasoningText: once
-    tools = [c for c in main.chunks if c.kind == "tool"]
-    assert len(tools) == 1 and "deadlock detected" in tools[0].text and "error:" in tools[0].text
-    assert not any("SYSTEMPROMPT" in c.text for c in main.chunks)
-    assert "Scanning migrations folder" not in am_texts(main, "assistant")
-
-
-def test_copilot_subagent_events_form_a_child_session(tmp_path):
-    sessions = am_parse("copilot", am_write_jsonl(tmp_path / "sid-1.jsonl", am_copilot_events()))
-    assert len(sessions) == 2
-    child = sessions[1]
-    assert child.parent == "sid-1" and child.session_id == "sid-1/task-9" and child.name == "Explore agent"
-    assert am_texts(child, "assistant") == ["Scanning migrations folder"]
-
-
-def test_copilot_cwd_from_folder_trust_and_id_from_file_name(tmp_path):
-    path = am_write_jsonl(tmp_path / "abc.jsonl", [
-        {"type": "session.info", "data": {"infoType": "folder_trust", "message": "Folder /tmp/x has been added to trusted folders."},
-         "id": "e1", "timestamp": "2025-12-18T22:00:01.000Z"},
-        {"type": "user.message", "data": {"content": "hello"}, "id": "e2", "timestamp": "2025-12-18T22:00:02.000Z"}])
-    s = am_parse("copilot", path)[0]
-    assert s.session_id == "abc" and s.cwd == "/tmp/x"
-
-
-def test_copilot_legacy_history_and_roots(tmp_path):
-    path = am_write(tmp_path / "history-session-state" / "old.json", json.dumps(
-        {"sessionId": "old-1", "workspacePath": "/w", "history": [
-            {"role": "human", "content": "legacy prompt", "time": 1700000000000},
-            {"role": "assistant", "result": "legacy answer", "time": 1700000005000}]}))
-    s = am_parse("copilot", path)[0]
-    assert (s.session_id, s.cwd, am_texts(s, "user"), am_texts(s, "assistant")) == ("old-1", "/w", ["legacy prompt"], ["legacy answer"])
-    assert s.created == "2023-11-14T22:13:20.000Z"
-    roots = PARSERS["copilot"].default_roots({"HOME": "/h", "COPILOT_HOME": str(tmp_path)})
-    assert roots[0] == os.path.join(str(tmp_path), "session-state")
-    state = tmp_path / "session-state"
-    am_write_jsonl(state / "flat.jsonl", am_copilot_events())
-    am_write_jsonl(state / "sid-1" / "events.jsonl", am_copilot_events())
-    am_write_jsonl(state / "sid-1" / "other.jsonl", [])
-    assert PARSERS["copilot"].list_files(str(state)) == [str(state / "flat.jsonl"), str(state / "sid-1" / "events.jsonl")]
-
-
-def test_copilot_samples():
-    sessions = am_check_samples("copilot")
-    assert any("List the files" in t for s in sessions for t in am_texts(s, "user"))
-    assert any("printf" in c.text for s in sessions for c in s.chunks if c.kind == "tool")
-
-
-# ==== Amp ==========================================================================================
-
-def test_amp_thread_title_cwd_tools_and_times(tmp_path):
-    thread = {
-        "v": 12, "id": "T-0001", "title": "Fix CI cache", "created": 1767865803494,
-        "env": {"initial": {"trees": [{"displayName": "my app", "uri": "file:///home/u/my%20app"}]}},
-        "messages": [
-            {"role": "user", "messageId": 0, "content": [{"type": "text", "text": "the CI cache never hits"}],
-             "meta": {"sentAt": 1767865804000}},
-            {"role": "assistant", "messageId": 1, "content": [
-                {"type": "thinking", "thinking": "look at the cache key"},
-                {"type": "text", "text": "Let me look at the workflow."},
-                {"type": "tool_use", "id": "tu1", "name": "Read", "input": {"path": ".github/workflows/ci.yml"}}],
-             "usage": {"model": "x", "timestamp": "2026-01-08T09:50:10.000Z"}},
-            {"role": "user", "messageId": 2, "content": [
-                {"type": "tool_result", "toolUseID": "tu1", "run": {"status": "done", "result": "key: ${{ hashFiles('lock') }}"}}],
-             "meta": {"sentAt": 1767865811000}},
-            {"role": "info", "messageId": 3, "content": [{"type": "summary", "summary": {"type": "message", "summary": "Cache key fixed"}}]},
-        ]}
-    s = am_parse("amp", am_write(tmp_path / "T-0001.json", json.dumps(thread)))[0]
-    assert (s.session_id, s.name, s.cwd) == ("T-0001", "Fix CI cache", "/home/u/my app")
-    assert s.created == "2026-01-08T09:50:03.494Z" and s.modified == "2026-01-08T09:50:11.000Z"
-    assert am_kinds(s) == ["user", "thinking", "assistant", "tool", "summary"]
-    tool = s.chunks[3]
-    assert tool.path == ".github/workflows/ci.yml" and "hashFiles" in tool.text
-
-
-def test_amp_rejects_other_json(tmp_path):
-    with pytest.raises(NotASessionFile):
-        am_parse("amp", am_write(tmp_path / "settings.json", json.dumps({"amp.url": "x"})))
-
-
-# ==== Goose ========================================================================================
-
-def am_goose_db(path, messages_extra=True):
-    con = sqlite3.connect(str(path))
-    con.executescript("""
-        CREATE TABLE sessions(id TEXT PRIMARY KEY, name TEXT, description TEXT, user_set_name BOOLEAN,
-            session_type TEXT, working_dir TEXT, created_at TIMESTAMP, updated_at TIMESTAMP,
-            parent_session_id TEXT);
-        CREATE TABLE messages(id INTEGER PRIMARY KEY, message_id TEXT, session_id TEXT, role TEXT,
-            content_json TEXT, created_timestamp INTEGER, metadata_json TEXT);
-    """)
-    con.execute("INSERT INTO sessions VALUES('20260101_1', 'Debug flaky test', 'generated title', 1, 'user', '/home/u/svc', "
-                "'2026-01-01 10:00:00', '2026-01-01 10:05:00', NULL)")
-    con.execute("INSERT INTO sessions VALUES('20260101_2', '20260101_2', 'Sub task', 0, 'sub-agent', '/home/u/svc', "
-                "'2026-01-01 10:01:00', '2026-01-01 10:02:00', '20260101_1')")
-    rows = [
-        ("20260101_1", "user", [{"type": "text", "text": "why is test_upload flaky"}], 1767261600, {"userVisible": True, "agentVisible": True}),
-        ("20260101_1", "assistant", [{"type": "thinking", "thinking": "timing issue"},
-                                     {"type": "text", "text": "Running it."},
-                                     {"type": "toolRequest", "id": "r1", "toolCall": {"status": "success", "value": {
-                                         "name": "developer__shell", "arguments": {"command": "pytest -k upload"}}}}], 1767261601, None),
-        ("20260101_1", "user", [{"type": "toolResponse", "id": "r1", "toolResult": {"status": "success", "value": [
-            {"type": "text", "text": "1 failed: TimeoutError"}]}}], 1767261602, None),
-        ("20260101_1", "user", [{"type": "text", "text": "Summary: upload test times out"}], 1767261700,
-         {"userVisible": False, "agentVisible": True}),
-        ("20260101_2", "assistant", [{"type": "text", "text": "sub agent work"}], 1767261660, None),
-    ]
-    for i, (sid, role, content, ts, meta) in enumerate(rows):
-        con.execute("INSERT INTO messages(message_id, session_id, role, content_json, created_timestamp, metadata_json) "
-                    "VALUES(?,?,?,?,?,?)", ("m%d" % i, sid, role, json.dumps(content), ts, json.dumps(meta) if meta else None))
-    con.commit()
-    con.close()
-    return path
-
-
-def test_goose_sqlite_sessions_tools_summary_and_utc_times(tmp_path):
-    sessions = am_parse("goose", am_goose_db(tmp_path / "sessions.db"))
-    main, sub = sessions
-    assert (main.session_id, main.name, main.cwd) == ("20260101_1", "Debug flaky test", "/home/u/svc")
-    assert main.created == "2026-01-01T10:00:00.000Z"          # CURRENT_TIMESTAMP text is UTC
-    assert main.modified == "2026-01-01T10:05:00.000Z"
-    assert am_kinds(main) == ["user", "thinking", "assistant", "tool", "summary"]
-    assert "TimeoutError" in main.chunks[3].text and main.chunks[3].tool == "developer__shell"
-    assert sub.parent == "20260101_1" and sub.name == "Sub task"
-
-
-def test_goose_unknown_schema_and_legacy_jsonl(tmp_path):
-    other = tmp_path / "other.db"
-    con = sqlite3.connect(str(other))
-    con.execute("CREATE TABLE t(x)")
-    con.commit()
-    con.close()
-    with pytest.raises(NotASessionFile):
-        am_parse("goose", other)
-    legacy = am_write_jsonl(tmp_path / "legacy" / "myproj.jsonl", [
-        {"working_dir": "/home/u/old", "description": "Old session", "message_count": 1},
-        {"role": "user", "created": 1700000000, "content": [{"type": "text", "text": "legacy goose prompt"}]}])
-    s = am_parse("goose", legacy)[0]
-    assert (s.session_id, s.cwd, s.name, am_texts(s, "user")) == ("myproj", "/home/u/old", "Old session", ["legacy goose prompt"])
-    assert s.created == "2023-11-14T22:13:20.000Z"
-    am_goose_db(tmp_path / "legacy" / "sessions.db")   # once imported, the old files are not indexed twice
-    assert PARSERS["goose"].list_files(str(tmp_path / "legacy")) == [str(tmp_path / "legacy" / "sessions.db")]
-    assert PARSERS["goose"].default_roots({"HOME": "/h", "GOOSE_PATH_ROOT": "/g"}) == [os.path.join("/g", "data", "sessions")]
-
-
-# ==== Crush ========================================================================================
-
-def am_crush_db(path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    con = sqlite3.connect(str(path))
-    con.executescript("""
-        CREATE TABLE sessions(id TEXT PRIMARY KEY, parent_session_id TEXT, title TEXT NOT NULL,
-            message_count INTEGER, updated_at INTEGER, created_at INTEGER, summary_message_id TEXT);
-        CREATE TABLE messages(id TEXT PRIMARY KEY, session_id TEXT, role TEXT, parts TEXT, model TEXT,
-            created_at INTEGER, updated_at INTEGER, finished_at INTEGER, provider TEXT, is_summary_message INTEGER DEFAULT 0);
-    """)
-    con.execute("INSERT INTO sessions VALUES('s1', NULL, 'Swift parser cleanup', 4, 1754068138, 1754062312, 'm9')")
-    con.execute("INSERT INTO sessions VALUES('title-s1', 's1', 'Generate a title', 1, 1754062312, 1754062312, NULL)")
-    con.execute("INSERT INTO sessions VALUES('call_7', 's1', 'Find tests', 1, 1754062400, 1754062390, NULL)")
-    msgs = [
-        ("m1", "s1", "user", [{"type": "text", "data": {"text": "tidy the KDL lexer"}}], 1754062312, 0),
-        ("m2", "s1", "assistant", [{"type": "reasoning", "data": {"thinking": "start with tokens"}},
-                                   {"type": "text", "data": {"text": "Viewing the lexer."}},
-                                   {"type": "tool_call", "data": {"id": "c1", "name": "view", "input": "{\"file_path\": \"KDLLexer.swift\"}", "finished": True}},
-                                   {"type": "finish", "data": {"reason": "tool_use", "time": 1754062325}}], 1754062312, 0),
-        ("m3", "s1", "tool", [{"type": "tool_result", "data": {"tool_call_id": "c1", "name": "", "content": "struct KDLLexer {}"}}], 1754062325, 0),
-        ("t1", "title-s1", "user", [{"type": "text", "data": {"text": "tidy the KDL lexer"}}], 1754062312, 0),
-        ("m4", "call_7", "assistant", [{"type": "text", "data": {"text": "found 6 test files"}}], 1754062399, 0),
-        ("m9", "s1", "assistant", [{"type": "text", "data": {"text": "Summary so far: lexer tidied"}}], 1754068138, 1),
-    ]
-    for mid, sid, role, parts, ts, summ in msgs:
-        con.execute("INSERT INTO messages VALUES(?,?,?,?,?,?,?,?,?,?)",
-                    (mid, sid, role, json.dumps(parts), "m", ts, ts, None, "p", summ))
-    con.commit()
-    con.close()
-    return path
-
-
-def test_crush_sessions_subagents_title_sessions_and_tools(tmp_path):
-    sessions = am_parse("crush", am_crush_db(tmp_path / "kdl" / ".crush" / "crush.db"))
-    assert [s.session_id for s in sessions] == ["s1", "call_7"]     # "title-" sessions are skipped
-    main, sub = sessions
-    assert main.name == "Swift parser cleanup" and main.cwd == str(tmp_path / "kdl")
-    assert main.created == "2025-08-01T15:31:52.000Z" and main.modified == "2025-08-01T17:08:58.000Z"  # seconds
-    assert am_kinds(main) == ["user", "thinking", "assistant", "tool", "summary"]
-    assert main.chunks[3].path == "KDLLexer.swift" and "struct KDLLexer" in main.chunks[3].text
-    assert sub.parent == "s1" and am_texts(sub, "assistant") == ["found 6 test files"]
-    assert sum(t == "tidy the KDL lexer" for s in sessions for t in am_texts(s, "user")) == 1
-
-
-def test_crush_part_types_it_does_not_know_are_counted_and_the_wal_is_watched(tmp_path):
-    db = am_crush_db(tmp_path / "kdl" / ".crush" / "crush.db")
-    con = sqlite3.connect(str(db))
-    con.execute("INSERT INTO messages VALUES('m5','s1','assistant',?, 'm', 1754062330, 1754062330, NULL, 'p', 0)",
-                (json.dumps([{"type": "hologram", "data": {"text": "?"}}, {"type": "finish", "data": {}}]),))
-    con.commit()
-    con.close()
-    report = ParseReport()
-    PARSERS["crush"].parse(str(db), report)
-    assert report.unknown == {"part hologram": 1}   # `finish` is skipped on purpose
-    assert PARSERS["crush"].sidecars(str(db)) == [str(db) + "-wal"]
-
-
-def test_crush_list_files_enters_dot_crush_only(tmp_path):
-    am_crush_db(tmp_path / "p1" / ".crush" / "crush.db")
-    am_crush_db(tmp_path / "p1" / "node_modules" / "x" / ".crush" / "crush.db")
-    am_crush_db(tmp_path / ".other" / ".crush" / "crush.db")
-    assert PARSERS["crush"].list_files(str(tmp_path)) == [str(tmp_path / "p1" / ".crush" / "crush.db")]
-    assert PARSERS["crush"].default_roots({"HOME": str(tmp_path)}) == []
-
-
-def test_crush_unknown_schema(tmp_path):
-    path = tmp_path / "crush.db"
-    con = sqlite3.connect(str(path))
-    con.execute("CREATE TABLE sessions(x)")
-    con.commit()
-    con.close()
-    with pytest.raises(NotASessionFile):
-        am_parse("crush", path)
-
-
-def test_crush_samples():
-    sessions = am_check_samples("crush")
-    assert any("CRUSH.md" in t for s in sessions for t in am_texts(s, "user"))
-    assert any(c.tool == "view" for s in sessions for c in s.chunks)
-
-
-def ot_write_jsonl(path, rows):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
-    return str(path)
-
-
-def ot_parse(agent, path):
-    return PARSERS[agent].parse(str(path), ParseReport())
-
-
-def ot_kinds(s):
-    return [c.kind for c in s.chunks]
-
-
-def ot_texts(s, kind):
-    return [c.text for c in s.chunks if c.kind == kind]
-
-
-# ---------------------------------------------------------------- droid
-
-
-def test_droid_store_title_cwd_reminder_and_tool_join(tmp_path):
-    p = ot_write_jsonl(tmp_path / "s.jsonl", [
-        {"type": "session_start", "id": "d1", "title": "first prompt", "sessionTitle": "Fix build", "cwd": "/w"},
-        {"type": "message", "id": "m1", "timestamp": "2025-12-26T00:00:00Z", "message": {"role": "user", "content": [
-            {"type": "text", "text": "<system-reminder>\nBe concise.\n</system-reminder>\n\nfix the build"}]}},
-        {"type": "message", "id": "m2", "timestamp": "2025-12-26T00:00:01Z", "message": {"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "hmm"},
-            {"type": "tool_use", "id": "t1", "name": "Execute", "input": {"command": "make"}}]}},
-        {"type": "message", "id": "m3", "timestamp": "2025-12-26T00:00:02Z", "message": {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "t1", "content": "make: ok"}]}},
-    ])
-    [s] = ot_parse("droid", p)
-    assert (s.session_id, s.name, s.cwd) == ("d1", "Fix build", "/w")
-    assert ot_texts(s, "user") == ["fix the build"]
-    assert "Be concise" in ot_texts(s, "context")[0]
-    assert ot_kinds(s) == ["context", "user", "thinking", "tool"]
-    assert "command: make" in s.chunks[-1].text and "make: ok" in s.chunks[-1].text
-    assert (s.created, s.modified) == ("2025-12-26T00:00:00.000Z", "2025-12-26T00:00:02.000Z")
-
-
-def test_droid_stream_json_final_text_not_doubled(tmp_path):
-    p = ot_write_jsonl(tmp_path / "x.jsonl", [
-        {"type": "system", "session_id": "sx", "timestamp": 1767812640310, "cwd": "/d"},
-        {"type": "message", "session_id": "sx", "timestamp": 1767812641000, "role": "user", "text": "List files"},
-        {"type": "tool_call", "session_id": "sx", "timestamp": 1767812642000, "id": "c1", "toolName": "Execute",
-         "parameters": {"command": "ls"}},
-        {"type": "tool_result", "session_id": "sx", "timestamp": 1767812643000, "id": "c1",
-         "value": {"stdout": "", "stderr": "boom", "exitCode": 2}},
-        {"type": "message", "session_id": "sx", "timestamp": 1767812643500, "role": "assistant", "text": "Done"},
-        {"type": "completion", "session_id": "sx", "timestamp": 1767812644000, "finalText": "Done"},
-    ])
-    [s] = ot_parse("droid", p)
-    assert (s.session_id, s.cwd) == ("sx", "/d")
-    assert ot_texts(s, "assistant") == ["Done"]
-    assert "error:\n" in s.chunks[1].text and "boom" in s.chunks[1].text
-    assert s.created == "2026-01-07T19:04:00.310Z"
-
-
-def test_droid_rejects_other_jsonl(tmp_path):
-    p = ot_write_jsonl(tmp_path / "o.jsonl", [{"foo": 1}])
-    with pytest.raises(NotASessionFile):
-        ot_parse("droid", p)
-
-
-# ---------------------------------------------------------------- qwen
-
-ot_SID = "019f0000-0000-7000-8000-0000000000aa"
-
-
-def ot_q(uuid, parent, type_, **kw):
-    d = {"uuid": uuid, "parentUuid": parent, "sessionId": ot_SID, "timestamp": "2026-08-17T12:00:0%dZ" % int(uuid[-1]),
-         "type": type_, "cwd": "/p", "version": "0.21.13"}
-    d.update(kw)
-    return d
-
-
-def test_qwen_fragments_merged_hook_context_and_title(tmp_path):
-    p = ot_write_jsonl(tmp_path / "chats" / (ot_SID + ".jsonl"), [
-        ot_q("u1", None, "user", systemPayload={"displayText": "read the readme", "hookContext": "h"},
-          message={"role": "user", "parts": [{"text": "read the readme"},
-                                             {"text": "<qwen:user-prompt-submit-context>\nh\n</qwen:user-prompt-submit-context>"}]}),
-        ot_q("a2", "u1", "assistant", message={"role": "model", "parts": [{"text": "plan", "thought": True}]}),
-        ot_q("a2", "u1", "assistant", message={"role": "model", "parts": [
-            {"functionCall": {"id": "c1", "name": "read_file", "args": {"path": "/p/README.md"}}}, {"text": "Reading."}]}),
-        ot_q("a2", "u1", "assistant", message={"role": "model", "parts": [{"text": "plan", "thought": True}]}),  # repeat
-        ot_q("r3", "a2", "tool_result", message={"role": "user", "parts": [
-            {"functionResponse": {"id": "c1", "name": "read_file", "response": {"output": "# Hello"}}}]}),
-        ot_q("s4", "r3", "system", subtype="custom_title", systemPayload={"customTitle": "Readme tour"}),
-        ot_q("n5", "s4", "user", subtype="notification", systemPayload={"displayText": "task done"},
-          message={"role": "user", "parts": [{"text": "task done"}]}),
-    ])
-    [s] = ot_parse("qwen", p)
-    assert (s.session_id, s.name, s.cwd) == (ot_SID, "Readme tour", "/p")
-    assert ot_texts(s, "user") == ["read the readme"]
-    assert ot_texts(s, "thinking") == ["plan"]          # the repeated fragment is indexed once
-    assert ot_texts(s, "assistant") == ["Reading."]
-    tool = [c for c in s.chunks if c.kind == "tool"][0]
-    assert "# Hello" in tool.text and tool.path == "/p/README.md"
-    assert "task done" in ot_texts(s, "context") and any("user-prompt-submit" in t for t in ot_texts(s, "context"))
-
-
-def test_qwen_failed_shell_command_is_an_error(tmp_path):
-    # Qwen Code 0.15.10: a failed command's result has status "success"; its output names the exit code.
-    out = "Command: %s\nDirectory: (root)\nOutput: %s\nError: (none)\nExit Code: %d\nSignal: 0\nProcess Group PGID: 17649"
-    lines = []
-    for i, (cmd, printed, code) in enumerate([("echo canary-1 && ls", "canary-1", 0), ("echo fail-x; exit 3", "fail-x", 3)]):
-        lines += [
-            ot_q("a%d" % (2 * i + 1), None, "assistant", message={"role": "model", "parts": [
-                {"functionCall": {"id": "call_%d" % i, "name": "run_shell_command", "args": {"command": cmd}}}]}),
-            ot_q("r%d" % (2 * i + 2), None, "tool_result", message={"role": "user", "parts": [
-                {"functionResponse": {"id": "call_%d" % i, "name": "run_shell_command",
-                                      "response": {"output": out % (cmd, printed, code)}}}]},
-                 toolCallResult={"callId": "call_%d" % i, "status": "success", "resultDisplay": printed})]
-    ok, failed = ot_texts(ot_parse("qwen", ot_write_jsonl(tmp_path / "chats" / (ot_SID + ".jsonl"), lines))[0], "tool")
-    assert "\noutput:\nCommand: echo canary-1" in ok and "\nerror:\nCommand: echo fail-x; exit 3" in failed
-
-
-def test_qwen_glued_objects_and_wrong_session(tmp_path):
-    a = json.dumps(ot_q("u1", None, "user", message={"role": "user", "parts": [{"text": "one"}]}))
-    b = json.dumps(ot_q("a2", "u1", "assistant", message={"role": "model", "parts": [{"text": "two"}]}))
-    p = ot_write_jsonl(tmp_path / (ot_SID + ".jsonl"), [a + b])
-    [s] = ot_parse("qwen", p)
-    assert ot_texts(s, "user") == ["one"] and ot_texts(s, "assistant") == ["two"]
-    other = ot_write_jsonl(tmp_path / "019f0000-0000-7000-8000-0000000000bb.jsonl", [a])
-    with pytest.raises(NotASessionFile):
-        ot_parse("qwen", other)
-
-
-def test_qwen_branch_copies_dropped_and_sidechain_is_subagent(tmp_path):
-    p = ot_write_jsonl(tmp_path / (ot_SID + ".jsonl"), [
-        ot_q("u1", None, "user", forkedFrom={"sessionId": "parent-1", "messageUuid": "u1"},
-          message={"role": "user", "parts": [{"text": "old prompt"}]}),
-        ot_q("u2", "u1", "user", message={"role": "user", "parts": [{"text": "new prompt"}]}),
-        ot_q("a3", "u2", "assistant", agentId="explore-1", isSidechain=True,
-          message={"role": "model", "parts": [{"text": "sub work"}]}),
-    ])
-    main, sub = ot_parse("qwen", p)
-    assert main.parent == "parent-1" and ot_texts(main, "user") == ["new prompt"]
-    assert sub.parent == ot_SID and ot_texts(sub, "assistant") == ["sub work"]
-
-
-# ---------------------------------------------------------------- kimi
-
-
-def ot_kimi_wire(tmp_path, agent, rows, state=None):
-    sdir = tmp_path / "wd_p_abc" / "session_1"
-    if state is not None:
-        sdir.mkdir(parents=True, exist_ok=True)
-        (sdir / "state.json").write_text(json.dumps(state))
-    return ot_write_jsonl(sdir / "agents" / agent / "wire.jsonl",
-                       [{"type": "metadata", "protocol_version": "1.4", "created_at": 1785612800000}] + rows)
-
-
-def test_kimi_main_title_cwd_injection_and_tools(tmp_path):
-    p = ot_kimi_wire(tmp_path, "main", [
-        {"type": "turn.prompt", "input": [{"type": "text", "text": "run ls"}], "time": 1785612812000},
-        {"type": "context.append_message", "message": {"role": "user", "content": [{"type": "text", "text": "run ls"}],
-                                                       "origin": {"kind": "user"}}, "time": 1785612812001},
-        {"type": "context.append_message", "message": {"role": "user", "content": [
-            {"type": "text", "text": "<system-reminder>plan mode</system-reminder>"}],
-            "origin": {"kind": "injection", "variant": "plan_mode"}}, "time": 1785612812002},
-        {"type": "context.append_loop_event", "event": {"type": "content.part", "stepUuid": "s1",
-                                                        "part": {"type": "think", "think": "use Bash"}}, "time": 1785612813000},
-        {"type": "context.append_loop_event", "event": {"type": "tool.call", "toolCallId": "Bash_0", "name": "Bash",
-                                                        "args": {"command": "ls"}}, "time": 1785612814000},
-        {"type": "context.append_loop_event", "event": {"type": "tool.result", "toolCallId": "Bash_0",
-                                                        "result": {"output": "README.md\n"}}, "time": 1785612815000},
-        {"type": "context.append_loop_event", "event": {"type": "content.part", "stepUuid": "s2",
-                                                        "part": {"type": "text", "text": "Here"}}, "time": 1785612816000},
-        {"type": "context.append_loop_event", "event": {"type": "content.part", "stepUuid": "s2",
-                                                        "part": {"type": "text", "text": " it is."}}, "time": 1785612816001},
-        {"type": "context.apply_compaction", "summary": "We listed files.", "time": 1785612817000},
-    ], state={"title": "run ls", "isCustomTitle": False, "workDir": "/proj", "createdAt": "2026-08-01T19:33:20.000Z",
-              "agents": {"main": {"type": "main", "parentAgentId": None}}})
-    [s] = ot_parse("kimi", p)
-    assert (s.session_id, s.name, s.cwd, s.parent) == ("session_1", "run ls", "/proj", None)
-    assert ot_texts(s, "user") == ["run ls"]               # turn.prompt is not indexed twice
-    assert ot_texts(s, "context") == ["<system-reminder>plan mode</system-reminder>"]
-    assert ot_texts(s, "assistant") == ["Here it is."]
-    assert "README.md" in ot_texts(s, "tool")[0] and ot_texts(s, "summary") == ["We listed files."]
-    assert s.created == "2026-08-01T19:33:20.000Z"
-
-
-def test_kimi_code_steering_input_once_and_unknown_ops_counted(tmp_path):
-    p = ot_kimi_wire(tmp_path, "main", [
-        {"type": "turn.steer", "input": [{"type": "text", "text": "use rg instead"}], "origin": {"kind": "user"},
-         "time": 1785612812000},
-        {"type": "context.append_message", "message": {"role": "user", "content": [{"type": "text", "text": "use rg instead"}],
-                                                       "origin": {"kind": "user"}}, "time": 1785612812001},
-        {"type": "turn.steer", "input": [{"type": "text", "text": "stop"}], "time": 1785612813000},
-        {"type": "turn.cancel", "time": 1785612814000}, {"type": "usage.record", "time": 1785612814001},
-        {"type": "hologram.beam", "time": 1785612815000}])
-    report = ParseReport()
-    [s] = PARSERS["kimi"].parse(p, report)
-    assert ot_texts(s, "user") == ["use rg instead", "stop"]   # a cancelled steer is still what the user typed
-    assert report.unknown == {"hologram.beam": 1}
-
-
-def test_kimi_subagent_points_to_parent(tmp_path):
-    p = ot_kimi_wire(tmp_path, "agent-0", [
-        {"type": "context.append_message", "message": {"role": "user", "content": [{"type": "text", "text": "count files"}],
-                                                       "origin": {"kind": "system_trigger", "name": "subagent"}},
-         "time": 1785612812001}],
-        state={"title": "x", "isCustomTitle": True, "customTitle": "Mine", "workDir": "/proj",
-               "agents": {"main": {"parentAgentId": None}, "agent-0": {"type": "sub", "parentAgentId": "main"}}})
-    [s] = ot_parse("kimi", p)
-    assert (s.session_id, s.parent, s.name) == ("session_1/agent-0", "session_1", None)
-    assert ot_kinds(s) == ["context"]
-    main = ot_kimi_wire(tmp_path, "main", [])
-    assert ot_parse("kimi", main)[0].name == "Mine"
-
-
-def test_kimi_state_json_is_not_a_session(tmp_path):
-    (tmp_path / "state.json").write_text('{"title": "x"}')
-    with pytest.raises(NotASessionFile):
-        ot_parse("kimi", tmp_path / "state.json")
-
-
-def ot_kimi_cli_session(tmp_path, events, state=None, cwd="/home/u/proj", sid="e262be1f-673c-4628-9d78-97b1c81d88be"):
-    """A kimi-cli 1.x session as 1.52.0 writes it: ~/.kimi/sessions/<md5(cwd)>/<id>/wire.jsonl, and the
-    work dir in ~/.kimi/kimi.json."""
-    share = tmp_path / ".kimi"
-    share.mkdir(parents=True, exist_ok=True)
-    (share / "kimi.json").write_text(json.dumps({"work_dirs": [{"path": cwd, "kaos": "local", "last_session_id": sid}]}))
-    folder = share / "sessions" / hashlib.md5(cwd.encode()).hexdigest() / sid
-    if state is not None:
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "state.json").write_text(json.dumps(state))
-    return ot_write_jsonl(folder / "wire.jsonl", [{"type": "metadata", "protocol_version": "1.10"}] + [
-        {"timestamp": 1795484101.5 + i, "message": {"type": t, "payload": p}} for i, (t, p) in enumerate(events)])
-
-
-ot_KIMI_CLI_EVENTS = [
-    ("TurnBegin", {"user_input": "Now a failing one: run `echo failing-kimi; exit 3`"}),
-    ("StepBegin", {"n": 1}),
-    ("ToolCall", {"type": "function", "id": "call_03", "function": {
-        "name": "Shell", "arguments": "{\"command\": \"echo failing-kimi; exit 3\"}"}, "extras": None}),
-    ("ToolResult", {"tool_call_id": "call_03", "return_value": {
-        "is_error": True, "output": "failing-kimi\n", "message": "Command failed with exit code: 3.",
-        "display": [{"type": "brief", "text": "Failed with exit code: 3"}], "extras": None}}),
-    ("StatusUpdate", {"context_tokens": 50}),
-    ("StepBegin", {"n": 2}),
-    ("ContentPart", {"type": "think", "think": "It exited with 3."}),
-    ("ContentPart", {"type": "text", "text": "The command failed"}),
-    ("ContentPart", {"type": "text", "text": " with code 3."}),
-    ("SubagentEvent", {"agent_id": "a1", "event": {"type": "ContentPart", "payload": {"type": "text", "text": "copy"}}}),
-    ("TurnEnd", {}),
-]
-
-
-def test_kimi_cli_wire_prompts_tools_failures_cwd_and_resume(tmp_path):
-    p = ot_kimi_cli_session(tmp_path, ot_KIMI_CLI_EVENTS, state={
-        "version": 1, "custom_title": "Now a failing one: run `echo failing-kimi; exit 3`", "title_generated": False})
-    assert PARSERS["kimi"].list_files(str(tmp_path / ".kimi" / "sessions")) == [str(p)]
-    report = ParseReport()
-    [s] = PARSERS["kimi"].parse(str(p), report)
-    assert (s.session_id, s.cwd, s.parent) == ("e262be1f-673c-4628-9d78-97b1c81d88be", "/home/u/proj", None)
-    assert s.name is None   # the automatic title is the shortened first prompt
-    assert ot_kinds(s) == ["user", "tool", "thinking", "assistant"]   # the sub-agent's copy is not indexed
-    tool = s.chunks[1]
-    assert tool.tool == "Shell" and "error:" in tool.text and "exit code: 3" in tool.text and "failing-kimi" in tool.text
-    assert ot_texts(s, "assistant") == ["The command failed with code 3."]
-    assert s.created == "2026-11-24T01:35:01.500Z" and s.modified == "2026-11-24T01:35:11.500Z"
-    assert not report.unknown
-    assert PARSERS["kimi"].resume_command({"session_id": s.session_id, "cwd": s.cwd, "path": str(p)}) == \
-        "cd /home/u/proj && kimi -r e262be1f-673c-4628-9d78-97b1c81d88be"
-
-
-def test_kimi_cli_title_set_by_the_user_is_the_name_and_unknown_events_are_counted(tmp_path):
-    p = ot_kimi_cli_session(tmp_path, ot_KIMI_CLI_EVENTS[:1] + [("Hologram", {})],
-                            state={"custom_title": "Exit codes", "title_generated": True})
-    report = ParseReport()
-    [s] = PARSERS["kimi"].parse(str(p), report)
-    assert s.name == "Exit codes" and report.unknown == {"Hologram": 1}
-
-
-def test_kimi_cli_subagent_wire_is_its_own_session(tmp_path):
-    ot_kimi_cli_session(tmp_path, ot_KIMI_CLI_EVENTS[:1])
-    [session] = (tmp_path / ".kimi" / "sessions").glob("*/*")
-    sub = session / "subagents" / "a1" / "wire.jsonl"
-    ot_write_jsonl(sub, [{"type": "metadata", "protocol_version": "1.10"},
-                         {"timestamp": 1795484200.0, "message": {"type": "TurnBegin", "payload": {"user_input": "count files"}}}])
-    (sub.parent / "meta.json").write_text(json.dumps({"agent_id": "a1", "description": "Count the files"}))
-    assert len(PARSERS["kimi"].list_files(str(tmp_path / ".kimi" / "sessions"))) == 2
-    [s] = ot_parse("kimi", sub)
-    assert (s.session_id, s.parent, s.name, s.cwd) == ("e262be1f-673c-4628-9d78-97b1c81d88be/a1",
-                                                       "e262be1f-673c-4628-9d78-97b1c81d88be", "Count the files", "/home/u/proj")
-
-
-def test_kimi_cli_0x_context_file_is_a_session(tmp_path):
-    # kimi-cli 0.x: ~/.kimi/sessions/<md5(cwd)>/<id>.jsonl holds the model's context, nothing else.
-    (tmp_path / "kimi.json").write_text(json.dumps({"work_dirs": [{"path": "/w"}]}))
-    group = tmp_path / "sessions" / hashlib.md5(b"/w").hexdigest()
-    p = ot_write_jsonl(group / "1279524b-c991-4a49-ae24-df1ac18c2d62.jsonl", [
-        {"role": "_checkpoint", "id": 0},
-        {"role": "user", "content": "list the files"},
-        {"role": "user", "content": [{"type": "text", "text": "<system>CHECKPOINT 1</system>"}]},
-        {"role": "_usage", "token_count": 50},
-        {"role": "assistant", "content": [{"type": "think", "think": "use ls"}, {"type": "text", "text": "Listing."}],
-         "tool_calls": [{"type": "function", "id": "c1", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]},
-        {"role": "tool", "content": [{"type": "text", "text": "README.md"}], "tool_call_id": "c1"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"type": "function", "id": "c2", "function": {"name": "Bash", "arguments": "{\"command\": \"exit 3\"}"}}]},
-        {"role": "tool", "content": [{"type": "text", "text": "<system>ERROR: Command failed with exit code: 3.</system>"}],
-         "tool_call_id": "c2"}])
-    ot_write_jsonl(group / "1279524b-c991-4a49-ae24-df1ac18c2d62_1.jsonl", [{"role": "user", "content": "old"}])
-    assert PARSERS["kimi"].list_files(str(tmp_path / "sessions")) == [str(p)]   # a rotated history is not listed
-    [s] = ot_parse("kimi", p)
-    assert (s.session_id, s.cwd) == ("1279524b-c991-4a49-ae24-df1ac18c2d62", "/w")
-    assert ot_kinds(s) == ["user", "thinking", "assistant", "tool", "tool"] and "README.md" in ot_texts(s, "tool")[0]
-    assert "error:" in ot_texts(s, "tool")[1]   # kimi-cli 0.50 says a command failed only in the text
-
-
-def test_kimi_default_roots_cover_kimi_code_and_kimi_cli():
-    assert PARSERS["kimi"].default_roots({"HOME": "/h"}) == ["/h/.kimi-code/sessions", "/h/.kimi/sessions"]
-    assert PARSERS["kimi"].default_roots({"HOME": "/h", "KIMI_SHARE_DIR": "/k"})[1] == "/k/sessions"
-
-
-# ---------------------------------------------------------------- openclaw
-
-
-def test_openclaw_injected_context_and_tools(tmp_path):
-    p = ot_write_jsonl(tmp_path / "a.jsonl", [
-        {"type": "session", "id": "oc1", "version": 3, "timestamp": "2026-02-24T10:00:00Z", "cwd": "/r"},
-        {"type": "custom_message", "customType": "openclaw.runtime-context", "content": "runtime ctx", "display": False,
-         "id": "c", "timestamp": "2026-02-24T10:00:01Z"},
-        {"type": "message", "id": "m0", "timestamp": "2026-02-24T10:00:01Z", "message": {"role": "user", "content": [
-            {"type": "text", "text": "Read HEARTBEAT.md if it exists and consider outstanding tasks."}]}},
-        {"type": "message", "id": "m1", "timestamp": "2026-02-24T10:00:02Z", "message": {"role": "user", "content": [
-            {"type": "text", "text": "git status please"}]}},
-        {"type": "message", "id": "m2", "timestamp": "2026-02-24T10:00:03Z", "message": {"role": "assistant", "content": [
-            {"type": "toolCall", "id": "t1", "name": "run_terminal", "arguments": {"command": "git status"}}]}},
-        {"type": "message", "id": "m3", "timestamp": "2026-02-24T10:00:04Z", "message": {
-            "role": "toolResult", "toolCallId": "t1", "toolName": "run_terminal", "content": "clean", "isError": False}},
-    ])
-    [s] = ot_parse("openclaw", p)
-    assert (s.session_id, s.cwd) == ("oc1", "/r")
-    assert ot_texts(s, "user") == ["git status please"]
-    assert len(ot_texts(s, "context")) == 2
-    assert "clean" in ot_texts(s, "tool")[0]
-    assert (s.created, s.modified) == ("2026-02-24T10:00:00.000Z", "2026-02-24T10:00:04.000Z")
-
-
-# ---------------------------------------------------------------- grok
-
-
-def test_grok_summary_title_synthetic_context_and_subagent_parent(tmp_path):
-    bucket = tmp_path / "%2Ftmp%2Fp"
-    (bucket / "parent1" / "subagents" / "child1").mkdir(parents=True)
-    (bucket / "parent1" / "subagents" / "child1" / "meta.json").write_text(json.dumps({"parent_session_id": "parent1"}))
-    (bucket / "child1").mkdir()
-    (bucket / "child1" / "summary.json").write_text(json.dumps({
-        "info": {"id": "child1", "cwd": "/tmp/p"}, "generated_title": "Count files", "session_summary": "x",
-        "created_at": "2026-07-31T10:13:27.574131Z", "updated_at": "2026-07-31T10:15:02.118940Z"}))
-    p = ot_write_jsonl(bucket / "child1" / "chat_history.jsonl", [
-        {"type": "system", "content": "You are Grok."},
-        {"type": "user", "content": [{"type": "text", "text": "<user_info>OS</user_info>"}], "synthetic_reason": "environment_context"},
-        {"type": "user", "content": [{"type": "text", "text": "count py files"}], "prompt_index": 0},
-        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "use find"}], "encrypted_content": "zzz"},
-        {"type": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "run_terminal_cmd",
-                                                               "arguments": "{\"command\":\"find . | wc -l\"}"}]},
-        {"type": "tool_result", "tool_call_id": "c1", "content": "3\n"},
-    ])
-    assert PARSERS["grok"].list_files(str(tmp_path)) == [p]  # subagents/ copies are not listed
-    [s] = ot_parse("grok", p)
-    assert (s.session_id, s.name, s.cwd, s.parent) == ("child1", "Count files", "/tmp/p", "parent1")
-    assert ot_kinds(s) == ["context", "user", "thinking", "tool"]
-    assert "command: find . | wc -l" in s.chunks[-1].text and "zzz" not in "".join(c.text for c in s.chunks)
-    assert (s.created, s.modified) == ("2026-07-31T10:13:27.574Z", "2026-07-31T10:15:02.118Z")
-
-
-# ---------------------------------------------------------------- hermes
-
-
-def test_hermes_state_db(tmp_path):
-    db = tmp_path / "state.db"
-    con = sqlite3.connect(str(db))
-    con.executescript("""
-        CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT, model TEXT, model_config TEXT, started_at REAL,
-                               ended_at REAL, title TEXT, parent_session_id TEXT);
-        CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id TEXT, role TEXT, content TEXT, tool_call_id TEXT,
-                               tool_calls TEXT, tool_name TEXT, timestamp REAL, reasoning TEXT);
-    """)
-    con.execute("INSERT INTO sessions VALUES ('h1','cli','m','{\"cwd\": \"/w\"}',1777500000,1777500100,'Dir check',NULL)")
-    con.execute("INSERT INTO sessions VALUES ('h2','cli','m','{}',1777500200,NULL,NULL,'h1')")
-    con.execute("INSERT INTO messages VALUES (1,'h1','user','where am I',NULL,NULL,NULL,1777500001,NULL)")
-    con.execute("INSERT INTO messages VALUES (2,'h1','assistant','',NULL,"
-                "'[{\"id\":\"c1\",\"function\":{\"name\":\"shell\",\"arguments\":\"{\\\"command\\\":\\\"pwd\\\"}\"}}]',"
-                "NULL,1777500002,'think')")
-    con.execute("INSERT INTO messages VALUES (3,'h1','tool','/w','c1',NULL,'shell',1777500003,NULL)")
-    con.execute("INSERT INTO messages VALUES (4,'h2','user','[SYSTEM: The user has invoked the x skill]',NULL,NULL,NULL,1777500201,NULL)")
-    con.commit()
-    con.close()
-    h1, h2 = sorted(ot_parse("hermes", db), key=lambda s: s.session_id)
-    assert (h1.name, h1.cwd, h1.parent) == ("Dir check", "/w", None)
-    assert ot_kinds(h1) == ["user", "thinking", "tool"] and "command: pwd" in h1.chunks[-1].text
-    assert h1.created == "2026-04-29T22:00:00.000Z" and h1.modified == "2026-04-29T22:01:40.000Z"
-    assert h2.parent == "h1" and ot_kinds(h2) == ["context"]
-
-
-def test_hermes_019_cwd_column_and_failed_terminal_call(tmp_path):
-    # Hermes 0.19: the working directory is a column of sessions (model_config no longer has it), and
-    # the terminal tool answers {"output", "exit_code", "error"} as JSON.
-    db = tmp_path / "state.db"
-    con = sqlite3.connect(str(db))
-    con.executescript("""
-        CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT NOT NULL, model TEXT, model_config TEXT,
-                               parent_session_id TEXT, started_at REAL NOT NULL, ended_at REAL, cwd TEXT,
-                               git_branch TEXT, title TEXT);
-        CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id TEXT, role TEXT, content TEXT, tool_call_id TEXT,
-                               tool_calls TEXT, tool_name TEXT, timestamp REAL, reasoning TEXT);
-    """)
-    con.execute("INSERT INTO sessions VALUES ('20261125_020606_115c43','cli','mock-model',"
-                "'{\"max_iterations\": 90, \"reasoning_config\": null}',NULL,1795572368.39054,NULL,"
-                "'/home/u/work',NULL,NULL)")
-    calls = '[{"id": "call_%s", "call_id": "call_%s", "type": "function", "function": {"name": "terminal", ' \
-            '"arguments": "{\\"command\\": \\"%s\\"}"}}]'
-    rows = [(1, "user", "Check the canary", None, None, None),
-            (2, "assistant", "", None, calls % ("a", "a", "echo canary-1 && ls"), None),
-            (3, "tool", '{"output": "canary-1", "exit_code": 0, "error": null}', "call_a", None, "terminal"),
-            (4, "assistant", "", None, calls % ("b", "b", "echo fail-x; exit 3"), None),
-            (5, "tool", '{"output": "fail-x", "exit_code": 3, "error": null}', "call_b", None, "terminal")]
-    for i, role, content, tcid, tcalls, tname in rows:
-        con.execute("INSERT INTO messages VALUES (?,?,?,?,?,?,?,?,NULL)",
-                    (i, "20261125_020606_115c43", role, content, tcid, tcalls, tname, 1795572368.4 + i))
-    con.commit()
-    con.close()
-    [s] = ot_parse("hermes", db)
-    assert s.cwd == "/home/u/work"
-    ok, failed = [c.text for c in s.chunks if c.kind == "tool"]
-    assert ok == "tool: terminal\ncommand: echo canary-1 && ls\noutput:\ncanary-1"
-    assert failed == "tool: terminal\ncommand: echo fail-x; exit 3\nerror:\nfail-x"
-
-
-def test_hermes_unknown_sqlite_schema(tmp_path):
-    db = tmp_path / "state.db"
-    con = sqlite3.connect(str(db))
-    con.execute("CREATE TABLE other (x)")
-    con.commit()
-    con.close()
-    with pytest.raises(NotASessionFile):
-        ot_parse("hermes", db)
-
-
-def test_hermes_legacy_json(tmp_path):
-    p = tmp_path / "session_1.json"
-    p.write_text(json.dumps({"session_id": "s1", "session_start": "2026-04-29T20:00:00Z",
-                             "last_updated": "2026-04-29T20:00:04Z", "model_config": {"cwd": "/x"},
-                             "messages": [{"role": "user", "content": "hello"}, {"role": "session_meta"}]}))
-    [s] = ot_parse("hermes", p)
-    assert (s.session_id, s.cwd, ot_texts(s, "user")) == ("s1", "/x", ["hello"])
-
-
-# ---------------------------------------------------------------- antigravity
-
-
-def test_antigravity_user_request_and_ordered_tool_outputs(tmp_path):
-    p = ot_write_jsonl(tmp_path / "conv-1" / ".system_generated" / "logs" / "transcript.jsonl", [
-        {"step_index": 0, "source": "USER_EXPLICIT", "type": "USER_INPUT", "created_at": "2026-06-26T21:16:16Z",
-         "content": "<USER_REQUEST>\nList the files.\n</USER_REQUEST>\n<USER_SETTINGS_CHANGE>model</USER_SETTINGS_CHANGE>"},
-        {"step_index": 1, "source": "MODEL", "type": "PLANNER_RESPONSE", "created_at": "2026-06-26T21:16:17Z",
-         "thinking": "list it", "tool_calls": [{"name": "list_dir", "args": {"DirectoryPath": "\"/tmp/repo\""}},
-                                                {"name": "run_command", "args": {"CommandLine": "\"ls -a\""}}]},
-        {"step_index": 2, "source": "MODEL", "type": "LIST_DIRECTORY", "created_at": "2026-06-26T21:16:18Z", "content": "a.txt"},
-        {"step_index": 3, "source": "MODEL", "type": "RUN_COMMAND", "created_at": "2026-06-26T21:16:19Z", "content": ".\n..\na.txt"},
-        {"step_index": 4, "source": "SYSTEM", "type": "SYSTEM_MESSAGE", "created_at": "2026-06-26T21:16:20Z", "content": "sys"},
-    ])
-    assert PARSERS["antigravity"].list_files(str(tmp_path)) == [p]
-    [s] = ot_parse("antigravity", p)
-    assert s.session_id == "conv-1"
-    assert ot_texts(s, "user") == ["List the files."]
-    assert ot_texts(s, "context") == ["<USER_SETTINGS_CHANGE>model</USER_SETTINGS_CHANGE>", "sys"]
-    t1, t2 = ot_texts(s, "tool")
-    assert "DirectoryPath: /tmp/repo" in t1 and "a.txt" in t1
-    assert "CommandLine: ls -a" in t2 and ".." in t2
-    assert [c.path for c in s.chunks if c.kind == "tool"] == ["/tmp/repo", None]
-
-
-# ---------------------------------------------------------------- samples
-
-ot_SAMPLE_DIRS = [("droid", "factory-droid"), ("qwen", "qwen"), ("kimi", "kimi"), ("openclaw", "openclaw"),
-               ("grok", "grok"), ("hermes", "hermes"), ("antigravity", "antigravity")]
-
-
-@pytest.mark.parametrize("agent,folder", ot_SAMPLE_DIRS)
-def test_samples(agent, folder):
-    root = os.path.join(SAMPLES, folder)
-    if not os.path.isdir(root):
-        pytest.skip("samples absent")
-    sessions = 0
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            try:
-                got = PARSERS[agent].parse(os.path.join(dirpath, f), ParseReport())
-            except NotASessionFile:
-                continue
-            assert got, f
-            for s in got:
-                assert s.session_id and s.created and s.modified
-                assert all(c.kind in ("user", "assistant", "tool", "thinking", "summary", "custom", "context")
-                           for c in s.chunks)
-            sessions += len(got)
-            text = "\n".join(c.text for s in got for c in s.chunks if c.kind in ("user", "tool"))
-            assert text, "no user prompt or tool call indexed from %s" % f
-    assert sessions >= 1
-
-
-# ---------------------------------------------------------------------------------------------
-# Agents together: one conversation in several layouts, discovery without config, the samples
-# ---------------------------------------------------------------------------------------------
-
-def render_conversation(fmt, root, sid, cwd, turns, start="2026-05-01T10:00:00"):
-    """Write one conversation [(user text, assistant text, [(command, output)])] in pi, Claude Code
-    or Codex layout under an agent's home folder `root`; returns the file path."""
-    clock = iter(range(10, 10000))
-
-    def ts():
-        return "%s.%03dZ" % (start, next(clock))
-    if fmt == "pi":
-        w = PiWriter(os.path.join(str(root), "sessions"), sid, cwd=cwd, start=start + ".000Z")
-        for user, answer, calls in turns:
-            w.user(user)
-            for command, output in calls:
-                w.tool("bash", {"command": command}, output)
-            w.assistant(answer)
-        return w.save()
-    records = []
-    if fmt == "claude":
-        n = iter(range(1, 10000))
-
-        def rec(rtype, message):
-            records.append({"type": rtype, "uuid": "u%d" % next(n), "sessionId": sid, "cwd": cwd, "timestamp": ts(),
-                            "isSidechain": False, "version": "2.1.14", "message": message})
-        for user, answer, calls in turns:
-            rec("user", {"role": "user", "content": user})
-            for i, (command, output) in enumerate(calls):
-                tid = "toolu_%d" % next(n)
-                rec("assistant", {"id": "msg_%s" % tid, "role": "assistant",
-                                  "content": [{"type": "tool_use", "id": tid, "name": "Bash", "input": {"command": command}}]})
-                rec("user", {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tid, "content": output}]})
-            rec("assistant", {"id": "msg_%d" % next(n), "role": "assistant", "content": [{"type": "text", "text": answer}]})
-        path = os.path.join(str(root), "projects", "".join(c if c.isalnum() else "-" for c in cwd), sid + ".jsonl")
-    else:
-        records.append({"timestamp": ts(), "type": "session_meta",
-                        "payload": {"id": sid, "timestamp": start + ".000Z", "cwd": cwd, "originator": "codex_cli_rs"}})
-        for user, answer, calls in turns:
-            records.append({"timestamp": ts(), "type": "response_item", "payload": {
-                "type": "message", "role": "user", "content": [{"type": "input_text", "text": user}]}})
-            for i, (command, output) in enumerate(calls):
-                cid = "call_%d_%d" % (len(records), i)
-                records.append({"timestamp": ts(), "type": "response_item", "payload": {
-                    "type": "function_call", "name": "shell", "call_id": cid,
-                    "arguments": json.dumps({"command": ["bash", "-lc", command]})}})
-                records.append({"timestamp": ts(), "type": "response_item", "payload": {
-                    "type": "function_call_output", "call_id": cid, "output": output}})
-            records.append({"timestamp": ts(), "type": "response_item", "payload": {
-                "type": "message", "role": "assistant", "content": [{"type": "output_text", "text": answer}]}})
-        day = start[:10].replace("-", "/")
-        path = os.path.join(str(root), "sessions", day, "rollout-%s-%s.jsonl" % (start.replace(":", "-"), sid))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        for r in records:
-            f.write(line(r))
-    return path
-
-
-CONVERSATIONS = [
-    ("0a0a0a0a-1111-4111-8111-000000000001", "/home/dev/api", [
-        ("The payments webhook retries too fast and partners complain.",
-         "Added exponential backoff with jitter to webhook retries.", [("pytest tests/test_webhooks.py", "5 passed")])]),
-    ("0a0a0a0a-1111-4111-8111-000000000002", "/home/dev/web", [
-        ("Dark mode colours are wrong in the settings page.", "Fixed the CSS variables for dark mode.", []),
-        ("Also the toggle does not persist.", "Stored the theme in localStorage.", [("npm test", "ok theme persists")])]),
-    ("0a0a0a0a-1111-4111-8111-000000000003", "/home/dev/infra", [
-        ("Terraform plan fails with a state lock error.", "Another run held the lock; released it.",
-         [("terraform force-unlock 1234", "Terraform state has been successfully unlocked!")])]),
-    ("0a0a0a0a-1111-4111-8111-000000000004", "/home/dev/api", [
-        ("Webhook payloads need a signature header.", "Signed payloads with HMAC SHA256.", [])]),
-]
-
-CROSS_QUERIES = ["webhook retries backoff", "dark mode toggle", "terraform lock", "webhook signature",
-                 "force-unlock", "localStorage theme", "partners complain jitter"]
-
-
-def test_the_same_conversations_rank_the_same_in_pi_claude_and_codex_layouts(tmp_path, monkeypatch, capsys, env):
-    rankings = {}
-    for fmt in ("pi", "claude", "codex"):
-        home = tmp_path / fmt
-        for sid, cwd, turns in CONVERSATIONS:
-            render_conversation(fmt, home, sid, cwd, turns)
-        sub = {"pi": "sessions", "claude": "projects", "codex": "sessions"}[fmt]
-        write_config({"sources": [{"parser": fmt, "path": str(home / sub)}]}, tmp_path)
-        monkeypatch.setenv("SESAME_DATA_DIR", str(tmp_path / ("data-" + fmt)))
-        rankings[fmt] = [search_ids(capsys, q) for q in CROSS_QUERIES]
-        rankings[fmt].append(search_ids(capsys, "terraform", "--tool", "bash"))
-    assert rankings["pi"] == rankings["claude"] == rankings["codex"]
-    assert rankings["pi"][0][0].endswith("01") and rankings["pi"][2] == [CONVERSATIONS[2][0]]
-
-
-def test_without_config_sessions_of_several_agents_in_their_default_places_are_found(tmp_path, env, capsys):
-    os.remove(tmp_path / "config" / "config.jsonc")
-    home = tmp_path / "home"
-    words = {"pi": "aardvark", "claude": "bandicoot", "codex": "capybara"}
-    for n, (fmt, word) in enumerate(words.items()):
-        root = {"pi": home / ".pi" / "agent", "claude": home / ".claude", "codex": home / ".codex"}[fmt]
-        render_conversation(fmt, root, "0b0b0b0b-2222-4222-8222-00000000000%d" % n, "/home/dev/zoo",
-                            [("Tell me about the %s." % word, "The %s is an animal." % word, [])])
-    gemini = home / ".gemini" / "tmp" / "zoo" / "chats"
-    gemini.mkdir(parents=True)
-    with open(gemini / "session-2026-05-01T10-00-g9.jsonl", "w") as f:
-        f.write(line({"sessionId": "g-9", "projectHash": "ab", "startTime": "2026-05-01T10:00:00.000Z",
-                      "lastUpdated": "2026-05-01T10:00:05.000Z", "kind": "main"}))
-        f.write(line({"id": "u1", "timestamp": "2026-05-01T10:00:01Z", "type": "user", "content": [{"text": "and the dugong?"}]}))
-        f.write(line({"id": "a1", "timestamp": "2026-05-01T10:00:02Z", "type": "gemini", "content": "A dugong swims."}))
-    words["gemini"] = "dugong"
-    for agent, word in words.items():
-        code, out, err = run(capsys, "search", word, "--json")
-        results = json.loads(out)["results"]
-        assert [r["agent"] for r in results] == [agent], (agent, err)
-    code, out, _ = run(capsys, "sources", "--json")
-    active = {s["agent"] for s in json.loads(out)["sources"] if s["active"]}
-    assert {"pi", "claude", "codex", "gemini"} <= active
-
-
-def test_sources_counts_the_files_found_per_agent_and_why_some_were_not_indexed(env, capsys):
-    PiWriter(env, "aaaa0001-one").user("the first session").save()
-    PiWriter(env, "aaaa0002-two").user("the second session").save()
-    with open(os.path.join(str(env), "notes.jsonl"), "w") as f:
-        f.write("this is not a session\n")
-    run(capsys, "index")
-    pi = next(s for s in json.loads(run(capsys, "sources", "--json")[1])["sources"] if s["agent"] == "pi")
-    assert (pi["filesFound"], pi["filesIndexed"], pi["filesNotIndexed"], pi["sessionsIndexed"]) == (3, 2, {"skipped": 1}, 2)
-    code, out, _ = run(capsys, "sources")
-    assert "3 files (1 not a session file)" in out and "sesame status" in out
-
-
-def test_forget_list_says_when_nothing_is_forgotten(env, capsys):
-    code, out, _ = run(capsys, "forget", "--list")
-    assert code == 0 and "No session is forgotten" in out
-    assert json.loads(run(capsys, "forget", "--list", "--json")[1]) == {"forgotten": []}
-
-
-SAMPLE_AGENTS = {  # samples folder -> (parser id, sessions its files hold)
-    "aider": ("aider", 18), "antigravity": ("antigravity", 2), "claude-code": ("claude", 7), "codex": ("codex", 9),
-    "copilot": ("copilot", 5), "crush": ("crush", 1), "cursor": ("cursor", 8), "factory-droid": ("droid", 6),
-    "gemini": ("gemini", 4), "grok": ("grok", 2), "hermes": ("hermes", 3), "kimi": ("kimi", 3),
-    "openclaw": ("openclaw", 3), "opencode": ("opencode", 3), "pi": ("pi", 5), "qwen": ("qwen", 5),
-}
-INJECTED = ("<environment_context>", "<system-reminder>", "<user_info>", "<command-name>", "# AGENTS.md",
-            "Caveat: The messages below", "<local-command-stdout>", "<permissions instructions>")
-
-
-@pytest.mark.skipif(not os.path.isdir(SAMPLES), reason="../shared/samples not present")
-def test_every_sample_file_is_indexed_or_reported_and_its_prompts_and_commands_are_findable(tmp_path, env, capsys):
-    sources = []
-    for folder, (agent, _) in SAMPLE_AGENTS.items():
-        for root, _, files in os.walk(os.path.join(SAMPLES, folder)):
-            sources += [{"parser": agent, "path": os.path.join(root, f)} for f in files]
-    write_config({"sources": sources}, tmp_path)
-    code, out, err = run(capsys, "index", "--json")
-    summary = json.loads(out)
-    assert code == 0 and summary["filesSeen"] == len(sources)
-    assert all(p["reason"].startswith("not a ") for p in summary["skipped"]), summary["skipped"]
-    status = json.loads(run(capsys, "status", "--json")[1])
-    assert {p["agent"]: p["sessions"] for p in status["perAgent"]} == {a: n for a, n in SAMPLE_AGENTS.values()}
-    import sqlite3 as sq
-    con = sq.connect(str(tmp_path / "data" / "index.sqlite"))
-    rows = con.execute("SELECT s.agent, s.session_id, c.kind, c.text FROM chunks c JOIN sessions s ON s.id = c.session "
-                       "ORDER BY s.id, c.seq").fetchall()
-    missed, checked, injected = [], {}, []
-    for agent, session_id, kind, text in rows:
-        text = sesame.unpack(text)
-        if kind == "user" and any(marker in text for marker in INJECTED):
-            injected.append((agent, session_id, text[:80]))
-        key = (agent, session_id, kind)
-        if kind not in ("user", "tool") or key in checked:
-            continue
-        body = text.split("command:", 1)[1].split("\n")[0] if kind == "tool" and "command:" in text else text
-        words = [w for w in re.findall(r"[^\W\d_]{4,}", body)][:5]
-        if kind == "tool" and "command:" not in text or len(words) < 2:
-            continue
-        checked[key] = True
-        flags = ["--tools"] if kind == "tool" else []
-        code, out, _ = run(capsys, "search", " ".join(words), "--agent", agent, "--limit", "50", "--json",
-                           "--no-refresh", *flags)
-        if session_id not in [r["sessionId"] for r in json.loads(out)["results"]]:
-            missed.append((agent, session_id, kind, words))
-    assert injected == []
-    assert missed == []
-    assert {a for a, _, k in checked if k == "user"} >= {"claude", "codex", "pi", "aider", "gemini", "cursor", "qwen"}
-
-
-# ---------------------------------------------------------------------------------------------
-# Real samples (../shared/samples), when present
-# ---------------------------------------------------------------------------------------------
-
-needs_samples = pytest.mark.skipif(not os.path.isdir(SAMPLES), reason="../shared/samples not present")
-
-
-@needs_samples
-def test_every_pi_sample_user_message_is_findable(tmp_path, capsys, env):
-    write_config({"sources": [{"parser": "pi", "path": os.path.join(SAMPLES, "pi")}]}, tmp_path)
-    code, out, err = run(capsys, "index", "--json")
-    assert code == 0 and json.loads(out)["sessions"] >= 4
-    import re
-    missed = []
-    for root, _, files in os.walk(os.path.join(SAMPLES, "pi")):
-        for f in files:
-            path = os.path.join(root, f)
-            (s,) = sesame.PARSERS["pi"].parse(path, sesame.ParseReport())
-            for c in [c for c in s.chunks if c.kind == "user"][:25]:
-                words = [w for w in re.findall(r"[A-Za-z]{5,}", c.text)][:4]
-                if len(words) < 2:
-                    continue
-                code, out, _ = run(capsys, "search", " ".join(words), "--json", "--limit", "20", "--no-refresh")
-                if s.session_id not in [r["sessionId"] for r in json.loads(out)["results"]]:
-                    missed.append((f, words))
-    assert missed == []
-
-
-# ---------------------------------------------------------------------------------------------
-# Privacy: secrets redacted before indexing, exclude, forget
-# ---------------------------------------------------------------------------------------------
-
-# Fake secrets built at run time, so that this file itself does not trip secret scanners.
-OPENAI = "sk-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8S9t0U1v2W3x4"
-OPENAI_PROJ = "sk-proj-" + "abcDEF123_ghiJKL456-mnoPQR789stuVWX012"
-ANTHROPIC = "sk-ant-api03-" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0Fe-DcBa_98765"
-GH_PAT = "ghp_" + "16C7e42F292c6912E7710c838347Ae178B4a"
-GH_OAUTH = "gho_" + "16C7e42F292c6912E7710c838347Ae178B4a"
-GH_SERVER = "ghs_" + "16C7e42F292c6912E7710c838347Ae178B4a"
-GH_FINE = "github_pat_" + "11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGH"
-AWS = "AKIA" + "IOSFODNN7EXAMPLE"
-AWS_TMP = "ASIA" + "Y34FZKBOKMUTVV7A"
-SLACK = "xoxb-" + "123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"
-STRIPE = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
-STRIPE_R = "rk_live_" + "51H8sd0Ax2bC3dE4fG5hI6jK"
-GOOGLE = "AIza" + "SyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY"
-JWT = "eyJhbGciOiJIUzI1NiJ9" + ".eyJzdWIiOiIxMjM0NTY3ODkwIn0" + ".dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
-HF = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
-NPM = "npm_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
-SENDGRID = "SG." + "ngeVfQFYQlKU0ufo8x5d1A" + ".TwL2iGABf9DHoTf-09kqeF8tAmbihYzrnopKc-1s5cr"
-TWILIO = "SK" + "0123456789abcdef0123456789abcdef"
-PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA1c2s3ZkT4bD\nq8v9wPz0Yx7Lm3N2\n"
-       "-----END RSA PRIVATE KEY-----")
-
-
-@pytest.mark.parametrize("secret,kind", [
-    (OPENAI, "openai_key"), (OPENAI_PROJ, "openai_key"), (ANTHROPIC, "anthropic_key"),
-    (GH_PAT, "github_token"), (GH_OAUTH, "github_token"), (GH_SERVER, "github_token"),
-    (GH_FINE, "github_token"), (AWS, "aws_access_key_id"), (AWS_TMP, "aws_access_key_id"),
-    (SLACK, "slack_token"), (STRIPE, "stripe_key"), (STRIPE_R, "stripe_key"), (GOOGLE, "google_api_key"),
-    (JWT, "jwt"), (HF, "huggingface_token"), (NPM, "npm_token"), (SENDGRID, "sendgrid_key"), (TWILIO, "twilio_key"),
-])
-def test_token_shapes_are_replaced_and_surrounding_words_stay(secret, kind):
-    text = "I exported the key %s before running deploy, see zanzibar" % secret
-    out, n = sesame.redact(text)
-    assert secret not in out and n == 1
-    assert out == "I exported the key [REDACTED:%s] before running deploy, see zanzibar" % kind
-
-
-def test_bearer_header_keeps_the_scheme_word():
-    out, n = sesame.redact('curl -H "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abc123def" https://api')
-    assert out == 'curl -H "Authorization: Bearer [REDACTED:bearer_token]" https://api' and n == 1
-
-
-@pytest.mark.parametrize("text,expected", [
-    ("psql postgres://app:%s@db.internal:5432/app" % "Xk29sLq", "psql postgres://app:[REDACTED:url_password]@db.internal:5432/app"),
-    ("mysql -u root -p%s orders < dump.sql" % "Hunter22", "mysql -u root -p[REDACTED:secret] orders < dump.sql"),
-    ("curl -H 'Authorization: Basic %s' https://api" % "dXNlcjpwYXNzd29yZA==",
-     "curl -H 'Authorization: Basic [REDACTED:basic_auth]' https://api"),
-    ("Set-Cookie: %s; Path=/" % "sid=8f2a9c1b77e4", "Set-Cookie: [REDACTED:cookie]"),
-    ("curl -H \"Cookie: %s\" https://x" % "session=ab12cd34", "curl -H \"Cookie: [REDACTED:cookie]\" https://x"),
-    ("export DB_PASS=%s" % "w0rdsmith9", "export DB_PASS=[REDACTED:secret]"),
-    ("MYSQL_PWD=%s mysqldump shop" % "k8sP4ssw", "MYSQL_PWD=[REDACTED:secret] mysqldump shop"),
-    ("{'password': '%s'}" % "hunter2hunter2", "{'password': '[REDACTED:secret]'}"),
-    ("pg_dump --password %s --host db" % "s3cretvalue", "pg_dump --password [REDACTED:secret] --host db"),
-    ("login --token=%s" % "abcd1234efgh", "login --token=[REDACTED:secret]"),
-])
-def test_credentials_in_commands_urls_and_headers_are_redacted_the_rest_stays(text, expected):
-    assert sesame.redact(text)[0] == expected
-
-
-def test_pgp_private_key_and_a_key_whose_start_the_output_cap_dropped_are_redacted():
-    pgp = "-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBGXbody\n-----END PGP PRIVATE KEY BLOCK-----"
-    assert sesame.redact("exported:\n%s\ndone" % pgp) == ("exported:\n[REDACTED:private_key]\ndone", 1)
-    body = "\n".join("MIIEow%040d" % i for i in range(400))   # a long key inside a longer output
-    output = "building...\n" * 900 + "-----BEGIN RSA PRIVATE KEY-----\n" + body + "\n-----END RSA PRIVATE KEY-----\nok"
-    capped = sesame.tool_text("bash", {"command": "cat build.log"}, output)
-    assert "characters dropped" in capped and "-----BEGIN" not in capped
-    out, n = sesame.redact(capped)
-    assert "MIIEow" not in out and n == 1 and "building..." in out and out.endswith("\nok")
-
-
-@pytest.mark.parametrize("text", [
-    "def check_password(password):", "password = getpass()", "password = request.form['password']",
-    "if not password: raise ValueError", "sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
-    "commit 3f2a9c1b77e4d5a6b8c9d0e1f2a3b4c5d6e7f809", "uuid 123e4567-e89b-12d3-a456-426614174000",
-    "git clone https://github.com/org/repo.git", "mailto:bob@example.com and https://example.com",
-    "PWD=/home/dev/project", "Basic usage of the API", "bypass_cache=True", "eyJ is how base64 JSON starts",
-    "the SKU list", "mysql -u root -p", "ssh git@github.com", "Skipping 3 tests",
-])
-def test_code_about_secrets_hashes_ids_and_urls_stays_searchable(text):
-    assert sesame.redact(text) == (text, 0), sesame.redact(text)
-
-
-def test_pem_private_key_block_is_one_redaction_even_when_cut_off():
-    out, n = sesame.redact("key file:\n%s\nthen restart nginx" % PEM)
-    assert out == "key file:\n[REDACTED:private_key]\nthen restart nginx" and n == 1
-    out, n = sesame.redact("truncated: -----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA")
-    assert out == "truncated: [REDACTED:private_key]" and n == 1
-    # A public key or certificate is not a secret.
-    pub = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----"
-    assert sesame.redact(pub) == (pub, 0)
-
-
-@pytest.mark.parametrize("text,expected", [
-    ("DB_PASSWORD=hunter2hunter2", "DB_PASSWORD=[REDACTED:secret]"),
-    ("export GITHUB_TOKEN=abcdef123456 && make", "export GITHUB_TOKEN=[REDACTED:secret] && make"),
-    ("api_key: 9f8e7d6c5b4a", "api_key: [REDACTED:secret]"),
-    ('{"apiKey": "live_12345abcdef", "user": "bob"}', '{"apiKey": "[REDACTED:secret]", "user": "bob"}'),
-    ("client_secret = 'qwertyuiop123'", "client_secret = '[REDACTED:secret]'"),
-    ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-     "AWS_SECRET_ACCESS_KEY=[REDACTED:secret]"),
-    ("private_key: abcdefgh12345", "private_key: [REDACTED:secret]"),
-    ("Passwd=Tr0ub4dor&3", "Passwd=[REDACTED:secret]"),
-])
-def test_secret_named_key_value_pairs_keep_the_name(text, expected):
-    out, n = sesame.redact(text)
-    assert out == expected and n == 1
-
-
-@pytest.mark.parametrize("text", [
-    "a task-based scheduler with a skeleton loader",
-    "implement a token bucket rate limiter",
-    "the password reset flow sends an email",
-    "train the tokenizer on the corpus; tokens: 512",
-    "password: ",                                # nothing to hide
-    "TOKEN=${GITHUB_TOKEN}", "password = os.environ['DB_PASSWORD']", 'api_key: "<your key here>"',
-    "secret: null", "token = process.env.API_TOKEN", "password=******",
-    "sk-learn is not scikit-learn", "risk-free masks-off desk-top", "AKIAbc is too short",
-    "the secretary said the tokenization passes", "max_tokens: 4096",
-    "ask-proj-review for the bearer bonds", "Bearer of bad news",
-])
-def test_ordinary_text_is_left_alone(text):
-    assert sesame.redact(text) == (text, 0), sesame.redact(text)
-
-
-def test_several_secrets_in_one_text_are_all_counted():
-    text = "first %s then %s and password=abcdefg1" % (GH_PAT, AWS)
-    out, n = sesame.redact(text)
-    assert n == 3 and GH_PAT not in out and AWS not in out and "abcdefg1" not in out
-
-
-@pytest.mark.skipif(not os.environ.get("SESAME_BENCH"), reason="benchmark: set SESAME_BENCH=1")
-def test_benchmark_redaction_speed():
-    plain = ("The parser reads each line of the session file and yields the messages, "
-             "then the indexer writes them in one transaction. def f(x): return x + 1\n") * 20000
-    hinted = plain.replace("transaction.", "transaction. token: abc") [: len(plain)]
-    for name, text in (("ordinary", plain), ("with name hints", hinted)):
-        t0 = time.perf_counter()
-        reps = 5
-        for _ in range(reps):
-            sesame.redact(text)
-        dt = time.perf_counter() - t0
-        print("redact %-16s %.0f MB/s" % (name, reps * len(text) / dt / 1e6))
-    # a typical chunk (2 KB) including the per-call overhead
-    chunk = plain[:2000]
-    t0 = time.perf_counter()
-    for _ in range(20000):
-        sesame.redact(chunk)
-    dt = time.perf_counter() - t0
-    print("redact 2 KB chunks     %.0f MB/s (%.1f us per chunk)" % (20000 * 2000 / dt / 1e6, dt / 20000 * 1e6))
-
-
-SECRET = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"
-
-
-def index_bytes(tmp_path):
-    """Everything the index holds, chunk text decompressed: where a leaked secret would be."""
-    import sqlite3 as sq
-    con = sq.connect(str(tmp_path / "data" / "index.sqlite"))
-    texts = [sesame.unpack(t) for (t,) in con.execute("SELECT text FROM chunks")]
-    con.close()
-    raw = b"".join(open(str(tmp_path / "data" / f), "rb").read() for f in os.listdir(tmp_path / "data")
-                   if f.startswith("index.sqlite"))
-    return "\n".join(texts), raw
-
-
-def test_names_summaries_labels_and_working_directories_are_redacted_too(env, tmp_path, capsys):
-    w = PiWriter(env, "named-1").user("the capybara deploy")
-    w.lines[0]["cwd"] = "/home/dev/token=%s/app" % "Zq81mXc0"   # (the folder name is left as it was)
-    w.entry("session_info", name="rotate %s today" % GH_PAT).save()
-    run(capsys, "index")
-    _, raw = index_bytes(tmp_path)
-    data = json.loads(run(capsys, "search", "capybara", "--json")[1])["results"][0]
-    assert GH_PAT not in json.dumps(data) and "Zq81mXc0" not in json.dumps(data)
-    assert GH_PAT.encode() not in raw and b"Zq81mXc0" not in raw
-    assert data["name"] == "rotate [REDACTED:github_token] today"
-
-
-def test_new_redaction_rules_reach_what_is_indexed_and_the_sessions_kept_from_deleted_files(env, tmp_path, capsys,
-                                                                                         monkeypatch):
-    live = PiWriter(env, "live-1").user("the zebra token is QQSECRET41 in staging").save()
-    gone = PiWriter(env, "gone-1").user("the okapi token is QQSECRET42 in prod").save()
-    run(capsys, "index")
-    os.remove(gone)
-    run(capsys, "index")
-    assert "QQSECRET42" in index_bytes(tmp_path)[0]   # not a secret by today's rules
-    # A later Sesame knows this kind of secret (and says so with a new TEXT_VERSION).
-    old_redact = sesame.redact
-    monkeypatch.setattr(sesame, "redact", lambda t: old_redact(re.sub(r"QQSECRET\d+", "[REDACTED:test]", t or "")))
-    monkeypatch.setattr(sesame, "TEXT_VERSION", sesame.TEXT_VERSION + 1)
-    run(capsys, "index")
-    text, _ = index_bytes(tmp_path)
-    assert "QQSECRET" not in text and text.count("[REDACTED:test]") == 2
-    assert search_ids(capsys, "okapi") == ["gone-1"] and search_ids(capsys, "zebra") == ["live-1"]
-
-
-def test_secrets_never_reach_the_index_and_the_words_around_them_stay_searchable(env, tmp_path, capsys):
-    w = PiWriter(env, "leaky-1")
-    w.user("deploy with OPENAI_API_KEY=%s to the marmoset cluster" % SECRET)
-    w.tool("bash", {"command": "curl -H 'Authorization: Bearer abcdef0123456789abcdef' https://api"}, "ok tapir")
-    w.save()
-    assert search_ids(capsys, "marmoset cluster") == ["leaky-1"]
-    assert search_ids(capsys, "tapir", "--tools") == ["leaky-1"]
-    texts, raw = index_bytes(tmp_path)
-    assert SECRET not in texts and SECRET.encode() not in raw and "abcdef0123456789abcdef" not in texts
-    assert "OPENAI_API_KEY=[REDACTED:secret]" in texts or "[REDACTED:openai_key]" in texts
-    assert search_ids(capsys, SECRET) == []
-
-
-def test_redaction_can_be_switched_off_and_the_index_follows(env, tmp_path, capsys):
-    PiWriter(env, "leaky-2").user("the key is %s for the quokka service" % SECRET).save()
-    run(capsys, "index")
-    assert SECRET not in index_bytes(tmp_path)[0]
-    write_config({"sources": [{"parser": "pi", "path": str(env)}], "redact": False}, tmp_path)
-    run(capsys, "index")  # the setting changed: the whole index is rebuilt without redaction
-    assert SECRET in index_bytes(tmp_path)[0]
-    write_config({"sources": [{"parser": "pi", "path": str(env)}], "redact": "yes"}, tmp_path)
-    code, _, err = run(capsys, "index")
-    assert code == 1 and '"redact" must be true or false' in err
-
-
-def test_exclude_keeps_matching_files_and_projects_out(corpus, tmp_path, capsys):
-    write_config({"sources": [{"parser": "pi", "path": str(corpus)}],
-                  "exclude": ["/home/dev/billing", "*--home-dev-site--*"]}, tmp_path)
-    assert search_ids(capsys, "currency") == []                          # by the session's cwd
-    assert search_ids(capsys, "carousel") == []                          # by the file's path
-    assert search_ids(capsys, "ECONNREFUSED") == ["cccc3333-ci"]         # the rest stays
-    write_config({"sources": [{"parser": "pi", "path": str(corpus)}]}, tmp_path)
-    assert search_ids(capsys, "currency") == ["eeee5555-billing"]       # and comes back when removed
-
-
-def test_forget_removes_a_session_keeps_it_out_and_can_be_undone(corpus, tmp_path, capsys):
-    code, out, _ = run(capsys, "forget", "bbbb2222", "--json")
-    assert code == 0 and json.loads(out)["forgotten"]["sessionId"] == "bbbb2222-carousel"
-    assert search_ids(capsys, "carousel") == []
-    run(capsys, "index", "--full")
-    assert search_ids(capsys, "carousel") == []                          # kept out, also after a rebuild
-    assert stat.S_IMODE(os.stat(tmp_path / "data" / "forgotten.json").st_mode) == 0o600
-    code, out, _ = run(capsys, "forget", "--list", "--json")
-    assert [i["sessionId"] for i in json.loads(out)["forgotten"]] == ["bbbb2222-carousel"]
-    code, out, _ = run(capsys, "forget", "--undo", "bbbb2222-carousel")
-    assert code == 0 and "will index again" in out
-    assert search_ids(capsys, "carousel") == ["bbbb2222-carousel"]
-    code, _, err = run(capsys, "forget", "no-such-session")
-    assert code == 1 and "no session matches" in err
-
-
-# ---------------------------------------------------------------------------------------------
 # Reliability: bad input, faults of the index, concurrency. Long kill -9 trials are opt-in:
 # SESAME_FAULT_TRIALS=20 python3 -m pytest -q -k kill_9
 # ---------------------------------------------------------------------------------------------
@@ -4970,7 +4880,7 @@ GEN_CORPUS = os.path.join(HERE, "..", "shared", "bench", "gen_corpus.py")
 
 
 # ---------------------------------------------------------------------------------------------
-# Helpers (same style as test_sesame.py; duplicated on purpose until merged)
+# Helpers of the reliability tests
 # ---------------------------------------------------------------------------------------------
 
 
@@ -5673,6 +5583,7 @@ def _fuzz_argvs(seed, n, surrogates=False):
     return argvs
 
 
+@slow
 def test_fuzzed_queries_and_filters_never_crash(small_index, capsys):
     argvs = _fuzz_argvs(seed=20260310, n=2000)
     t0 = time.monotonic()
@@ -6038,6 +5949,7 @@ def _kill_trials(trials, fault_corpus, tmp_path, capsys, monkeypatch):
     assert killed >= (trials + 1) // 2, "most kills should land mid-run; the corpus is too small"
 
 
+@slow
 def test_kill_9_during_full_and_incremental_index_then_index_equals_clean_build_quick(
         fault_corpus, tmp_path, capsys, monkeypatch, env):
     _kill_trials(3, fault_corpus, tmp_path, capsys, monkeypatch)
@@ -6054,6 +5966,7 @@ def test_kill_9_during_full_and_incremental_index_then_index_equals_clean_build_
 # Concurrency
 # ---------------------------------------------------------------------------------------------
 
+@slow
 def test_search_while_indexing_always_answers(fault_corpus, tmp_path, capsys, monkeypatch, env):
     write_config({"sources": [{"parser": "pi", "path": str(fault_corpus)}]}, tmp_path)
     monkeypatch.setenv("SESAME_DATA_DIR", str(tmp_path / "data"))
@@ -6071,6 +5984,7 @@ def test_search_while_indexing_always_answers(fault_corpus, tmp_path, capsys, mo
     assert code == 0 and json.loads(out)["results"][0]["sessionId"] == "big-session"
 
 
+@slow
 def test_two_indexers_at_once_both_succeed_and_the_index_equals_a_clean_build(
         fault_corpus, tmp_path, capsys, monkeypatch, env):
     write_config({"sources": [{"parser": "pi", "path": str(fault_corpus)}]}, tmp_path)
@@ -6124,6 +6038,7 @@ def test_second_process_opening_a_new_index_does_not_wipe_what_the_first_indexed
     assert json.loads(out)["filesIndexed"] == 0          # B finds everything already indexed
 
 
+@slow
 def test_watch_beside_a_manual_index_loses_no_update(corpus, capsys):
     p = subprocess.Popen([sys.executable, os.path.join(HERE, "sesame.py"), "watch", "--interval", "0.05"],
                          env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -6798,6 +6713,7 @@ def test_relevance_v2_set_is_well_formed():
 
 
 @pytest.mark.skipif(not os.path.isdir(os.path.join(RV_SHARED, "relevance")), reason="needs ../shared/relevance")
+@slow
 def test_relevance_v2_meets_target(tmp_path):
     """No query of any class returns nothing, and every class but paraphrase puts its target first
     at least 90% of the time. Paraphrases (words that occur nowhere in the target) are reported by
