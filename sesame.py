@@ -6420,6 +6420,10 @@ def clean_text(value):
         return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
+# A session's row in `sessions` as Prepared carries it (labels: name, tags... indexed with every part).
+SessionMeta = collections.namedtuple("SessionMeta", "agent session_id path cwd name created modified parent summary labels")
+
+
 class Prepared:
     """A parsed session made ready to write: plain values only (cheap to send from a worker), the
     chunk text compressed, and its parts already cut when it starts at chunk 0."""
@@ -6437,13 +6441,13 @@ class Prepared:
         if redact_secrets:  # a name, summary or folder can hold a secret as well as the text
             s.cwd, s.name, s.summary = (redact(v)[0] if isinstance(v, str) else v for v in (s.cwd, s.name, s.summary))
             s.labels = [redact(t)[0] for t in s.labels]
-        self.meta = (s.agent, s.session_id, s.path, s.cwd, s.name, s.created, s.modified, s.parent, s.summary,
-                     label_text(s))
+        self.meta = SessionMeta(s.agent, s.session_id, s.path, s.cwd, s.name, s.created, s.modified, s.parent,
+                                s.summary, label_text(s))
         self.rows = [(c.kind, c.role, c.tool, c.path, c.ts, pack(c.text)) for c in s.chunks]
         self.touched = sorted({(c.tool or "", c.path or "") for c in s.chunks if c.kind == "tool"})
         self.parts = None
         if fresh:
-            self.parts = [(f, l, doc_columns(self.meta[-1], p))
+            self.parts = [(f, l, doc_columns(self.meta.labels, p))
                           for f, l, p in cut_parts((i, c.kind, c.text) for i, c in enumerate(s.chunks))]
         self.complete = s.complete
         self.count = len(s.chunks)
@@ -6510,12 +6514,12 @@ def write_session(con, file_id, prep, existing=None, from_seq=0):
     Returns the session's row id. Only the parts from the one holding `from_seq` are rebuilt, and
     all of them when the name changed (the name is indexed with every part).
     """
-    meta = prep.meta
-    labels = meta[-1]
+    meta = prep.meta._replace(path=db_path(prep.meta.path))  # the columns of `sessions`, in order
+    labels = meta.labels
     if existing is None:
         sid = con.execute("INSERT INTO sessions(file_id, agent, session_id, path, cwd, name, created, modified, "
                           "parent, summary, labels, chunk_count) VALUES(?,?,?,?,?,?,?,?,?,?,?,0)",
-                          (file_id,) + meta[:2] + (db_path(meta[2]),) + meta[3:]).lastrowid
+                          (file_id,) + meta).lastrowid
         part_from = 0
     else:
         sid = existing
@@ -6525,7 +6529,7 @@ def write_session(con, file_id, prep, existing=None, from_seq=0):
         delete_parts(con, sid, old_labels, part_from)
         con.execute("DELETE FROM chunks WHERE session=? AND seq >= ?", (sid, from_seq))
         con.execute("UPDATE sessions SET agent=?, session_id=?, path=?, cwd=?, name=?, created=?, modified=?, parent=?, "
-                    "summary=?, labels=? WHERE id=?", meta[:2] + (db_path(meta[2]),) + meta[3:] + (sid,))
+                    "summary=?, labels=? WHERE id=?", meta + (sid,))
     con.executemany("INSERT INTO chunks(session, seq, kind, role, tool, path, ts, text) VALUES(?,?,?,?,?,?,?,?)",
                     [(sid, from_seq + i) + r for i, r in enumerate(prep.rows)])
     con.execute("UPDATE sessions SET chunk_count=? WHERE id=?", (from_seq + len(prep.rows), sid))
@@ -6685,7 +6689,7 @@ def plan_full(store, sources, summary, policy):
     """Compare every file of every source with the index (first source wins a file listed twice).
     Written for speed: `sesame index` and `watch` run it over every file, every time."""
     plan = Plan(full=True)
-    known = {r[1]: r for r in store.con.execute("SELECT %s FROM files" % FILE_COLUMNS)}  # FileRow fields
+    known = {r.path: r for r in file_rows(store.con)}
     known_dirs = collections.defaultdict(list)
     for source, path, mtime in store.con.execute("SELECT source, path, mtime_ns FROM dirs ORDER BY source, path"):
         known_dirs[source].append((fs_path(path), mtime))
@@ -6699,7 +6703,7 @@ def plan_full(store, sources, summary, policy):
             plan.listings[src.path] = log.dirs
         unreadable = [d for d, _ in log.unreadable]
         if unreadable:
-            kept.update(key for key, row in known.items() if row[2] == src.path and _inside(fs_path(key), unreadable))
+            kept.update(key for key, row in known.items() if row.source == src.path and _inside(fs_path(key), unreadable))
         parser = src.parser
         pid, version = parser.id, parser.version
         plain = type(parser).sidecars is Parser.sidecars  # then a stat says all, except for SQLite stores
@@ -6717,13 +6721,12 @@ def plan_full(store, sources, summary, policy):
                 continue
             plan.checked += 1
             row = known.get(key)
-            if (row is None or row[3] != pid or row[4] != version or row[5] != st.st_size
-                    or row[6] != st.st_mtime_ns or row[7] == "deleted"):
-                plan.todo.append(Job(path, parser, FileStat(st.st_size, st.st_mtime_ns), row and FileRow(*row),
-                                     src.path, None))
+            if (row is None or row.parser != pid or row.parser_version != version or row.size != st.st_size
+                    or row.mtime_ns != st.st_mtime_ns or row.status == "deleted"):
+                plan.todo.append(Job(path, parser, FileStat(st.st_size, st.st_mtime_ns), row, src.path, None))
     configured = {s.path for s in sources}
-    plan.gone = [FileRow(*row) for key, row in known.items() if key not in seen and key not in kept
-                 and row[7] != "deleted" and (row[2] in listed_sources or row[2] not in configured)]
+    plan.gone = [row for key, row in known.items() if key not in seen and key not in kept
+                 and row.status != "deleted" and (row.source in listed_sources or row.source not in configured)]
     return plan
 
 
@@ -7124,12 +7127,12 @@ def index_file(batch, job, result, summary, policy):
         if file_id is None:
             file_id = con.execute("INSERT INTO files(path, parser) VALUES(?, ?)", (db_path(job.path), job.parser.id)).lastrowid
         for s in sessions:
-            if not policy.keeps(s.meta[0], s.meta[1], s.meta[3]):
+            if not policy.keeps(s.meta.agent, s.meta.session_id, s.meta.cwd):
                 continue  # forgotten, or run in an excluded project
             existing = write_session(con, file_id, s, existing=existing if resume else None,
                                      from_seq=resume["seq"] if resume else 0)
             batch.words.update(s.words)
-            written.append((s.meta[0], s.meta[1]))
+            written.append((s.meta.agent, s.meta.session_id))
             summary.chunks += s.count
         complete = all(s.complete for s in sessions)
         checkpoint = result.checkpoint
