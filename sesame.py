@@ -7624,11 +7624,32 @@ def tool_family(name):
     return {name}
 
 
+def case_insensitive_fs(path):
+    """Whether the file system holding `path` ignores case in names (macOS and Windows do by default):
+    the nearest existing folder with a letter in its name is looked up under its other case. A path
+    with no such folder (a session from another machine) follows this system's default."""
+    d = path
+    while True:
+        name = os.path.basename(d)
+        if name.swapcase() != name and os.path.isdir(d):
+            try:
+                return os.path.samefile(d, os.path.join(os.path.dirname(d), name.swapcase()))
+            except OSError:
+                return False
+        parent = os.path.dirname(d)
+        if parent == d:
+            return sys.platform in ("darwin", "win32")
+        d = parent
+
+
 class Filters:
     """Session filters shared by the CLI flags and the JSON API."""
 
     def __init__(self, cwd=None, after=None, before=None, agent=None, tools_only=False, tool=None, path=None):
         self.cwd = os.path.abspath(os.path.expanduser(cwd)).rstrip(os.sep) or os.sep if cwd else None
+        # --cwd names a folder: the same folder, with the same rule for the folder and below it, as
+        # the file system sees it (case-sensitive unless the file system ignores case).
+        self.fold_case = bool(self.cwd) and case_insensitive_fs(self.cwd)
         self.after = iso(parse_when(after)) if after else None
         self.before = iso(parse_when(before)) if before else None
         if agent and agent not in PARSERS:
@@ -7645,9 +7666,13 @@ class Filters:
             cond.append("s.agent = ?")
             params.append(self.agent)
         if self.cwd:
-            base = self.cwd.rstrip(os.sep)
-            cond.append("(s.cwd = ? OR s.cwd LIKE ? ESCAPE '\\')")
-            params += [self.cwd, like_escape(base + os.sep) + "%"]
+            below = self.cwd.rstrip(os.sep) + os.sep
+            if self.fold_case:  # LIKE ignores (ASCII) case: the folder and everything below it alike
+                cond.append("(s.cwd LIKE ? ESCAPE '\\' OR s.cwd LIKE ? ESCAPE '\\')")
+                params += [like_escape(self.cwd), like_escape(below) + "%"]
+            else:
+                cond.append("(s.cwd = ? OR substr(s.cwd, 1, ?) = ?)")
+                params += [self.cwd, len(below), below]
         if self.after:
             cond.append("s.modified >= ?")
             params.append(self.after)

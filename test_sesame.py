@@ -1424,6 +1424,25 @@ def test_cwd_filter_includes_subdirectories_only(corpus, capsys):
     assert search_ids(capsys, "helper", "--cwd", "/home/dev/ap") == []
 
 
+def test_cwd_filter_case_is_the_file_systems_for_the_folder_and_below(corpus, tmp_path, capsys, monkeypatch):
+    both = {"cccc3333-ci", "dddd4444-users"}
+    # A case-sensitive file system (Linux): /home/dev/API is another folder, and so is what is below it.
+    monkeypatch.setattr(sesame, "case_insensitive_fs", lambda path: False, raising=False)
+    assert set(search_ids(capsys, "helper lookup health", "--cwd", "/home/dev/api")) == both
+    assert search_ids(capsys, "helper lookup health", "--cwd", "/home/dev/API") == []
+    assert search_ids(capsys, "helper lookup health", "--cwd", "/home/dev/Api/services") == []
+    # A case-insensitive one (macOS, Windows): the same folder whatever the case, below it too.
+    monkeypatch.setattr(sesame, "case_insensitive_fs", lambda path: True)
+    assert set(search_ids(capsys, "helper lookup health", "--cwd", "/home/dev/API")) == both
+    assert search_ids(capsys, "helper lookup health", "--cwd", "/HOME/dev/api/Services") == ["dddd4444-users"]
+    assert search_ids(capsys, "helper", "--cwd", "/home/dev/AP") == []
+    monkeypatch.undo()
+    folder = tmp_path / "CaseProbe"
+    folder.mkdir()
+    other = tmp_path / "cASEpROBE"
+    assert sesame.case_insensitive_fs(str(folder / "not-there" / "x")) is other.exists()
+
+
 def test_date_filters_compare_last_activity(corpus, capsys):
     ids = search_ids(capsys, "the", "--after", "2026-04-01", "--limit", "50")
     assert "aaaa1111-nix" not in ids and "cdcd8888-k8s" in ids
