@@ -206,6 +206,11 @@ def _stderr(msg):
         pass
 
 
+def _warn(msg):
+    """Something the user should fix that does not stop the command (a config key, a missing folder)."""
+    _stderr("sesame: warning: " + msg)
+
+
 # ==================================================================================================
 # Utilities
 # ==================================================================================================
@@ -306,9 +311,11 @@ def config_path(env=None):
     return os.path.join(config_dir(env), "config.jsonc")
 
 
-def expand_path(p):
-    """`~` and $VARS expand in configured paths, as they would in a shell."""
-    return os.path.abspath(os.path.expanduser(os.path.expandvars(p)))
+def expand_path(p, base=None):
+    """`~` and $VARS expand in configured paths, as they would in a shell; a relative path is
+    relative to `base` (the config file's folder), not to wherever a command happens to run."""
+    p = os.path.expanduser(os.path.expandvars(p))
+    return os.path.abspath(os.path.join(base, p) if base else p)
 
 
 def jsonc_to_json(text):
@@ -359,14 +366,17 @@ def jsonc_to_json(text):
 def load_jsonc(path):
     """Read a JSONC file; a syntax error names the file and the line."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # a byte order mark (Windows editors) is allowed
             text = f.read()
     except UnicodeDecodeError:
         raise ConfigError("%s: not UTF-8 text" % path)
     except OSError as e:
         raise ConfigError("%s: cannot read: %s" % (path, e.strerror or e))
     try:
-        return json.loads(jsonc_to_json(text))
+        try:
+            return json.loads(text)  # plain JSON (a generated config) needs no comment stripping
+        except json.JSONDecodeError:
+            return json.loads(jsonc_to_json(text))
     except json.JSONDecodeError as e:
         raise ConfigError("%s: line %d: invalid JSONC: %s" % (path, e.lineno, e.msg))
     except RecursionError:
@@ -384,6 +394,12 @@ class Source:
                 "exists": os.path.exists(self.path)}
 
 
+# Every key the config may hold (and the keys of one "sources" entry). Others are reported, with the
+# nearest known key: a misspelt "source" would otherwise silently index the default places.
+CONFIG_KEYS = ("sources", "piSessionPaths", "exclude", "redact", "keepDeletedSessions")
+SOURCE_KEYS = ("parser", "path")
+
+
 def load_config(env=None):
     """The config file as a dict ({} when there is none), validated enough to trust its shape."""
     path = config_path(env)
@@ -395,9 +411,23 @@ def load_config(env=None):
     return cfg, path
 
 
-def resolve_sources(cfg, cfg_path, env=None):
-    """The sources to index: from the config when it names any, else every agent's default place."""
+def _unknown_keys(obj, known, where, warn):
+    import difflib
+    for key in obj:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, 1, 0.6)
+            warn("%s: unknown key %r, ignored%s" % (where, key, "; did you mean %r?" % close[0] if close else ""))
+
+
+def resolve_sources(cfg, cfg_path, env=None, warn=None):
+    """The sources to index: from the config when it names any, else every agent's default place.
+
+    Relative paths are relative to the config file's folder. `warn` is told about what the config
+    gets wrong but can be gone on from: unknown keys, and configured folders that do not exist
+    (an unplugged drive must not stop the other sources, `status` or the MCP server)."""
     env = os.environ if env is None else env
+    warn = warn or (lambda message: None)
+    _unknown_keys(cfg, CONFIG_KEYS, cfg_path, warn)
     entries = []
     if "sources" in cfg:
         if not isinstance(cfg["sources"], list):
@@ -405,20 +435,25 @@ def resolve_sources(cfg, cfg_path, env=None):
         for i, s in enumerate(cfg["sources"]):
             if not isinstance(s, dict) or not isinstance(s.get("path"), str) or not isinstance(s.get("parser"), str):
                 raise ConfigError('%s: sources[%d] needs a "parser" and a "path" (strings)' % (cfg_path, i))
-            entries.append((s["parser"], s["path"]))
-    for p in cfg.get("piSessionPaths") or []:  # the older form, pi only
-        if not isinstance(p, str):
+            _unknown_keys(s, SOURCE_KEYS, "%s: sources[%d]" % (cfg_path, i), warn)
+            entries.append(("sources[%d]" % i, s["parser"], s["path"]))
+    if "piSessionPaths" in cfg:  # the older form, pi only
+        paths = cfg["piSessionPaths"]
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
             raise ConfigError('%s: "piSessionPaths" must be a list of strings' % cfg_path)
-        entries.append(("pi", p))
+        entries += [("piSessionPaths[%d]" % i, "pi", p) for i, p in enumerate(paths)]
     if entries:
         sources = []
-        for parser_id, raw in entries:
+        for where, parser_id, raw in entries:
             parser = PARSERS.get(parser_id)
             if parser is None:
                 raise ConfigError("%s: unknown parser %r (known: %s)" % (cfg_path, parser_id, ", ".join(PARSERS)))
-            path = expand_path(raw)
+            if not raw.strip():
+                raise ConfigError('%s: %s: the path is empty' % (cfg_path, where))
+            path = expand_path(raw, os.path.dirname(cfg_path))
             if not os.path.exists(path):
-                raise ConfigError("%s: source path does not exist: %s" % (cfg_path, path))
+                warn("%s: %s: %s does not exist (an unplugged drive?); indexing the other sources" % (cfg_path, where, path))
+                continue
             sources.append(Source(parser, path, "config"))
         return sources
     sources = []
@@ -794,13 +829,51 @@ def redact_values(value):
     return value
 
 
-def _path_matches(path, pattern):
-    """A pattern with *, ? or [ is a glob on the whole path; otherwise a folder (or file) and
-    everything below it."""
-    if any(c in pattern for c in "*?["):
+
+class PathPatterns:
+    """Config `exclude` patterns, compiled once. A pattern with *, ? or [ is a glob on the whole path;
+    otherwise it is a folder (or file) and everything below it.
+
+    Every file listed and every session's cwd is checked, so a check must not cost one glob test
+    per pattern (a generated list of 200,000 folders made every search slow): folders are a set,
+    looked up for the path and each folder above it; a glob that starts with a literal folder is
+    tried only on paths below that folder; a glob that starts with a wildcard only on paths that
+    hold its longest literal part (`/scratch/` of `*/scratch/*`).
+    """
+
+    def __init__(self, patterns):
+        self.folders, self.anchored, self.floating = set(), {}, {}
+        wildcard = re.compile(r"[*?[]").search
+        for p in patterns:
+            m = wildcard(p)
+            if m is None:
+                self.folders.add(p.rstrip(os.sep) or os.sep)
+                continue
+            wild = m.start()
+            if os.path.isabs(p) and os.sep in p[:wild]:
+                self.anchored.setdefault(os.path.dirname(p[:wild]), []).append(p)
+            else:
+                literal = max(re.split(r"[*?]|\[[^\]]*\]?", p), key=len)
+                self.floating.setdefault(literal, []).append(p)
+
+    def __bool__(self):
+        return bool(self.folders or self.anchored or self.floating)
+
+    def match(self, path):
         import fnmatch
-        return fnmatch.fnmatchcase(path, pattern)
-    return path == pattern or path.startswith(pattern.rstrip(os.sep) + os.sep)
+        for literal, globs in self.floating.items():
+            if literal in path and any(fnmatch.fnmatchcase(path, p) for p in globs):
+                return True
+        d = path
+        while True:
+            if d in self.folders:
+                return True
+            if d in self.anchored and any(fnmatch.fnmatchcase(path, p) for p in self.anchored[d]):
+                return True
+            parent = os.path.dirname(d)
+            if parent == d:
+                return False
+            d = parent
 
 
 class Policy:
@@ -808,7 +881,11 @@ class Policy:
     whole projects by cwd), config `redact` (on by default), and sessions `sesame forget` named."""
 
     def __init__(self, exclude=(), redact=True, forgotten=(), keep_deleted=True):
-        self.exclude = [os.path.expanduser(os.path.expandvars(p)) for p in exclude]
+        self.exclude = list(exclude)
+        if any(p.startswith("~") or "$" in p for p in self.exclude if "~" in p or "$" in p):
+            self.exclude = [os.path.expanduser(os.path.expandvars(p)) for p in self.exclude]
+        self._patterns = None  # compiled at the first check: a search that refreshes nothing never needs them
+        self._fingerprint = None
         self.redact = redact
         self.forgotten = {(f.get("agent"), f.get("sessionId")) for f in forgotten}
         self.keep_deleted = keep_deleted  # config `keepDeletedSessions`: sessions whose files are gone stay
@@ -817,10 +894,15 @@ class Policy:
         """Changing these settings, or how text is redacted and analysed (TEXT_VERSION), changes what
         the whole index should hold: it is rebuilt (the sessions kept from deleted files included:
         their text is redacted again, see clear_index)."""
-        return json.dumps({"exclude": self.exclude, "redact": self.redact, "text": TEXT_VERSION}, sort_keys=True)
+        if self._fingerprint is None:
+            self._fingerprint = json.dumps({"exclude": self.exclude, "redact": self.redact, "text": TEXT_VERSION},
+                                           sort_keys=True)
+        return self._fingerprint
 
     def excludes_path(self, path):
-        return any(_path_matches(path, p) for p in self.exclude)
+        if self._patterns is None:
+            self._patterns = PathPatterns(self.exclude)
+        return self._patterns.match(path)
 
     def keeps(self, agent, session_id, cwd):
         return (agent, session_id) not in self.forgotten and not (cwd and self.excludes_path(cwd))
@@ -8006,12 +8088,33 @@ def tool_family(name):
     return {name}
 
 
+def case_insensitive_fs(path):
+    """Whether the file system holding `path` ignores case in names (macOS and Windows do by default):
+    the nearest existing folder with a letter in its name is looked up under its other case. A path
+    with no such folder (a session from another machine) follows this system's default."""
+    d = path
+    while True:
+        name = os.path.basename(d)
+        if name.swapcase() != name and os.path.isdir(d):
+            try:
+                return os.path.samefile(d, os.path.join(os.path.dirname(d), name.swapcase()))
+            except OSError:
+                return False
+        parent = os.path.dirname(d)
+        if parent == d:
+            return sys.platform in ("darwin", "win32")
+        d = parent
+
+
 class Filters:
     """Session filters shared by the CLI flags and the JSON API."""
 
     def __init__(self, cwd=None, after=None, before=None, agent=None, tools_only=False, tool=None, path=None,
                  current=()):
         self.cwd = os.path.abspath(os.path.expanduser(cwd)).rstrip(os.sep) or os.sep if cwd else None
+        # --cwd names a folder: the same folder, with the same rule for the folder and below it, as
+        # the file system sees it (case-sensitive unless the file system ignores case).
+        self.fold_case = bool(self.cwd) and case_insensitive_fs(self.cwd)
         self.after = iso(parse_when(after)) if after else None
         self.before = iso(parse_when(before)) if before else None
         if agent and agent not in PARSERS:
@@ -8029,9 +8132,13 @@ class Filters:
             cond.append("s.agent = ?")
             params.append(self.agent)
         if self.cwd:
-            base = self.cwd.rstrip(os.sep)
-            cond.append("(s.cwd = ? OR s.cwd LIKE ? ESCAPE '\\')")
-            params += [self.cwd, like_escape(base + os.sep) + "%"]
+            below = self.cwd.rstrip(os.sep) + os.sep
+            if self.fold_case:  # LIKE ignores (ASCII) case: the folder and everything below it alike
+                cond.append("(s.cwd LIKE ? ESCAPE '\\' OR s.cwd LIKE ? ESCAPE '\\')")
+                params += [like_escape(self.cwd), like_escape(below) + "%"]
+            else:
+                cond.append("(s.cwd = ? OR substr(s.cwd, 1, ?) = ?)")
+                params += [self.cwd, len(below), below]
         if self.after:
             cond.append("s.modified >= ?")
             params.append(self.after)
@@ -8813,6 +8920,7 @@ def status_text(info):
             out += ["          %s %s: %s" % (f["state"], f["path"], f["reason"]) for f in info["notIndexed"]
                     if f["state"] != "skipped"][:10]
     out.append("config:   %s%s" % (info["configPath"], "" if info["configFound"] else " (none: using discovered sources)"))
+    out += ["warning:  %s" % w for w in info.get("warnings") or ()]
     out += ["source:   %-10s %s (%s)" % (s["parser"], s["path"], s["origin"]) for s in info["sources"]]
     if not info["sources"]:
         out.append("source:   none found (configure one in %s)" % info["configPath"])
@@ -8939,6 +9047,10 @@ def check_arguments(schema, args):
             raise UsageError("argument %r must be one of: %s" % (name, ", ".join(prop["enum"])))
 
 
+def _quiet(message):
+    """A warn() that says nothing: the message is still in Context.warnings (status shows it)."""
+
+
 def call_tool(params):
     name, args = params.get("name"), params.get("arguments")
     if name not in MCP_TOOLS:
@@ -8950,7 +9062,7 @@ def call_tool(params):
         raise RpcError(INVALID_PARAMS, "arguments must be an object")
     run = MCP_TOOLS[name][0]
     try:
-        text, data = run(Context(), args)
+        text, data = run(Context(warn=_quiet), args)  # config warnings: once at start, and in status
     except SesameError as e:
         msg = "sesame: %s%s" % (e.message.replace("(see: sesame search --help)", "").replace(
             "(see: sesame show --help)", "").strip(), " (%s)" % e.hint if e.hint else "")
@@ -9039,6 +9151,10 @@ def serve_mcp(inp=None, out=None):
     out = out or sys.stdout
     real_stdout, sys.stdout = sys.stdout, sys.stderr  # a stray print must never corrupt the protocol stream
     _stderr("sesame mcp: serving sesame %s on stdio" % __version__)
+    try:
+        Context()  # says once, in the server's log, what the config gets wrong (calls report errors themselves)
+    except SesameError:
+        pass
     import threading
     stop = threading.Event()
     threading.Thread(target=_keep_fresh, args=(stop, MCP_REFRESH_SECONDS), daemon=True).start()
@@ -9067,7 +9183,7 @@ def _keep_fresh(stop, interval):
     server runs (as `sesame watch` does), so that each call's own quick refresh finds little to do."""
     while not stop.wait(interval):
         try:
-            ctx = Context()
+            ctx = Context(warn=_quiet)
             store = ctx.store()
             try:
                 refresh_index(ctx, store, wait_seconds=0)
@@ -9087,16 +9203,22 @@ def cmd_mcp(args, ctx):
 
 
 class Context:
-    """What every command needs: the environment's paths, the config and the sources."""
+    """What every command needs: the environment's paths, the config and the sources. What the config
+    gets wrong but can be gone on from is in `warnings`, each also told to `warn` (stderr by default)."""
 
-    def __init__(self, env=None):
+    def __init__(self, env=None, warn=None):
         self.env = os.environ if env is None else env
         self.index_path = index_path(self.env)
         self.cfg, self.cfg_path = load_config(self.env)
-        self.sources = resolve_sources(self.cfg, self.cfg_path, self.env)
+        self.warnings = []
+
+        def note(message):
+            self.warnings.append(message)
+            (warn or _warn)(message)
+        self.sources = resolve_sources(self.cfg, self.cfg_path, self.env, note)
         exclude, redact_secrets = self.cfg.get("exclude", []), self.cfg.get("redact", True)
-        if not isinstance(exclude, list) or not all(isinstance(p, str) for p in exclude):
-            raise ConfigError('%s: "exclude" must be a list of path patterns (strings)' % self.cfg_path)
+        if not isinstance(exclude, list) or not set(map(type, exclude)) <= {str} or not all(map(str.strip, exclude)):
+            raise ConfigError('%s: "exclude" must be a list of path patterns (non-empty strings)' % self.cfg_path)
         if not isinstance(redact_secrets, bool):
             raise ConfigError('%s: "redact" must be true or false' % self.cfg_path)
         keep_deleted = self.cfg.get("keepDeletedSessions", True)
@@ -9128,8 +9250,9 @@ def refresh_before_reading(ctx, store, first_use):
     index that cannot be written (full disk, read-only) leaves the index as it is, with a note.
     """
     if not ctx.sources:
-        _stderr("sesame: no agent sessions found in their usual places; `sesame sources` shows where it "
-                "looks, %s can name others" % config_path(ctx.env))
+        if not ctx.warnings:  # else they said why (configured folders that do not exist)
+            _stderr("sesame: no agent sessions found in their usual places; `sesame sources` shows where it "
+                    "looks, %s can name others" % config_path(ctx.env))
         return
     progress = None
     if first_use:
@@ -9226,6 +9349,12 @@ def cmd_watch(args, ctx):
         raise UsageError("--interval must be a positive number of seconds")
     _stderr("sesame: keeping %s fresh every %gs (Ctrl-C stops)" % (ctx.index_path, args.interval))
     pause = args.interval
+    warned = set(ctx.warnings)  # each config warning once, not at every round
+
+    def warn_once(message):
+        if message not in warned:
+            warned.add(message)
+            _warn(message)
     try:
         while True:
             try:
@@ -9242,7 +9371,7 @@ def cmd_watch(args, ctx):
                 pause = min(max(pause * 2, args.interval), WATCH_MAX_PAUSE)
                 _stderr("sesame: cannot update the index (%s); trying again in %gs" % (getattr(e, "message", e), pause))
             time.sleep(pause)
-            ctx = Context(ctx.env)  # pick up config changes; a broken config stops the watch with its error
+            ctx = Context(ctx.env, warn_once)  # pick up config changes; a broken config stops the watch with its error
     except KeyboardInterrupt:
         return EXIT_OK
 
@@ -9389,7 +9518,7 @@ def status_info(ctx):
     info = {"indexPath": ctx.index_path, "indexExists": store is not None, "configPath": config_path(ctx.env),
             "configFound": ctx.cfg_path is not None, "sqliteVersion": sqlite3.sqlite_version,
             "sesameVersion": __version__, "schemaVersion": SCHEMA_VERSION,
-            "sources": [s.as_json() for s in ctx.sources]}
+            "sources": [s.as_json() for s in ctx.sources], "warnings": ctx.warnings}
     if store is not None:
         try:
             con = store.con
