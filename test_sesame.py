@@ -335,6 +335,20 @@ def test_every_readme_shell_block_that_runs_offline_runs_as_written(tmp_path):
     assert (tmp_path / ".claude" / "skills" / "sesame" / "SKILL.md").exists()
 
 
+def test_every_readme_config_example_works_as_written(tmp_path):
+    # Copied as they are into a fresh account's config (folders they name may not exist there).
+    blocks = readme_blocks("jsonc")
+    assert len(blocks) >= 2
+    for block in blocks:
+        sesame_cmd = install(tmp_path / ("c%d" % blocks.index(block)))
+        os.makedirs(sesame_cmd.env["SESAME_CONFIG_DIR"])
+        with open(os.path.join(sesame_cmd.env["SESAME_CONFIG_DIR"], "config.jsonc"), "w") as f:
+            f.write(block)
+        for argv in (["status"], ["search", "anything"], ["sources"]):
+            r = sesame_cmd(*argv)
+            assert r.returncode == 0 and "Traceback" not in r.stderr, (block, argv, r.stderr)
+
+
 def test_every_flag_and_json_field_the_skill_names_exists(corpus, capsys):
     with open(os.path.join(HERE, "SKILL.md"), encoding="utf-8") as f:
         skill = f.read()
