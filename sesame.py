@@ -6213,11 +6213,15 @@ FTS_HASHSIZE = 32 * 1024 * 1024  # bigger in-memory batches before a flush: fast
 
 
 def check_fts5(con):
-    """FTS5 is the one hard requirement; say plainly what to do when this Python's SQLite lacks it."""
+    """FTS5 is the one hard requirement; say plainly what to do when this Python's SQLite lacks it.
+    Any other failure of the probe (a read-only or unreadable index, an I/O error) is raised as it is:
+    the caller reports the real cause."""
     try:
         con.execute("CREATE VIRTUAL TABLE temp._sesame_probe USING fts5(x, tokenize='%s')" % TOKENIZE)
         con.execute("DROP TABLE temp._sesame_probe")
     except sqlite3.OperationalError as e:
+        if "no such module" not in str(e).lower():
+            raise
         raise SesameError(
             "this Python's SQLite %s lacks the FTS5 full-text module (%s)" % (sqlite3.sqlite_version, e),
             hint="run sesame with a Python whose sqlite3 has FTS5: python.org or Homebrew Python, "
@@ -6229,8 +6233,19 @@ def _is_corrupt(exc):
     return any(s in msg for s in ("malformed", "not a database", "corrupt", "fts5 file format", "vtable constructor"))
 
 
+BUSY_TIMEOUT = 30  # seconds a write waits for another process's write to finish
+
+
+def _is_readonly(exc):
+    msg = str(exc).lower()
+    return any(s in msg for s in ("readonly", "read-only", "unable to open", "access permission denied"))
+
+
 class Store:
-    """The index database. Open with Store.open(); every write goes through `transaction()`."""
+    """The index database. Open with Store.open(); every write goes through `transaction()`.
+    `readonly` is set when the index can be read but not written (see _connect_readonly)."""
+
+    readonly = False
 
     def __init__(self, con, path):
         self.con, self.path = con, path
@@ -6254,7 +6269,7 @@ class Store:
     @classmethod
     def _connect(cls, path):
         try:
-            con = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+            con = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as e:
             raise IndexError_("cannot open the index %s: %s" % (path, e))
         store = cls(con, path)
@@ -6270,10 +6285,43 @@ class Store:
             con.close()
             if _is_corrupt(e):
                 return cls._rebuild_corrupt(path, e)
-            if "readonly" in str(e).lower() or "read-only" in str(e).lower():
-                raise IndexError_("the index %s is read-only: %s" % (path, e))
+            if _is_readonly(e) and os.path.isfile(path):
+                return cls._connect_readonly(path, e)
             raise IndexError_("cannot open the index %s: %s" % (path, e))
         return store
+
+    @classmethod
+    def _connect_readonly(cls, path, exc):
+        """An index that cannot be written (files 0400, a read-only mount, another user's data dir)
+        still answers searches and show. SQLite opens it read-only; where it cannot even create the
+        WAL's shared-memory file beside it, as immutable (the index is read as the file holds it)."""
+        from urllib.parse import quote
+        failure = exc
+        for flags in ("mode=ro", "mode=ro&immutable=1"):
+            try:
+                con = sqlite3.connect("file:%s?%s" % (quote(os.path.abspath(path)), flags), uri=True,
+                                      timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
+            except sqlite3.Error as e:
+                failure = e
+                continue
+            store = cls(con, path)
+            store.readonly = True
+            try:
+                check_fts5(con)
+                con.execute("PRAGMA temp_store=MEMORY")
+                version = store._schema_version()
+            except sqlite3.DatabaseError as e:
+                con.close()
+                failure = e
+                continue
+            if version != SCHEMA_VERSION:
+                con.close()
+                raise IndexError_("the index %s cannot be written (%s) and needs a rebuild: it was written by "
+                                  "another Sesame (schema %s; this one reads %d)" % (path, exc, version, SCHEMA_VERSION),
+                                  hint="make it writable, or point SESAME_DATA_DIR elsewhere")
+            return store
+        raise IndexError_("cannot open the index %s: %s (read-only: %s)" % (path, exc, failure),
+                          hint="check the permissions of %s and the files in it" % os.path.dirname(path))
 
     @classmethod
     def _rebuild_corrupt(cls, path, exc):
@@ -9186,7 +9234,8 @@ def _keep_fresh(stop, interval):
             ctx = Context(warn=_quiet)
             store = ctx.store()
             try:
-                refresh_index(ctx, store, wait_seconds=0)
+                if not store.readonly:
+                    refresh_index(ctx, store, wait_seconds=0)
             finally:
                 store.close()
         except Exception as e:  # noqa: BLE001  (a broken config or a full disk: the calls say so)
@@ -9254,6 +9303,9 @@ def refresh_before_reading(ctx, store, first_use):
             _stderr("sesame: no agent sessions found in their usual places; `sesame sources` shows where it "
                     "looks, %s can name others" % config_path(ctx.env))
         return
+    if store.readonly:
+        _stderr("sesame: the index %s cannot be written; using it as it is" % store.path)
+        return
     progress = None
     if first_use:
         _stderr("sesame: building the index for the first time (sesame status shows what it covers)")
@@ -9262,6 +9314,9 @@ def refresh_before_reading(ctx, store, first_use):
         summary = refresh_index(ctx, store, wait_seconds=0, progress=progress, quick=not first_use)
     except sqlite3.DatabaseError as e:  # full disk, read-only or damaged index: what is there still answers
         _stderr("sesame: cannot update the index (%s); using it as it is" % e)
+        return
+    except IndexError_ as e:  # the lock file cannot be created (a read-only data directory)
+        _stderr("sesame: cannot update the index (%s); using it as it is" % e.message)
         return
     finally:
         if progress:
@@ -9308,6 +9363,9 @@ WATCH_MAX_PAUSE = 300.0   # the longest a watch waits after a failed round (full
 def cmd_index(args, ctx):
     store = ctx.store()
     try:
+        if store.readonly:
+            raise IndexError_("the index %s cannot be written" % store.path,
+                              hint="check the permissions of %s and the files in it" % os.path.dirname(store.path))
         tty = sys.stderr.isatty() and not args.json
         lock = IndexLock(os.path.dirname(ctx.index_path))
         if not lock.acquire(0):

@@ -5584,6 +5584,73 @@ def test_search_fields_without_json_and_a_huge_reference_are_one_line_errors(cor
     assert r["isError"] is False and r["structuredContent"]["results"][0]["matches"]
 
 
+def _read_only_layouts(data):
+    """Ways to make the index folder `data` read-only for a command: (name, prefix for the command
+    line, undo). An ordinary user gets chmod (folder 0500, or files 0400); root ignores permissions,
+    so it gets a read-only bind mount in a private mount namespace, when unshare works here."""
+    def chmod(folder_mode):
+        def apply():
+            for f in os.listdir(data):
+                os.chmod(os.path.join(data, f), 0o400)
+            os.chmod(data, folder_mode)
+        return apply
+
+    def undo():
+        os.chmod(data, 0o700)
+        for f in os.listdir(data):
+            os.chmod(os.path.join(data, f), 0o600)
+    if os.geteuid() != 0:
+        return [("read-only folder", [], chmod(0o500), undo), ("read-only files", [], chmod(0o700), undo)]
+    mount = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"', data]
+    try:
+        if subprocess.run(mount + ["true"], capture_output=True, timeout=30).returncode == 0:
+            return [("read-only mount", mount, lambda: None, lambda: None)]
+    except OSError:
+        pass
+    return []
+
+
+def test_a_read_only_index_still_answers_search_and_show_and_says_why_it_is_not_updated(env, tmp_path, capsys):
+    PiWriter(env, "ro-1").user("the ibex in the read-only index").save()
+    assert run(capsys, "index")[0] == 0
+    data = str(tmp_path / "data")
+    layouts = _read_only_layouts(data)
+    if not layouts:
+        pytest.skip("running as root without a way to mount the index folder read-only")
+    for layout, prefix, apply, undo in layouts:
+        apply()
+        try:
+            for argv in (("search", "ibex", "--no-refresh"), ("search", "ibex"), ("show", "ro-1", "--no-refresh"),
+                         ("show", "ro-1"), ("status",), ("index",)):
+                p = subprocess.run(prefix + [sys.executable, os.path.join(HERE, "sesame.py")] + list(argv),
+                                   capture_output=True, text=True, timeout=120)
+                code, out, err = p.returncode, p.stdout, p.stderr
+                assert "FTS5" not in err and "Traceback" not in err, (layout, argv, err)
+                if argv[0] == "index":
+                    assert code == 1 and one_line_error(err), (layout, err)
+                    assert "cannot be written" in err or "Permission denied" in err or "read-only" in err, err
+                    continue
+                assert code == 0 and ("ro-1" in out or "1 sessions" in out), (layout, argv, out, err)
+                if argv[-1] != "--no-refresh" and argv[0] != "status":
+                    assert "using it as it is" in err, (layout, argv, err)
+        finally:
+            undo()
+
+
+def test_the_fts5_message_is_only_for_a_missing_fts5_module():
+    class Con:
+        def __init__(self, message):
+            self.message = message
+
+        def execute(self, sql):
+            raise sqlite3.OperationalError(self.message)
+    with pytest.raises(sesame.SesameError, match="lacks the FTS5"):
+        sesame.check_fts5(Con("no such module: fts5"))
+    for cause in ("attempt to write a readonly database", "disk I/O error", "unable to open database file"):
+        with pytest.raises(sqlite3.OperationalError, match=cause):
+            sesame.check_fts5(Con(cause))
+
+
 # ---------------------------------------------------------------------------------------------
 # Queries: fuzz the search box and the filters
 # ---------------------------------------------------------------------------------------------
