@@ -198,19 +198,6 @@ def _traceback():
     return traceback.format_exc()
 
 
-def _stderr(msg):
-    try:
-        sys.stderr.write(visible(msg) + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
-
-
-def _warn(msg):
-    """Something the user should fix that does not stop the command (a config key, a missing folder)."""
-    _stderr("sesame: warning: " + msg)
-
-
 # ==================================================================================================
 # Utilities
 # ==================================================================================================
@@ -248,6 +235,19 @@ def visible(text):
     if not text or not isinstance(text, str) or not _CONTROL.search(text):
         return text
     return _CONTROL.sub(_control_name, text.replace("\r\n", "\n"))
+
+
+def _stderr(msg):
+    try:
+        sys.stderr.write(visible(msg) + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _warn(msg):
+    """Something the user should fix that does not stop the command (a config key, a missing folder)."""
+    _stderr("sesame: warning: " + msg)
 
 
 def db_path(path):
@@ -829,7 +829,6 @@ def redact_values(value):
     return value
 
 
-
 class PathPatterns:
     """Config `exclude` patterns, compiled once. A pattern with *, ? or [ is a glob on the whole path;
     otherwise it is a folder (or file) and everything below it.
@@ -1197,6 +1196,9 @@ class Parser:
         return []
 
 
+# The registry: parser id -> the one instance of its class, in the order the classes are registered
+# below. That order is discovery priority: when two sources list the same file, the first source
+# (hence the first parser) wins it, and `sources`, `status` and `--agent` list agents in this order.
 PARSERS = {}
 
 
@@ -4571,9 +4573,9 @@ class CopilotParser(Parser):
             raise NotASessionFile("no Copilot event envelope")
         folder_id = os.path.basename(os.path.dirname(path)) if os.path.basename(path) == "events.jsonl" \
             else os.path.splitext(os.path.basename(path))[0]
-        main = Session(self.id, folder_id, path)
-        sessions = {None: main}
-        tools = {None: _ToolCalls(main)}
+        top = Session(self.id, folder_id, path)
+        sessions = {None: top}
+        tools = {None: _ToolCalls(top)}
         subagent_names = {}
         thinking_seen = set()
         for _, e in iter_jsonl(path, report):
@@ -4584,16 +4586,16 @@ class CopilotParser(Parser):
             ts = norm_time(e.get("timestamp"))
             if etype in ("session.start", "session.resume"):
                 if etype == "session.start" and isinstance(data.get("sessionId"), str) and data["sessionId"]:
-                    main.session_id = data["sessionId"]
+                    top.session_id = data["sessionId"]
                 ctx = data.get("context")
-                if isinstance(ctx, dict) and isinstance(ctx.get("cwd"), str) and not main.cwd:
-                    main.cwd = ctx["cwd"]
-                main.touch(norm_time(data.get("startTime")) or ts)
+                if isinstance(ctx, dict) and isinstance(ctx.get("cwd"), str) and not top.cwd:
+                    top.cwd = ctx["cwd"]
+                top.touch(norm_time(data.get("startTime")) or ts)
                 continue
             if etype == "session.info":
                 hit = COPILOT_TRUST_RE.match(str(data.get("message") or ""))
-                if hit and not main.cwd:
-                    main.cwd = hit.group(1)
+                if hit and not top.cwd:
+                    top.cwd = hit.group(1)
                 continue
             if etype == "subagent.started" and data.get("toolCallId"):
                 subagent_names[data["toolCallId"]] = data.get("agentDisplayName") or data.get("agentName")
@@ -4642,13 +4644,13 @@ class CopilotParser(Parser):
                 if isinstance(summary, str):
                     s.add("summary", summary, role="system", ts=ts)
             # model changes, turns, hooks, usage, shutdown, the system prompt: not conversation
-        main.name = self._workspace_name(os.path.dirname(path)) if os.path.basename(path) == "events.jsonl" else None
-        out = [main]
+        top.name = self._workspace_name(os.path.dirname(path)) if os.path.basename(path) == "events.jsonl" else None
+        out = [top]
         for key, child in sessions.items():
             if key is None or not child.chunks:
                 continue
-            child.session_id = "%s/%s" % (main.session_id, key)
-            child.parent, child.cwd = main.session_id, main.cwd
+            child.session_id = "%s/%s" % (top.session_id, key)
+            child.parent, child.cwd = top.session_id, top.cwd
             child.name = subagent_names.get(key)
             out.append(child)
         for s in out:
@@ -6163,6 +6165,268 @@ class AntigravityParser(Parser):
 
 
 # ==================================================================================================
+# Text analysis: the index's tokenizer and stemmer, in Python
+# ==================================================================================================
+#
+# FTS5 tokenizes with `porter unicode61 remove_diacritics 2`. The query builder, the snippet
+# matcher and the highlighter must see the same words as the index, or a session found by a word
+# shows no match for it (a stemmed-only match, `parser.py`, `node-v20`). So this section does in
+# Python exactly what SQLite does: unicode61 (tokens are runs of letters, digits and private-use
+# characters; a few combining accents continue a token; case and Latin accents are folded away) and
+# the porter stemmer of fts5_tokenize.c, rule for rule. The tests compare both with SQLite over
+# every word of the samples and every character of the Basic Multilingual Plane; they agree except
+# for characters Python's and SQLite's Unicode tables classify differently (newer scripts, symbols).
+
+# Letters and digits (Python's word characters minus "_"), private-use characters, and the
+# combining accents unicode61 keeps inside a token (sqlite3Fts5UnicodeIsdiacritic).
+_ACCENTS = "\u0300-\u0304\u0306-\u030c\u030f\u0311\u031b\u0323-\u0328\u032d\u032e\u0330\u0331"
+TOKEN_RE = LazyPattern("(?:[^\\W_]|[\ue000-\uf8ff])(?:[^\\W_]|[\ue000-\uf8ff%s])*" % _ACCENTS)
+_FOLDED = {}
+
+
+def _fold_char(c):
+    folded = _FOLDED.get(c)
+    if folded is None:
+        import unicodedata
+        low = c.casefold()
+        if len(low) != 1:  # ß, ligatures: unicode61 keeps them
+            low = c.lower() if len(c.lower()) == 1 else c
+        parts = unicodedata.normalize("NFD", low)
+        if unicodedata.combining(low):
+            folded = ""  # an accent inside a token is dropped
+        elif len(parts) > 1 and parts[0].isascii() and all(unicodedata.combining(p) for p in parts[1:]):
+            folded = parts[0].lower()  # remove_diacritics: é -> e, but й and ί stay what they are
+        else:
+            folded = low
+        _FOLDED[c] = folded
+    return folded
+
+
+def fold_token(token):
+    """A token as unicode61 stores it: lower case, Latin accents removed."""
+    if token.isascii():
+        return token.lower()
+    return "".join(_fold_char(c) for c in token)
+
+
+def fts_tokens(text):
+    """The tokens FTS5's unicode61 tokenizer makes of text, before stemming."""
+    return [t for t in (fold_token(t) for t in TOKEN_RE.findall(text)) if t]
+
+
+def _vowel(c, y_is_vowel):
+    return c in "aeiou" or (y_is_vowel and c == "y")
+
+
+def _gobble_vc(w, start, end, prev_consonant):
+    """Index just past the first vowels-then-consonant run of w[start:end], or 0 (fts5PorterGobbleVC):
+    the Porter 'measure' counts such runs."""
+    consonant, i = prev_consonant, start
+    while i < end:
+        consonant = not _vowel(w[i], consonant)
+        if not consonant:
+            break
+        i += 1
+    i += 1
+    while i < end:
+        consonant = not _vowel(w[i], consonant)
+        if consonant:
+            return i + 1
+        i += 1
+    return 0
+
+
+def _m_gt0(w, n):
+    return _gobble_vc(w, 0, n, False) != 0
+
+
+def _m_gt1(w, n):
+    k = _gobble_vc(w, 0, n, False)
+    return bool(k) and _gobble_vc(w, k, n, True) != 0
+
+
+def _m_eq1(w, n):
+    k = _gobble_vc(w, 0, n, False)
+    return bool(k) and _gobble_vc(w, k, n, True) == 0
+
+
+def _cvc(w, n):
+    """Porter's *o: the stem ends consonant-vowel-consonant, the last not w, x or y."""
+    if w[n - 1] in "wxy":
+        return False
+    mask, consonant = 0, False
+    for i in range(n):
+        consonant = not _vowel(w[i], consonant)
+        mask = (mask << 1) + consonant
+    return (mask & 7) == 5
+
+
+def _has_vowel(w, n):
+    return any(_vowel(w[i], i > 0) for i in range(n))
+
+
+def _m_gt1_s_or_t(w, n):
+    return w[n - 1] in "st" and _m_gt1(w, n)
+
+
+# Steps 2, 3 and 4 as fts5_tokenize.c has them: a step's rules are picked by the word's second to
+# last letter and tried in order; the first whose suffix matches decides, applied or not.
+_STEP2 = {
+    "a": (("ational", _m_gt0, "ate"), ("tional", _m_gt0, "tion")),
+    "c": (("enci", _m_gt0, "ence"), ("anci", _m_gt0, "ance")),
+    "e": (("izer", _m_gt0, "ize"),),
+    "g": (("logi", _m_gt0, "log"),),
+    "l": (("bli", _m_gt0, "ble"), ("alli", _m_gt0, "al"), ("entli", _m_gt0, "ent"), ("eli", _m_gt0, "e"),
+          ("ousli", _m_gt0, "ous")),
+    "o": (("ization", _m_gt0, "ize"), ("ation", _m_gt0, "ate"), ("ator", _m_gt0, "ate")),
+    "s": (("alism", _m_gt0, "al"), ("iveness", _m_gt0, "ive"), ("fulness", _m_gt0, "ful"),
+          ("ousness", _m_gt0, "ous")),
+    "t": (("aliti", _m_gt0, "al"), ("iviti", _m_gt0, "ive"), ("biliti", _m_gt0, "ble")),
+}
+_STEP3 = {
+    "a": (("ical", _m_gt0, "ic"),),
+    "s": (("ness", _m_gt0, ""),),
+    "t": (("icate", _m_gt0, "ic"), ("iciti", _m_gt0, "ic")),
+    "u": (("ful", _m_gt0, ""),),
+    "v": (("ative", _m_gt0, ""),),
+    "z": (("alize", _m_gt0, "al"),),
+}
+_STEP4 = {
+    "a": (("al", _m_gt1, ""),),
+    "c": (("ance", _m_gt1, ""), ("ence", _m_gt1, "")),
+    "e": (("er", _m_gt1, ""),),
+    "i": (("ic", _m_gt1, ""),),
+    "l": (("able", _m_gt1, ""), ("ible", _m_gt1, "")),
+    "n": (("ant", _m_gt1, ""), ("ement", _m_gt1, ""), ("ment", _m_gt1, ""), ("ent", _m_gt1, "")),
+    "o": (("ion", _m_gt1_s_or_t, ""), ("ou", _m_gt1, "")),
+    "s": (("ism", _m_gt1, ""),),
+    "t": (("ate", _m_gt1, ""), ("iti", _m_gt1, "")),
+    "u": (("ous", _m_gt1, ""),),
+    "v": (("ive", _m_gt1, ""),),
+    "z": (("ize", _m_gt1, ""),),
+}
+
+
+def _step(w, rules):
+    for suffix, condition, replacement in rules.get(w[-2:-1], ()):
+        if len(w) > len(suffix) and w.endswith(suffix):
+            stem = len(w) - len(suffix)
+            return w[:stem] + replacement if condition(w, stem) else w
+    return w
+
+
+_STEMS = {}
+
+
+def porter_stem(token):
+    """A folded token as FTS5's porter tokenizer stems it (fts5PorterCb): the Porter algorithm on
+    the token's UTF-8 bytes, for tokens of 3 to 64 bytes; others are left as they are."""
+    stem = _STEMS.get(token)
+    if stem is None:
+        if token.isascii():
+            stem = _porter(token) if 3 <= len(token) <= 64 else token
+        else:
+            raw = token.encode("utf-8")
+            # Bytes of non-ASCII letters are consonants to the C code and never part of a suffix:
+            # stemming the bytes, one character each, is exactly what it does.
+            stem = _porter(raw.decode("latin-1")).encode("latin-1").decode("utf-8", "replace") \
+                if 3 <= len(raw) <= 64 else token
+        if len(_STEMS) < 200000:
+            _STEMS[token] = stem
+    return stem
+
+
+def _porter(w):
+    if w[-1] == "s":  # step 1a
+        if w[-2] == "e":
+            w = w[:-2] if (len(w) > 4 and w[-4:-2] == "ss") or (len(w) > 3 and w[-3] == "i") else w[:-1]
+        elif w[-2] != "s":
+            w = w[:-1]
+    n, removed = len(w), False  # step 1b
+    if n > 3 and w.endswith("eed"):
+        if _m_gt0(w, n - 3):
+            w = w[:-1]
+    elif n > 2 and w.endswith("ed"):
+        if _has_vowel(w, n - 2):
+            w, removed = w[:-2], True
+    elif n > 3 and w.endswith("ing"):
+        if _has_vowel(w, n - 3):
+            w, removed = w[:-3], True
+    if removed:
+        n = len(w)
+        if n > 2 and w[-2:] in ("at", "bl", "iz"):
+            w += "e"
+        elif not _vowel(w[-1], False) and w[-1] not in "lsz" and n >= 2 and w[-1] == w[-2]:
+            w = w[:-1]
+        elif _m_eq1(w, n) and _cvc(w, n):
+            w += "e"
+    if w[-1] == "y" and _has_vowel(w, len(w) - 1):  # step 1c
+        w = w[:-1] + "i"
+    w = _step(_step(_step(w, _STEP2), _STEP3), _STEP4)
+    n = len(w)
+    if w[-1] == "e" and (_m_gt1(w, n - 1) or (_m_eq1(w, n - 1) and not _cvc(w, n - 1))):  # step 5a
+        w = w[:-1]
+    n = len(w)
+    if n > 1 and w[-1] == "l" and w[-2] == "l" and _m_gt1(w, n - 1):  # step 5b
+        w = w[:-1]
+    return w
+
+
+def fts_terms(text):
+    """What the index stores for text: its tokens, stemmed."""
+    return [porter_stem(t) for t in fts_tokens(text)]
+
+
+# Identifiers as words. unicode61 already splits snake_case, kebab-case and dotted names at their
+# punctuation, but `handlePaymentIntentWebhook` is one token; its parts are indexed as extra text
+# (a low-weight column) so that "payment intent webhook" finds it, while the whole name still
+# matches (and ranks) as itself.
+_CAMEL_PART_RE = LazyPattern(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+_IDENT_RE = LazyPattern(r"[A-Za-z][A-Za-z0-9]+")
+_CASE_CHANGE_RE = LazyPattern(r"[a-z][A-Z]|[A-Z][A-Z][a-z]")
+_PARTS = {}
+
+
+def split_identifier(word):
+    """The parts of a camelCase, PascalCase or ACRONYMCase word, lower-cased: handlePaymentIntent ->
+    [handle, payment, intent]; HTTPServerError -> [http, server, error]. [word] when it has none."""
+    parts = [p.lower() for p in _CAMEL_PART_RE.findall(word)]
+    return parts if len(parts) > 1 else [word.lower()]
+
+
+def identifier_parts(text):
+    """The parts of every camelCase name in text, each name once, as text to index beside it ("" if
+    none). It runs over most of what is indexed, so it keeps to C-speed string methods: of the
+    whitespace-delimited words (each once, in order), only those that are neither all lower case,
+    all upper case nor Capitalised can hold a case change; the regular expressions see only those,
+    and the parts found for a word are remembered."""
+    out = []
+    has_change = _CASE_CHANGE_RE.search
+    for word in dict.fromkeys(text.split()):
+        if word.islower() or word.isupper() or word[1:].islower() or not has_change(word):
+            continue
+        parts = _PARTS.get(word)
+        if parts is None:
+            parts = "\n".join(" ".join(split_identifier(w)) for w in _IDENT_RE.findall(word) if has_change(w))
+            if len(_PARTS) < 100000:
+                _PARTS[word] = parts
+        if parts:
+            out.append(parts)
+    return "\n".join(out)
+
+
+VOCAB_WORD = LazyPattern(r"[a-z][a-z0-9]{3,29}")
+
+
+def vocabulary(texts):
+    """The words of texts worth offering as spelling corrections (lower case, 4-30 characters)."""
+    words = set()
+    for text in texts:
+        words.update(VOCAB_WORD.findall(text.lower()))
+    return words
+
+
+# ==================================================================================================
 # Index store: schema, connection settings, FTS5 probe
 # ==================================================================================================
 #
@@ -7378,257 +7642,6 @@ class IndexLock:
 
 
 # ==================================================================================================
-# Text analysis: the index's tokenizer and stemmer, in Python
-# ==================================================================================================
-#
-# FTS5 tokenizes with `porter unicode61 remove_diacritics 2`. The query builder, the snippet
-# matcher and the highlighter must see the same words as the index, or a session found by a word
-# shows no match for it (a stemmed-only match, `parser.py`, `node-v20`). So this section does in
-# Python exactly what SQLite does: unicode61 (tokens are runs of letters, digits and private-use
-# characters; a few combining accents continue a token; case and Latin accents are folded away) and
-# the porter stemmer of fts5_tokenize.c, rule for rule. The tests compare both with SQLite over
-# every word of the samples and every character of the Basic Multilingual Plane; they agree except
-# for characters Python's and SQLite's Unicode tables classify differently (newer scripts, symbols).
-
-# Letters and digits (Python's word characters minus "_"), private-use characters, and the
-# combining accents unicode61 keeps inside a token (sqlite3Fts5UnicodeIsdiacritic).
-_ACCENTS = "\u0300-\u0304\u0306-\u030c\u030f\u0311\u031b\u0323-\u0328\u032d\u032e\u0330\u0331"
-TOKEN_RE = LazyPattern("(?:[^\\W_]|[\ue000-\uf8ff])(?:[^\\W_]|[\ue000-\uf8ff%s])*" % _ACCENTS)
-_FOLDED = {}
-
-
-def _fold_char(c):
-    folded = _FOLDED.get(c)
-    if folded is None:
-        import unicodedata
-        low = c.casefold()
-        if len(low) != 1:  # ß, ligatures: unicode61 keeps them
-            low = c.lower() if len(c.lower()) == 1 else c
-        parts = unicodedata.normalize("NFD", low)
-        if unicodedata.combining(low):
-            folded = ""  # an accent inside a token is dropped
-        elif len(parts) > 1 and parts[0].isascii() and all(unicodedata.combining(p) for p in parts[1:]):
-            folded = parts[0].lower()  # remove_diacritics: é -> e, but й and ί stay what they are
-        else:
-            folded = low
-        _FOLDED[c] = folded
-    return folded
-
-
-def fold_token(token):
-    """A token as unicode61 stores it: lower case, Latin accents removed."""
-    if token.isascii():
-        return token.lower()
-    return "".join(_fold_char(c) for c in token)
-
-
-def fts_tokens(text):
-    """The tokens FTS5's unicode61 tokenizer makes of text, before stemming."""
-    return [t for t in (fold_token(t) for t in TOKEN_RE.findall(text)) if t]
-
-
-def _vowel(c, y_is_vowel):
-    return c in "aeiou" or (y_is_vowel and c == "y")
-
-
-def _gobble_vc(w, start, end, prev_consonant):
-    """Index just past the first vowels-then-consonant run of w[start:end], or 0 (fts5PorterGobbleVC):
-    the Porter 'measure' counts such runs."""
-    consonant, i = prev_consonant, start
-    while i < end:
-        consonant = not _vowel(w[i], consonant)
-        if not consonant:
-            break
-        i += 1
-    i += 1
-    while i < end:
-        consonant = not _vowel(w[i], consonant)
-        if consonant:
-            return i + 1
-        i += 1
-    return 0
-
-
-def _m_gt0(w, n):
-    return _gobble_vc(w, 0, n, False) != 0
-
-
-def _m_gt1(w, n):
-    k = _gobble_vc(w, 0, n, False)
-    return bool(k) and _gobble_vc(w, k, n, True) != 0
-
-
-def _m_eq1(w, n):
-    k = _gobble_vc(w, 0, n, False)
-    return bool(k) and _gobble_vc(w, k, n, True) == 0
-
-
-def _cvc(w, n):
-    """Porter's *o: the stem ends consonant-vowel-consonant, the last not w, x or y."""
-    if w[n - 1] in "wxy":
-        return False
-    mask, consonant = 0, False
-    for i in range(n):
-        consonant = not _vowel(w[i], consonant)
-        mask = (mask << 1) + consonant
-    return (mask & 7) == 5
-
-
-def _has_vowel(w, n):
-    return any(_vowel(w[i], i > 0) for i in range(n))
-
-
-def _m_gt1_s_or_t(w, n):
-    return w[n - 1] in "st" and _m_gt1(w, n)
-
-
-# Steps 2, 3 and 4 as fts5_tokenize.c has them: a step's rules are picked by the word's second to
-# last letter and tried in order; the first whose suffix matches decides, applied or not.
-_STEP2 = {
-    "a": (("ational", _m_gt0, "ate"), ("tional", _m_gt0, "tion")),
-    "c": (("enci", _m_gt0, "ence"), ("anci", _m_gt0, "ance")),
-    "e": (("izer", _m_gt0, "ize"),),
-    "g": (("logi", _m_gt0, "log"),),
-    "l": (("bli", _m_gt0, "ble"), ("alli", _m_gt0, "al"), ("entli", _m_gt0, "ent"), ("eli", _m_gt0, "e"),
-          ("ousli", _m_gt0, "ous")),
-    "o": (("ization", _m_gt0, "ize"), ("ation", _m_gt0, "ate"), ("ator", _m_gt0, "ate")),
-    "s": (("alism", _m_gt0, "al"), ("iveness", _m_gt0, "ive"), ("fulness", _m_gt0, "ful"),
-          ("ousness", _m_gt0, "ous")),
-    "t": (("aliti", _m_gt0, "al"), ("iviti", _m_gt0, "ive"), ("biliti", _m_gt0, "ble")),
-}
-_STEP3 = {
-    "a": (("ical", _m_gt0, "ic"),),
-    "s": (("ness", _m_gt0, ""),),
-    "t": (("icate", _m_gt0, "ic"), ("iciti", _m_gt0, "ic")),
-    "u": (("ful", _m_gt0, ""),),
-    "v": (("ative", _m_gt0, ""),),
-    "z": (("alize", _m_gt0, "al"),),
-}
-_STEP4 = {
-    "a": (("al", _m_gt1, ""),),
-    "c": (("ance", _m_gt1, ""), ("ence", _m_gt1, "")),
-    "e": (("er", _m_gt1, ""),),
-    "i": (("ic", _m_gt1, ""),),
-    "l": (("able", _m_gt1, ""), ("ible", _m_gt1, "")),
-    "n": (("ant", _m_gt1, ""), ("ement", _m_gt1, ""), ("ment", _m_gt1, ""), ("ent", _m_gt1, "")),
-    "o": (("ion", _m_gt1_s_or_t, ""), ("ou", _m_gt1, "")),
-    "s": (("ism", _m_gt1, ""),),
-    "t": (("ate", _m_gt1, ""), ("iti", _m_gt1, "")),
-    "u": (("ous", _m_gt1, ""),),
-    "v": (("ive", _m_gt1, ""),),
-    "z": (("ize", _m_gt1, ""),),
-}
-
-
-def _step(w, rules):
-    for suffix, condition, replacement in rules.get(w[-2:-1], ()):
-        if len(w) > len(suffix) and w.endswith(suffix):
-            stem = len(w) - len(suffix)
-            return w[:stem] + replacement if condition(w, stem) else w
-    return w
-
-
-_STEMS = {}
-
-
-def porter_stem(token):
-    """A folded token as FTS5's porter tokenizer stems it (fts5PorterCb): the Porter algorithm on
-    the token's UTF-8 bytes, for tokens of 3 to 64 bytes; others are left as they are."""
-    stem = _STEMS.get(token)
-    if stem is None:
-        if token.isascii():
-            stem = _porter(token) if 3 <= len(token) <= 64 else token
-        else:
-            raw = token.encode("utf-8")
-            # Bytes of non-ASCII letters are consonants to the C code and never part of a suffix:
-            # stemming the bytes, one character each, is exactly what it does.
-            stem = _porter(raw.decode("latin-1")).encode("latin-1").decode("utf-8", "replace") \
-                if 3 <= len(raw) <= 64 else token
-        if len(_STEMS) < 200000:
-            _STEMS[token] = stem
-    return stem
-
-
-def _porter(w):
-    if w[-1] == "s":  # step 1a
-        if w[-2] == "e":
-            w = w[:-2] if (len(w) > 4 and w[-4:-2] == "ss") or (len(w) > 3 and w[-3] == "i") else w[:-1]
-        elif w[-2] != "s":
-            w = w[:-1]
-    n, removed = len(w), False  # step 1b
-    if n > 3 and w.endswith("eed"):
-        if _m_gt0(w, n - 3):
-            w = w[:-1]
-    elif n > 2 and w.endswith("ed"):
-        if _has_vowel(w, n - 2):
-            w, removed = w[:-2], True
-    elif n > 3 and w.endswith("ing"):
-        if _has_vowel(w, n - 3):
-            w, removed = w[:-3], True
-    if removed:
-        n = len(w)
-        if n > 2 and w[-2:] in ("at", "bl", "iz"):
-            w += "e"
-        elif not _vowel(w[-1], False) and w[-1] not in "lsz" and n >= 2 and w[-1] == w[-2]:
-            w = w[:-1]
-        elif _m_eq1(w, n) and _cvc(w, n):
-            w += "e"
-    if w[-1] == "y" and _has_vowel(w, len(w) - 1):  # step 1c
-        w = w[:-1] + "i"
-    w = _step(_step(_step(w, _STEP2), _STEP3), _STEP4)
-    n = len(w)
-    if w[-1] == "e" and (_m_gt1(w, n - 1) or (_m_eq1(w, n - 1) and not _cvc(w, n - 1))):  # step 5a
-        w = w[:-1]
-    n = len(w)
-    if n > 1 and w[-1] == "l" and w[-2] == "l" and _m_gt1(w, n - 1):  # step 5b
-        w = w[:-1]
-    return w
-
-
-def fts_terms(text):
-    """What the index stores for text: its tokens, stemmed."""
-    return [porter_stem(t) for t in fts_tokens(text)]
-
-
-# Identifiers as words. unicode61 already splits snake_case, kebab-case and dotted names at their
-# punctuation, but `handlePaymentIntentWebhook` is one token; its parts are indexed as extra text
-# (a low-weight column) so that "payment intent webhook" finds it, while the whole name still
-# matches (and ranks) as itself.
-_CAMEL_PART_RE = LazyPattern(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
-_IDENT_RE = LazyPattern(r"[A-Za-z][A-Za-z0-9]+")
-_CASE_CHANGE_RE = LazyPattern(r"[a-z][A-Z]|[A-Z][A-Z][a-z]")
-_PARTS = {}
-
-
-def split_identifier(word):
-    """The parts of a camelCase, PascalCase or ACRONYMCase word, lower-cased: handlePaymentIntent ->
-    [handle, payment, intent]; HTTPServerError -> [http, server, error]. [word] when it has none."""
-    parts = [p.lower() for p in _CAMEL_PART_RE.findall(word)]
-    return parts if len(parts) > 1 else [word.lower()]
-
-
-def identifier_parts(text):
-    """The parts of every camelCase name in text, each name once, as text to index beside it ("" if
-    none). It runs over most of what is indexed, so it keeps to C-speed string methods: of the
-    whitespace-delimited words (each once, in order), only those that are neither all lower case,
-    all upper case nor Capitalised can hold a case change; the regular expressions see only those,
-    and the parts found for a word are remembered."""
-    out = []
-    has_change = _CASE_CHANGE_RE.search
-    for word in dict.fromkeys(text.split()):
-        if word.islower() or word.isupper() or word[1:].islower() or not has_change(word):
-            continue
-        parts = _PARTS.get(word)
-        if parts is None:
-            parts = "\n".join(" ".join(split_identifier(w)) for w in _IDENT_RE.findall(word) if has_change(w))
-            if len(_PARTS) < 100000:
-                _PARTS[word] = parts
-        if parts:
-            out.append(parts)
-    return "\n".join(out)
-
-
-# ==================================================================================================
 # Query: user text -> words, their expansions, and safe FTS5 expressions
 # ==================================================================================================
 
@@ -7876,16 +7889,6 @@ def expand_query(con, query):
 # the index is matched to vocabulary words at edit distance 1 (words of 4-7 letters) or 2 (longer
 # words) that start with the same letter, or with its second letter when the first was the typo;
 # the closest, then the most frequent, are searched in its place (at most three).
-
-VOCAB_WORD = LazyPattern(r"[a-z][a-z0-9]{3,29}")
-
-
-def vocabulary(texts):
-    """The words of texts worth offering as spelling corrections (lower case, 4-30 characters)."""
-    words = set()
-    for text in texts:
-        words.update(VOCAB_WORD.findall(text.lower()))
-    return words
 
 
 def near_words(con, word, min_count=1):
@@ -8631,6 +8634,44 @@ def emit_json(obj, out=None):
     (out or sys.stdout).write(to_json(obj) + "\n")
 
 
+def status_text(info):
+    """What `sesame status` prints, from status_info() (so the MCP tool does not compute it twice)."""
+    out = ["index:    %s%s" % (info["indexPath"], "" if info["indexExists"] else " (not built yet: run sesame index)")]
+    if info["indexExists"]:
+        out.append("size:     %.1f MB, %d sessions, %d chunks from %d files"
+                   % (info["indexBytes"] / 1e6, info["sessions"], info["chunks"], info["files"]))
+        out += ["          %-10s %6d sessions %9d chunks%s" % (
+            p["agent"], p["sessions"], p["chunks"],
+            "  (%d kept from deleted files)" % p["deletedKept"] if p["deletedKept"] else "") for p in info["perAgent"]]
+        out.append("updated:  %s (%d session files changed since)" % (info["lastIndex"] or "never", info["changedSinceLastIndex"]))
+        for p in info["perAgent"]:
+            unknown = p.get("unrecognizedRecords")
+            if unknown:
+                versions = p.get("versionsSeen") or []
+                out.append("drift:    %s: %d records of %d unknown types (%s)%s%s" % (
+                    p["agent"], sum(unknown.values()), len(unknown), ", ".join(sorted(unknown)[:5]),
+                    " from %s" % ", ".join(versions[-3:]) if versions else "",
+                    "; Sesame was checked against %s" % p["verified"] if p.get("verified") else ""))
+        for p in info["perAgent"]:
+            if p.get("retention"):
+                out.append("keeps:    %s deletes transcripts after %s days (%s); Sesame keeps what it indexed%s" % (
+                    p["agent"], p["retention"]["days"], p["retention"]["setting"],
+                    "" if info.get("keepDeletedSessions", True) else " only while the files exist (keepDeletedSessions)"))
+        if info["notIndexed"]:
+            states = collections.Counter(f["state"] for f in info["notIndexed"])
+            out.append("skipped:  %d files not indexed (%s); sesame status --json lists them with the reason" % (
+                info["filesNotIndexed"], ", ".join("%d %s" % (n, k) for k, n in sorted(states.items()))))
+            out += ["          %s %s: %s" % (f["state"], f["path"], f["reason"]) for f in info["notIndexed"]
+                    if f["state"] != "skipped"][:10]
+    out.append("config:   %s%s" % (info["configPath"], "" if info["configFound"] else " (none: using discovered sources)"))
+    out += ["warning:  %s" % w for w in info.get("warnings") or ()]
+    out += ["source:   %-10s %s (%s)" % (s["parser"], s["path"], s["origin"]) for s in info["sources"]]
+    if not info["sources"]:
+        out.append("source:   none found (configure one in %s)" % info["configPath"])
+    out.append("sqlite:   %s, sesame %s, schema %d" % (info["sqliteVersion"], info["sesameVersion"], info["schemaVersion"]))
+    return visible("\n".join(out) + "\n")  # file names and reasons come from the disk
+
+
 # ==================================================================================================
 # Show: one session as readable text or JSON
 # ==================================================================================================
@@ -8727,39 +8768,6 @@ def collapse(kind, text):
         first = first.split(": ", 1)[1] if re.match(r"\w+: ", first) else first or "\n".join(lines[2:])  # no arguments: its output
         return (_one_line(first, 120) or "") + (" (error)" if "error:" in lines else "")
     return _one_line(text, 120) or ""
-
-
-def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, everything=False, refresh=True):
-    """`sesame show --json` before --max-chars: the session's header and its chunks (all, or around one)."""
-    if context < 0:
-        raise UsageError("--context must be at least 0")
-    expand = set(COLLAPSIBLE) if everything else {"tool"} if tools else set()
-    first_use = not os.path.exists(ctx.index_path)
-    store = ctx.store()
-    try:
-        if refresh:
-            refresh_before_reading(ctx, store, first_use)
-        s = resolve_session(store.con, ref)
-        s["short_id"] = short_id(store.con, s["session_id"])
-        last = (store.con.execute("SELECT max(seq) FROM chunks WHERE session=?", (s["id"],)).fetchone()[0])
-        last = -1 if last is None else last
-        lo, hi = 0, last
-        if around is not None:
-            if not 0 <= around <= last:
-                raise UsageError("--around %d is outside the session's chunks (0-%d)" % (around, last))
-            lo, hi = max(0, around - context), min(last, around + context)
-        chunks = []
-        for seq, kind, role, tool, ts, text in store.con.execute(
-                "SELECT seq, kind, role, tool, ts, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? "
-                "ORDER BY seq", (s["id"], lo, hi)):
-            text = unpack(text)
-            short = kind in COLLAPSIBLE and kind not in expand
-            chunks.append({"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts,
-                           "text": collapse(kind, text) if short else text, "collapsed": short})
-    finally:
-        store.close()
-    return {"session": session_header(s), "around": around, "chunks": chunks, "truncated": False,
-            "omitted": {"before": lo, "after": last - hi, "cutSeq": None}}
 
 
 def _window(costs, center, budget):
@@ -8901,6 +8909,220 @@ def show_text(data, color=False, max_chars=0, words=CLI_WORDS):
     return text[:max_chars] if max_chars else text  # a header longer than the limit: still never over it
 
 
+# ==================================================================================================
+# Application: what the CLI and the MCP server both do (refresh, search, show, status, sources)
+# ==================================================================================================
+
+# Both front ends call these and only these: the CLI prints what they return, the MCP server
+# returns it as tool results. They take a Context (the environment, the config, the sources).
+
+
+class Context:
+    """What every command needs: the environment's paths, the config and the sources. What the config
+    gets wrong but can be gone on from is in `warnings`, each also told to `warn` (stderr by default)."""
+
+    def __init__(self, env=None, warn=None):
+        self.env = os.environ if env is None else env
+        self.index_path = index_path(self.env)
+        self.cfg, self.cfg_path = load_config(self.env)
+        self.warnings = []
+
+        def note(message):
+            self.warnings.append(message)
+            (warn or _warn)(message)
+        self.sources = resolve_sources(self.cfg, self.cfg_path, self.env, note)
+        exclude, redact_secrets = self.cfg.get("exclude", []), self.cfg.get("redact", True)
+        if not isinstance(exclude, list) or not set(map(type, exclude)) <= {str} or not all(map(str.strip, exclude)):
+            raise ConfigError('%s: "exclude" must be a list of path patterns (non-empty strings)' % self.cfg_path)
+        if not isinstance(redact_secrets, bool):
+            raise ConfigError('%s: "redact" must be true or false' % self.cfg_path)
+        keep_deleted = self.cfg.get("keepDeletedSessions", True)
+        if not isinstance(keep_deleted, bool):
+            raise ConfigError('%s: "keepDeletedSessions" must be true or false' % self.cfg_path)
+        self.policy = Policy(exclude, redact_secrets, load_forgotten(self.env), keep_deleted)
+
+    def store(self, create=True):
+        return Store.open(self.index_path, create=create)
+
+
+def _progress_printer(stream):
+    """A one-line progress display for terminals: files, MB/s, time left."""
+    def show(done, total, done_bytes, total_bytes, elapsed):
+        rate = done_bytes / elapsed / 1e6 if elapsed > 0 else 0.0
+        left = (total_bytes - done_bytes) / (done_bytes / elapsed) if done_bytes and elapsed > 0 else 0
+        stream.write("\rindexing: %d/%d files, %.1f MB/s, %ds left   " % (done, total, rate, left))
+        stream.flush()
+    return show
+
+
+FIRST_INDEX_WAIT = 60  # seconds a search waits for another process that builds the first index
+
+
+def refresh_before_reading(ctx, store, first_use):
+    """What search and show do first: bring the index up to date, without ever failing the read.
+
+    The first use says it is building the index (with progress on a terminal); a busy indexer or an
+    index that cannot be written (full disk, read-only) leaves the index as it is, with a note.
+    """
+    if not ctx.sources:
+        if not ctx.warnings:  # else they said why (configured folders that do not exist)
+            _stderr("sesame: no agent sessions found in their usual places; `sesame sources` shows where it "
+                    "looks, %s can name others" % config_path(ctx.env))
+        return
+    if store.readonly:
+        _stderr("sesame: the index %s cannot be written; using it as it is" % store.path)
+        return
+    progress = None
+    if first_use:
+        _stderr("sesame: building the index for the first time (sesame status shows what it covers)")
+        progress = _progress_printer(sys.stderr) if sys.stderr.isatty() else None
+    try:
+        summary = refresh_index(ctx, store, wait_seconds=0, progress=progress, quick=not first_use)
+    except sqlite3.DatabaseError as e:  # full disk, read-only or damaged index: what is there still answers
+        _stderr("sesame: cannot update the index (%s); using it as it is" % e)
+        return
+    except IndexError_ as e:  # the lock file cannot be created (a read-only data directory)
+        _stderr("sesame: cannot update the index (%s); using it as it is" % e.message)
+        return
+    finally:
+        if progress:
+            sys.stderr.write("\r\x1b[K")
+    if summary is None and store.meta("built") is None:
+        # Another process is building the very first index: what is there so far is partial.
+        n = store.con.execute("SELECT count(*) FROM sessions").fetchone()[0]
+        _stderr("sesame: another sesame process is building the index (%d sessions so far); waiting up to %ds"
+                % (n, FIRST_INDEX_WAIT))
+        summary = refresh_index(ctx, store, wait_seconds=FIRST_INDEX_WAIT, quick=True)
+        if summary is None:
+            _stderr("sesame: the index is still being built; these results are partial")
+    elif summary is None:
+        _stderr("sesame: another sesame index is running; using the index as it is")
+    elif first_use:
+        _stderr("sesame: " + summary.line())
+
+
+def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=False):
+    """Run the indexer under the lock; None when another indexer holds it past wait_seconds.
+    `quick` looks at the disk by the freshness rules (what searches do), else at every file."""
+    lock = IndexLock(os.path.dirname(ctx.index_path))
+    if not lock.acquire(wait_seconds):
+        return None
+    try:
+        return run_index(store, ctx.sources, full=full, progress=progress, policy=ctx.policy, quick=quick,
+                         cwd=_cwd() if quick else None)
+    finally:
+        lock.release()
+
+
+def _cwd():
+    try:
+        return os.getcwd()
+    except OSError:  # the folder was removed under us
+        return None
+
+
+def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=None, after=None, before=None,
+                    agent=None, tools=False, tool=None, path=None, fields=None, max_chars=0, render=None):
+    """A search as data: the object `sesame search --json` prints (the MCP server returns it too).
+
+    With max_chars and render (what the caller will print), results are built only while they can
+    still fit: one that cannot, even with the shortest snippets, is left for the next page."""
+    fields, full = parse_fields(fields)
+    query = Query(text)
+    if limit < 1 or offset < 0:
+        raise UsageError("--limit must be at least 1 and --offset at least 0")
+    filters = Filters(cwd=cwd, after=after, before=before, agent=agent, tools_only=tools, tool=tool, path=path,
+                      current=current_sessions(os.environ))
+    first_use = not os.path.exists(ctx.index_path)
+    store = ctx.store()
+    data = {"query": query.text, "resultCount": 0, "offset": offset, "limit": limit, "hasMore": False,
+            "nextOffset": None, "alsoSearched": [], "results": []}
+    results, page = data["results"], {}
+    try:
+        if refresh:
+            refresh_before_reading(ctx, store, first_use)
+        for hit in search(store, query, filters, limit=limit, offset=offset,
+                          matches=FULL_MATCHES if full else MATCHES_PER_SESSION, page=page):
+            if hit is None:
+                data["hasMore"] = True
+                break
+            data["alsoSearched"] = query.notes()
+            r = result_json(store.con, *hit, every_word_known=not any(w.dropped for w in query.words))
+            r["current"] = (r["agent"], r["sessionId"]) in filters.current
+            results.append(shape_result(r, fields, full))
+            if max_chars and render and len(results) > 1 and _smallest_size(data, render) > max_chars:
+                results.pop()  # it cannot fit (fit_budget would drop it): the next page starts with it
+                data["hasMore"] = True
+                data["truncated"] = {"maxChars": max_chars, "droppedResults": max(1, page.get("size", limit) - len(results)),
+                                     "snippetsShortenedTo": None, "overBudget": False}
+                break
+        data["alsoSearched"] = query.notes()
+    finally:
+        store.close()
+    data["resultCount"] = len(results)
+    data["nextOffset"] = offset + len(results) if data["hasMore"] else None
+    return data
+
+
+def _smallest_size(data, render):
+    """How long render(data) is with every snippet at its shortest (what fit_budget can reach)."""
+    return len(render(_shortened(json.loads(json.dumps(data)), SNIPPET_WIDTHS[-1])))
+
+
+def render_results(data, color=False):
+    buf = io.StringIO()
+    print_results(data, color, buf)
+    return buf.getvalue()
+
+
+def run_search(ctx, args, render):
+    """`sesame search` as data and its rendering within the budget: (text, data). The output stays
+    within DEFAULT_MAX_CHARS unless --max-chars says otherwise (0: no limit): agents pay per byte."""
+    if args.max_chars is not None and args.max_chars < 0:
+        raise UsageError("--max-chars must be 0 (no limit) or more")
+    if not args.query:
+        raise UsageError("give the words to search for", hint='sesame search "nix flake"')
+    budget = DEFAULT_MAX_CHARS if args.max_chars is None else args.max_chars
+    data = search_sessions(ctx, " ".join(args.query), limit=DEFAULT_LIMIT if args.limit is None else args.limit,
+                           offset=args.offset, refresh=not args.no_refresh, cwd=args.cwd, after=args.after,
+                           before=args.before, agent=args.agent, tools=args.tools, tool=args.tool, path=args.path,
+                           fields=args.fields, max_chars=budget, render=render)
+    return fit_budget(data, budget, render), data
+
+
+def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, everything=False, refresh=True):
+    """`sesame show --json` before --max-chars: the session's header and its chunks (all, or around one)."""
+    if context < 0:
+        raise UsageError("--context must be at least 0")
+    expand = set(COLLAPSIBLE) if everything else {"tool"} if tools else set()
+    first_use = not os.path.exists(ctx.index_path)
+    store = ctx.store()
+    try:
+        if refresh:
+            refresh_before_reading(ctx, store, first_use)
+        s = resolve_session(store.con, ref)
+        s["short_id"] = short_id(store.con, s["session_id"])
+        last = (store.con.execute("SELECT max(seq) FROM chunks WHERE session=?", (s["id"],)).fetchone()[0])
+        last = -1 if last is None else last
+        lo, hi = 0, last
+        if around is not None:
+            if not 0 <= around <= last:
+                raise UsageError("--around %d is outside the session's chunks (0-%d)" % (around, last))
+            lo, hi = max(0, around - context), min(last, around + context)
+        chunks = []
+        for seq, kind, role, tool, ts, text in store.con.execute(
+                "SELECT seq, kind, role, tool, ts, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? "
+                "ORDER BY seq", (s["id"], lo, hi)):
+            text = unpack(text)
+            short = kind in COLLAPSIBLE and kind not in expand
+            chunks.append({"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts,
+                           "text": collapse(kind, text) if short else text, "collapsed": short})
+    finally:
+        store.close()
+    return {"session": session_header(s), "around": around, "chunks": chunks, "truncated": False,
+            "omitted": {"before": lo, "after": last - hi, "cutSeq": None}}
+
+
 def run_show(ctx, args):
     """`sesame show` as data: the session's JSON (bounded: SHOW_JSON_MAX_CHARS unless max_chars says)."""
     if args.max_chars is not None and args.max_chars < 0:
@@ -8909,13 +9131,162 @@ def run_show(ctx, args):
                         everything=args.all, refresh=not args.no_refresh)
 
 
-def cmd_show(args, ctx):
-    data = run_show(ctx, args)
-    if args.json:
-        emit_json(bound_json(data, SHOW_JSON_MAX_CHARS if args.max_chars is None else args.max_chars))
-    else:
-        sys.stdout.write(show_text(data, use_color(sys.stdout), args.max_chars or 0))
-    return EXIT_OK
+def status_info(ctx):
+    """What `sesame status --json` prints (the MCP server returns it too)."""
+    store = ctx.store(create=False)
+    info = {"indexPath": ctx.index_path, "indexExists": store is not None, "configPath": config_path(ctx.env),
+            "configFound": ctx.cfg_path is not None, "sqliteVersion": sqlite3.sqlite_version,
+            "sesameVersion": __version__, "schemaVersion": SCHEMA_VERSION,
+            "sources": [s.as_json() for s in ctx.sources], "warnings": ctx.warnings}
+    if store is not None:
+        try:
+            con = store.con
+            per = {a: {"agent": a, "sessions": n, "chunks": c or 0, "deletedKept": d or 0} for a, n, c, d in con.execute(
+                "SELECT agent, count(*), sum(chunk_count), sum(deleted IS NOT NULL) FROM sessions "
+                "GROUP BY agent ORDER BY agent")}
+            for parser_id, unknown in con.execute("SELECT parser, unknown FROM files WHERE unknown IS NOT NULL"):
+                p = per.setdefault(parser_id, {"agent": parser_id, "sessions": 0, "chunks": 0, "deletedKept": 0})
+                try:
+                    seen = json.loads(unknown)
+                except ValueError:
+                    continue
+                counts = p.setdefault("unrecognizedRecords", {})
+                for kind, n in (seen.get("types") or {}).items():
+                    counts[kind] = counts.get(kind, 0) + n
+                p["versionsSeen"] = sorted(set(p.get("versionsSeen", [])) | set(seen.get("versions") or []))
+            for p in per.values():
+                parser = PARSERS.get(p["agent"])
+                p["verified"] = parser.verified if parser else None
+                p["retention"] = parser.retention(ctx.env) if parser else None
+                if not p.get("unrecognizedRecords"):
+                    p.pop("unrecognizedRecords", None)
+            not_indexed = [{"path": shown_path(path), "agent": parser_id, "state": state, "reason": reason}
+                           for path, parser_id, state, reason in con.execute(
+                               "SELECT path, parser, status, reason FROM files WHERE status NOT IN ('ok', 'deleted') "
+                               "ORDER BY status, path LIMIT 1000")]
+            info.update({
+                "indexBytes": store.size_bytes(),
+                "lastIndex": store.meta("last_index"),
+                "sessions": sum(p["sessions"] for p in per.values()),
+                "chunks": sum(p["chunks"] for p in per.values()),
+                "files": con.execute("SELECT count(*) FROM files").fetchone()[0],
+                "filesNotIndexed": con.execute("SELECT count(*) FROM files WHERE status NOT IN ('ok', 'deleted')").fetchone()[0],
+                "notIndexed": not_indexed,
+                "keepDeletedSessions": ctx.policy.keep_deleted,
+                "perAgent": list(per.values()),
+                "changedSinceLastIndex": _changed_count(plan_full(store, ctx.sources, IndexSummary(), ctx.policy)),
+            })
+        finally:
+            store.close()
+    return info
+
+
+def _changed_count(plan):
+    return len(plan.todo) + len(plan.gone)
+
+
+# The options of every command, defined once: the CLI parses them, and the MCP server makes its
+# tools' schemas from them and runs a tool call's arguments through them, so the two never drift.
+WATCH_INTERVAL = 5.0
+
+
+def _add_json(p):
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+
+
+def _search_arguments(s):
+    s.add_argument("query", nargs="*", help='words, "exact phrase", prefix*, -excluded (after -- any word is a word)')
+    s.add_argument("--limit", type=int, help="sessions to show (default %d)" % DEFAULT_LIMIT)
+    s.add_argument("--offset", type=int, default=0, help="skip this many results (paging)")
+    s.add_argument("--cwd", help="only sessions run in this directory or below")
+    s.add_argument("--after", metavar="WHEN", help="only sessions active at or after WHEN (7d, 2w, 3m, 1y, 12h, "
+                                                   "today, yesterday, YYYY-MM-DD, ISO)")
+    s.add_argument("--before", metavar="WHEN", help="only sessions whose last activity is before WHEN")
+    s.add_argument("--agent", help="only sessions of this agent (%s)" % ", ".join(PARSERS))
+    s.add_argument("--tools", action="store_true", help="match only inside tool calls and their output")
+    s.add_argument("--tool", action="append", metavar="NAME", help="match only inside calls of this tool (repeatable)")
+    s.add_argument("--path", metavar="TEXT", help="only sessions whose tool calls touched a path containing TEXT")
+    s.add_argument("--no-refresh", action="store_true", help="search the index as it is, without updating it")
+    s.add_argument("--fields", metavar="PRESET", help="JSON fields: minimal, summary (default), full, or a "
+                                                      "comma-separated list of field names")
+    s.add_argument("--max-chars", type=int, metavar="N", help="keep the output under N characters (default: %d "
+                   "unless --limit is given; 0 = no limit)" % DEFAULT_MAX_CHARS)
+    _add_json(s)
+
+
+def _index_arguments(i):
+    i.add_argument("--full", action="store_true", help="rebuild the index from scratch")
+    _add_json(i)
+
+
+def _watch_arguments(w):
+    w.add_argument("--interval", type=float, default=WATCH_INTERVAL, metavar="SECONDS",
+                   help="seconds between checks (default %g)" % WATCH_INTERVAL)
+
+
+def _forget_arguments(fo):
+    fo.add_argument("session", nargs="*", help="session id, id prefix, file or name (as for show)")
+    fo.add_argument("--undo", action="store_true", help="index a forgotten session again (give its id)")
+    fo.add_argument("--list", action="store_true", help="list the forgotten sessions")
+    _add_json(fo)
+
+
+def _show_arguments(sh):
+    sh.add_argument("session", nargs="+", help="session id, unique id prefix, session file, or name")
+    sh.add_argument("--around", type=int, metavar="SEQ", help="show the chunks around chunk SEQ (search's matches[].seq)")
+    sh.add_argument("--context", type=int, default=SHOW_CONTEXT, metavar="K",
+                    help="chunks on each side of --around (default %d)" % SHOW_CONTEXT)
+    sh.add_argument("--max-chars", type=int, metavar="N",
+                    help="print at most N characters (default: no limit; %d with --json; 0: no limit)" % SHOW_JSON_MAX_CHARS)
+    sh.add_argument("--tools", action="store_true", help="show tool calls in full, not as one line")
+    sh.add_argument("--all", action="store_true", help="show tool calls, thinking and injected context in full")
+    sh.add_argument("--no-refresh", action="store_true", help="use the index as it is, without updating it")
+    _add_json(sh)
+
+
+OPTIONS = {"search": _search_arguments, "index": _index_arguments, "status": _add_json, "watch": _watch_arguments,
+           "sources": _add_json, "forget": _forget_arguments, "show": _show_arguments, "mcp": lambda p: None}
+
+
+def argument_parser(**kw):
+    """An argparse parser that fails with a UsageError (one line, exit 2, with a did-you-mean)
+    instead of printing usage and exiting, and that asks for the terminal's width only when help
+    is printed (argparse asks, importing shutil, for every argument added)."""
+    import argparse
+
+    class _ArgParser(argparse.ArgumentParser):
+        def error(self, message):
+            raise UsageError("%s%s (see: %s --help)" % (message, _did_you_mean(message, self), self.prog))
+
+    class _Formatter(argparse.HelpFormatter):
+        def __init__(self, prog):
+            super().__init__(prog, width=78)
+
+        def format_help(self):
+            import shutil
+            self._width = max(shutil.get_terminal_size().columns - 2, 40)
+            return super().format_help()
+
+    return _ArgParser(formatter_class=_Formatter, **kw)
+
+
+def option_parser(command):
+    """The parser of one command's options alone."""
+    p = argument_parser(prog="sesame " + command)
+    OPTIONS[command](p)
+    return p
+
+
+def _did_you_mean(message, parser):
+    """"; did you mean --limit?" for an argparse complaint about an option it does not know."""
+    import difflib
+    unknown = re.findall(r"(--?[\w-]+)", message.split(":", 1)[-1]) if "unrecognized" in message else []
+    # argparse keeps the option names nowhere public; a subcommand's are in its own parser
+    parsers = [parser] + [sp for a in parser._actions for sp in (getattr(a, "choices", None) or {}).values()
+                          if hasattr(sp, "_actions")]
+    known = [o for p in parsers for a in p._actions for o in a.option_strings]
+    close = [difflib.get_close_matches(u, known, 1) for u in unknown]
+    return "".join("; did you mean %s?" % c[0] for c in close if c)
 
 
 # ==================================================================================================
@@ -8938,56 +9309,14 @@ class RpcError(Exception):
         self.code, self.message = code, message
 
 
-def status_text(info):
-    """What `sesame status` prints, from status_info() (so the MCP tool does not compute it twice)."""
-    out = ["index:    %s%s" % (info["indexPath"], "" if info["indexExists"] else " (not built yet: run sesame index)")]
-    if info["indexExists"]:
-        out.append("size:     %.1f MB, %d sessions, %d chunks from %d files"
-                   % (info["indexBytes"] / 1e6, info["sessions"], info["chunks"], info["files"]))
-        out += ["          %-10s %6d sessions %9d chunks%s" % (
-            p["agent"], p["sessions"], p["chunks"],
-            "  (%d kept from deleted files)" % p["deletedKept"] if p["deletedKept"] else "") for p in info["perAgent"]]
-        out.append("updated:  %s (%d session files changed since)" % (info["lastIndex"] or "never", info["changedSinceLastIndex"]))
-        for p in info["perAgent"]:
-            unknown = p.get("unrecognizedRecords")
-            if unknown:
-                versions = p.get("versionsSeen") or []
-                out.append("drift:    %s: %d records of %d unknown types (%s)%s%s" % (
-                    p["agent"], sum(unknown.values()), len(unknown), ", ".join(sorted(unknown)[:5]),
-                    " from %s" % ", ".join(versions[-3:]) if versions else "",
-                    "; Sesame was checked against %s" % p["verified"] if p.get("verified") else ""))
-        for p in info["perAgent"]:
-            if p.get("retention"):
-                out.append("keeps:    %s deletes transcripts after %s days (%s); Sesame keeps what it indexed%s" % (
-                    p["agent"], p["retention"]["days"], p["retention"]["setting"],
-                    "" if info.get("keepDeletedSessions", True) else " only while the files exist (keepDeletedSessions)"))
-        if info["notIndexed"]:
-            states = collections.Counter(f["state"] for f in info["notIndexed"])
-            out.append("skipped:  %d files not indexed (%s); sesame status --json lists them with the reason" % (
-                info["filesNotIndexed"], ", ".join("%d %s" % (n, k) for k, n in sorted(states.items()))))
-            out += ["          %s %s: %s" % (f["state"], f["path"], f["reason"]) for f in info["notIndexed"]
-                    if f["state"] != "skipped"][:10]
-    out.append("config:   %s%s" % (info["configPath"], "" if info["configFound"] else " (none: using discovered sources)"))
-    out += ["warning:  %s" % w for w in info.get("warnings") or ()]
-    out += ["source:   %-10s %s (%s)" % (s["parser"], s["path"], s["origin"]) for s in info["sources"]]
-    if not info["sources"]:
-        out.append("source:   none found (configure one in %s)" % info["configPath"])
-    out.append("sqlite:   %s, sesame %s, schema %d" % (info["sqliteVersion"], info["sesameVersion"], info["schemaVersion"]))
-    return visible("\n".join(out) + "\n")  # file names and reasons come from the disk
-
-
 # The tools take the options of the commands of the same name, in snake_case (--max-chars is
 # max_chars): their schemas are made from the command line's own definitions, and a call runs the
 # command line's code with them, so the two never drift apart.
 
-def _command_parser(command):
-    return build_parser(command)._subparsers._group_actions[0].choices[command]
-
-
 def tool_schema(command):
     """The JSON schema of an MCP tool, from the options of the command it runs."""
     props, required = {}, []
-    for a in _command_parser(command)._actions:
+    for a in option_parser(command)._actions:
         if a.dest in ("help", "json"):
             continue
         if not a.option_strings:
@@ -9014,7 +9343,7 @@ def tool_args(command, arguments):
     """An MCP call's arguments as the command line's parsed arguments (so the same checks apply)."""
     schema = tool_schema(command)
     check_arguments(schema, arguments)
-    argv, words = [command], []
+    argv, words = [], []
     for name, value in arguments.items():
         option = "--" + name.replace("_", "-")
         if name in schema["required"]:
@@ -9026,7 +9355,7 @@ def tool_args(command, arguments):
                 argv += [option, v]
         elif value is not False and value is not None:
             argv += [option, str(value)]
-    return build_parser(command).parse_args(argv + ["--"] + words)
+    return option_parser(command).parse_args(argv + ["--"] + words)
 
 
 def _mcp_search(ctx, arguments):
@@ -9242,122 +9571,26 @@ def _keep_fresh(stop, interval):
             _stderr("sesame mcp: background refresh: %s" % getattr(e, "message", e))
 
 
-def cmd_mcp(args, ctx):
-    return serve_mcp()
-
-
 # ==================================================================================================
 # Commands and CLI
 # ==================================================================================================
 
 
-class Context:
-    """What every command needs: the environment's paths, the config and the sources. What the config
-    gets wrong but can be gone on from is in `warnings`, each also told to `warn` (stderr by default)."""
-
-    def __init__(self, env=None, warn=None):
-        self.env = os.environ if env is None else env
-        self.index_path = index_path(self.env)
-        self.cfg, self.cfg_path = load_config(self.env)
-        self.warnings = []
-
-        def note(message):
-            self.warnings.append(message)
-            (warn or _warn)(message)
-        self.sources = resolve_sources(self.cfg, self.cfg_path, self.env, note)
-        exclude, redact_secrets = self.cfg.get("exclude", []), self.cfg.get("redact", True)
-        if not isinstance(exclude, list) or not set(map(type, exclude)) <= {str} or not all(map(str.strip, exclude)):
-            raise ConfigError('%s: "exclude" must be a list of path patterns (non-empty strings)' % self.cfg_path)
-        if not isinstance(redact_secrets, bool):
-            raise ConfigError('%s: "redact" must be true or false' % self.cfg_path)
-        keep_deleted = self.cfg.get("keepDeletedSessions", True)
-        if not isinstance(keep_deleted, bool):
-            raise ConfigError('%s: "keepDeletedSessions" must be true or false' % self.cfg_path)
-        self.policy = Policy(exclude, redact_secrets, load_forgotten(self.env), keep_deleted)
-
-    def store(self, create=True):
-        return Store.open(self.index_path, create=create)
-
-
-def _progress_printer(stream):
-    """A one-line progress display for terminals: files, MB/s, time left."""
-    def show(done, total, done_bytes, total_bytes, elapsed):
-        rate = done_bytes / elapsed / 1e6 if elapsed > 0 else 0.0
-        left = (total_bytes - done_bytes) / (done_bytes / elapsed) if done_bytes and elapsed > 0 else 0
-        stream.write("\rindexing: %d/%d files, %.1f MB/s, %ds left   " % (done, total, rate, left))
-        stream.flush()
-    return show
-
-
-FIRST_INDEX_WAIT = 60  # seconds a search waits for another process that builds the first index
-
-
-def refresh_before_reading(ctx, store, first_use):
-    """What search and show do first: bring the index up to date, without ever failing the read.
-
-    The first use says it is building the index (with progress on a terminal); a busy indexer or an
-    index that cannot be written (full disk, read-only) leaves the index as it is, with a note.
-    """
-    if not ctx.sources:
-        if not ctx.warnings:  # else they said why (configured folders that do not exist)
-            _stderr("sesame: no agent sessions found in their usual places; `sesame sources` shows where it "
-                    "looks, %s can name others" % config_path(ctx.env))
-        return
-    if store.readonly:
-        _stderr("sesame: the index %s cannot be written; using it as it is" % store.path)
-        return
-    progress = None
-    if first_use:
-        _stderr("sesame: building the index for the first time (sesame status shows what it covers)")
-        progress = _progress_printer(sys.stderr) if sys.stderr.isatty() else None
-    try:
-        summary = refresh_index(ctx, store, wait_seconds=0, progress=progress, quick=not first_use)
-    except sqlite3.DatabaseError as e:  # full disk, read-only or damaged index: what is there still answers
-        _stderr("sesame: cannot update the index (%s); using it as it is" % e)
-        return
-    except IndexError_ as e:  # the lock file cannot be created (a read-only data directory)
-        _stderr("sesame: cannot update the index (%s); using it as it is" % e.message)
-        return
-    finally:
-        if progress:
-            sys.stderr.write("\r\x1b[K")
-    if summary is None and store.meta("built") is None:
-        # Another process is building the very first index: what is there so far is partial.
-        n = store.con.execute("SELECT count(*) FROM sessions").fetchone()[0]
-        _stderr("sesame: another sesame process is building the index (%d sessions so far); waiting up to %ds"
-                % (n, FIRST_INDEX_WAIT))
-        summary = refresh_index(ctx, store, wait_seconds=FIRST_INDEX_WAIT, quick=True)
-        if summary is None:
-            _stderr("sesame: the index is still being built; these results are partial")
-    elif summary is None:
-        _stderr("sesame: another sesame index is running; using the index as it is")
-    elif first_use:
-        _stderr("sesame: " + summary.line())
-
-
-def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=False):
-    """Run the indexer under the lock; None when another indexer holds it past wait_seconds.
-    `quick` looks at the disk by the freshness rules (what searches do), else at every file."""
-    lock = IndexLock(os.path.dirname(ctx.index_path))
-    if not lock.acquire(wait_seconds):
-        return None
-    try:
-        return run_index(store, ctx.sources, full=full, progress=progress, policy=ctx.policy, quick=quick,
-                         cwd=_cwd() if quick else None)
-    finally:
-        lock.release()
-
-
-def _cwd():
-    try:
-        return os.getcwd()
-    except OSError:  # the folder was removed under us
-        return None
-
-
 LOCK_WAIT_SECONDS = 600
-WATCH_INTERVAL = 5.0
 WATCH_MAX_PAUSE = 300.0   # the longest a watch waits after a failed round (full disk) before trying again
+
+
+def cmd_mcp(args, ctx):
+    return serve_mcp()
+
+
+def cmd_show(args, ctx):
+    data = run_show(ctx, args)
+    if args.json:
+        emit_json(bound_json(data, SHOW_JSON_MAX_CHARS if args.max_chars is None else args.max_chars))
+    else:
+        sys.stdout.write(show_text(data, use_color(sys.stdout), args.max_chars or 0))
+    return EXIT_OK
 
 
 def cmd_index(args, ctx):
@@ -9489,75 +9722,6 @@ def cmd_forget(args, ctx):
     return EXIT_OK
 
 
-def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=None, after=None, before=None,
-                    agent=None, tools=False, tool=None, path=None, fields=None, max_chars=0, render=None):
-    """A search as data: the object `sesame search --json` prints (the MCP server returns it too).
-
-    With max_chars and render (what the caller will print), results are built only while they can
-    still fit: one that cannot, even with the shortest snippets, is left for the next page."""
-    fields, full = parse_fields(fields)
-    query = Query(text)
-    if limit < 1 or offset < 0:
-        raise UsageError("--limit must be at least 1 and --offset at least 0")
-    filters = Filters(cwd=cwd, after=after, before=before, agent=agent, tools_only=tools, tool=tool, path=path,
-                      current=current_sessions(os.environ))
-    first_use = not os.path.exists(ctx.index_path)
-    store = ctx.store()
-    data = {"query": query.text, "resultCount": 0, "offset": offset, "limit": limit, "hasMore": False,
-            "nextOffset": None, "alsoSearched": [], "results": []}
-    results, page = data["results"], {}
-    try:
-        if refresh:
-            refresh_before_reading(ctx, store, first_use)
-        for hit in search(store, query, filters, limit=limit, offset=offset,
-                          matches=FULL_MATCHES if full else MATCHES_PER_SESSION, page=page):
-            if hit is None:
-                data["hasMore"] = True
-                break
-            data["alsoSearched"] = query.notes()
-            r = result_json(store.con, *hit, every_word_known=not any(w.dropped for w in query.words))
-            r["current"] = (r["agent"], r["sessionId"]) in filters.current
-            results.append(shape_result(r, fields, full))
-            if max_chars and render and len(results) > 1 and _smallest_size(data, render) > max_chars:
-                results.pop()  # it cannot fit (fit_budget would drop it): the next page starts with it
-                data["hasMore"] = True
-                data["truncated"] = {"maxChars": max_chars, "droppedResults": max(1, page.get("size", limit) - len(results)),
-                                     "snippetsShortenedTo": None, "overBudget": False}
-                break
-        data["alsoSearched"] = query.notes()
-    finally:
-        store.close()
-    data["resultCount"] = len(results)
-    data["nextOffset"] = offset + len(results) if data["hasMore"] else None
-    return data
-
-
-def _smallest_size(data, render):
-    """How long render(data) is with every snippet at its shortest (what fit_budget can reach)."""
-    return len(render(_shortened(json.loads(json.dumps(data)), SNIPPET_WIDTHS[-1])))
-
-
-def render_results(data, color=False):
-    buf = io.StringIO()
-    print_results(data, color, buf)
-    return buf.getvalue()
-
-
-def run_search(ctx, args, render):
-    """`sesame search` as data and its rendering within the budget: (text, data). The output stays
-    within DEFAULT_MAX_CHARS unless --max-chars says otherwise (0: no limit): agents pay per byte."""
-    if args.max_chars is not None and args.max_chars < 0:
-        raise UsageError("--max-chars must be 0 (no limit) or more")
-    if not args.query:
-        raise UsageError("give the words to search for", hint='sesame search "nix flake"')
-    budget = DEFAULT_MAX_CHARS if args.max_chars is None else args.max_chars
-    data = search_sessions(ctx, " ".join(args.query), limit=DEFAULT_LIMIT if args.limit is None else args.limit,
-                           offset=args.offset, refresh=not args.no_refresh, cwd=args.cwd, after=args.after,
-                           before=args.before, agent=args.agent, tools=args.tools, tool=args.tool, path=args.path,
-                           fields=args.fields, max_chars=budget, render=render)
-    return fit_budget(data, budget, render), data
-
-
 def cmd_search(args, ctx):
     if args.fields and not args.json:
         raise UsageError("--fields chooses the fields of the JSON output: add --json")
@@ -9568,60 +9732,6 @@ def cmd_search(args, ctx):
         render = lambda d: render_results(d, color)  # noqa: E731
     sys.stdout.write(run_search(ctx, args, render)[0])
     return EXIT_OK
-
-
-def status_info(ctx):
-    """What `sesame status --json` prints (the MCP server returns it too)."""
-    store = ctx.store(create=False)
-    info = {"indexPath": ctx.index_path, "indexExists": store is not None, "configPath": config_path(ctx.env),
-            "configFound": ctx.cfg_path is not None, "sqliteVersion": sqlite3.sqlite_version,
-            "sesameVersion": __version__, "schemaVersion": SCHEMA_VERSION,
-            "sources": [s.as_json() for s in ctx.sources], "warnings": ctx.warnings}
-    if store is not None:
-        try:
-            con = store.con
-            per = {a: {"agent": a, "sessions": n, "chunks": c or 0, "deletedKept": d or 0} for a, n, c, d in con.execute(
-                "SELECT agent, count(*), sum(chunk_count), sum(deleted IS NOT NULL) FROM sessions "
-                "GROUP BY agent ORDER BY agent")}
-            for parser_id, unknown in con.execute("SELECT parser, unknown FROM files WHERE unknown IS NOT NULL"):
-                p = per.setdefault(parser_id, {"agent": parser_id, "sessions": 0, "chunks": 0, "deletedKept": 0})
-                try:
-                    seen = json.loads(unknown)
-                except ValueError:
-                    continue
-                counts = p.setdefault("unrecognizedRecords", {})
-                for kind, n in (seen.get("types") or {}).items():
-                    counts[kind] = counts.get(kind, 0) + n
-                p["versionsSeen"] = sorted(set(p.get("versionsSeen", [])) | set(seen.get("versions") or []))
-            for p in per.values():
-                parser = PARSERS.get(p["agent"])
-                p["verified"] = parser.verified if parser else None
-                p["retention"] = parser.retention(ctx.env) if parser else None
-                if not p.get("unrecognizedRecords"):
-                    p.pop("unrecognizedRecords", None)
-            not_indexed = [{"path": shown_path(path), "agent": parser_id, "state": state, "reason": reason}
-                           for path, parser_id, state, reason in con.execute(
-                               "SELECT path, parser, status, reason FROM files WHERE status NOT IN ('ok', 'deleted') "
-                               "ORDER BY status, path LIMIT 1000")]
-            info.update({
-                "indexBytes": store.size_bytes(),
-                "lastIndex": store.meta("last_index"),
-                "sessions": sum(p["sessions"] for p in per.values()),
-                "chunks": sum(p["chunks"] for p in per.values()),
-                "files": con.execute("SELECT count(*) FROM files").fetchone()[0],
-                "filesNotIndexed": con.execute("SELECT count(*) FROM files WHERE status NOT IN ('ok', 'deleted')").fetchone()[0],
-                "notIndexed": not_indexed,
-                "keepDeletedSessions": ctx.policy.keep_deleted,
-                "perAgent": list(per.values()),
-                "changedSinceLastIndex": _changed_count(plan_full(store, ctx.sources, IndexSummary(), ctx.policy)),
-            })
-        finally:
-            store.close()
-    return info
-
-
-def _changed_count(plan):
-    return len(plan.todo) + len(plan.gone)
 
 
 def cmd_status(args, ctx):
@@ -9675,119 +9785,33 @@ def cmd_sources(args, ctx):
     return EXIT_OK
 
 
-def _add_json(p):
-    p.add_argument("--json", action="store_true", help="print JSON on stdout")
-
-
-def _search_arguments(s):
-    s.add_argument("query", nargs="*", help='words, "exact phrase", prefix*, -excluded (after -- any word is a word)')
-    s.add_argument("--limit", type=int, help="sessions to show (default %d)" % DEFAULT_LIMIT)
-    s.add_argument("--offset", type=int, default=0, help="skip this many results (paging)")
-    s.add_argument("--cwd", help="only sessions run in this directory or below")
-    s.add_argument("--after", metavar="WHEN", help="only sessions active at or after WHEN (7d, 2w, 3m, 1y, 12h, "
-                                                   "today, yesterday, YYYY-MM-DD, ISO)")
-    s.add_argument("--before", metavar="WHEN", help="only sessions whose last activity is before WHEN")
-    s.add_argument("--agent", help="only sessions of this agent (%s)" % ", ".join(PARSERS))
-    s.add_argument("--tools", action="store_true", help="match only inside tool calls and their output")
-    s.add_argument("--tool", action="append", metavar="NAME", help="match only inside calls of this tool (repeatable)")
-    s.add_argument("--path", metavar="TEXT", help="only sessions whose tool calls touched a path containing TEXT")
-    s.add_argument("--no-refresh", action="store_true", help="search the index as it is, without updating it")
-    s.add_argument("--fields", metavar="PRESET", help="JSON fields: minimal, summary (default), full, or a "
-                                                      "comma-separated list of field names")
-    s.add_argument("--max-chars", type=int, metavar="N", help="keep the output under N characters (default: %d "
-                   "unless --limit is given; 0 = no limit)" % DEFAULT_MAX_CHARS)
-    _add_json(s)
-
-
-def _index_arguments(i):
-    i.add_argument("--full", action="store_true", help="rebuild the index from scratch")
-    _add_json(i)
-
-
-def _watch_arguments(w):
-    w.add_argument("--interval", type=float, default=WATCH_INTERVAL, metavar="SECONDS",
-                   help="seconds between checks (default %g)" % WATCH_INTERVAL)
-
-
-def _forget_arguments(fo):
-    fo.add_argument("session", nargs="*", help="session id, id prefix, file or name (as for show)")
-    fo.add_argument("--undo", action="store_true", help="index a forgotten session again (give its id)")
-    fo.add_argument("--list", action="store_true", help="list the forgotten sessions")
-    _add_json(fo)
-
-
-def _show_arguments(sh):
-    sh.add_argument("session", nargs="+", help="session id, unique id prefix, session file, or name")
-    sh.add_argument("--around", type=int, metavar="SEQ", help="show the chunks around chunk SEQ (search's matches[].seq)")
-    sh.add_argument("--context", type=int, default=SHOW_CONTEXT, metavar="K",
-                    help="chunks on each side of --around (default %d)" % SHOW_CONTEXT)
-    sh.add_argument("--max-chars", type=int, metavar="N",
-                    help="print at most N characters (default: no limit; %d with --json; 0: no limit)" % SHOW_JSON_MAX_CHARS)
-    sh.add_argument("--tools", action="store_true", help="show tool calls in full, not as one line")
-    sh.add_argument("--all", action="store_true", help="show tool calls, thinking and injected context in full")
-    sh.add_argument("--no-refresh", action="store_true", help="use the index as it is, without updating it")
-    _add_json(sh)
-
-
-# Every command: its help line, the function that adds its arguments, the function that runs it.
+# Every command: its help line and the function that runs it (its options: OPTIONS).
 # The order is the order of `sesame --help`.
 COMMANDS = {
-    "search": ("find sessions by what they were about (refreshes the index first)", _search_arguments, cmd_search),
-    "index": ("bring the index up to date (incremental)", _index_arguments, cmd_index),
-    "status": ("what is indexed, from where, and how fresh", _add_json, cmd_status),
-    "watch": ("keep the index fresh until stopped (runs in the foreground; Ctrl-C stops it)", _watch_arguments, cmd_watch),
-    "sources": ("every supported agent, where it looks, what was found", _add_json, cmd_sources),
-    "forget": ("remove a session from the index and keep it out", _forget_arguments, cmd_forget),
-    "show": ("print one session as a readable conversation", _show_arguments, cmd_show),
-    "mcp": ("serve search, show and status to agents over MCP (stdio)", lambda p: None, cmd_mcp),
+    "search": ("find sessions by what they were about (refreshes the index first)", cmd_search),
+    "index": ("bring the index up to date (incremental)", cmd_index),
+    "status": ("what is indexed, from where, and how fresh", cmd_status),
+    "watch": ("keep the index fresh until stopped (runs in the foreground; Ctrl-C stops it)", cmd_watch),
+    "sources": ("every supported agent, where it looks, what was found", cmd_sources),
+    "forget": ("remove a session from the index and keep it out", cmd_forget),
+    "show": ("print one session as a readable conversation", cmd_show),
+    "mcp": ("serve search, show and status to agents over MCP (stdio)", cmd_mcp),
 }
 
 
 def build_parser(command=None):
     """The command line parser. Given the command about to run, only its sub-parser is built:
     building all of them is a start-up cost every invocation would pay."""
-    import argparse
-
-    class _ArgParser(argparse.ArgumentParser):
-        """argparse that raises UsageError (one line, exit 2) instead of printing usage and exiting."""
-
-        def error(self, message):
-            raise UsageError("%s%s (see: %s --help)" % (message, _did_you_mean(message, self), self.prog))
-
-    class _Formatter(argparse.HelpFormatter):
-        """Asks for the terminal's width only when help is printed (argparse asks, importing shutil,
-        for every argument added)."""
-
-        def __init__(self, prog):
-            super().__init__(prog, width=78)
-
-        def format_help(self):
-            import shutil
-            self._width = max(shutil.get_terminal_size().columns - 2, 40)
-            return super().format_help()
-
-    p = _ArgParser(prog="sesame", description=__doc__.split("\n\n")[1].replace("\n", " "), formatter_class=_Formatter,
-                   epilog="Exit codes: 0 success (also when nothing matched), 1 error, 2 usage error.")
+    p = argument_parser(prog="sesame", description=__doc__.split("\n\n")[1].replace("\n", " "),
+                        epilog="Exit codes: 0 success (also when nothing matched), 1 error, 2 usage error.")
     p.add_argument("--version", action="version", version="sesame " + __version__)
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgParser)
-    for name, (help_text, add_arguments, run) in COMMANDS.items():
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=type(p))
+    for name, (help_text, run) in COMMANDS.items():
         if command in (None, name):
-            sp = sub.add_parser(name, help=help_text, formatter_class=_Formatter)
-            add_arguments(sp)
+            sp = sub.add_parser(name, help=help_text, formatter_class=p.formatter_class)
+            OPTIONS[name](sp)
             sp.set_defaults(func=run)
     return p
-
-
-def _did_you_mean(message, parser):
-    """"; did you mean --limit?" for an argparse complaint about an option it does not know."""
-    import difflib
-    unknown = re.findall(r"(--?[\w-]+)", message.split(":", 1)[-1]) if "unrecognized" in message else []
-    # argparse keeps the option names nowhere public; a subcommand's are in its own parser
-    parsers = [parser] + [sp for a in parser._actions for sp in (getattr(a, "choices", None) or {}).values()
-                          if hasattr(sp, "_actions")]
-    known = [o for p in parsers for a in p._actions for o in a.option_strings]
-    close = [difflib.get_close_matches(u, known, 1) for u in unknown]
-    return "".join("; did you mean %s?" % c[0] for c in close if c)
 
 
 SHORT_USAGE = """usage: sesame COMMAND [ARGUMENTS]    (sesame COMMAND --help for one, sesame --help for all)
