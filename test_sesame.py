@@ -4496,6 +4496,111 @@ def test_forget_removes_a_session_keeps_it_out_and_can_be_undone(corpus, tmp_pat
     assert code == 1 and "no session matches" in err
 
 
+# Words no other session has, that the porter stemmer leaves alone; the tail is checked too, since
+# FTS5 stores a term after its neighbour with their common prefix left out.
+FORGET_WORDS = ("qzxwvkjhgfdrt", "mlkqwprtzvbn", "wabberjockulx")
+
+
+def index_file_bytes(tmp_path):
+    return b"".join(open(str(tmp_path / "data" / f), "rb").read() for f in os.listdir(tmp_path / "data")
+                    if f.startswith("index.sqlite"))
+
+
+def test_forget_wipes_the_sessions_words_from_the_index_files(corpus, tmp_path, capsys):
+    w = PiWriter(corpus, "wipe-me-1", cwd="/home/dev/vbnqzxwv-project")
+    w.user("notes on %s and %s" % FORGET_WORDS[:2])
+    w.assistant("a long reply about %s: " % FORGET_WORDS[2] + "more and more filler text here. " * 60)
+    w.entry("session_info", name="the %s session" % FORGET_WORDS[0])
+    path = w.save()
+    run(capsys, "index")
+    with open(path, "a") as f:   # a rewrite and an append: old versions of its rows are left in free space
+        f.write(line({"type": "message", "id": "x1", "parentId": None, "timestamp": "2026-05-01T00:00:00.000Z",
+                      "message": {"role": "user", "content": "and %s again" % FORGET_WORDS[1]}}))
+    run(capsys, "index")
+    text = open(path).read()
+    with open(path, "w") as f:
+        f.write(text.replace("notes on", "notes about"))
+    run(capsys, "index")
+    raw = index_file_bytes(tmp_path)
+    assert all(word[-8:].encode() in raw for word in FORGET_WORDS)   # the test can see them before
+    code, out, err = run(capsys, "forget", "wipe-me-1")
+    assert code == 0 and "forgot wipe-me-1" in out, err
+    raw = index_file_bytes(tmp_path)
+    for word in FORGET_WORDS:
+        assert word[-8:].encode() not in raw, word
+    assert os.path.getsize(tmp_path / "data" / "index.sqlite-wal") == 0 if os.path.exists(
+        tmp_path / "data" / "index.sqlite-wal") else True
+    assert search_ids(capsys, FORGET_WORDS[0]) == [] and search_ids(capsys, "carousel") == ["bbbb2222-carousel"]
+    code, out, _ = run(capsys, "search", FORGET_WORDS[0][:-1] + "x", "--json")   # no spelling suggestion either
+    assert json.loads(out)["results"] == [] and FORGET_WORDS[0] not in out
+
+
+def test_forget_undo_brings_back_every_copy_of_the_session(env, tmp_path, capsys):
+    a = PiWriter(env, "twice-1", cwd="/home/dev/a")
+    a.user("the first copy mentions the gecko").save()
+    b = PiWriter(tmp_path / "copy", "twice-1", cwd="/home/dev/b", start="2026-03-11T09:00:00.000Z")
+    b.user("the second copy mentions the newt").save()
+    write_config({"sources": [{"parser": "pi", "path": str(env)}, {"parser": "pi", "path": str(tmp_path / "copy")}]},
+                 tmp_path)
+    assert search_ids(capsys, "gecko") == ["twice-1"] and search_ids(capsys, "newt") == ["twice-1"]
+    code, out, _ = run(capsys, "forget", "twice-1", "--json")
+    assert code == 0 and sorted(json.loads(out)["forgotten"]["files"]) == sorted([a.path, b.path])
+    assert search_ids(capsys, "gecko") == [] and search_ids(capsys, "newt") == []
+    assert run(capsys, "forget", "--undo", "twice-1")[0] == 0
+    assert search_ids(capsys, "newt") == ["twice-1"]    # the copy that forget showed ...
+    assert search_ids(capsys, "gecko") == ["twice-1"]   # ... and the other one
+
+
+def test_forget_on_a_full_disk_or_a_locked_index_is_one_error_and_changes_nothing(corpus, tmp_path, capsys,
+                                                                                    monkeypatch):
+    def unchanged():
+        assert search_ids(capsys, "carousel", "--no-refresh") == ["bbbb2222-carousel"]
+        assert json.loads(run(capsys, "forget", "--list", "--json")[1])["forgotten"] == []
+
+    def no_space(*a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    with monkeypatch.context() as m:
+        m.setattr(sesame, "save_forgotten", no_space)
+        code, _, err = run(capsys, "forget", "bbbb2222")
+        assert code == 1 and one_line_error(err) and "No space left on device" in err, err
+    unchanged()
+
+    def disk_full(*a, **kw):
+        raise sqlite3.OperationalError("database or disk is full")
+    with monkeypatch.context() as m:
+        m.setattr(sesame, "forget_session", disk_full)
+        code, _, err = run(capsys, "forget", "bbbb2222")
+        assert code == 1 and one_line_error(err) and "disk is full" in err and "nothing was forgotten" in err, err
+    unchanged()
+
+    other = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"), isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")   # another writer that does not finish
+    with monkeypatch.context() as m:
+        m.setattr(sesame, "BUSY_TIMEOUT", 0.2)
+        code, _, err = run(capsys, "forget", "bbbb2222")
+        assert code == 1 and one_line_error(err) and "locked" in err and "nothing was forgotten" in err, err
+    other.execute("ROLLBACK")
+    other.close()
+    unchanged()
+
+    held = sesame.IndexLock(str(tmp_path / "data"))
+    assert held.acquire(0)
+    with monkeypatch.context() as m:
+        m.setattr(sesame, "FORGET_LOCK_WAIT", 0.2)
+        code, _, err = run(capsys, "forget", "bbbb2222")
+        assert code == 1 and one_line_error(err) and "another sesame index" in err, err
+    held.release()
+    unchanged()
+
+    with monkeypatch.context() as m:   # the session is gone, the wipe is not done: say so, and how to finish it
+        m.setattr(sesame, "wipe_free_space", disk_full)
+        code, _, err = run(capsys, "forget", "bbbb2222")
+        assert code == 1 and one_line_error(err) and "sesame forget bbbb2222-carousel` again" in err, err
+    assert search_ids(capsys, "carousel") == []
+    code, out, err = run(capsys, "forget", "bbbb2222-carousel")
+    assert code == 0 and "forgot bbbb2222-carousel" in out, err
+
+
 # ---------------------------------------------------------------------------------------------
 # Reliability: bad input, faults of the index, concurrency. Long kill -9 trials are opt-in:
 # SESAME_FAULT_TRIALS=20 python3 -m pytest -q -k kill_9
