@@ -5275,6 +5275,102 @@ def test_the_fts5_message_is_only_for_a_missing_fts5_module():
             sesame.check_fts5(Con(cause))
 
 
+def test_hostile_disk_everything_at_once(env, tmp_path, capsys, monkeypatch):
+    """A pi and a Claude Code source holding every kind of trouble at once: odd names, damaged files,
+    deep JSON, escape sequences, secrets, symlink loops, unreadable folders. Every good session is
+    found, no secret reaches the index files, nothing raw reaches the terminal."""
+    claude = tmp_path / "claude-projects"
+    write_config({"sources": [{"parser": "pi", "path": str(env)}, {"parser": "claude", "path": str(claude)}]}, tmp_path)
+    secrets = {"aws": AWS, "github": GH_PAT, "password": "hunter2-" + "Zq8vLm3x", "openai": OPENAI, "slack": SLACK}
+    found = {}   # a word only one good session has -> that session
+
+    def pi_session(sid, word, *extra, cwd="/home/dev/proj", folder=None):
+        w = PiWriter(folder or env, sid, cwd=cwd)
+        w.user("the %s session %s" % (word, " ".join(extra)))
+        w.tool("bash", {"command": "deploy"}, "deploy output for %s %s" % (word, " ".join(extra)))
+        w.assistant("done with the %s" % word)
+        found[word] = sid
+        return w
+
+    pi_session("hd-plain", "aardvark").save()
+    pi_session("hd-escapes", "bandicoot", ESCAPES, cwd="/home/dev/\x1b[2Jesc").save()
+    pi_session("hd-secrets", "chinchilla", "AWS_ACCESS_KEY_ID=%s token %s" % (secrets["aws"], secrets["github"]),
+               "password=%s and %s, slack %s" % (secrets["password"], secrets["openai"], secrets["slack"])).save()
+    pi_session("hd-deep", "dugong").save(extra="[" * 100000 + "\n" + '{"a": ' * 50000 + "\n")
+    w = pi_session("hd-odd", "echidna", cwd="/home/dev/odd")
+    odd = os.path.join(str(env), "--home-dev-odd\xff--").encode("utf-8", "surrogateescape")
+    os.makedirs(odd)
+    with open(os.path.join(odd, b"odd_\xff\xfe.jsonl"), "w") as f:
+        f.writelines(line(e) for e in w.lines)
+    hidden = pi_session("hd-hidden", "ferret", cwd="/home/dev/locked").save()   # its folder becomes unreadable
+    breaks = pi_session("hd-breaks", "gerbil", cwd="/home/dev/\x1b]0;title\x07proj").save()   # damaged later
+    folder = env / "--home-dev-proj--"
+    (folder / "garbage.jsonl").write_bytes(bytes(random.Random(7).getrandbits(8) for _ in range(50000)))
+    (folder / "truncated.jsonl").write_bytes(b'{"type": "session", "id": "trunc", "cwd": "/x", "timestamp": "2026')
+    (folder / "empty.jsonl").write_bytes(b"")
+    os.symlink(str(env), str(folder / "loop"))
+    os.symlink(str(folder / "self.jsonl"), str(folder / "self.jsonl"))
+    os.symlink(str(env), str(env / "--root-loop--"))
+
+    def claude_session(sid, word, *extra, cwd="/home/u/proj"):
+        recs = [{"type": "user", "uuid": sid + "-u1", "sessionId": sid, "cwd": cwd, "timestamp": "2026-01-21T06:19:38Z",
+                 "isSidechain": False, "message": {"role": "user", "content": "the %s question %s" % (word, " ".join(extra))}},
+                {"type": "assistant", "uuid": sid + "-a1", "sessionId": sid, "cwd": cwd, "isSidechain": False,
+                 "timestamp": "2026-01-21T06:19:40Z", "message": {"id": "msg_" + sid, "role": "assistant",
+                                                                 "content": [{"type": "text", "text": "the %s answer" % word}]}}]
+        found[word] = sid
+        return cc_write_jsonl(claude / ("-home-u-" + word) / (sid + ".jsonl"), recs)
+
+    claude_session("c0000000-0000-4000-8000-000000000001", "hyena")
+    claude_session("c0000000-0000-4000-8000-000000000002", "impala", ESCAPES, "export GITHUB_TOKEN=%s" % secrets["github"],
+                   "password=%s" % secrets["password"])
+    deep = claude_session("c0000000-0000-4000-8000-000000000003", "jackal")
+    with open(deep, "a") as f:
+        f.write("[" * 100000 + "\n")
+    odd_claude = os.path.join(str(claude), "-home-u-odd").encode() + b"\xfe"
+    os.makedirs(odd_claude)
+    shutil.copy(claude_session("c0000000-0000-4000-8000-000000000004", "koala"),
+                os.path.join(odd_claude, b"c0000000-0000-4000-8000-000000000004.jsonl"))
+    shutil.rmtree(str(claude / "-home-u-koala"))
+    (claude / "-home-u-garbage").mkdir()
+    (claude / "-home-u-garbage" / "c0000000-0000-4000-8000-00000000dead.jsonl").write_bytes(b"\x00\xff garbage\n" * 100)
+    os.symlink(str(claude), str(claude / "-home-u-loop"))
+
+    code, out, err = run(capsys, "index", "--json")
+    assert code == 0 and "Traceback" not in err, err
+    summary = json.loads(out)
+    assert summary["sessions"] == len(found) and summary["linesSkipped"] >= 3, summary
+    assert {"garbage.jsonl", "truncated.jsonl", "c0000000-0000-4000-8000-00000000dead.jsonl"} <= {
+        os.path.basename(p["path"]) for p in summary["skipped"]}, summary["skipped"]
+    with open(breaks, "wb") as f:   # an indexed file that is damaged afterwards keeps its sessions
+        f.write(b"\x00garbage that is not a session\n")
+    with monkeypatch.context() as m:
+        _deny(m, os.path.dirname(hidden))   # an unreadable folder: what was indexed from it stays
+        code, out, err = run(capsys, "index", "--json")
+        assert code == 0 and "Traceback" not in err, err
+        reasons = {p["path"]: p["reason"] for p in json.loads(out)["skipped"]}
+        assert "Permission denied" in reasons.get(os.path.dirname(hidden), ""), reasons
+        assert "damaged" in reasons.get(breaks, ""), reasons
+        for word, sid in found.items():
+            assert search_ids(capsys, word, "--no-refresh") == [sid], word
+            code, out, err = run(capsys, "search", word)
+            assert code == 0 and not RAW_CONTROL.search(out + err), (word, out, err)
+            code, out, err = run(capsys, "search", word, "--json")
+            assert code == 0 and [r["sessionId"] for r in json.loads(out)["results"]] == [sid]
+            assert not RAW_CONTROL.search(out.rstrip("\n"))
+        for ref in ("hd-escapes", "c0000000-0000-4000-8000-000000000002", "hd-breaks"):
+            code, out, err = run(capsys, "show", ref, "--all")
+            assert code == 0 and not RAW_CONTROL.search(out + err), (ref, out, err)
+        code, out, err = run(capsys, "status")
+        assert code == 0 and "damaged" in out and not RAW_CONTROL.search(out + err), (out, err)
+        assert json.loads(run(capsys, "status", "--json")[1])["sessions"] == len(found)
+        assert mcp_call("search", {"query": "bandicoot"})["isError"] is False
+    raw = index_file_bytes(tmp_path)
+    texts = index_bytes(tmp_path)[0]
+    for kind, value in secrets.items():
+        assert value.encode() not in raw and value not in texts, kind
+
+
 # ---------------------------------------------------------------------------------------------
 # Queries: fuzz the search box and the filters
 # ---------------------------------------------------------------------------------------------
