@@ -801,7 +801,8 @@ class Policy:
 
     def __init__(self, exclude=(), redact=True, forgotten=(), keep_deleted=True):
         self.exclude = list(exclude)
-        if any(p.startswith("~") or "$" in p for p in self.exclude if "~" in p or "$" in p):
+        joined = "\n".join(self.exclude)  # one look at a long generated list instead of one per pattern
+        if "~" in joined or "$" in joined:
             self.exclude = [os.path.expanduser(os.path.expandvars(p)) for p in self.exclude]
         self._patterns = None  # compiled at the first check: a search that refreshes nothing never needs them
         self._fingerprint = None
