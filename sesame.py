@@ -881,7 +881,8 @@ class Policy:
 
     def __init__(self, exclude=(), redact=True, forgotten=(), keep_deleted=True):
         self.exclude = list(exclude)
-        if any(p.startswith("~") or "$" in p for p in self.exclude if "~" in p or "$" in p):
+        joined = "\n".join(self.exclude)  # one look at a long generated list instead of one per pattern
+        if "~" in joined or "$" in joined:
             self.exclude = [os.path.expanduser(os.path.expandvars(p)) for p in self.exclude]
         self._patterns = None  # compiled at the first check: a search that refreshes nothing never needs them
         self._fingerprint = None
@@ -6864,6 +6865,55 @@ def delete_sessions(con, where, params=()):
             con.execute("DELETE FROM %s WHERE %s=?" % (table, col), (sid,))
 
 
+def forget_session(store, agent, session_id):
+    """Delete every copy of a session so that its text is gone from the index file, not only from
+    its tables (`sesame forget`): deleted rows are overwritten (secure_delete), its words leave the
+    spelling vocabulary unless another session has them, and the FTS index is merged into one
+    segment, since a contentless FTS5 delete only adds a marker beside the old entries. One
+    transaction: on any failure the index is as it was. See wipe_free_space."""
+    con = store.con
+    con.execute("PRAGMA secure_delete=ON")
+    talk = [k for k, column in KIND_COLUMN.items() if column == "talk"]
+    with store.transaction():
+        rows = con.execute("SELECT id, labels, file_id FROM sessions WHERE agent=? AND session_id=?",
+                           (agent, session_id)).fetchall()
+        words = vocabulary([labels or "" for _, labels, _ in rows])
+        for sid, _, _ in rows:
+            words |= vocabulary(unpack(t) for (t,) in con.execute(
+                "SELECT text FROM chunks WHERE session=? AND kind IN (%s)" % ",".join("?" * len(talk)), [sid] + talk))
+        # A resumable parser's checkpoint carries some of the session's state (its name): the next
+        # change to the file reads it whole instead.
+        con.executemany("UPDATE files SET checkpoint=NULL WHERE id=?", {(file_id,) for _, _, file_id in rows})
+        delete_sessions(con, "agent=? AND session_id=?", (agent, session_id))
+        for w in sorted(words):
+            if not con.execute("SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT 1", ('"%s"' % w,)).fetchone():
+                con.execute("DELETE FROM vocab WHERE term=?", (w,))
+        con.execute("INSERT INTO docs_fts(docs_fts) VALUES('optimize')")
+
+
+def session_files(con, agent, session_id):
+    """The files that hold a copy of a session (an agent's database and its older JSON files can
+    both have it), as Python opens them."""
+    return [fs_path(p) for (p,) in con.execute(
+        "SELECT DISTINCT f.path FROM files f JOIN sessions s ON s.file_id = f.id "
+        "WHERE s.agent=? AND s.session_id=? AND s.deleted IS NULL ORDER BY f.path", (agent, session_id))]
+
+
+def wipe_free_space(store):
+    """Rewrite the index file without its free pages and checkpoint the WAL to zero bytes, so that
+    text deleted before secure_delete was on (old versions of a session, FTS segments merged away)
+    is in no byte of index.sqlite, -wal or -shm. Needs free disk space about the index's size."""
+    con = store.con
+    con.execute("PRAGMA temp_store=FILE")  # VACUUM's copy on disk, not in memory (the index can be GBs)
+    try:
+        con.execute("VACUUM")
+    finally:
+        con.execute("PRAGMA temp_store=MEMORY")
+    busy = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    if busy:
+        raise sqlite3.OperationalError("database is locked (another process is reading the index)")
+
+
 def file_gone(con, row, keep=True):
     """A file is no longer listed. Its sessions are kept, marked deleted, when the file is really gone
     from disk (agents delete old transcripts; the index still has their text); they are removed when
@@ -9667,8 +9717,27 @@ def cmd_watch(args, ctx):
         return EXIT_OK
 
 
+FORGET_LOCK_WAIT = 60  # seconds forget waits for a running index (it holds an older list of forgotten sessions)
+
+
+def _forgotten(items, ref):
+    return [i for i in items if i["sessionId"] == ref] or [i for i in items if i["sessionId"].startswith(ref)]
+
+
+def _save_forgotten(items, env, what):
+    try:
+        save_forgotten(items, env)
+    except OSError as e:  # a full disk, a read-only data directory
+        raise IndexError_("cannot %s: cannot write %s: %s; nothing was changed" % (what, forgotten_path(env), e.strerror or e))
+
+
 def cmd_forget(args, ctx):
-    """Remove a session from the index and keep it out (sessions with secrets, private projects)."""
+    """Remove a session from the index and keep it out (sessions with secrets, private projects).
+
+    Every copy of the session goes, and its text is wiped from the index files (forget_session,
+    wipe_free_space). A failure before the session is deleted (a full disk, another indexer that does
+    not finish, a locked index) leaves the index and the list of forgotten sessions as they were; a
+    failure of the wipe after it says so, and `forget` of the same session runs the wipe again."""
     items = load_forgotten(ctx.env)
     if args.list:
         if args.json:
@@ -9684,41 +9753,71 @@ def cmd_forget(args, ctx):
         raise UsageError("name the session to forget (or --list)")
     ref = " ".join(args.session)
     if args.undo:
-        undone = [i for i in items if i["sessionId"] == ref] or [i for i in items if i["sessionId"].startswith(ref)]
+        undone = _forgotten(items, ref)
         if len(undone) != 1:
             raise SesameError('"%s" matches %d forgotten sessions' % (ref, len(undone)),
                               kind="not_found" if not undone else "ambiguous", hint="`sesame forget --list` shows them")
         item = undone[0]
-        save_forgotten([i for i in items if i is not item], ctx.env)
         store = ctx.store()
         try:
-            with store.transaction():  # its file is read again at the next refresh
-                for (file_id,) in store.con.execute("SELECT id FROM files WHERE path=?",
-                                                    (db_path(item.get("path")),)).fetchall():
-                    store.con.execute("UPDATE files SET size=-1, checkpoint=NULL WHERE id=?", (file_id,))
+            with store.transaction():  # every file that held a copy is read again at the next refresh
+                for path in set(item.get("files") or []) | {item.get("path")}:
+                    store.con.execute("UPDATE files SET size=-1, checkpoint=NULL WHERE path=?", (db_path(path),))
         finally:
             store.close()
+        _save_forgotten([i for i in items if i is not item], ctx.env, "undo the forget")
         result = {"remembered": item}
     else:
         store = ctx.store()
+        lock = IndexLock(os.path.dirname(ctx.index_path))
         try:
-            s = resolve_session(store.con, ref)
-            item = {"agent": s["agent"], "sessionId": s["session_id"], "path": s["path"], "name": s["name"],
-                    "forgottenAt": iso(now_utc())}
-            if not any((i["agent"], i["sessionId"]) == (item["agent"], item["sessionId"]) for i in items):
-                save_forgotten(items + [item], ctx.env)
-            with store.transaction():
-                delete_sessions(store.con, "agent=? AND session_id=?", (item["agent"], item["sessionId"]))
+            if store.readonly:
+                raise IndexError_("cannot forget: the index %s cannot be written" % store.path)
+            if not lock.acquire(FORGET_LOCK_WAIT):
+                raise IndexError_("cannot forget: another sesame index is still running after %ds; nothing was "
+                                  "forgotten" % FORGET_LOCK_WAIT, hint="try again when it has finished")
+            try:
+                s = resolve_session(store.con, ref)
+            except SesameError as e:
+                again = _forgotten(items, ref) if e.kind == "not_found" else []
+                if len(again) != 1:
+                    raise
+                s, item = None, again[0]  # forgotten before: wipe the index files again (an earlier wipe failed)
+            if s is not None:
+                item = {"agent": s["agent"], "sessionId": s["session_id"], "path": s["path"], "name": s["name"],
+                        "files": session_files(store.con, s["agent"], s["session_id"]), "forgottenAt": iso(now_utc())}
+                listed = any((i["agent"], i["sessionId"]) == (item["agent"], item["sessionId"]) for i in items)
+                if not listed:
+                    _save_forgotten(items + [item], ctx.env, "forget %s" % item["sessionId"])
+                try:
+                    forget_session(store, item["agent"], item["sessionId"])
+                except sqlite3.Error as e:
+                    if not listed:
+                        try:
+                            save_forgotten(items, ctx.env)
+                        except OSError:
+                            pass
+                    raise IndexError_("cannot forget %s: %s; nothing was forgotten, the index is as it was"
+                                      % (item["sessionId"], e), hint="free some disk space, or try again when "
+                                                                     "other sesame processes have finished")
+            try:
+                wipe_free_space(store)
+            except sqlite3.Error as e:
+                raise IndexError_("forgot %s (no search finds it), but its text could not be wiped from the index "
+                                  "files yet: %s" % (item["sessionId"], e),
+                                  hint="free disk space about the index's size, then run `sesame forget %s` again"
+                                       % item["sessionId"])
         finally:
+            lock.release()
             store.close()
         result = {"forgotten": item}
     if args.json:
         emit_json(result)
     else:
         verb, item = next(iter(result.items()))
-        sys.stdout.write("%s %s (%s)%s\n" % ("forgot" if verb == "forgotten" else "will index again", item["sessionId"],
-                                            item.get("name") or "Unnamed",
-                                            "" if verb == "forgotten" else " at the next refresh"))
+        sys.stdout.write(visible("%s %s (%s)%s\n" % (
+            "forgot" if verb == "forgotten" else "will index again", item["sessionId"], item.get("name") or "Unnamed",
+            "" if verb == "forgotten" else " at the next refresh")))
     return EXIT_OK
 
 

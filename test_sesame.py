@@ -140,7 +140,6 @@ def search_ids(capsys, *argv):
     return [r["sessionId"] for r in json.loads(out)["results"]]
 
 
-
 # Agent fixtures: write a session file, parse it with one parser, look at its chunks.
 
 def write_file(path, content):
@@ -548,7 +547,6 @@ def test_exclude_patterns_by_the_hundred_thousand_cost_a_few_tests_per_path(monk
     for path, excluded in expect.items():
         assert policy.excludes_path(path) is excluded, path
     assert len(tests) <= 3 * len(expect)   # a few glob tests per path, not one per pattern
-
 
 
 def test_config_paths_expand_home_and_env_vars_and_older_form_is_accepted(env, tmp_path, capsys, monkeypatch):
@@ -4807,7 +4805,6 @@ def test_json_is_bounded_by_default_and_human_output_is_not(env, capsys):
 # ---------------------------------------------------------------------------------------------
 
 
-
 def test_mcp_server_full_exchange_over_stdio(sessions, tmp_path):
     proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sesame.py"), "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=str(tmp_path))
@@ -4975,6 +4972,111 @@ def test_the_official_mcp_python_sdk_client_uses_every_tool(corpus, tmp_path):
     assert not failed(shown) and data(shown)["session"]["sessionId"] == "cccc3333-ci"
     assert not failed(status) and data(status)["sessions"] >= 10
     assert failed(bad) and "no session matches" in bad.content[0].text
+
+
+# Words no other session has, that the porter stemmer leaves alone; the tail is checked too, since
+# FTS5 stores a term after its neighbour with their common prefix left out.
+FORGET_WORDS = ("qzxwvkjhgfdrt", "mlkqwprtzvbn", "wabberjockulx")
+
+
+def index_file_bytes(tmp_path):
+    return b"".join(open(str(tmp_path / "data" / f), "rb").read() for f in os.listdir(tmp_path / "data")
+                    if f.startswith("index.sqlite"))
+
+
+def test_forget_wipes_the_sessions_words_from_the_index_files(corpus, tmp_path, capsys):
+    w = PiWriter(corpus, "wipe-me-1", cwd="/home/dev/vbnqzxwv-project")
+    w.user("notes on %s and %s" % FORGET_WORDS[:2])
+    w.assistant("a long reply about %s: " % FORGET_WORDS[2] + "more and more filler text here. " * 60)
+    w.entry("session_info", name="the %s session" % FORGET_WORDS[0])
+    path = w.save()
+    run(capsys, "index")
+    with open(path, "a") as f:   # a rewrite and an append: old versions of its rows are left in free space
+        f.write(line({"type": "message", "id": "x1", "parentId": None, "timestamp": "2026-05-01T00:00:00.000Z",
+                      "message": {"role": "user", "content": "and %s again" % FORGET_WORDS[1]}}))
+    run(capsys, "index")
+    text = open(path).read()
+    with open(path, "w") as f:
+        f.write(text.replace("notes on", "notes about"))
+    run(capsys, "index")
+    raw = index_file_bytes(tmp_path)
+    assert all(word[-8:].encode() in raw for word in FORGET_WORDS)   # the test can see them before
+    code, out, err = run(capsys, "forget", "wipe-me-1")
+    assert code == 0 and "forgot wipe-me-1" in out, err
+    raw = index_file_bytes(tmp_path)
+    for word in FORGET_WORDS:
+        assert word[-8:].encode() not in raw, word
+    assert os.path.getsize(tmp_path / "data" / "index.sqlite-wal") == 0 if os.path.exists(
+        tmp_path / "data" / "index.sqlite-wal") else True
+    assert search_ids(capsys, FORGET_WORDS[0]) == [] and search_ids(capsys, "carousel") == ["bbbb2222-carousel"]
+    code, out, _ = run(capsys, "search", FORGET_WORDS[0][:-1] + "x", "--json")   # no spelling suggestion either
+    assert json.loads(out)["results"] == [] and FORGET_WORDS[0] not in out
+
+
+def test_forget_undo_brings_back_every_copy_of_the_session(env, tmp_path, capsys):
+    a = PiWriter(env, "twice-1", cwd="/home/dev/a")
+    a.user("the first copy mentions the gecko").save()
+    b = PiWriter(tmp_path / "copy", "twice-1", cwd="/home/dev/b", start="2026-03-11T09:00:00.000Z")
+    b.user("the second copy mentions the newt").save()
+    write_config({"sources": [{"parser": "pi", "path": str(env)}, {"parser": "pi", "path": str(tmp_path / "copy")}]},
+                 tmp_path)
+    assert search_ids(capsys, "gecko") == ["twice-1"] and search_ids(capsys, "newt") == ["twice-1"]
+    code, out, _ = run(capsys, "forget", "twice-1", "--json")
+    assert code == 0 and sorted(json.loads(out)["forgotten"]["files"]) == sorted([a.path, b.path])
+    assert search_ids(capsys, "gecko") == [] and search_ids(capsys, "newt") == []
+    assert run(capsys, "forget", "--undo", "twice-1")[0] == 0
+    assert search_ids(capsys, "newt") == ["twice-1"]    # the copy that forget showed ...
+    assert search_ids(capsys, "gecko") == ["twice-1"]   # ... and the other one
+
+
+def test_forget_on_a_full_disk_or_a_locked_index_is_one_error_and_changes_nothing(corpus, tmp_path, capsys,
+                                                                                    monkeypatch):
+    def unchanged():
+        assert search_ids(capsys, "carousel", "--no-refresh") == ["bbbb2222-carousel"]
+        assert json.loads(run(capsys, "forget", "--list", "--json")[1])["forgotten"] == []
+
+    def no_space(*a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    with monkeypatch.context() as m:
+        m.setattr(sesame, "save_forgotten", no_space)
+        code, _, err = run(capsys, "forget", "bbbb2222")
+        assert code == 1 and one_line_error(err) and "No space left on device" in err, err
+    unchanged()
+
+    def disk_full(*a, **kw):
+        raise sqlite3.OperationalError("database or disk is full")
+    with monkeypatch.context() as m:
+        m.setattr(sesame, "forget_session", disk_full)
+        code, _, err = run(capsys, "forget", "bbbb2222")
+        assert code == 1 and one_line_error(err) and "disk is full" in err and "nothing was forgotten" in err, err
+    unchanged()
+
+    other = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"), isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")   # another writer that does not finish
+    with monkeypatch.context() as m:
+        m.setattr(sesame, "BUSY_TIMEOUT", 0.2)
+        code, _, err = run(capsys, "forget", "bbbb2222")
+        assert code == 1 and one_line_error(err) and "locked" in err and "nothing was forgotten" in err, err
+    other.execute("ROLLBACK")
+    other.close()
+    unchanged()
+
+    held = sesame.IndexLock(str(tmp_path / "data"))
+    assert held.acquire(0)
+    with monkeypatch.context() as m:
+        m.setattr(sesame, "FORGET_LOCK_WAIT", 0.2)
+        code, _, err = run(capsys, "forget", "bbbb2222")
+        assert code == 1 and one_line_error(err) and "another sesame index" in err, err
+    held.release()
+    unchanged()
+
+    with monkeypatch.context() as m:   # the session is gone, the wipe is not done: say so, and how to finish it
+        m.setattr(sesame, "wipe_free_space", disk_full)
+        code, _, err = run(capsys, "forget", "bbbb2222")
+        assert code == 1 and one_line_error(err) and "sesame forget bbbb2222-carousel` again" in err, err
+    assert search_ids(capsys, "carousel") == []
+    code, out, err = run(capsys, "forget", "bbbb2222-carousel")
+    assert code == 0 and "forgot bbbb2222-carousel" in out, err
 
 
 # ---------------------------------------------------------------------------------------------
@@ -6233,6 +6335,102 @@ def test_watch_beside_a_manual_index_loses_no_update(corpus, capsys):
     assert sorted(search_ids(capsys, "gazelle", "--limit", "20", "--max-chars", "0")) == ["both-%d" % i for i in range(8)]
 
 
+def test_hostile_disk_everything_at_once(env, tmp_path, capsys, monkeypatch):
+    """A pi and a Claude Code source holding every kind of trouble at once: odd names, damaged files,
+    deep JSON, escape sequences, secrets, symlink loops, unreadable folders. Every good session is
+    found, no secret reaches the index files, nothing raw reaches the terminal."""
+    claude = tmp_path / "claude-projects"
+    write_config({"sources": [{"parser": "pi", "path": str(env)}, {"parser": "claude", "path": str(claude)}]}, tmp_path)
+    secrets = {"aws": AWS, "github": GH_PAT, "password": "hunter2-" + "Zq8vLm3x", "openai": OPENAI, "slack": SLACK}
+    found = {}   # a word only one good session has -> that session
+
+    def pi_session(sid, word, *extra, cwd="/home/dev/proj", folder=None):
+        w = PiWriter(folder or env, sid, cwd=cwd)
+        w.user("the %s session %s" % (word, " ".join(extra)))
+        w.tool("bash", {"command": "deploy"}, "deploy output for %s %s" % (word, " ".join(extra)))
+        w.assistant("done with the %s" % word)
+        found[word] = sid
+        return w
+
+    pi_session("hd-plain", "aardvark").save()
+    pi_session("hd-escapes", "bandicoot", ESCAPES, cwd="/home/dev/\x1b[2Jesc").save()
+    pi_session("hd-secrets", "chinchilla", "AWS_ACCESS_KEY_ID=%s token %s" % (secrets["aws"], secrets["github"]),
+               "password=%s and %s, slack %s" % (secrets["password"], secrets["openai"], secrets["slack"])).save()
+    pi_session("hd-deep", "dugong").save(extra="[" * 100000 + "\n" + '{"a": ' * 50000 + "\n")
+    w = pi_session("hd-odd", "echidna", cwd="/home/dev/odd")
+    odd = os.path.join(str(env), "--home-dev-odd\xff--").encode("utf-8", "surrogateescape")
+    os.makedirs(odd)
+    with open(os.path.join(odd, b"odd_\xff\xfe.jsonl"), "w") as f:
+        f.writelines(line(e) for e in w.lines)
+    hidden = pi_session("hd-hidden", "ferret", cwd="/home/dev/locked").save()   # its folder becomes unreadable
+    breaks = pi_session("hd-breaks", "gerbil", cwd="/home/dev/\x1b]0;title\x07proj").save()   # damaged later
+    folder = env / "--home-dev-proj--"
+    (folder / "garbage.jsonl").write_bytes(bytes(random.Random(7).getrandbits(8) for _ in range(50000)))
+    (folder / "truncated.jsonl").write_bytes(b'{"type": "session", "id": "trunc", "cwd": "/x", "timestamp": "2026')
+    (folder / "empty.jsonl").write_bytes(b"")
+    os.symlink(str(env), str(folder / "loop"))
+    os.symlink(str(folder / "self.jsonl"), str(folder / "self.jsonl"))
+    os.symlink(str(env), str(env / "--root-loop--"))
+
+    def claude_session(sid, word, *extra, cwd="/home/u/proj"):
+        recs = [{"type": "user", "uuid": sid + "-u1", "sessionId": sid, "cwd": cwd, "timestamp": "2026-01-21T06:19:38Z",
+                 "isSidechain": False, "message": {"role": "user", "content": "the %s question %s" % (word, " ".join(extra))}},
+                {"type": "assistant", "uuid": sid + "-a1", "sessionId": sid, "cwd": cwd, "isSidechain": False,
+                 "timestamp": "2026-01-21T06:19:40Z", "message": {"id": "msg_" + sid, "role": "assistant",
+                                                                 "content": [{"type": "text", "text": "the %s answer" % word}]}}]
+        found[word] = sid
+        return write_jsonl(claude / ("-home-u-" + word) / (sid + ".jsonl"), recs)
+
+    claude_session("c0000000-0000-4000-8000-000000000001", "hyena")
+    claude_session("c0000000-0000-4000-8000-000000000002", "impala", ESCAPES, "export GITHUB_TOKEN=%s" % secrets["github"],
+                   "password=%s" % secrets["password"])
+    deep = claude_session("c0000000-0000-4000-8000-000000000003", "jackal")
+    with open(deep, "a") as f:
+        f.write("[" * 100000 + "\n")
+    odd_claude = os.path.join(str(claude), "-home-u-odd").encode() + b"\xfe"
+    os.makedirs(odd_claude)
+    shutil.copy(claude_session("c0000000-0000-4000-8000-000000000004", "koala"),
+                os.path.join(odd_claude, b"c0000000-0000-4000-8000-000000000004.jsonl"))
+    shutil.rmtree(str(claude / "-home-u-koala"))
+    (claude / "-home-u-garbage").mkdir()
+    (claude / "-home-u-garbage" / "c0000000-0000-4000-8000-00000000dead.jsonl").write_bytes(b"\x00\xff garbage\n" * 100)
+    os.symlink(str(claude), str(claude / "-home-u-loop"))
+
+    code, out, err = run(capsys, "index", "--json")
+    assert code == 0 and "Traceback" not in err, err
+    summary = json.loads(out)
+    assert summary["sessions"] == len(found) and summary["linesSkipped"] >= 3, summary
+    assert {"garbage.jsonl", "truncated.jsonl", "c0000000-0000-4000-8000-00000000dead.jsonl"} <= {
+        os.path.basename(p["path"]) for p in summary["skipped"]}, summary["skipped"]
+    with open(breaks, "wb") as f:   # an indexed file that is damaged afterwards keeps its sessions
+        f.write(b"\x00garbage that is not a session\n")
+    with monkeypatch.context() as m:
+        _deny(m, os.path.dirname(hidden))   # an unreadable folder: what was indexed from it stays
+        code, out, err = run(capsys, "index", "--json")
+        assert code == 0 and "Traceback" not in err, err
+        reasons = {p["path"]: p["reason"] for p in json.loads(out)["skipped"]}
+        assert "Permission denied" in reasons.get(os.path.dirname(hidden), ""), reasons
+        assert "damaged" in reasons.get(breaks, ""), reasons
+        for word, sid in found.items():
+            assert search_ids(capsys, word, "--no-refresh") == [sid], word
+            code, out, err = run(capsys, "search", word)
+            assert code == 0 and not RAW_CONTROL.search(out + err), (word, out, err)
+            code, out, err = run(capsys, "search", word, "--json")
+            assert code == 0 and [r["sessionId"] for r in json.loads(out)["results"]] == [sid]
+            assert not RAW_CONTROL.search(out.rstrip("\n"))
+        for ref in ("hd-escapes", "c0000000-0000-4000-8000-000000000002", "hd-breaks"):
+            code, out, err = run(capsys, "show", ref, "--all")
+            assert code == 0 and not RAW_CONTROL.search(out + err), (ref, out, err)
+        code, out, err = run(capsys, "status")
+        assert code == 0 and "damaged" in out and not RAW_CONTROL.search(out + err), (out, err)
+        assert json.loads(run(capsys, "status", "--json")[1])["sessions"] == len(found)
+        assert mcp_call("search", {"query": "bandicoot"})["isError"] is False
+    raw = index_file_bytes(tmp_path)
+    texts = index_bytes(tmp_path)[0]
+    for kind, value in secrets.items():
+        assert value.encode() not in raw and value not in texts, kind
+
+
 # ---------------------------------------------------------------------------------------------
 # Relevance v2: seven ways people remember a session
 # Our own held-back-style set (the tracker's ranking issue): 8 queries in each of 7 classes, each
@@ -6914,7 +7112,6 @@ def test_relevance_v2_report(tmp_path, fmt):
                                                   rv_table(rows)))
     for cls, query, extra, rank, n in rows:
         print("  %-5s %-12s %s %s (%d results)" % ("#%d" % rank if rank else "miss", cls, query, " ".join(extra), n))
-
 
 
 # ---------------------------------------------------------------------------------------------
