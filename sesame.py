@@ -189,7 +189,7 @@ class ConfigError(SesameError):
     kind = "config"
 
 
-class IndexError_(SesameError):
+class StoreError(SesameError):
     kind = "index"
 
 
@@ -920,7 +920,7 @@ def load_forgotten(env=None):
     except (FileNotFoundError, NotADirectoryError):
         return []  # nothing forgotten (or no data directory yet: opening the index will say why)
     except (OSError, ValueError) as e:
-        raise IndexError_("cannot read %s: %s" % (forgotten_path(env), e), hint="fix or delete that file")
+        raise StoreError("cannot read %s: %s" % (forgotten_path(env), e), hint="fix or delete that file")
     return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
 
@@ -6524,7 +6524,7 @@ class Store:
             try:
                 os.makedirs(folder, mode=0o700, exist_ok=True)
             except OSError as e:
-                raise IndexError_("cannot create the data directory %s: %s" % (folder, e.strerror or e))
+                raise StoreError("cannot create the data directory %s: %s" % (folder, e.strerror or e))
         old_umask = os.umask(0o077)  # the index, its -wal and -shm: readable by the owner only
         try:
             return cls._connect(path)
@@ -6536,7 +6536,7 @@ class Store:
         try:
             con = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as e:
-            raise IndexError_("cannot open the index %s: %s" % (path, e))
+            raise StoreError("cannot open the index %s: %s" % (path, e))
         store = cls(con, path)
         try:
             check_fts5(con)
@@ -6552,7 +6552,7 @@ class Store:
                 return cls._rebuild_corrupt(path, e)
             if _is_readonly(e) and os.path.isfile(path):
                 return cls._connect_readonly(path, e)
-            raise IndexError_("cannot open the index %s: %s" % (path, e))
+            raise StoreError("cannot open the index %s: %s" % (path, e))
         return store
 
     @classmethod
@@ -6581,11 +6581,11 @@ class Store:
                 continue
             if version != SCHEMA_VERSION:
                 con.close()
-                raise IndexError_("the index %s cannot be written (%s) and needs a rebuild: it was written by "
+                raise StoreError("the index %s cannot be written (%s) and needs a rebuild: it was written by "
                                   "another Sesame (schema %s; this one reads %d)" % (path, exc, version, SCHEMA_VERSION),
                                   hint="make it writable, or point SESAME_DATA_DIR elsewhere")
             return store
-        raise IndexError_("cannot open the index %s: %s (read-only: %s)" % (path, exc, failure),
+        raise StoreError("cannot open the index %s: %s (read-only: %s)" % (path, exc, failure),
                           hint="check the permissions of %s and the files in it" % os.path.dirname(path))
 
     @classmethod
@@ -6598,7 +6598,7 @@ class Store:
                 if os.path.exists(path + ext):
                     os.replace(path + ext, aside + ext)
         except OSError as e:
-            raise IndexError_("the index %s is corrupt (%s) and cannot be moved aside: %s" % (path, exc, e),
+            raise StoreError("the index %s is corrupt (%s) and cannot be moved aside: %s" % (path, exc, e),
                               hint="delete it and run `sesame index --full`")
         _stderr("sesame: the index was corrupt (%s); moved it to %s and rebuilding" % (exc, aside))
         return cls._connect(path)
@@ -6611,7 +6611,7 @@ class Store:
 
     def _check_version(self, version):
         if version is not None and version > SCHEMA_VERSION:
-            raise IndexError_("the index %s was written by a newer Sesame (schema %d; this one reads %d)"
+            raise StoreError("the index %s was written by a newer Sesame (schema %d; this one reads %d)"
                               % (self.path, version, SCHEMA_VERSION),
                               hint="upgrade sesame, or point SESAME_DATA_DIR elsewhere")
 
@@ -7668,7 +7668,7 @@ class IndexLock:
         try:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as e:
-            raise IndexError_("cannot create the lock file %s: %s" % (self.path, e.strerror or e))
+            raise StoreError("cannot create the lock file %s: %s" % (self.path, e.strerror or e))
         finally:
             os.umask(old_umask)
         deadline = time.monotonic() + wait_seconds
@@ -9031,7 +9031,7 @@ def refresh_before_reading(ctx, store, first_use):
     except sqlite3.DatabaseError as e:  # full disk, read-only or damaged index: what is there still answers
         _stderr("sesame: cannot update the index (%s); using it as it is" % e)
         return
-    except IndexError_ as e:  # the lock file cannot be created (a read-only data directory)
+    except StoreError as e:  # the lock file cannot be created (a read-only data directory)
         _stderr("sesame: cannot update the index (%s); using it as it is" % e.message)
         return
     finally:
@@ -9647,14 +9647,14 @@ def cmd_index(args, ctx):
     store = ctx.store()
     try:
         if store.readonly:
-            raise IndexError_("the index %s cannot be written" % store.path,
+            raise StoreError("the index %s cannot be written" % store.path,
                               hint="check the permissions of %s and the files in it" % os.path.dirname(store.path))
         tty = sys.stderr.isatty() and not args.json
         lock = IndexLock(os.path.dirname(ctx.index_path))
         if not lock.acquire(0):
             _stderr("sesame: another sesame index is running; waiting for it to finish")
             if not lock.acquire(LOCK_WAIT_SECONDS):
-                raise IndexError_("another sesame index is still running after %ds" % LOCK_WAIT_SECONDS,
+                raise StoreError("another sesame index is still running after %ds" % LOCK_WAIT_SECONDS,
                                   hint="try again when it has finished")
         progress = _progress_printer(sys.stderr) if tty else None
         try:
@@ -9728,7 +9728,7 @@ def _save_forgotten(items, env, what):
     try:
         save_forgotten(items, env)
     except OSError as e:  # a full disk, a read-only data directory
-        raise IndexError_("cannot %s: cannot write %s: %s; nothing was changed" % (what, forgotten_path(env), e.strerror or e))
+        raise StoreError("cannot %s: cannot write %s: %s; nothing was changed" % (what, forgotten_path(env), e.strerror or e))
 
 
 def cmd_forget(args, ctx):
@@ -9772,9 +9772,9 @@ def cmd_forget(args, ctx):
         lock = IndexLock(os.path.dirname(ctx.index_path))
         try:
             if store.readonly:
-                raise IndexError_("cannot forget: the index %s cannot be written" % store.path)
+                raise StoreError("cannot forget: the index %s cannot be written" % store.path)
             if not lock.acquire(FORGET_LOCK_WAIT):
-                raise IndexError_("cannot forget: another sesame index is still running after %ds; nothing was "
+                raise StoreError("cannot forget: another sesame index is still running after %ds; nothing was "
                                   "forgotten" % FORGET_LOCK_WAIT, hint="try again when it has finished")
             try:
                 s = resolve_session(store.con, ref)
@@ -9797,13 +9797,13 @@ def cmd_forget(args, ctx):
                             save_forgotten(items, ctx.env)
                         except OSError:
                             pass
-                    raise IndexError_("cannot forget %s: %s; nothing was forgotten, the index is as it was"
+                    raise StoreError("cannot forget %s: %s; nothing was forgotten, the index is as it was"
                                       % (item["sessionId"], e), hint="free some disk space, or try again when "
                                                                      "other sesame processes have finished")
             try:
                 wipe_free_space(store)
             except sqlite3.Error as e:
-                raise IndexError_("forgot %s (no search finds it), but its text could not be wiped from the index "
+                raise StoreError("forgot %s (no search finds it), but its text could not be wiped from the index "
                                   "files yet: %s" % (item["sessionId"], e),
                                   hint="free disk space about the index's size, then run `sesame forget %s` again"
                                        % item["sessionId"])
@@ -9996,13 +9996,13 @@ def main(argv=None):
     except sqlite3.DatabaseError as e:
         msg = str(e).lower()
         if "full" in msg:
-            err = IndexError_("the disk is full: %s" % e, hint="free some space; the index is unchanged")
+            err = StoreError("the disk is full: %s" % e, hint="free some space; the index is unchanged")
         elif "readonly" in msg or "read-only" in msg:
-            err = IndexError_("the index cannot be written: %s" % e, hint="check the permissions of %s" % data_dir())
+            err = StoreError("the index cannot be written: %s" % e, hint="check the permissions of %s" % data_dir())
         elif _is_corrupt(e):
-            err = IndexError_("the index is damaged: %s" % e, hint="rebuild it with `sesame index --full`")
+            err = StoreError("the index is damaged: %s" % e, hint="rebuild it with `sesame index --full`")
         else:
-            err = IndexError_("the index is busy or unusable: %s" % e, hint="try again; if it persists run `sesame index --full`")
+            err = StoreError("the index is busy or unusable: %s" % e, hint="try again; if it persists run `sesame index --full`")
         if want_json:
             emit_json(error_json(err))
         _stderr("sesame: %s (%s)" % (err.message, err.hint))
