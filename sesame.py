@@ -6662,6 +6662,60 @@ class Store:
     def set_meta(self, key, value):
         self.con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", (key, str(value)))
 
+    # What status and sources read (the application layer runs no SQL of its own).
+
+    def agent_totals(self):
+        """[(agent, sessions, chunks, sessions kept from deleted files)], by agent."""
+        return self.con.execute("SELECT agent, count(*), coalesce(sum(chunk_count), 0), sum(deleted IS NOT NULL) "
+                                "FROM sessions GROUP BY agent ORDER BY agent").fetchall()
+
+    def unrecognized_records(self):
+        """[(parser id, {"types": {type: count}, "versions": [...]})] of the files whose parse met
+        records it did not know (see ParseReport.unrecognized)."""
+        out = []
+        for parser_id, unknown in self.con.execute("SELECT parser, unknown FROM files WHERE unknown IS NOT NULL"):
+            try:
+                seen = json.loads(unknown)
+            except ValueError:
+                continue
+            if isinstance(seen, dict):
+                out.append((parser_id, seen))
+        return out
+
+    def files_not_indexed(self, limit=1000):
+        """[(path, parser id, status, reason)] of the files that are neither indexed nor gone, and how many."""
+        where = "status NOT IN ('ok', 'deleted')"
+        rows = self.con.execute("SELECT path, parser, status, reason FROM files WHERE %s ORDER BY status, path LIMIT ?"
+                                % where, (limit,)).fetchall()
+        return rows, self.con.execute("SELECT count(*) FROM files WHERE %s" % where).fetchone()[0]
+
+    def session_count(self):
+        return self.con.execute("SELECT count(*) FROM sessions").fetchone()[0]
+
+    def last_seq(self, sid):
+        """The last chunk number of a session (row id), -1 when it has none."""
+        last = self.con.execute("SELECT max(seq) FROM chunks WHERE session=?", (sid,)).fetchone()[0]
+        return -1 if last is None else last
+
+    def chunks(self, sid, lo, hi):
+        """(seq, kind, role, tool, timestamp, text) of a session's chunks lo..hi, text unpacked."""
+        return [(seq, kind, role, tool, ts, unpack(text)) for seq, kind, role, tool, ts, text in self.con.execute(
+            "SELECT seq, kind, role, tool, ts, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? ORDER BY seq",
+            (sid, lo, hi))]
+
+    def read_again(self, paths):
+        """Have these files read again from the start at the next refresh."""
+        with self.transaction():
+            for path in paths:
+                self.con.execute("UPDATE files SET size=-1, checkpoint=NULL WHERE path=?", (db_path(path),))
+
+    def file_states(self):
+        """{parser id: Counter(file status -> count)}."""
+        out = collections.defaultdict(collections.Counter)
+        for parser_id, status, n in self.con.execute("SELECT parser, status, count(*) FROM files GROUP BY parser, status"):
+            out[parser_id][status or "ok"] += n
+        return out
+
     def size_bytes(self):
         return sum(os.path.getsize(self.path + ext) for ext in ("", "-wal") if os.path.exists(self.path + ext))
 
@@ -9061,7 +9115,7 @@ def refresh_before_reading(ctx, store, first_use):
             sys.stderr.write("\r\x1b[K")
     if summary is None and store.meta("built") is None:
         # Another process is building the very first index: what is there so far is partial.
-        n = store.con.execute("SELECT count(*) FROM sessions").fetchone()[0]
+        n = store.session_count()
         _stderr("sesame: another sesame process is building the index (%d sessions so far); waiting up to %ds"
                 % (n, FIRST_INDEX_WAIT))
         summary = refresh_index(ctx, store, wait_seconds=FIRST_INDEX_WAIT, quick=True)
@@ -9174,18 +9228,14 @@ def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, every
             refresh_before_reading(ctx, store, first_use)
         s = resolve_session(store.con, ref)
         s["short_id"] = short_id(store.con, s["session_id"])
-        last = (store.con.execute("SELECT max(seq) FROM chunks WHERE session=?", (s["id"],)).fetchone()[0])
-        last = -1 if last is None else last
+        last = store.last_seq(s["id"])
         lo, hi = 0, last
         if around is not None:
             if not 0 <= around <= last:
                 raise UsageError("--around %d is outside the session's chunks (0-%d)" % (around, last))
             lo, hi = max(0, around - context), min(last, around + context)
         chunks = []
-        for seq, kind, role, tool, ts, text in store.con.execute(
-                "SELECT seq, kind, role, tool, ts, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? "
-                "ORDER BY seq", (s["id"], lo, hi)):
-            text = unpack(text)
+        for seq, kind, role, tool, ts, text in store.chunks(s["id"], lo, hi):
             short = kind in COLLAPSIBLE and kind not in expand
             chunks.append({"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts,
                            "text": collapse(kind, text) if short else text, "collapsed": short})
@@ -9212,16 +9262,10 @@ def status_info(ctx):
             "sources": [s.as_json() for s in ctx.sources], "warnings": ctx.warnings}
     if store is not None:
         try:
-            con = store.con
-            per = {a: {"agent": a, "sessions": n, "chunks": c or 0, "deletedKept": d or 0} for a, n, c, d in con.execute(
-                "SELECT agent, count(*), sum(chunk_count), sum(deleted IS NOT NULL) FROM sessions "
-                "GROUP BY agent ORDER BY agent")}
-            for parser_id, unknown in con.execute("SELECT parser, unknown FROM files WHERE unknown IS NOT NULL"):
+            per = {a: {"agent": a, "sessions": n, "chunks": c or 0, "deletedKept": d or 0}
+                   for a, n, c, d in store.agent_totals()}
+            for parser_id, seen in store.unrecognized_records():
                 p = per.setdefault(parser_id, {"agent": parser_id, "sessions": 0, "chunks": 0, "deletedKept": 0})
-                try:
-                    seen = json.loads(unknown)
-                except ValueError:
-                    continue
                 counts = p.setdefault("unrecognizedRecords", {})
                 for kind, n in (seen.get("types") or {}).items():
                     counts[kind] = counts.get(kind, 0) + n
@@ -9232,17 +9276,16 @@ def status_info(ctx):
                 p["retention"] = parser.retention(ctx.env) if parser else None
                 if not p.get("unrecognizedRecords"):
                     p.pop("unrecognizedRecords", None)
+            rows, not_indexed_count = store.files_not_indexed()
             not_indexed = [{"path": shown_path(path), "agent": parser_id, "state": state, "reason": reason}
-                           for path, parser_id, state, reason in con.execute(
-                               "SELECT path, parser, status, reason FROM files WHERE status NOT IN ('ok', 'deleted') "
-                               "ORDER BY status, path LIMIT 1000")]
+                           for path, parser_id, state, reason in rows]
             info.update({
                 "indexBytes": store.size_bytes(),
                 "lastIndex": store.meta("last_index"),
                 "sessions": sum(p["sessions"] for p in per.values()),
                 "chunks": sum(p["chunks"] for p in per.values()),
-                "files": con.execute("SELECT count(*) FROM files").fetchone()[0],
-                "filesNotIndexed": con.execute("SELECT count(*) FROM files WHERE status NOT IN ('ok', 'deleted')").fetchone()[0],
+                "files": sum(sum(c.values()) for c in store.file_states().values()),
+                "filesNotIndexed": not_indexed_count,
                 "notIndexed": not_indexed,
                 "keepDeletedSessions": ctx.policy.keep_deleted,
                 "perAgent": list(per.values()),
@@ -9251,6 +9294,32 @@ def status_info(ctx):
         finally:
             store.close()
     return info
+
+
+def sources_info(ctx):
+    """What `sesame sources --json` prints: per agent, where it is looked for, how many files were
+    found there and what became of them (indexed, or not and why), and the sessions indexed."""
+    store = ctx.store(create=False)
+    files, sessions = {}, collections.Counter()
+    if store is not None:
+        try:
+            files = store.file_states()
+            sessions.update({agent: n for agent, n, _, _ in store.agent_totals()})
+        finally:
+            store.close()
+    configured = {}
+    for s in ctx.sources:
+        configured.setdefault(s.parser.id, []).append(s)
+    rows = []
+    for pid, parser in PARSERS.items():
+        roots = [s.path for s in configured[pid]] if pid in configured else parser.default_roots(ctx.env)
+        seen = files.get(pid, collections.Counter())
+        rows.append({"agent": pid, "name": parser.label, "locations": [{"path": r, "exists": os.path.exists(r)} for r in roots],
+                     "active": pid in configured, "filesFound": sum(seen.values()) - seen["deleted"],
+                     "filesIndexed": seen["ok"] + seen["damaged"],
+                     "filesNotIndexed": {k: seen[k] for k in ("skipped", "damaged", "unreadable") if seen[k]},
+                     "sessionsIndexed": sessions[pid]})
+    return rows
 
 
 def _changed_count(plan):
@@ -9782,9 +9851,7 @@ def cmd_forget(args, ctx):
         item = undone[0]
         store = ctx.store()
         try:
-            with store.transaction():  # every file that held a copy is read again at the next refresh
-                for path in set(item.get("files") or []) | {item.get("path")}:
-                    store.con.execute("UPDATE files SET size=-1, checkpoint=NULL WHERE path=?", (db_path(path),))
+            store.read_again(set(item.get("files") or []) | {item.get("path")})  # every file that held a copy
         finally:
             store.close()
         _save_forgotten([i for i in items if i is not item], ctx.env, "undo the forget")
@@ -9865,30 +9932,7 @@ def cmd_status(args, ctx):
 
 
 def cmd_sources(args, ctx):
-    """Per agent: where it is looked for, how many files were found there and what became of them
-    (indexed, or not and why), and the sessions indexed."""
-    store = ctx.store(create=False)
-    files, sessions = collections.defaultdict(collections.Counter), collections.Counter()
-    if store is not None:
-        try:
-            for agent, status, n in store.con.execute("SELECT parser, status, count(*) FROM files GROUP BY parser, status"):
-                files[agent][status or "ok"] += n
-            for agent, n in store.con.execute("SELECT agent, count(*) FROM sessions GROUP BY agent"):
-                sessions[agent] = n
-        finally:
-            store.close()
-    configured = {}
-    for s in ctx.sources:
-        configured.setdefault(s.parser.id, []).append(s)
-    rows = []
-    for pid, parser in PARSERS.items():
-        roots = [s.path for s in configured[pid]] if pid in configured else parser.default_roots(ctx.env)
-        seen = files.get(pid, collections.Counter())
-        rows.append({"agent": pid, "name": parser.label, "locations": [{"path": r, "exists": os.path.exists(r)} for r in roots],
-                     "active": pid in configured, "filesFound": sum(seen.values()) - seen["deleted"],
-                     "filesIndexed": seen["ok"] + seen["damaged"],
-                     "filesNotIndexed": {k: seen[k] for k in ("skipped", "damaged", "unreadable") if seen[k]},
-                     "sessionsIndexed": sessions[pid]})
+    rows = sources_info(ctx)
     if args.json:
         emit_json({"sources": rows})
         return EXIT_OK
