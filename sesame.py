@@ -1862,14 +1862,21 @@ class ClaudeCodeParser(Parser):
         return None
 
     @staticmethod
-    def _assistant(rec, ts, entries, messages, report):
+    def _message_blocks(rec, report, role):
+        """A record's message and its content as a list of blocks (a string is one text block);
+        (None, None) when there is nothing to read."""
         m = rec.get("message")
         if not isinstance(m, dict):
-            report.skip("malformed assistant record")
-            return
+            report.skip("malformed %s record" % role)
+            return None, None
         content = m.get("content")
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        if not isinstance(blocks, list):
+        return (m, blocks) if isinstance(blocks, list) else (None, None)
+
+    @classmethod
+    def _assistant(cls, rec, ts, entries, messages, report):
+        m, blocks = cls._message_blocks(rec, report, "assistant")
+        if m is None:
             return
         # Streaming writes one line per content block, all with the same message.id (and some versions
         # repeat earlier blocks): merge per message id and index each block once.
@@ -1906,13 +1913,8 @@ class ClaudeCodeParser(Parser):
                 state[slot] = entries.add(kind, text, ts=ts, role="assistant")
 
     def _user(self, rec, ts, entries, path, is_subagent, report):
-        m = rec.get("message")
-        if not isinstance(m, dict):
-            report.skip("malformed user record")
-            return
-        content = m.get("content")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        if not isinstance(blocks, list):
+        m, blocks = self._message_blocks(rec, report, "user")
+        if m is None:
             return
         origin = rec.get("origin") if isinstance(rec.get("origin"), dict) else {}
         if rec.get("isCompactSummary"):
