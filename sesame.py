@@ -1223,6 +1223,53 @@ def shell_quote(s):
     return s if re.fullmatch(r"[A-Za-z0-9_./:@%+=,-]+", s or "") else "'" + (s or "").replace("'", "'\\''") + "'"
 
 
+def read_pi_message(s, m, role, ts, calls, report):
+    """One `message` entry of the pi session format (pi, and OpenClaw which writes the same): user
+    text, assistant text / thinking / tool calls, a toolResult joined to its call through `calls`
+    ({call id: (chunk index, name, args)}), bashExecution, custom and hook messages."""
+    content = m.get("content")
+    if role == "user":
+        s.add("user", text_of(content), role="user", ts=ts)
+    elif role == "assistant":
+        texts, thinking, tool_calls = [], [], []
+        for block in content if isinstance(content, list) else [content]:
+            if isinstance(block, str):
+                texts.append(block)
+            elif not isinstance(block, dict):
+                continue
+            elif block.get("type") == "text" and isinstance(block.get("text"), str):
+                texts.append(block["text"])
+            elif block.get("type") == "thinking" and isinstance(block.get("thinking"), str):
+                thinking.append(block["thinking"])
+            elif block.get("type") == "toolCall":
+                tool_calls.append(block)
+        if thinking:
+            s.add("thinking", "\n".join(thinking), role="assistant", ts=ts)
+        if texts:
+            s.add("assistant", "\n".join(texts), role="assistant", ts=ts)
+        for block in tool_calls:  # after the text that announced them, as the agent showed them
+            name, args = str(block.get("name") or "tool"), block.get("arguments")
+            s.add("tool", tool_text(name, args), role="assistant", tool=name, path=tool_path(args), ts=ts)
+            if block.get("id"):
+                calls[block["id"]] = (len(s.chunks) - 1, name, args)
+    elif role == "toolResult":
+        output = text_of(content)
+        call = calls.pop(m.get("toolCallId"), None)
+        if call:
+            idx, name, args = call
+            s.chunks[idx].text = tool_text(name, args, output, bool(m.get("isError")))
+        else:
+            name = str(m.get("toolName") or "tool")
+            s.add("tool", tool_text(name, None, output, bool(m.get("isError"))), role="tool", tool=name, ts=ts)
+    elif role == "bashExecution":
+        args = {"command": m.get("command")}
+        s.add("tool", tool_text("bash", args, m.get("output") or ""), role="user", tool="bash", ts=ts)
+    elif role in ("custom", "hookMessage"):
+        s.add("custom", text_of(content), role="custom", ts=ts)
+    else:
+        report.skip("unknown message role")
+
+
 # Tool calls and commands (Claude Code, Codex and others).
 
 _UUID_RE = LazyPattern(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
@@ -1356,14 +1403,16 @@ def _db_columns(con, table):
     return [r[1] for r in con.execute("PRAGMA table_info(%s)" % table)]
 
 
-class _ToolCalls:
-    """Tool chunks of one session by call id, so that a result (or a late start event) updates the
-    call's chunk instead of adding a second one."""
+class ToolCalls:
+    """Tool chunks of one session by call id: the call adds a chunk, its result (or a late start
+    event with the arguments) rewrites that chunk instead of adding a second one. A repeated call id
+    is the same call; a result whose call is unknown becomes a chunk of its own when it says something."""
 
     def __init__(self, session):
         self.session, self.calls = session, {}
 
     def call(self, call_id, name, args, ts=None, role="assistant"):
+        name = str(name or "tool")
         if call_id and call_id in self.calls:
             entry = self.calls[call_id]
             if not entry["args"] and args:
@@ -1371,16 +1420,17 @@ class _ToolCalls:
                 self._render(entry)
             return
         s = self.session
+        before = len(s.chunks)
         s.add("tool", tool_text(name, args), role=role, tool=name, path=tool_path(args), ts=ts)
-        entry = {"idx": len(s.chunks) - 1, "name": name, "args": args, "output": None, "error": False}
-        if call_id:
-            self.calls[call_id] = entry
+        if call_id and len(s.chunks) > before:
+            self.calls[call_id] = {"idx": len(s.chunks) - 1, "name": name, "args": args, "output": None, "error": False}
 
     def result(self, call_id, output, is_error=False, name=None, ts=None):
         entry = self.calls.get(call_id) if call_id else None
         if entry is None:
-            name = name or "tool"
-            self.session.add("tool", tool_text(name, None, output, is_error), role="tool", tool=name, ts=ts)
+            if output or is_error:
+                name = str(name or "tool")
+                self.session.add("tool", tool_text(name, None, output, is_error), role="tool", tool=name, ts=ts)
             return
         entry["output"], entry["error"] = output, is_error
         self._render(entry)
@@ -1427,28 +1477,6 @@ def _out_text(v):
         return json.dumps(v, ensure_ascii=False)
     except (TypeError, ValueError):
         return str(v)
-
-
-class _Calls:
-    """Tool calls waiting for their result, by call id: the result rewrites the call's chunk."""
-
-    def __init__(self, s):
-        self.s, self.calls = s, {}
-
-    def call(self, call_id, name, args, ts, role="assistant"):
-        name = str(name or "tool")
-        self.s.add("tool", tool_text(name, args), role=role, tool=name, path=tool_path(args), ts=ts)
-        if call_id and self.s.chunks and self.s.chunks[-1].tool == name:
-            self.calls[call_id] = (len(self.s.chunks) - 1, name, args)
-
-    def result(self, call_id, output, is_error=False, name=None, ts=None):
-        c = self.calls.pop(call_id, None) if call_id else None
-        if c:
-            idx, cname, args = c
-            self.s.chunks[idx].text = cap_text(tool_text(cname, args, output, is_error), CHUNK_CAP)
-        elif output:
-            name = str(name or "tool")
-            self.s.add("tool", tool_text(name, None, output, is_error), role="tool", tool=name, ts=ts)
 
 
 _REMINDER_RE = LazyPattern(r"^\s*<system-reminder>.*?</system-reminder>\s*", re.S | re.I)
@@ -1552,7 +1580,7 @@ class PiParser(Parser):
                     if mts is not None and (state["last"] is None or mts > state["last"]):
                         state["last"] = mts
                 had_calls = bool(calls)
-                self._message(s, m, role, ts, calls, report)
+                read_pi_message(s, m, role, ts, calls, report)
                 if calls and not had_calls:
                     pending_since = line_no
             elif etype == "compaction" or etype == "branch_summary":
@@ -1622,50 +1650,6 @@ class PiParser(Parser):
             s.summary = meta["summary"].strip()
         tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
         s.labels = [t for t in [meta.get("description")] + tags if isinstance(t, str) and t.strip()]
-
-    @staticmethod
-    def _message(s, m, role, ts, calls, report):
-        content = m.get("content")
-        if role == "user":
-            s.add("user", text_of(content), role="user", ts=ts)
-        elif role == "assistant":
-            texts, thinking, tool_calls = [], [], []
-            for block in content if isinstance(content, list) else [content]:
-                if isinstance(block, str):
-                    texts.append(block)
-                elif not isinstance(block, dict):
-                    continue
-                elif block.get("type") == "text" and isinstance(block.get("text"), str):
-                    texts.append(block["text"])
-                elif block.get("type") == "thinking" and isinstance(block.get("thinking"), str):
-                    thinking.append(block["thinking"])
-                elif block.get("type") == "toolCall":
-                    tool_calls.append(block)
-            if thinking:
-                s.add("thinking", "\n".join(thinking), role="assistant", ts=ts)
-            if texts:
-                s.add("assistant", "\n".join(texts), role="assistant", ts=ts)
-            for block in tool_calls:  # after the text that announced them, as the agent showed them
-                name, args = str(block.get("name") or "tool"), block.get("arguments")
-                s.add("tool", tool_text(name, args), role="assistant", tool=name, path=tool_path(args), ts=ts)
-                if block.get("id"):
-                    calls[block["id"]] = (len(s.chunks) - 1, name, args)
-        elif role == "toolResult":
-            output = text_of(content)
-            call = calls.pop(m.get("toolCallId"), None)
-            if call:
-                idx, name, args = call
-                s.chunks[idx].text = tool_text(name, args, output, bool(m.get("isError")))
-            else:
-                name = str(m.get("toolName") or "tool")
-                s.add("tool", tool_text(name, None, output, bool(m.get("isError"))), role="tool", tool=name, ts=ts)
-        elif role == "bashExecution":
-            args = {"command": m.get("command")}
-            s.add("tool", tool_text("bash", args, m.get("output") or ""), role="user", tool="bash", ts=ts)
-        elif role in ("custom", "hookMessage"):
-            s.add("custom", text_of(content), role="custom", ts=ts)
-        else:
-            report.skip("unknown message role")
 
     def resume_command(self, session):
         return "pi --session %s" % shell_quote(session["path"])
@@ -4318,7 +4302,7 @@ class ClineParser(Parser):
         return None
 
     def _ui_messages(self, s, messages, report):
-        tools = _ToolCalls(s)
+        tools = ToolCalls(s)
         last_tool = None       # the command / MCP call whose output the next *_output record is
         last_text = None       # Cline repeats a completion as say and then ask: index it once
         for m in messages:
@@ -4372,7 +4356,7 @@ class ClineParser(Parser):
                 report.unrecognized(("ask " if m.get("ask") else "say ") + what)
 
     def _api_history(self, s, messages, report):
-        tools = _ToolCalls(s)
+        tools = ToolCalls(s)
         for m in messages:
             if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
                 report.skip("malformed message")
@@ -4422,7 +4406,7 @@ class ClineParser(Parser):
         title = _str(meta.get("title"))
         origin = data.get("origin") if isinstance(data.get("origin"), dict) else {}
         report.saw_version(origin.get("version"))
-        tools = _ToolCalls(s)
+        tools = ToolCalls(s)
         for m in data["messages"]:
             if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
                 report.skip("malformed message")
@@ -4578,7 +4562,7 @@ class CopilotParser(Parser):
             else os.path.splitext(os.path.basename(path))[0]
         top = Session(self.id, folder_id, path)
         sessions = {None: top}
-        tools = {None: _ToolCalls(top)}
+        tools = {None: ToolCalls(top)}
         subagent_names = {}
         thinking_seen = set()
         for _, e in iter_jsonl(path, report):
@@ -4607,7 +4591,7 @@ class CopilotParser(Parser):
             if sub not in sessions:
                 child = Session(self.id, None, path)   # id set once the parent's id is known
                 sessions[sub] = child
-                tools[sub] = _ToolCalls(child)
+                tools[sub] = ToolCalls(child)
             s, calls = sessions[sub], tools[sub]
             if etype in ("user.message", "assistant.message", "assistant.reasoning", "tool.execution_start",
                          "tool.execution_complete", "system.notification") or "compaction" in etype:
@@ -4735,7 +4719,7 @@ class AmpParser(Parser):
         s.cwd = self._cwd(data.get("env"))
         created = norm_time(data.get("created"))
         s.touch(created)
-        tools = _ToolCalls(s)
+        tools = ToolCalls(s)
         for m in data["messages"]:
             if not isinstance(m, dict):
                 report.skip("malformed message")
@@ -4858,7 +4842,7 @@ class GooseParser(Parser):
                 s.name = title if isinstance(title, str) and title.strip() and title != s.session_id else None
                 s.touch(self._utc(r.get("created_at")))
                 s.touch(self._utc(r.get("updated_at")))
-                sessions[s.session_id] = (s, _ToolCalls(s))
+                sessions[s.session_id] = (s, ToolCalls(s))
                 order.append(s)
             meta_col = "metadata_json" if "metadata_json" in mcols else "NULL"
             ts_col = "created_timestamp" if "created_timestamp" in mcols else ("timestamp" if "timestamp" in mcols else "NULL")
@@ -4923,7 +4907,7 @@ class GooseParser(Parser):
         s = Session(self.id, os.path.splitext(os.path.basename(path))[0], path)
         s.cwd = head.get("working_dir") or None
         s.name = head.get("description") or None
-        calls = _ToolCalls(s)
+        calls = ToolCalls(s)
         first = True
         for _, m in iter_jsonl(path, report):
             if first:   # the metadata line
@@ -4992,7 +4976,7 @@ class CrushParser(Parser):
                 s.touch(norm_time(r.get("updated_at")))
                 if r.get("summary_message_id"):
                     summaries.add(r["summary_message_id"])
-                sessions[sid] = (s, _ToolCalls(s))
+                sessions[sid] = (s, ToolCalls(s))
                 order.append(s)
             summary_col = "is_summary_message" if "is_summary_message" in mcols else "0"
             for mid, sid, role, parts, created, is_summary in con.execute(
@@ -5080,7 +5064,7 @@ class DroidParser(Parser):
 
     def _store(self, path, report):
         s = Session(self.id, os.path.splitext(os.path.basename(path))[0], path)
-        calls = _Calls(s)
+        calls = ToolCalls(s)
         for _, e in iter_jsonl(path, report):
             etype = e.get("type")
             if etype == "session_start":
@@ -5127,7 +5111,7 @@ class DroidParser(Parser):
 
     def _stream(self, path, report):
         s = Session(self.id, None, path)
-        calls = _Calls(s)
+        calls = ToolCalls(s)
         last_assistant = None
         for _, e in iter_jsonl(path, report):
             etype = e.get("type")
@@ -5276,7 +5260,7 @@ class QwenParser(Parser):
             s = sessions.get(sid)
             if s is None:
                 s = sessions[sid] = Session(self.id, sid, path)
-                calls[sid] = _Calls(s)
+                calls[sid] = ToolCalls(s)
             fork = r.get("forkedFrom")
             if isinstance(fork, dict):
                 # /branch copied this record from the parent: indexed there already.
@@ -5289,7 +5273,7 @@ class QwenParser(Parser):
                 if sub is None:
                     sub = sessions[key] = Session(self.id, key, path)
                     sub.parent = sid
-                    calls[key] = _Calls(sub)
+                    calls[key] = ToolCalls(sub)
                 s, sid = sub, key
             ts = norm_time(r.get("timestamp"))
             s.touch(ts)
@@ -5490,7 +5474,7 @@ class KimiParser(Parser):
                 s.name = _str(state.get("title"))
         s.cwd = _str(state.get("workDir"))
         created = norm_time(state.get("createdAt")) or norm_time(head.get("created_at"))
-        calls = _Calls(s)
+        calls = ToolCalls(s)
         last_part = None  # (step, part type) of the chunk that streamed parts extend
         steered = []      # steering input indexed from turn.steer, which the context may repeat
         for _, e in iter_jsonl(path, report):
@@ -5619,7 +5603,7 @@ class KimiParser(Parser):
             if title and title != "Untitled" and (state.get("title_generated") or legacy.get("title_generated")):
                 s.name = title
         s.cwd = self._work_dir(path, os.path.basename(os.path.dirname(session_dir)))
-        calls = _Calls(s)
+        calls = ToolCalls(s)
         last = None   # the chunk kind streamed content parts extend
         for _, e in iter_jsonl(path, report):
             m = e.get("message")
@@ -5680,7 +5664,7 @@ class KimiParser(Parser):
         """kimi-cli 0.x: the context file is the whole session (no times: the file's mtime stands in)."""
         s = Session(self.id, os.path.basename(path)[:-len(".jsonl")], path)
         s.cwd = self._work_dir(path, os.path.basename(os.path.dirname(os.path.abspath(path))))
-        calls = _Calls(s)
+        calls = ToolCalls(s)
         for _, m in iter_jsonl(path, report):
             role = m.get("role")
             if role == "user":
@@ -5777,7 +5761,7 @@ class OpenClawParser(Parser):
                     text = text_of(m.get("content"))
                     s.add("context" if self._injected(text) else "user", text, role="user", ts=mts)
                 elif role in ("assistant", "toolResult", "bashExecution"):
-                    PiParser._message(s, m, role, mts, calls, report)
+                    read_pi_message(s, m, role, mts, calls, report)
                 elif role == "system":
                     s.add("context", text_of(m.get("content")), role="system", ts=mts)
             elif etype in ("compaction", "branch_summary"):
@@ -5833,7 +5817,7 @@ class GrokParser(Parser):
         s.parent = _str(summary.get("parent_session_id")) or self._parent_from_siblings(sdir)
         created = norm_time(summary.get("created_at"))
         modified = norm_time(summary.get("last_active_at")) or norm_time(summary.get("updated_at"))
-        calls = _Calls(s)
+        calls = ToolCalls(s)
         for _, e in iter_jsonl(path, report):
             etype = e.get("type")
             if etype == "user":
@@ -5949,7 +5933,7 @@ class HermesParser(Parser):
         s.created = norm_time(d.get("session_start"))
         s.modified = norm_time(d.get("last_updated")) or s.created
         s.created = s.created or s.modified
-        calls = _Calls(s)
+        calls = ToolCalls(s)
         for m in d["messages"]:
             if isinstance(m, dict):
                 self._message(s, m, None, calls)
@@ -6027,7 +6011,7 @@ class HermesParser(Parser):
                     s.cwd = os.path.expanduser(cwd.strip())  # Hermes itself expands ~ here
                 s.touch(norm_time(started))
                 s.touch(norm_time(ended))
-                sessions[s.session_id] = [s, _Calls(s)]
+                sessions[s.session_id] = [s, ToolCalls(s)]
             q = "SELECT session_id, role, content, %s, %s, %s, %s, %s, %s FROM messages ORDER BY session_id, %s, id" % (
                 opt(mcols, "tool_call_id"), opt(mcols, "tool_calls"), opt(mcols, "tool_name"),
                 opt(mcols, "timestamp"), opt(mcols, "reasoning"), opt(mcols, "display_kind"),
@@ -6508,6 +6492,31 @@ def _is_readonly(exc):
     return any(s in msg for s in ("readonly", "read-only", "unable to open", "access permission denied"))
 
 
+# Chunk texts are stored zlib-compressed from COMPRESS_MIN characters on.
+COMPRESS_MIN = 1000  # shorter texts are stored as they are: zlib saves little there and costs ~10 us a call
+
+
+def pack(text):
+    return zlib.compress(text.encode("utf-8"), 1) if len(text) >= COMPRESS_MIN else text
+
+
+DAMAGED_CHUNK = "[damaged chunk: its stored text cannot be read; `sesame index --full` rebuilds it]"
+
+
+def unpack(value, strict=False):
+    """A chunk's stored text as a string. Compressed bytes that were damaged on disk read as
+    DAMAGED_CHUNK, so that show and search go on; `strict` (the index's own bookkeeping, which needs
+    the exact text) reports them as a damaged index instead, which `index --full` repairs."""
+    if not isinstance(value, bytes):
+        return value
+    try:
+        return zlib.decompress(value).decode("utf-8")
+    except (zlib.error, UnicodeDecodeError) as e:
+        if strict:
+            raise sqlite3.DatabaseError("database disk image is malformed: a stored chunk is damaged (%s)" % e)
+        return DAMAGED_CHUNK
+
+
 class Store:
     """The index database. Open with Store.open(); every write goes through `transaction()`.
     `readonly` is set when the index can be read but not written (see _connect_readonly)."""
@@ -6756,30 +6765,6 @@ def now_utc():
 # ==================================================================================================
 # Indexer: discover files, decide what changed, parse, write in transactions
 # ==================================================================================================
-
-
-COMPRESS_MIN = 1000  # shorter texts are stored as they are: zlib saves little there and costs ~10 us a call
-
-
-def pack(text):
-    return zlib.compress(text.encode("utf-8"), 1) if len(text) >= COMPRESS_MIN else text
-
-
-DAMAGED_CHUNK = "[damaged chunk: its stored text cannot be read; `sesame index --full` rebuilds it]"
-
-
-def unpack(value, strict=False):
-    """A chunk's stored text as a string. Compressed bytes that were damaged on disk read as
-    DAMAGED_CHUNK, so that show and search go on; `strict` (the index's own bookkeeping, which needs
-    the exact text) reports them as a damaged index instead, which `index --full` repairs."""
-    if not isinstance(value, bytes):
-        return value
-    try:
-        return zlib.decompress(value).decode("utf-8")
-    except (zlib.error, UnicodeDecodeError) as e:
-        if strict:
-            raise sqlite3.DatabaseError("database disk image is malformed: a stored chunk is damaged (%s)" % e)
-        return DAMAGED_CHUNK
 
 
 def label_text(s):
