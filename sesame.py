@@ -4935,10 +4935,11 @@ class CrushParser(Parser):
     ("agent" tool) sessions point to their parent; the "title-<id>" sessions Crush creates only to
     generate a title repeat the first prompt and are skipped. Crush keeps no global store: the
     database sits in each project's `.crush` folder, so it is found under configured folders, and
-    the cwd is that project folder (or `started_in` where a build records it).
+    the cwd is `sessions.workspace_cwd` (added in 2026-03), else that project folder (or `started_in`
+    where a build records it).
     """
 
-    id, label, version = "crush", "Crush", 1
+    id, label, version = "crush", "Crush", 2
     # Parts with nothing to search: the end of a turn, images and binary attachments.
     IGNORED_PARTS = frozenset({"finish", "image_url", "binary"})
 
@@ -4970,7 +4971,9 @@ class CrushParser(Parser):
                     continue
                 s = Session(self.id, sid, path)
                 s.parent = r.get("parent_session_id") or None
-                s.cwd = r.get("started_in") or project
+                # workspace_cwd: the folder the session ran in (Crush 2026-03 on); the project's own
+                # folder (where .crush sits) before that.
+                s.cwd = r.get("workspace_cwd") or r.get("started_in") or project
                 s.name = r["title"] if r.get("title") not in CRUSH_DEFAULT_TITLES and isinstance(r.get("title"), str) else None
                 s.touch(norm_time(r.get("created_at")))
                 s.touch(norm_time(r.get("updated_at")))

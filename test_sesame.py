@@ -2784,6 +2784,18 @@ def am_crush_db(path):
     return path
 
 
+def test_crush_reads_the_workspace_cwd_that_newer_releases_record(tmp_path):
+    # Crush's migration 20260324000000_add_workspace_cwd_to_sessions: the folder the session ran in.
+    db = am_crush_db(tmp_path / "kdl" / ".crush" / "crush.db")
+    con = sqlite3.connect(str(db))
+    con.execute("ALTER TABLE sessions ADD COLUMN workspace_cwd TEXT")
+    con.execute("UPDATE sessions SET workspace_cwd = '/home/u/kdl/Sources' WHERE id = 's1'")
+    con.commit()
+    con.close()
+    main, sub = parse_file("crush", db)
+    assert main.cwd == "/home/u/kdl/Sources" and sub.cwd == str(tmp_path / "kdl")
+
+
 def test_crush_sessions_subagents_title_sessions_and_tools(tmp_path):
     sessions = parse_file("crush", am_crush_db(tmp_path / "kdl" / ".crush" / "crush.db"))
     assert [s.session_id for s in sessions] == ["s1", "call_7"]     # "title-" sessions are skipped
