@@ -7441,7 +7441,10 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
         # leave at once when nothing changed. (Callers hold the index lock, so the plan stays true.)
         plan = plan_index(store, sources, summary, policy, quick, cwd)
         _count(summary, plan)
-        if not plan:
+        # Nothing to read, and the freshness records hold: leave. (After an upgrade that changed a
+        # parser's version, a full look that finds nothing must still record the new sources key,
+        # or every later search would look at every file again.)
+        if not plan and not (plan.full and store.meta("sources") != sources_key(sources)):
             _save_sweep(store, plan)
             summary.seconds = time.monotonic() - t0
             return summary

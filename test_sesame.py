@@ -973,6 +973,23 @@ def test_pi_session_metadata_is_indexed_with_the_name_and_changes_are_picked_up(
     assert search_ids(capsys, "echidna") == ["meta-1"] and search_ids(capsys, "platypus") == []
 
 
+def test_after_a_parser_upgrade_searches_go_back_to_the_quick_refresh(env, capsys, monkeypatch):
+    # A new Sesame whose parser version changed makes the next refresh look at every file; once that
+    # found nothing to read, the records must say so, or every search would stat every file forever.
+    path = PiWriter(env, "upg-1").user("the narwhal tusk").save()
+    for p in (path, os.path.dirname(path), str(env)):   # an old history: folders not touched for long
+        os.utime(p, (1.7e9, 1.7e9))
+    run(capsys, "index")
+    monkeypatch.setattr(PARSERS["crush"], "version", PARSERS["crush"].version + 100)   # no Crush files here
+    calls = []
+    real = sesame.plan_full
+    monkeypatch.setattr(sesame, "plan_full", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert search_ids(capsys, "narwhal") == ["upg-1"]
+    assert search_ids(capsys, "narwhal") == ["upg-1"]
+    assert search_ids(capsys, "narwhal") == ["upg-1"]
+    assert len(calls) == 1   # the first search after the upgrade only
+
+
 def test_a_sessions_meta_folder_created_after_a_long_running_process_started_is_read(env, capsys):
     # `watch` and `mcp` live for days: what a parser learnt about folders lasts one index run only.
     PiWriter(env, "late-1").user("refactor the module").save()
