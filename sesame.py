@@ -8417,8 +8417,9 @@ def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION
     scored = [(w, seq, matcher.spans(text), kind, role, tool, ts, text)
               for w, seq, kind, role, tool, ts, text in scored[:limit]]
     coverage = max((Matcher.coverage(x[2]) for x in scored), default=0)
+    # "_words": the text each match found, for matchedWords (taken out by result_json).
     matches = [{"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts, "score": round(w, 3),
-                "snippet": Matcher.snippet(text, spans)}
+                "snippet": Matcher.snippet(text, spans), "_words": {text[a:b].lower() for a, b, _ in spans}}
                for w, seq, spans, kind, role, tool, ts, text in scored[:limit]]
     if not matches and not filters.tools_only:
         # Found by its name (or summary) alone: that is the match to show (it has no chunk: seq null).
@@ -8426,7 +8427,8 @@ def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION
         spans = matcher.spans(label)
         if spans:
             matches.append({"seq": None, "kind": "name", "role": None, "tool": None, "timestamp": None,
-                            "score": 0.0, "snippet": Matcher.snippet(label, spans)})
+                            "score": 0.0, "snippet": Matcher.snippet(label, spans),
+                            "_words": {label[a:b].lower() for a, b, _ in spans}})
     return matches, coverage
 
 
@@ -8606,7 +8608,7 @@ def result_json(con, s, score, stage, matches, every_word_known=True):
         "cwd": s["cwd"], "name": s["name"], "score": float("%.4g" % score),
         "matchedAllTerms": stage == 0 and every_word_known,
         "stage": STAGE_NAMES[stage],
-        "matchedWords": sorted({w.lower() for m in matches for w in re.findall(r"\*\*(.+?)\*\*", m["snippet"])}),
+        "matchedWords": sorted({w for m in matches for w in m.pop("_words", ())}),
         "created": s["created"], "modified": s["modified"], "parent": s["parent"],
         "matchedSnippet": snippet,
         "matches": matches,

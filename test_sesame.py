@@ -973,6 +973,12 @@ def test_pi_session_metadata_is_indexed_with_the_name_and_changes_are_picked_up(
     assert search_ids(capsys, "echidna") == ["meta-1"] and search_ids(capsys, "platypus") == []
 
 
+def test_matched_words_are_what_matched_not_what_looks_like_a_highlight(env, capsys):
+    PiWriter(env, "kw-1").user("pass options as **kwargs to the okapi loader").save()
+    r = json.loads(run(capsys, "search", "okapi", "--json", "--fields", "full")[1])["results"][0]
+    assert r["matchedWords"] == ["okapi"]
+
+
 def test_after_a_parser_upgrade_searches_go_back_to_the_quick_refresh(env, capsys, monkeypatch):
     # A new Sesame whose parser version changed makes the next refresh look at every file; once that
     # found nothing to read, the records must say so, or every search would stat every file forever.
