@@ -412,9 +412,9 @@ def load_config(env=None):
 
 
 def _unknown_keys(obj, known, where, warn):
-    import difflib
     for key in obj:
         if key not in known:
+            import difflib
             close = difflib.get_close_matches(key, known, 1, 0.6)
             warn("%s: unknown key %r, ignored%s" % (where, key, "; did you mean %r?" % close[0] if close else ""))
 
@@ -7852,6 +7852,7 @@ class Query:
     def __init__(self, text):
         self.text = text
         self.words, self.excluded = [], []
+        self.typed = []  # the words in the order typed, repeats kept (for the phrase check)
         clean = re.sub(r"[\x00-\x1f\x7f]", " ", text)
         seen = set()
         for m in _QUERY_CHUNK.finditer(clean):
@@ -7868,6 +7869,8 @@ class Query:
                     prefix = False
             if not fts_tokens(core):
                 continue
+            if not neg:
+                self.typed.append(core)
             key = (neg, core.lower(), prefix)
             if key in seen:
                 continue
@@ -8515,7 +8518,10 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
         raise SesameError("search failed: %s" % e, hint="report this query; it should have been made safe")
 
 
-PHRASE_SECONDS = 0.02  # the phrase check is a boost: given up (no boost) when it takes longer
+# The phrase check is a boost: given up (no boost) when reading its rows takes longer. (The handler
+# runs between SQLite's steps; FTS5's work inside one step, comparing the position lists of words
+# found in most documents, cannot be cut: 5-45 ms for common words at 1 GB.)
+PHRASE_SECONDS = 0.02
 
 
 def _docs_with_phrase(con, phrase, docs):
@@ -8550,10 +8556,11 @@ def _rerank(con, candidates, query, matcher, filters, matches):
       together (a window of about 400 characters), BM25 breaking ties, and come first.
     The candidates re-ranked are the first of each stage whatever page is asked for, so paging
     stays exact."""
-    words = [w for w in query.words if not w.dropped]
+    dropped = {w.text.lower() for w in query.words if w.dropped}
+    typed = [t for t in query.typed[:MAX_QUERY_TERMS] if t.lower() not in dropped]
     phrase = None
-    if 2 <= len(words) <= 8 and not any(w.prefix for w in words):
-        phrase = '"%s"' % " ".join(w.text for w in words).replace('"', '""')
+    if 2 <= len(typed) <= 8 and not any(w.prefix for w in query.words):
+        phrase = '"%s"' % " ".join(typed).replace('"', '""')
     top = candidates[:RERANK_TOP]
     if phrase and top:
         with_phrase = _docs_with_phrase(con, phrase, {c.doc for c in top})
@@ -9389,6 +9396,10 @@ def argument_parser(**kw):
     instead of printing usage and exiting, and that asks for the terminal's width only when help
     is printed (argparse asks, importing shutil, for every argument added)."""
     import argparse
+    # Sesame speaks English; argparse would look for a translation catalogue on disk for each of
+    # its strings (a dozen file checks, 2-3 ms of every start).
+    argparse._ = str
+    argparse.ngettext = lambda singular, plural, n: singular if n == 1 else plural
 
     class _ArgParser(argparse.ArgumentParser):
         def error(self, message):
@@ -9965,7 +9976,8 @@ def build_parser(command=None):
     p = argument_parser(prog="sesame", description=__doc__.split("\n\n")[1].replace("\n", " "),
                         epilog="Exit codes: 0 success (also when nothing matched), 1 error, 2 usage error.")
     p.add_argument("--version", action="version", version="sesame " + __version__)
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=type(p))
+    # prog given: otherwise argparse formats the usage (and asks for the terminal's width) to make it
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=type(p), prog="sesame")
     for name, (help_text, run) in COMMANDS.items():
         if command in (None, name):
             sp = sub.add_parser(name, help=help_text, formatter_class=p.formatter_class)

@@ -4244,6 +4244,16 @@ def test_relaxed_query_still_returns_sessions_with_most_words(corpus, capsys):
     assert results[0]["sessionId"] == "cdcd8888-k8s" and results[0]["matchedAllTerms"] is False
 
 
+def test_words_typed_together_rank_first_even_with_a_repeated_word(env, capsys):
+    """The phrase boost compares the query as typed: "the" twice in it is still the phrase."""
+    PiWriter(env, "exact").user("How do we fix the error in the test for the parser?").assistant("Done.").save()
+    w = PiWriter(env, "scattered")
+    for _ in range(4):
+        w.user("The error shows in one test; fix that test.").assistant("The test error: a fix for the error.")
+    w.save()
+    assert search_ids(capsys, "fix the error in the test")[0] == "exact"
+
+
 def test_phrase_prefix_and_exclusion(corpus, capsys):
     assert search_ids(capsys, '"image carousel"') == ["bbbb2222-carousel"]
     assert search_ids(capsys, '"carousel image"') == []
