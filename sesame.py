@@ -7898,8 +7898,9 @@ class Query:
         return content or words
 
     def stages(self):
-        """[(expression, None)] from strict to loose: every telling word, all but one, any.
-        Sessions found by an earlier stage rank above those only a later one finds.
+        """[(name, FTS5 expression)] from strict to loose: the words written together as typed (a
+        phrase: an error message, the parts of a camelCase name), every telling word, all but one,
+        any. Sessions found by an earlier stage rank above those only a later one finds.
 
         A word found in more than half of the ranking documents cannot tell sessions apart: BM25
         gives it no weight, and long sessions hold it anyway, so requiring it would put any long
@@ -7910,6 +7911,10 @@ class Query:
         words = self.ranking_words()
         if not words:
             return []
+        out = []
+        phrase = self.phrase()
+        if phrase:
+            out.append(("words together", phrase))
         keep = {i for i, w in enumerate(words) if not w.common}
         for _, i in sorted((w.df or 0, i) for i, w in enumerate(words) if w.common):
             if len(keep) >= min(2, len(words)):
@@ -7918,12 +7923,21 @@ class Query:
         words = [w for i, w in enumerate(words) if i in keep]
         double = any(w.expansions for w in words)
         t = [w.group(double) for w in words]
-        out = [(" AND ".join(t), None)]
+        out.append(("all words", " AND ".join(t)))
         if 3 <= len(t) <= 8:
-            out.append((" OR ".join("(%s)" % " AND ".join(t[:i] + t[i + 1:]) for i in range(len(t))), None))
+            out.append(("all words but one", " OR ".join("(%s)" % " AND ".join(t[:i] + t[i + 1:]) for i in range(len(t)))))
         if len(t) >= 2:
-            out.append((" OR ".join(t), None))
+            out.append(("some words", " OR ".join(t)))
         return out
+
+    def phrase(self):
+        """The query as one FTS5 phrase, its words in the order typed (repeats kept, words the index
+        does not have left out), or None: for 2-8 words without a prefix* or a "quoted phrase"."""
+        dropped = {w.text.lower() for w in self.words if w.dropped}
+        typed = [t for t in self.typed[:MAX_QUERY_TERMS] if t.lower() not in dropped]
+        if 2 <= len(typed) <= 8 and not any(w.prefix for w in self.words):
+            return '"%s"' % " ".join(typed).replace('"', '""')
+        return None
 
     def notes(self):
         """What was searched besides the words as typed: [{"word", "searched", "why"}]."""
@@ -8048,6 +8062,8 @@ class Matcher:
     def __init__(self, query):
         self.forms = []  # (word index, [stems], prefix)
         words = query.words
+        # each one-token word as typed: a match of that very form says more than one of its stem
+        self.typed = {i: w.tokens[0] for i, w in enumerate(words) if len(w.tokens) == 1 and not w.prefix}
         content = {i for i, w in enumerate(words) if not w.stop and not w.dropped}
         for i, w in enumerate(words):
             if content and i not in content:
@@ -8314,21 +8330,21 @@ def _doc_weights():
     return ", ".join(str(DOC_WEIGHTS[c]) for c in DOC_COLUMNS)
 
 
-STAGE_NAMES = ("all words", "all words but one", "some words")
-RERANK_TOP = 30         # candidates re-ranked by phrase (see _rerank)
-PHRASE_BOOST = 1.0      # the query's words written together, in order, double a session's score
 LONG_QUESTION = 5       # ranking words from which a query is a long question (see _rerank)
 LONG_RERANK = 6         # candidates of each stage re-ranked by proximity for a long question
+PROXIMITY_WORDS = 3     # from 3 words, the first PROXIMITY_TOP are re-ranked by proximity within their stage
+PROXIMITY_TOP = 10
 
 
 class Candidate:
     """A session the ranking found: its row id, bm25 score (positive, higher is better), the stage
     that found it, and its best part's chunk range; matches are found when it is shown."""
 
-    __slots__ = ("sid", "score", "stage", "part", "doc", "key", "matches", "coverage")
+    __slots__ = ("sid", "score", "stage", "stage_name", "part", "doc", "key", "matches", "coverage")
 
-    def __init__(self, sid, score, stage, part, doc, key):
-        self.sid, self.score, self.stage, self.part, self.doc, self.key = sid, score, stage, part, doc, key
+    def __init__(self, sid, score, stage, stage_name, part, doc, key):
+        self.sid, self.score, self.stage, self.stage_name = sid, score, stage, stage_name
+        self.part, self.doc, self.key = part, doc, key
         self.matches = self.coverage = None
 
 
@@ -8351,24 +8367,18 @@ def ranked_sessions(con, query, filters, need, per_stage=0):
         params = params + [" OR ".join(query.excluded)]
     sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id "
            "FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
-           "WHERE docs_fts MATCH ?%%s%s%s ORDER BY score, d.session LIMIT ?") % (_doc_weights(), where, exclude)
-    # The filter must not be handed to FTS5 as a rowid constraint (it would run the query once per
-    # row): the unary + keeps it a plain test on the rows the scored expression found.
-    filtered = sql % " AND +docs_fts.rowid IN (SELECT rowid FROM docs_fts WHERE docs_fts MATCH ?)"
-    plain = sql % ""
+           "WHERE docs_fts MATCH ?%s%s ORDER BY score, d.session LIMIT ?") % (_doc_weights(), where, exclude)
     out, seen, keys = [], set(), set()
-    for stage, (expr, condition) in enumerate(query.stages()):
+    for stage, (name, expr) in enumerate(query.stages()):
         if filters.tools_only:
             expr = "{tools parts} : (%s)" % expr
-            condition = condition and "{tools parts} : (%s)" % condition
         want = max(need - len(out), per_stage)
         limit = min(max(2 * want, 20), 1 << 62)
         deadline = time.monotonic() + STAGE_SECONDS
         con.set_progress_handler(lambda: time.monotonic() > deadline, 20000)
         try:
             while True:
-                args = [expr] + ([condition] if condition else []) + params + [limit]
-                rows = con.execute(filtered if condition else plain, args).fetchall()
+                rows = con.execute(sql, [expr] + params + [limit]).fetchall()
                 fresh = {r[0] for r in rows if r[0] not in seen and (r[4], r[5]) not in keys}
                 if len(fresh) >= want or len(rows) < limit:
                     break
@@ -8383,7 +8393,7 @@ def ranked_sessions(con, query, filters, need, per_stage=0):
             if sid not in seen and (agent, session_id) not in keys:
                 seen.add(sid)
                 keys.add((agent, session_id))
-                out.append(Candidate(sid, -score, stage, (first, last), doc, (agent, session_id)))
+                out.append(Candidate(sid, -score, stage, name, (first, last), doc, (agent, session_id)))
         if len(out) >= need and not per_stage:
             break
     return out
@@ -8419,7 +8429,8 @@ def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION
                     key=lambda x: (-x[0], x[1]))
     scored = [(w, seq, matcher.spans(text), kind, role, tool, ts, text)
               for w, seq, kind, role, tool, ts, text in scored[:limit]]
-    coverage = max((Matcher.coverage(x[2]) for x in scored), default=0)
+    coverage = max(((Matcher.coverage(x[2]), len({i for a, b, i in x[2] if x[7][a:b].lower() == matcher.typed.get(i)}))
+                    for x in scored), default=(0, 0))
     # "_words": the text each match found, for matchedWords (taken out by result_json).
     matches = [{"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts, "score": round(w, 3),
                 "snippet": Matcher.snippet(text, spans), "_words": {text[a:b].lower() for a, b, _ in spans}}
@@ -8511,65 +8522,29 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
             if shown > (offset if verify else 0) + limit:
                 yield None  # one more exists
                 return
-            yield s, c.score, c.stage, c.matches
+            yield s, c.score, c.stage_name, c.matches
     except sqlite3.OperationalError as e:
         if _is_corrupt(e):
             raise
         raise SesameError("search failed: %s" % e, hint="report this query; it should have been made safe")
 
 
-# The phrase check is a boost: given up (no boost) when reading its rows takes longer. (The handler
-# runs between SQLite's steps; FTS5's work inside one step, comparing the position lists of words
-# found in most documents, cannot be cut: 5-45 ms for common words at 1 GB.)
-PHRASE_SECONDS = 0.02
-
-
-def _docs_with_phrase(con, phrase, docs):
-    """Which of these ranking documents hold the phrase. One plain phrase query over the index, read
-    until every document is seen: FTS5 answers it from its doclists in a few milliseconds, while the
-    same query restricted to the documents (`rowid IN (...)`, or one `rowid = ?` each) is evaluated
-    per document and costs ten to fifty times more when the words are common."""
-    found = set()
-    deadline = time.monotonic() + PHRASE_SECONDS
-    con.set_progress_handler(lambda: time.monotonic() > deadline, 20000)
-    try:
-        for (rowid,) in con.execute("SELECT rowid FROM docs_fts WHERE docs_fts MATCH ?", (phrase,)):
-            if rowid in docs:
-                found.add(rowid)
-                if len(found) == len(docs):
-                    break
-    except sqlite3.OperationalError:
-        pass  # interrupted: no boost this time
-    finally:
-        con.set_progress_handler(None, 0)
-    return found
-
-
 def _rerank(con, candidates, query, matcher, filters, matches):
-    """Re-rank the first candidates by what BM25 does not see.
-
-    - The query's words written together, in order, as the user typed them (an error message, the
-      words of a snake_case or camelCase name) multiply a session's score by 1 + PHRASE_BOOST.
-    - A long question (LONG_QUESTION words or more) is rarely answered by a session holding every
-      one of its words: long sessions hold them all, scattered. So its first LONG_RERANK candidates
-      of each stage are ordered by how many different query words their best chunks hold close
-      together (a window of about 400 characters), BM25 breaking ties, and come first.
-    The candidates re-ranked are the first of each stage whatever page is asked for, so paging
-    stays exact."""
-    dropped = {w.text.lower() for w in query.words if w.dropped}
-    typed = [t for t in query.typed[:MAX_QUERY_TERMS] if t.lower() not in dropped]
-    phrase = None
-    if 2 <= len(typed) <= 8 and not any(w.prefix for w in query.words):
-        phrase = '"%s"' % " ".join(typed).replace('"', '""')
-    top = candidates[:RERANK_TOP]
-    if phrase and top:
-        with_phrase = _docs_with_phrase(con, phrase, {c.doc for c in top})
-        for c in top:
-            if c.doc in with_phrase:
-                c.score *= 1 + PHRASE_BOOST
-    top.sort(key=lambda c: (c.stage, -c.score))
-    candidates[:RERANK_TOP] = top
-    if len(query.ranking_words()) < LONG_QUESTION:
+    """Re-rank by what BM25 does not see: a long question (LONG_QUESTION words or more) is rarely
+    answered by a session holding every one of its words: long sessions hold them all, scattered.
+    So its first LONG_RERANK candidates of each stage are ordered by how many different query words
+    their best chunks hold close together (a window of about 400 characters), BM25 breaking ties,
+    and come first. The candidates re-ranked are the first of each stage whatever page is asked
+    for, so paging stays exact."""
+    n_words = len(query.ranking_words())
+    if n_words < LONG_QUESTION:
+        if n_words >= PROXIMITY_WORDS:
+            head = [c for c in candidates[:PROXIMITY_TOP] if c.stage_name in ("words together", "all words")]
+            for c in head:
+                if c.matches is None:
+                    c.matches, c.coverage = best_matches(con, session_row(con, c.sid), c.part, matcher, filters, limit=matches)
+            head.sort(key=lambda c: (c.stage, -c.coverage[0], -c.coverage[1], -c.score))
+            candidates[:len(head)] = head
         return
     per_stage = collections.Counter()
     pool = []
@@ -8580,7 +8555,7 @@ def _rerank(con, candidates, query, matcher, filters, matches):
     for c in pool:
         c.matches, c.coverage = best_matches(con, session_row(con, c.sid), c.part, matcher, filters, limit=matches)
     chosen = set(id(c) for c in pool)
-    pool.sort(key=lambda c: (-c.coverage, c.stage, -c.score))
+    pool.sort(key=lambda c: (-c.coverage[0], -c.coverage[1], c.stage, -c.score))
     candidates[:] = pool + [c for c in candidates if id(c) not in chosen]
 
 
@@ -8613,8 +8588,8 @@ def result_json(con, s, score, stage, matches, every_word_known=True):
         "sessionId": s["session_id"], "shortId": short_id(con, s["session_id"]), "source": s["agent"],
         "agent": s["agent"], "path": s["path"],
         "cwd": s["cwd"], "name": s["name"], "score": float("%.4g" % score),
-        "matchedAllTerms": stage == 0 and every_word_known,
-        "stage": STAGE_NAMES[stage],
+        "matchedAllTerms": stage in ("words together", "all words") and every_word_known,
+        "stage": stage,
         "matchedWords": sorted({w for m in matches for w in m.pop("_words", ())}),
         "created": s["created"], "modified": s["modified"], "parent": s["parent"],
         "matchedSnippet": snippet,

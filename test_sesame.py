@@ -4320,6 +4320,56 @@ def test_a_query_of_common_words_still_ranks_by_those_words(vocab_corpus, capsys
     assert len(data["results"]) >= 3 and data["hasMore"]
 
 
+def test_the_words_written_together_rank_first_even_when_each_is_common_elsewhere(env, capsys):
+    """The parts of getInitialColorScheme, asked as "initial color scheme", find the session that has
+    the name, although other sessions say each word more often (the phrase stage)."""
+    for i in range(4):
+        w = PiWriter(env, "talk-%d" % i, cwd="/home/dev/ui%d" % i)
+        w.user("The initial colour of the color picker: the color scheme and the initial scheme.")
+        w.assistant("The color scheme is initial; scheme and color come from the initial theme.").save()
+    w = PiWriter(env, "target", cwd="/home/dev/web")
+    w.user("Dark mode flickers on first paint.")
+    w.tool("edit", {"path": "src/theme.tsx", "newText": "useState(getInitialColorScheme())"}, "ok")
+    w.assistant("Reading the theme before hydration now.").save()
+    data = search_json(capsys, "initial color scheme")
+    assert data["results"][0]["sessionId"] == "target"
+    assert data["results"][0]["stage"] == "words together"
+    assert data["results"][0]["matchedAllTerms"] is True
+
+
+def test_among_sessions_with_every_word_the_one_holding_them_together_as_typed_ranks_first(env, capsys):
+    """"acquirer timeout seconds": a session saying the three words in one sentence ranks above
+    sessions saying them (or "acquire", the same stem) far apart and more often; and a word left out
+    of the stages as common ("tests") still orders the sessions that have the others."""
+    for i in range(6):
+        w = PiWriter(env, "apart-%d" % i, cwd="/home/dev/lib%d" % i)
+        w.user("acquire the lock, acquire it again, then acquire the next one.")
+        w.assistant("Unrelated talk about the weather. " * 20 + "The timeout is long; raise the timeout.")
+        w.user("Unrelated talk about the garden. " * 20 + "It takes seconds, many seconds.").save()
+    w = PiWriter(env, "together", cwd="/home/dev/pay")
+    for i in range(8):
+        w.user("Let's go on with the payment cleanup, step %d." % i).assistant("Done with step %d of the cleanup." % i)
+    w.user("What did we agree with the payment provider?")
+    w.assistant("We set the acquirer call timeout to 8 seconds, with one retry.").save()
+    assert search_ids(capsys, "acquirer timeout seconds")[0] == "together"
+
+
+def test_a_common_word_still_orders_the_sessions_holding_the_telling_ones(env, capsys):
+    for i in range(6):
+        w = PiWriter(env, "tests-%d" % i, cwd="/home/dev/sync")
+        w.user("Run the tests %d." % i).assistant("The tests pass.").save()
+    w = PiWriter(env, "upload-write", cwd="/home/dev/sync")
+    w.user("The worker uploads a file twice.")
+    w.tool("write", {"path": "worker.py", "content": "def skip_upload(entry): return entry.sha in SEEN"}, "ok")
+    w.assistant("Upload dedupe added; every upload is checked once.").save()
+    w = PiWriter(env, "upload-tests", cwd="/home/dev/sync")
+    w.user("Write tests for the upload retry.").assistant("Added two cases.")
+    for i in range(8):
+        w.user("Next, step %d of the cleanup." % i).assistant("Done with step %d of the cleanup." % i)
+    w.save()
+    assert search_ids(capsys, "write tests upload")[0] == "upload-tests"
+
+
 def test_a_misspelt_word_among_common_words_is_corrected_not_zero_results(vocab_corpus, capsys):
     data = search_json(capsys, "kuberntes ingres timeout")
     assert data["results"][0]["sessionId"] == "k8s-ingress"
