@@ -7030,6 +7030,95 @@ rv("f-readme-early", "/home/lee/code/docs-site", "2026-01-09T09:00:00Z", [
 rv("fx-readme-late", "/home/lee/code/docs-site", "2026-02-09T09:00:00Z", [
     rU("The readme: rewrite the readme, readme badges, readme everything."), rA("Rewrote the readme.")])
 
+# A second batch, written after the ranking work above, to check that it holds for sessions it
+# was not tuned on (one or two per class).
+# identifier
+rv("n-ident1", "/home/kim/code/sync", "2026-06-02T10:00:00Z", [
+    rU("The sync worker sometimes uploads the same file twice."),
+    rA("Added a dedupe step keyed by content hash.", rW("sync/worker.py", "def should_skip_upload(entry, seen_hashes):\n    return entry.sha256 in seen_hashes")),
+])
+rv("n-ident1x", "/home/kim/code/sync", "2026-06-03T10:00:00Z", [
+    rU("Uploads should resume after a network drop."),
+    rA("Chunked uploads with a resume token per file."),
+])
+rv("n-ident2", "/home/kim/code/frontend", "2026-06-05T10:00:00Z", [
+    rU("Dark mode flickers on first paint."),
+    rA("Reading the theme before hydration now.", rE("src/theme/ThemeProvider.tsx", "const [t, setT] = useState('light')", "const [t, setT] = useState(getInitialColorScheme())")),
+])
+rv("n-ident2x", "/home/kim/code/frontend", "2026-06-06T10:00:00Z", [
+    rU("Add a color picker to the settings page."),
+    rA("Added the picker with the brand color scheme presets."),
+])
+# typo
+rv("n-typo1", "/home/kim/code/mailer", "2026-06-08T10:00:00Z", [
+    rU("Emails land in spam at gmail."),
+    rA("SPF passes but DKIM signing was missing. Generated a DKIM key, published the TXT record and enabled signing in postfix via opendkim."),
+])
+rv("n-typo1x", "/home/kim/code/mailer", "2026-06-09T10:00:00Z", [
+    rU("Add an unsubscribe link to every email."),
+    rA("Added List-Unsubscribe headers and a footer link."),
+])
+rv("n-typo2", "/home/kim/ops/ansible", "2026-06-10T10:00:00Z", [
+    rU("The ansible playbook hangs on the apt task."),
+    rA("A dpkg lock was held by unattended-upgrades. Added a wait for the lock before the apt module runs."),
+])
+rv("n-typo2x", "/home/kim/ops/ansible", "2026-06-11T10:00:00Z", [
+    rU("Split the ansible inventory per environment."),
+    rA("Created staging and production inventories with group vars."),
+])
+# detail
+rv("n-detail1", "/home/kim/code/payments", "2026-06-12T10:00:00Z", rv_long(
+    [rU("Let's work on the payments service today.")],
+    "What timeout did we agree for the acquirer call?", "We set the acquirer call timeout to 8 seconds, with one retry on 502.", []))
+rv("n-detail2", "/home/kim/code/payments", "2026-06-14T10:00:00Z", rv_long(
+    [rU("Continue the payments cleanup.")],
+    "Which currency did the finance team want as the reporting default?", "They want CHF as the reporting default currency; EUR stays for invoices.", []))
+# tool output
+rv("n-tool1", "/home/kim/code/api-go", "2026-06-15T10:00:00Z", [
+    rU("go build fails after the upgrade."),
+    rA("Looking at the build.", rB("go build ./...", "internal/db/conn.go:14:2: undefined: pgx.ConnConfig.PreferSimpleProtocol")),
+    rA("pgx v5 moved it to DefaultQueryExecMode; updated the config."),
+])
+rv("n-tool1x", "/home/kim/code/api-go", "2026-06-16T10:00:00Z", [
+    rU("Add a health endpoint to the go api."),
+    rA("Added /healthz that pings the database."),
+])
+rv("n-tool2", "/home/kim/code/ios", "2026-06-17T10:00:00Z", [
+    rU("pod install fails."),
+    rA("Running it.", rB("pod install", "[!] CocoaPods could not find compatible versions for pod \"Firebase/Core\"")),
+    rA("Updated the spec repo and raised the deployment target to iOS 13."),
+])
+# long
+rv("n-long1", "/home/kim/code/search", "2026-06-18T10:00:00Z", [
+    rU("Search results show products that are out of stock first."),
+    rA("Added a stock boost in the ranking function so in-stock items come first, and an availability filter on the facet."),
+])
+rv("n-long1x", "/home/kim/code/search", "2026-06-19T10:00:00Z", [
+    rU("Products are missing from search after import."),
+    rA("The import job did not trigger a reindex; added it."),
+])
+rv("n-long2", "/home/kim/code/infra", "2026-06-20T10:00:00Z", [
+    rU("The staging database password leaked into the build logs."),
+    rA("The deploy script echoed the env. Masked the variable in CI, rotated the password and removed the echo."),
+])
+# filter
+rv("n-filter1", "/home/kim/code/sync", "2026-07-01T10:00:00Z", [
+    rU("Write tests for the upload retry."),
+    rA("Added tests for retry on 503 and give-up after three attempts."),
+])
+rv("n-filter1x", "/home/kim/code/frontend", "2026-07-02T10:00:00Z", [
+    rU("Write tests for the upload button."),
+    rA("Added component tests for the upload button states."),
+])
+rv("n-para1", "/home/kim/code/frontend", "2026-07-05T10:00:00Z", [
+    rU("Screen readers cannot use the signup form."),
+    rA("Added labels, aria-describedby for the errors and focus management so the form is accessible."),
+])
+rv("n-para2", "/home/kim/code/api-go", "2026-07-06T10:00:00Z", [
+    rU("Too many requests from one client take the API down."),
+    rA("Added rate limiting per API key with a token bucket; clients get 429 with Retry-After."),
+])
+
 # (class, query, [target ids], extra CLI arguments)
 RV_QUERIES = [
     ("paraphrase", "the page jumps around while it loads", ["cls"], []),
@@ -7088,6 +7177,21 @@ RV_QUERIES = [
     ("filter", "refactor", ["f-refactor-cli"], ["--cwd", "/home/lee/code/cli-tool"]),
     ("filter", "performance", ["f-perf-webapp"], ["--after", "2026-06-01", "--cwd", "/home/lee/code/webapp"]),
     ("filter", "readme", ["f-readme-early"], ["--before", "2026-01-15"]),
+    # the second batch
+    ("identifier", "skip upload seen hashes", ["n-ident1"], []),
+    ("identifier", "initial color scheme", ["n-ident2"], []),
+    ("typo", "dkim singing postfix", ["n-typo1"], []),
+    ("typo", "ansibel apt lock", ["n-typo2"], []),
+    ("detail", "acquirer timeout seconds", ["n-detail1"], []),
+    ("detail", "reporting default currency", ["n-detail2"], []),
+    ("tool output", "undefined: pgx.ConnConfig.PreferSimpleProtocol", ["n-tool1"], []),
+    ("tool output", "could not find compatible versions for pod", ["n-tool2"], []),
+    ("long", "how did we make in stock products show up before the ones that are out of stock in search results", ["n-long1"], []),
+    ("long", "what did we do after the staging database password showed up in the build logs", ["n-long2"], []),
+    ("filter", "write tests upload", ["n-filter1"], ["--cwd", "/home/kim/code/sync"]),
+    ("filter", "tests", ["n-filter1"], ["--after", "2026-06-30", "--cwd", "/home/kim/code/sync"]),
+    ("paraphrase", "make the form usable for blind people", ["n-para1"], []),
+    ("paraphrase", "one client hammering the api brings it down", ["n-para2"], []),
 ]
 
 RV_SHARED = os.path.join(HERE, "..", "shared")
