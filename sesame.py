@@ -712,10 +712,10 @@ _SHAPE_GROUPS = [  # (hints, [(kind, regex)])
         ("anthropic_key", r"\bsk-ant-[A-Za-z0-9_-]{20,}"),                                    # anthropic-api-key
         ("openai_key", r"\bsk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_-]{20,}|\bsk-[A-Za-z0-9]{32,}"),  # openai-api-key
     ]),
-    (("k_",), [
+    (("k_live_", "k_test_", "k_prod_"), [
         ("stripe_key", r"\b[rs]k_(?:live|test|prod)_[A-Za-z0-9]{10,99}"),                   # stripe-access-token
     ]),
-    (("gh",), [
+    (("github_pat_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_"), [
         ("github_token", r"\bgithub_pat_[A-Za-z0-9_]{22,}|\bgh[pousr]_[A-Za-z0-9]{36,}"),  # github-pat, -fine-grained-pat, -oauth, -app-token
     ]),
     (("AKIA", "ASIA"), [
@@ -762,7 +762,29 @@ _SHAPES = [(hints, LazyPattern("|".join("(?P<%s_%d>%s)" % (kind, i, rx) for i, (
            for hints, group in _SHAPE_GROUPS]
 _SECRET_WORD = LazyPattern(r"secret|token|passw(?:or)?d|passwd|api[_-]?key|private[_-]?key|access[_-]?key|"
                           r"auth[_-]?key|(?<=_)(?:pass|pwd|pw)(?![a-z])")  # searched in the lower-cased text
-_SECRET_HINTS = ("secret", "token", "pass", "key", "_pw")
+# Where a match of _SECRET_WORD can start, from where each of these literals is found in it: the
+# pattern, an alternation without a literal start, scans at ~30 MB/s; str.find runs at memory speed.
+_SECRET_STARTS = {"secret": (0,), "token": (0,), "pass": (0,), "_pw": (1,),
+                  "key": (3, 4, 4, 5, 6, 7, 7, 8)}  # api_key, auth-key, access_key, private_key (with or without _ -)
+_SECRET_HINTS = tuple(_SECRET_STARTS)
+
+
+def _secret_words(low):
+    """The matches of _SECRET_WORD in low, as finditer would give them (leftmost, not overlapping),
+    looked for only where a hint occurs."""
+    starts = set()
+    for hint, offsets in _SECRET_STARTS.items():
+        at = low.find(hint)
+        while at >= 0:
+            starts.update(at - k if hint == "key" else at + k for k in offsets)
+            at = low.find(hint, at + 1)
+    end = 0
+    for at in sorted(starts):
+        if at >= end:
+            m = _SECRET_WORD.match(low, at)
+            if m:
+                end = m.end()
+                yield m
 # After the secret word: the rest of the name, an optional closing quote, `=` or `:`, then the value.
 _SECRET_VALUE = LazyPattern(r"[A-Za-z0-9_.-]*[\"']?[ \t]*[:=][ \t]*"
                            r"(\"[^\"\n]{6,}\"|'[^'\n]{6,}'|(?![\"'])[^\s,;\"'`)}\]]{6,})")
@@ -793,7 +815,7 @@ def redact(text):
     low = text.lower()
     if len(low) != len(text):  # a few non-ASCII letters change length when lower-cased
         low = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
-    words = _SECRET_WORD.finditer(low) if any(h in low for h in _SECRET_HINTS) else ()
+    words = _secret_words(low)
     for m in words:
         if spans and m.start() < spans[-1][1]:
             continue
