@@ -785,6 +785,8 @@ def _secret_words(low):
             if m:
                 end = m.end()
                 yield m
+
+
 # After the secret word: the rest of the name, an optional closing quote, `=` or `:`, then the value.
 _SECRET_VALUE = LazyPattern(r"[A-Za-z0-9_.-]*[\"']?[ \t]*[:=][ \t]*"
                            r"(\"[^\"\n]{6,}\"|'[^'\n]{6,}'|(?![\"'])[^\s,;\"'`)}\]]{6,})")
@@ -7874,7 +7876,7 @@ class Query:
     def __init__(self, text):
         self.text = text
         self.words, self.excluded = [], []
-        self.typed = []  # the words in the order typed, repeats kept (for the phrase check)
+        self.typed = []  # the words in the order typed, repeats kept (for the phrase stage)
         clean = re.sub(r"[\x00-\x1f\x7f]", " ", text)
         seen = set()
         for m in _QUERY_CHUNK.finditer(clean):
@@ -7954,7 +7956,7 @@ class Query:
 
     def phrase(self):
         """The query as one FTS5 phrase, its words in the order typed (repeats kept, words the index
-        does not have left out), or None: for 2-8 words without a prefix* or a "quoted phrase"."""
+        does not have left out), or None: for 2-8 words, none of them a prefix*."""
         dropped = {w.text.lower() for w in self.words if w.dropped}
         typed = [t for t in self.typed[:MAX_QUERY_TERMS] if t.lower() not in dropped]
         if 2 <= len(typed) <= 8 and not any(w.prefix for w in self.words):
@@ -8233,6 +8235,10 @@ class Matcher:
         out.append(text[pos:hi])
         return ("…" if lo > 0 else "") + " ".join("".join(out).split()) + ("…" if hi < len(text) else "")
 
+    def as_typed(self, text, spans):
+        """How many different query words the spans found in the very form typed (case aside)."""
+        return len({i for a, b, i in spans if text[a:b].lower() == self.typed.get(i)})
+
     @staticmethod
     def coverage(spans, width=SNIPPET_CHARS * 2):
         """The most distinct words found within `width` characters of each other (proximity)."""
@@ -8423,8 +8429,8 @@ def ranked_sessions(con, query, filters, need, per_stage=0):
 
 def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION):
     """The chunks of a session that match best, with snippets: those of its best part, or with a
-    tool filter those of the asked-for tool calls anywhere in the session. Also returns the
-    proximity of the best chunk: the most distinct query words found close together."""
+    tool filter those of the asked-for tool calls anywhere in the session. Also returns, of its best
+    chunks, the most distinct query words found close together, and how many were found as typed."""
     sql = "SELECT seq, kind, role, tool, ts, text FROM chunks WHERE session=?"
     params = [session["id"]]
     if filters.tools_only:
@@ -8451,8 +8457,8 @@ def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION
                     key=lambda x: (-x[0], x[1]))
     scored = [(w, seq, matcher.spans(text), kind, role, tool, ts, text)
               for w, seq, kind, role, tool, ts, text in scored[:limit]]
-    coverage = max(((Matcher.coverage(x[2]), len({i for a, b, i in x[2] if x[7][a:b].lower() == matcher.typed.get(i)}))
-                    for x in scored), default=(0, 0))
+    coverage = max(((Matcher.coverage(spans), matcher.as_typed(text, spans)) for _, _, spans, *_, text in scored),
+                   default=(0, 0))
     # "_words": the text each match found, for matchedWords (taken out by result_json).
     matches = [{"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts, "score": round(w, 3),
                 "snippet": Matcher.snippet(text, spans), "_words": {text[a:b].lower() for a, b, _ in spans}}
@@ -8552,33 +8558,38 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
 
 
 def _rerank(con, candidates, query, matcher, filters, matches):
-    """Re-rank by what BM25 does not see: a long question (LONG_QUESTION words or more) is rarely
-    answered by a session holding every one of its words: long sessions hold them all, scattered.
-    So its first LONG_RERANK candidates of each stage are ordered by how many different query words
-    their best chunks hold close together (a window of about 400 characters), BM25 breaking ties,
-    and come first. The candidates re-ranked are the first of each stage whatever page is asked
-    for, so paging stays exact."""
+    """Re-rank the first candidates by where their words are, which BM25 does not see: by how many
+    different query words their best chunks hold close together (a window of about 400
+    characters), then by how many of those were found as typed (not only through their stem), BM25
+    breaking ties. The candidates re-ranked are the same whatever page is asked for, so paging
+    stays exact.
+
+    - 3-4 words: the first PROXIMITY_TOP holding every word (or the phrase), within their stage.
+    - A long question (LONG_QUESTION words or more) is rarely answered by a session holding every
+      one of its words: long sessions hold them all, scattered. So the first LONG_RERANK candidates
+      of each stage are re-ranked across stages, and come first."""
     n_words = len(query.ranking_words())
-    if n_words < LONG_QUESTION:
-        if n_words >= PROXIMITY_WORDS:
-            head = [c for c in candidates[:PROXIMITY_TOP] if c.stage_name in ("words together", "all words")]
-            for c in head:
-                if c.matches is None:
-                    c.matches, c.coverage = best_matches(con, session_row(con, c.sid), c.part, matcher, filters, limit=matches)
-            head.sort(key=lambda c: (c.stage, -c.coverage[0], -c.coverage[1], -c.score))
-            candidates[:len(head)] = head
+    if n_words >= LONG_QUESTION:
+        per_stage = collections.Counter()
+        pool = []
+        for c in candidates:
+            if per_stage[c.stage] < LONG_RERANK:
+                per_stage[c.stage] += 1
+                pool.append(c)
+    elif n_words >= PROXIMITY_WORDS:
+        pool = [c for c in candidates[:PROXIMITY_TOP] if c.stage_name in ("words together", "all words")]
+    else:
         return
-    per_stage = collections.Counter()
-    pool = []
-    for c in candidates:
-        if per_stage[c.stage] < LONG_RERANK:
-            per_stage[c.stage] += 1
-            pool.append(c)
     for c in pool:
-        c.matches, c.coverage = best_matches(con, session_row(con, c.sid), c.part, matcher, filters, limit=matches)
-    chosen = set(id(c) for c in pool)
-    pool.sort(key=lambda c: (-c.coverage[0], -c.coverage[1], c.stage, -c.score))
-    candidates[:] = pool + [c for c in candidates if id(c) not in chosen]
+        if c.matches is None:
+            c.matches, c.coverage = best_matches(con, session_row(con, c.sid), c.part, matcher, filters, limit=matches)
+    if n_words >= LONG_QUESTION:
+        pool.sort(key=lambda c: (-c.coverage[0], -c.coverage[1], c.stage, -c.score))
+        chosen = set(id(c) for c in pool)
+        candidates[:] = pool + [c for c in candidates if id(c) not in chosen]
+    else:
+        pool.sort(key=lambda c: (c.stage, -c.coverage[0], -c.coverage[1], -c.score))
+        candidates[:len(pool)] = pool
 
 
 def fallback_snippet(con, s):
