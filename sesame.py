@@ -111,7 +111,7 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 # Bump TEXT_VERSION when what is stored for a text changes (redaction rules, identifier parts): the
 # next run rebuilds the index from the session files and keeps the sessions whose files are gone.
-TEXT_VERSION = 2
+TEXT_VERSION = 3
 # Bump SCHEMA_VERSION when the tables change: an older index is then rebuilt from the session files
 # (they are the source of truth), a newer one is refused rather than damaged. From schema 4 on the
 # index also keeps sessions whose files are gone: a later migration must carry those over (their
@@ -130,6 +130,10 @@ KIND_COLUMN = {
 # enough to find `handlePaymentIntentWebhook` by "payment intent webhook", never more than the
 # name itself would count.
 DOC_COLUMNS = ("name", "talk", "tools", "aside", "parts")
+# Between two chunks of a column (and two names' parts): a token nobody types. FTS5 sees a column as
+# one run of tokens, so without it the last word of a message and the first of the next would be
+# "written together" for a phrase query (the first ranking stage).
+DOC_BREAK = "\n\n zqbreakqz \n\n"
 DOC_WEIGHTS = {"name": 6.0, "talk": 3.0, "tools": 1.0, "aside": 0.3, "parts": 0.8}
 # Chunk-level weights pick the best matching chunks (snippets) inside a ranked session.
 KIND_WEIGHT = {"user": 1.5, "assistant": 1.2, "summary": 1.2, "custom": 1.0, "tool": 0.8,
@@ -6421,12 +6425,12 @@ def identifier_parts(text):
             continue
         parts = _PARTS.get(word)
         if parts is None:
-            parts = "\n".join(" ".join(split_identifier(w)) for w in _IDENT_RE.findall(word) if has_change(w))
+            parts = DOC_BREAK.join(" ".join(split_identifier(w)) for w in _IDENT_RE.findall(word) if has_change(w))
             if len(_PARTS) < 100000:
                 _PARTS[word] = parts
         if parts:
             out.append(parts)
-    return "\n".join(out)
+    return DOC_BREAK.join(out)
 
 
 VOCAB_WORD = LazyPattern(r"[a-z][a-z0-9]{3,29}")
@@ -6818,8 +6822,8 @@ def doc_columns(name, chunk_rows):
             parts.append(identifier_parts(text))
         elif column == "tools":
             parts.append(identifier_parts(_TOOL_OUTPUT_RE.split(text, 1)[0]))
-    return (name or "", "\n\n".join(cols["talk"]), "\n\n".join(cols["tools"]), "\n\n".join(cols["aside"]),
-            "\n".join(p for p in parts if p))
+    return (name or "", DOC_BREAK.join(cols["talk"]), DOC_BREAK.join(cols["tools"]), DOC_BREAK.join(cols["aside"]),
+            DOC_BREAK.join(p for p in parts if p))
 
 
 def _part_rows(con, sid, first, last):
@@ -8133,6 +8137,9 @@ class Matcher:
             for i, stems, prefix in by_stem.get(stem, ()):
                 if len(stems) == 1:
                     out.append((m.start(), m.end(), i))
+            for i, stems, _ in prefixes:  # `write*` finds StreamWriter, as its parts column does
+                if part.startswith(stems[0]):
+                    out.append((m.start(), m.end(), i))
         for m in self.pattern.finditer(text):
             token = m.group()
             folded = token.lower() if token.isascii() else fold_token(token)
@@ -8202,6 +8209,9 @@ class Matcher:
     @staticmethod
     def snippet(text, spans, width=SNIPPET_CHARS):
         """A window of about `width` characters around the densest cluster of matches, matches marked."""
+        if not spans:  # (never expected: the matcher's two scans agree; a search must not fail on it)
+            text = " ".join(text[:width].split())
+            return text + ("…" if len(text) >= width else "")
         best, best_n, j = spans[0][0], 0, 0
         window = collections.Counter()  # word -> matches starting in [start, start + 2/3 width]
         for k, (start, _, _) in enumerate(spans[:400]):  # slide a window over the matches: O(n)

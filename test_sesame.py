@@ -4192,6 +4192,8 @@ def test_identifiers_split_into_their_words(word, parts):
 def test_identifier_parts_are_found_in_text_each_name_once():
     text = "call handlePaymentIntentWebhook() then handlePaymentIntentWebhook() and users_email_idx, not HTTP"
     assert sesame.identifier_parts(text) == "handle payment intent webhook"
+    assert sesame.identifier_parts("useState(getInitialColorScheme())").split(sesame.DOC_BREAK) == \
+        ["use state", "get initial color scheme"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -4331,6 +4333,34 @@ def test_a_query_of_common_words_still_ranks_by_those_words(vocab_corpus, capsys
     data = search_json(capsys, "fix the docker test error")
     assert data["results"][0]["sessionId"] == "target-common"
     assert len(data["results"]) >= 3 and data["hasMore"]
+
+
+def test_words_are_not_written_together_across_two_messages_or_two_names(env, capsys):
+    """The last word of one message and the first of the next (or of two camelCase names) are not
+    a phrase: such a session is found by its words, after the one that has them together."""
+    w = PiWriter(env, "apart")
+    for i in range(3):
+        w.user("Which file holds the parser").assistant("py files under src hold it; the parser is there.")
+    w.user("useMainParser PyObjectReader").save()
+    PiWriter(env, "together", cwd="/home/dev/other").user("We rewrote parser.py today, with a long story "
+                                                          "about many other unrelated things besides.").save()
+    data = search_json(capsys, "parser py")
+    assert [(r["sessionId"], r["stage"]) for r in data["results"]] == [("together", "words together"),
+                                                                         ("apart", "all words")]
+
+
+def test_a_prefix_finds_and_marks_the_part_of_a_camelcase_name(env, capsys):
+    """`write*` matches StreamWriter through its parts, as FTS5 does: the result shows it marked
+    (the marking once missed it and the search failed with a traceback)."""
+    w = PiWriter(env, "stream")
+    w.user("Wrap the socket.").tool("write", {"path": "io.py", "content": "class LineStreamWriter(Base): pass"}, "ok")
+    w.save()
+    data = search_json(capsys, "linestreamw*")
+    assert [r["sessionId"] for r in data["results"]] == ["stream"]
+    assert "**LineStreamWriter**" in json.dumps(data["results"][0]["matches"])
+    data = search_json(capsys, "writ*")
+    assert data["results"][0]["sessionId"] == "stream"
+    assert "Stream**Writer**" in json.dumps(data["results"][0]["matches"])
 
 
 def test_the_words_written_together_rank_first_even_when_each_is_common_elsewhere(env, capsys):
