@@ -8396,7 +8396,9 @@ def ranked_sessions(con, query, filters, need, per_stage=0):
     rows (LIMIT), more only when those did not hold enough distinct sessions; a stage that runs
     past STAGE_SECONDS (thousands of documents holding every common word) is given up. With
     `per_stage`, every stage runs and gives at least that many sessions (when it has them), for the
-    long-question re-ranking (see _rerank)."""
+    long-question re-ranking (see _rerank); a stage after one whose LIMIT left sessions out then
+    excludes that one's matches (stages are nested: each holds the stricter ones), so that which
+    sessions a stage gives never depends on how many rows the page asked for."""
     where, params = filters.sql()
     exclude = ""
     if query.excluded:
@@ -8407,16 +8409,18 @@ def ranked_sessions(con, query, filters, need, per_stage=0):
            "FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
            "WHERE docs_fts MATCH ?%s%s ORDER BY score, d.session LIMIT ?") % (_doc_weights(), where, exclude)
     out, seen, keys = [], set(), set()
+    stricter, cut = None, False  # the last stage run, and whether a LIMIT left out some of its rows
     for stage, (name, expr) in enumerate(query.stages()):
         if filters.tools_only:
             expr = "{tools parts} : (%s)" % expr
+        run = "(%s) NOT (%s)" % (expr, stricter) if per_stage and cut else expr
         want = max(need - len(out), per_stage)
         limit = min(max(2 * want, 20), 1 << 62)
         deadline = time.monotonic() + STAGE_SECONDS
         con.set_progress_handler(lambda: time.monotonic() > deadline, 20000)
         try:
             while True:
-                rows = con.execute(sql, [expr] + params + [limit]).fetchall()
+                rows = con.execute(sql, [run] + params + [limit]).fetchall()
                 fresh = {r[0] for r in rows if r[0] not in seen and (r[4], r[5]) not in keys}
                 if len(fresh) >= want or len(rows) < limit:
                     break
@@ -8427,6 +8431,7 @@ def ranked_sessions(con, query, filters, need, per_stage=0):
             continue  # too slow: leave this stage to the looser ones
         finally:
             con.set_progress_handler(None, 0)
+        stricter, cut = expr, cut or len(rows) >= limit
         for sid, score, first, last, agent, session_id, doc in rows:
             if sid not in seen and (agent, session_id) not in keys:
                 seen.add(sid)

@@ -4532,6 +4532,23 @@ def test_limit_and_offset_page_without_gaps(corpus, capsys):
     assert [i for p in pages for i in p] == all_ids
 
 
+def test_a_long_question_pages_exactly_when_its_first_stage_has_more_sessions_than_a_page_asks(env, capsys):
+    """A long question re-ranks the first sessions of every stage; with 30 sessions holding every
+    word, a small page fetched fewer of them, and the rest came back from the looser stage into its
+    re-ranked head: page 1 then differed from the first rows of a long list."""
+    words = "where did we configure the backup retention policy for the nightly snapshots"
+    for i in range(30):
+        w = PiWriter(env, "all-%02d" % i, cwd="/home/dev/a%d" % i)
+        w.user(words + " " + "filler text " * (i * 7)).save()
+    for i in range(8):
+        w = PiWriter(env, "some-%02d" % i, cwd="/home/dev/s%d" % i)
+        w.user("the nightly snapshots: backup retention policy configured, number %d" % i).save()
+    full = search_ids(capsys, words, "--limit", "40", "--max-chars", "0")
+    paged = [i for o in range(0, 40, 4) for i in search_ids(capsys, words, "--limit", "4", "--offset", str(o),
+                                                              "--max-chars", "0")]
+    assert len(full) == 38 and paged == full
+
+
 def follow_pages(capsys, query, *argv):
     """Every result id, following nextOffset from the first page until hasMore is false."""
     ids, offset = [], 0
