@@ -7257,9 +7257,11 @@ RV_QUERIES = [
 RV_SHARED = os.path.join(HERE, "..", "shared")
 
 
-def rv_evaluate(fmt, workdir, exe=None, filler=300):
+def rv_evaluate(fmt, workdir, exe=None, filler=300, paging=None):
     """Render the set (and `filler` ordinary sessions) in one agent's layout under workdir, index it
-    with sesame (in-process, or the sesame.py at `exe`), run every query; per-query ranks and totals."""
+    with sesame (in-process, or the sesame.py at `exe`), run every query; per-query ranks and totals.
+    With a list as `paging`, each query is also asked in pages of 4, and those whose pages do not
+    make up the first 24 results of one long list are added to it."""
     import contextlib
     import io as _io
     sys.path.insert(0, os.path.join(RV_SHARED, "relevance"))
@@ -7309,6 +7311,12 @@ def rv_evaluate(fmt, workdir, exe=None, filler=300):
             got = []
         rank = next((i + 1 for i, g in enumerate(got) if g in want), None)
         rows.append((cls, query, extra, rank, len(got)))
+        if paging is not None:
+            def ids(*more):
+                out = sesame_run(["search", query, "--json", "--max-chars", "0", "--no-refresh"] + extra + list(more))
+                return [r["sessionId"] for r in json.loads(out)["results"]]
+            if [i for o in range(0, 24, 4) for i in ids("--limit", "4", "--offset", str(o))] != ids("--limit", "24"):
+                paging.append(query)
     return rows
 
 
@@ -7353,9 +7361,11 @@ def test_relevance_v2_meets_target(tmp_path):
     at least 90% of the time. Paraphrases (words that occur nowhere in the target) are reported by
     the report below and not asserted: with no model of meaning, Sesame finds them only through the
     abbreviation table and the words the user happened to share with the session."""
-    rows = rv_evaluate("pi", tmp_path)
+    paging = []
+    rows = rv_evaluate("pi", tmp_path, paging=paging)
     zero = [r[1] for r in rows if not r[4]]
     assert not zero, zero
+    assert not paging, "pages of 4 differ from one long list for %s" % paging
     for cls in sorted({r[0] for r in rows} - {"paraphrase"}):
         sel = [r for r in rows if r[0] == cls]
         hit1 = sum(1 for r in sel if r[3] == 1)
