@@ -8693,7 +8693,9 @@ def shorten_snippet(snippet, width):
     return ("…" if lo > 0 else "") + cut.strip() + "…"
 
 
-SNIPPET_WIDTHS = (120, 60, 0)  # what fit_budget shortens snippets to, in turn
+# What fit_budget shortens snippets to, in turn, before it drops results: a result whose snippets
+# say nothing is worth less than one result fewer. 0 (no snippet text) only for a lone result.
+SNIPPET_WIDTHS = (120, 60)
 
 
 def _shortened(data, width):
@@ -8707,9 +8709,10 @@ def _shortened(data, width):
 
 
 def fit_budget(data, max_chars, render):
-    """Render `data` within max_chars: shorten snippets first, then drop the lowest-ranked results,
-    and say in the output what was left out (data["truncated"]; paging fields point past it). The
-    first result always stays, cut as far as it goes, so that paging with any budget moves on."""
+    """Render `data` within max_chars: shorten snippets first (not below SNIPPET_WIDTHS[-1]), then
+    drop the lowest-ranked results, and say in the output what was left out (data["truncated"];
+    paging fields point past it). The first result always stays, cut as far as it goes, so that
+    paging with any budget moves on."""
     text = render(data)
     if not max_chars or len(text) <= max_chars:
         return text
@@ -8730,6 +8733,10 @@ def fit_budget(data, max_chars, render):
         text = render(data)
         if len(text) <= max_chars:
             return text
+    note["snippetsShortenedTo"] = 0
+    text = render(_shortened(data, 0))
+    if len(text) <= max_chars:
+        return text
     note["overBudget"] = True  # even one result is longer: it is shown all the same
     return render(data)
 
@@ -9216,7 +9223,8 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
 
 
 def _smallest_size(data, render):
-    """How long render(data) is with every snippet at its shortest (what fit_budget can reach)."""
+    """How long render(data) is with every snippet as short as fit_budget cuts it for a page of
+    several results."""
     return len(render(_shortened(json.loads(json.dumps(data)), SNIPPET_WIDTHS[-1])))
 
 

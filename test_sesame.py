@@ -4680,6 +4680,20 @@ def test_max_chars_bounds_the_output_and_says_what_was_left_out(corpus, capsys, 
         assert "output limited to %d characters" % budget in out
 
 
+def test_a_page_cut_to_the_budget_keeps_snippets_that_show_the_match(env, capsys):
+    """When not every result fits in --max-chars, fewer results keep snippets that show the matched
+    word: a page of results whose snippets were all cut to "…" told an agent nothing."""
+    for i in range(10):
+        w = PiWriter(env, "widget-%02d" % i, cwd="/home/dev/" + "/".join(["a-rather-long-folder-name"] * 4) + str(i))
+        for k in range(3):
+            w.user("Long talk before the word, " * 6 + "then the widget appears, and long talk after it. " * 4)
+        w.save()
+    code, out, _ = run(capsys, "search", "widget", "--json")
+    data = json.loads(out)
+    assert code == 0 and len(out) <= sesame.DEFAULT_MAX_CHARS and data["hasMore"]
+    assert data["results"] and all("**widget**" in r["matchedSnippet"] for r in data["results"])
+
+
 def test_default_search_output_stays_under_4000_characters(corpus, capsys):
     for i in range(20):
         PiWriter(corpus, "pad-%02d" % i).user("the same long words " * 40).save()
