@@ -135,7 +135,9 @@ def run(capsys, *argv):
 
 
 def search_ids(capsys, *argv):
-    code, out, err = run(capsys, "search", *argv, "--json")
+    """The session ids a search finds, in order (all of the page: no output budget unless given)."""
+    budget = () if "--max-chars" in argv else ("--max-chars", "0")
+    code, out, err = run(capsys, "search", *argv, "--json", *budget)
     assert code == 0, err
     return [r["sessionId"] for r in json.loads(out)["results"]]
 
@@ -3549,7 +3551,7 @@ def test_every_sample_file_is_indexed_or_reported_and_its_prompts_and_commands_a
         checked[key] = True
         flags = ["--tools"] if kind == "tool" else []
         code, out, _ = run(capsys, "search", " ".join(words), "--agent", agent, "--limit", "50", "--json",
-                           "--no-refresh", *flags)
+                           "--max-chars", "0", "--no-refresh", *flags)
         if session_id not in [r["sessionId"] for r in json.loads(out)["results"]]:
             missed.append((agent, session_id, kind, words))
     assert injected == []
@@ -4324,7 +4326,8 @@ def vocab_corpus(env, capsys):
 
 
 def search_json(capsys, *argv):
-    code, out, err = run(capsys, "search", *argv, "--json", "--fields", "full")
+    budget = () if "--max-chars" in argv else ("--max-chars", "0")
+    code, out, err = run(capsys, "search", *argv, "--json", "--fields", "full", *budget)
     assert code == 0, err
     return json.loads(out)
 
