@@ -111,7 +111,7 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 # Bump TEXT_VERSION when what is stored for a text changes (redaction rules, identifier parts): the
 # next run rebuilds the index from the session files and keeps the sessions whose files are gone.
-TEXT_VERSION = 3
+TEXT_VERSION = 4
 # Bump SCHEMA_VERSION when the tables change: an older index is then rebuilt from the session files
 # (they are the source of truth), a newer one is refused rather than damaged. From schema 4 on the
 # index also keeps sessions whose files are gone: a later migration must carry those over (their
@@ -6412,6 +6412,14 @@ def split_identifier(word):
     return parts if len(parts) > 1 else [word.lower()]
 
 
+def _name_parts(parts):
+    """What is indexed for one name: its parts, then (apart) each two neighbours joined, the words
+    people type whole although the name splits them (WebSocketServer: "websocket"; OAuth2Client:
+    "oauth"; PostgreSQLPool: "postgresql")."""
+    joins = " ".join(a + b for a, b in zip(parts, parts[1:])) if len(parts) > 2 else ""
+    return " ".join(parts) + (DOC_BREAK + joins if joins else "")
+
+
 def identifier_parts(text):
     """The parts of every camelCase name in text, each name once, as text to index beside it ("" if
     none). It runs over most of what is indexed, so it keeps to C-speed string methods: of the
@@ -6425,7 +6433,7 @@ def identifier_parts(text):
             continue
         parts = _PARTS.get(word)
         if parts is None:
-            parts = DOC_BREAK.join(" ".join(split_identifier(w)) for w in _IDENT_RE.findall(word) if has_change(w))
+            parts = DOC_BREAK.join(_name_parts(split_identifier(w)) for w in _IDENT_RE.findall(word) if has_change(w))
             if len(_PARTS) < 100000:
                 _PARTS[word] = parts
         if parts:
@@ -8117,6 +8125,11 @@ class Matcher:
         # Forms by their first stem (one dict lookup per candidate token); one-word prefixes apart.
         self.by_stem, self.prefixes = {}, []
         self._stems = {}  # token -> its stem: the same words come back in every chunk
+        # A typed word may be two neighbouring parts of a camelCase name (indexed joined, see
+        # _name_parts): "websocket" in WebSocketServer. Found with str.find, checked at part edges.
+        self.joined = [(i, w.tokens[0]) for i, w in enumerate(words)
+                       if (i in content or not content) and len(w.tokens) == 1 and not w.prefix and not w.dropped
+                       and w.tokens[0].isalpha() and w.tokens[0].isascii() and len(w.tokens[0]) >= 4]
         for form in self.forms:
             if form[2] and len(form[1]) == 1:
                 self.prefixes.append(form)
@@ -8140,6 +8153,8 @@ class Matcher:
             for i, stems, _ in prefixes:  # `write*` finds StreamWriter, as its parts column does
                 if part.startswith(stems[0]):
                     out.append((m.start(), m.end(), i))
+        if self.joined:
+            out += self._joined_spans(text, text.lower())
         for m in self.pattern.finditer(text):
             token = m.group()
             folded = token.lower() if token.isascii() else fold_token(token)
@@ -8172,6 +8187,23 @@ class Matcher:
             pos = t.end()
         return pos
 
+    def _joined_spans(self, text, low):
+        """[(start, end, word index)] where a typed word is two or more neighbouring parts of a
+        camelCase name: it starts a token or a part, ends one, and holds a case change."""
+        out = []
+        if len(low) != len(text):
+            return out
+        for i, w in self.joined:
+            at = low.find(w)
+            while at >= 0:
+                end = at + len(w)
+                if ((at == 0 or not text[at - 1].isalnum() or (text[at].isupper() and not text[at - 1].isupper()))
+                        and (end == len(text) or not text[end].isalnum() or text[end].isupper() or text[end].isdigit())
+                        and _CASE_CHANGE_RE.search(text, at, end)):
+                    out.append((at, end, i))
+                at = low.find(w, at + 1)
+        return out
+
     def present(self, text):
         """The indexes of the query words found in text."""
         return sorted(self.words_in(text))
@@ -8184,6 +8216,8 @@ class Matcher:
             return set()
         found, by_stem, cache = set(), self.by_stem, self._stems
         low, tokens = text.lower(), set()
+        if self.joined:
+            found.update(i for _, _, i in self._joined_spans(text, low))
         for m in self.scan.finditer(low):
             at = m.start()
             if not at or not _WORD_CHAR_RE.match(low, at - 1):  # a token's start, not inside a word

@@ -4193,9 +4193,10 @@ def test_identifiers_split_into_their_words(word, parts):
 
 def test_identifier_parts_are_found_in_text_each_name_once():
     text = "call handlePaymentIntentWebhook() then handlePaymentIntentWebhook() and users_email_idx, not HTTP"
-    assert sesame.identifier_parts(text) == "handle payment intent webhook"
+    assert sesame.identifier_parts(text).split(sesame.DOC_BREAK) == [
+        "handle payment intent webhook", "handlepayment paymentintent intentwebhook"]
     assert sesame.identifier_parts("useState(getInitialColorScheme())").split(sesame.DOC_BREAK) == \
-        ["use state", "get initial color scheme"]
+        ["use state", "get initial color scheme", "getinitial initialcolor colorscheme"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -4350,6 +4351,25 @@ def test_words_are_not_written_together_across_two_messages_or_two_names(env, ca
     data = search_json(capsys, "parser py")
     assert [(r["sessionId"], r["stage"]) for r in data["results"]] == [("together", "words together"),
                                                                          ("apart", "all words")]
+
+
+def test_a_word_a_camelcase_name_splits_is_found_whole(env, capsys):
+    """People type "websocket", "oauth", "postgresql" whole; the names split them (WebSocket..., OAuth2Client,
+    PostgreSQLPool). Neighbouring parts are indexed joined, and the match is marked in the name."""
+    for i in range(3):
+        PiWriter(env, "talk-%d" % i, cwd="/home/dev/t%d" % i).user("the web page, a socket, a client, a pool").save()
+    w = PiWriter(env, "ws", cwd="/home/dev/ws")
+    w.user("Reconnect after the proxy drops us.")
+    w.tool("write", {"path": "net.ts", "content": "class WebSocketReconnectHandler {}"}, "ok").save()
+    w = PiWriter(env, "auth", cwd="/home/dev/auth")
+    w.user("Refresh the tokens.").tool("write", {"path": "a.py", "content": "api = OAuth2Client(cfg)"}, "ok").save()
+    w = PiWriter(env, "pg", cwd="/home/dev/pg")
+    w.user("Size the pool.").tool("write", {"path": "db.java", "content": "new PostgreSQLPoolFactory()"}, "ok").save()
+    for query, want, marked in (("websocket reconnect", "ws", "**WebSocketReconnect**"), ("oauth client", "auth", "**OAuth**"),
+                                ("postgresql pool", "pg", "**PostgreSQL**")):
+        data = search_json(capsys, query)
+        assert data["results"][0]["sessionId"] == want, query
+        assert marked in json.dumps(data["results"][0]["matches"]), data["results"][0]["matches"]
 
 
 def test_a_prefix_finds_and_marks_the_part_of_a_camelcase_name(env, capsys):
