@@ -8083,6 +8083,8 @@ def edit_distance(a, b, limit):
 
 _WORD_CHAR_RE = LazyPattern(r"[^\W_]")
 _LOWER_OR_DIGIT = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
+_UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
 class Matcher:
@@ -8111,10 +8113,11 @@ class Matcher:
         self.pattern = re.compile(r"(?<![^\W_])(?:%s)(?:[^\W_]|[%s])*" % ("|".join(map(re.escape, needles)), _ACCENTS),
                                   re.IGNORECASE) if needles else None
         # A word may also be a part of a camelCase name (indexed in the `parts` column): a capital
-        # after a lower-case letter or digit, starting like a one-word form, up to the next capital.
+        # after a lower-case letter or digit, or a Capitalised part after an acronym (SQL|Pool), as
+        # split_identifier cuts it, starting like a one-word form, up to the next capital.
         camel = sorted({stems[0][:3] for _, stems, prefix in self.forms if len(stems) == 1 and stems[0].isascii()
                         and stems[0][:1].isalpha()}, key=lambda n: (-len(n), n))
-        self.camel = re.compile(r"(?<=[a-z0-9])(?:%s)[a-z0-9]*" % "|".join(re.escape(n[:1].upper() + n[1:]) for n in camel)) \
+        self.camel = re.compile(r"(?:(?<=[a-z0-9])|(?<=[A-Z])(?=.[a-z]))(?:%s)[a-z0-9]*" % "|".join(re.escape(n[:1].upper() + n[1:]) for n in camel)) \
             if camel else None
         # The same, literal first, for words_in: Python's regular expressions scan for a pattern's
         # first characters quickly only when the pattern starts with them (and without IGNORECASE),
@@ -8224,7 +8227,8 @@ class Matcher:
                 tokens.add(m.group())
         for m in self.camel_scan.finditer(text) if self.camel_scan else ():
             at = m.start()
-            if at and text[at - 1] in _LOWER_OR_DIGIT:  # a capital after a lower-case letter or digit
+            if at and (text[at - 1] in _LOWER_OR_DIGIT  # a capital after a lower-case letter or digit,
+                       or text[at - 1] in _UPPER and text[at + 1:at + 2] in _LOWER):  # or after an acronym
                 tokens.add(m.group())
         for token in tokens:
             folded = token.lower() if token.isascii() else fold_token(token)

@@ -4366,7 +4366,7 @@ def test_a_word_a_camelcase_name_splits_is_found_whole(env, capsys):
     w = PiWriter(env, "pg", cwd="/home/dev/pg")
     w.user("Size the pool.").tool("write", {"path": "db.java", "content": "new PostgreSQLPoolFactory()"}, "ok").save()
     for query, want, marked in (("websocket reconnect", "ws", "**WebSocketReconnect**"), ("oauth client", "auth", "**OAuth**"),
-                                ("postgresql pool", "pg", "**PostgreSQL**")):
+                                ("postgresql pool", "pg", "**PostgreSQLPool**")):
         data = search_json(capsys, query)
         assert data["results"][0]["sessionId"] == want, query
         assert marked in json.dumps(data["results"][0]["matches"]), data["results"][0]["matches"]
