@@ -1100,14 +1100,15 @@ def _load_json_file(path):
         return None
 
 
-def _json_arg(value):
-    """Tool arguments stored as a JSON string become a dict; anything else is kept as it is."""
+def _json_arg(value, kinds=(dict, list)):
+    """Tool arguments stored as a JSON string become a dict (or whatever of `kinds` they hold);
+    anything else is kept as it is."""
     if isinstance(value, str):
         try:
             parsed = json.loads(value)
         except BAD_JSON:
             return value
-        return parsed if isinstance(parsed, (dict, list)) else value
+        return parsed if isinstance(parsed, kinds) else value
     return value
 
 
@@ -6116,13 +6117,7 @@ class AntigravityParser(Parser):
     @staticmethod
     def _decode(v):
         # Antigravity JSON-encodes every argument value: '"/tmp/repo"' -> '/tmp/repo'
-        if isinstance(v, str):
-            try:
-                d = json.loads(v)
-            except ValueError:
-                return v
-            return d if d is not None else v
-        return v
+        return _json_arg(v, kinds=(dict, list, str, int, float, bool))
 
     _REQ_RE = LazyPattern(r"<USER_REQUEST>\s*(.*?)\s*</USER_REQUEST>", re.S)
 

@@ -3322,6 +3322,12 @@ def test_hermes_legacy_json(tmp_path):
 # ---------------------------------------------------------------- antigravity
 
 
+def test_antigravity_argument_values_are_json_decoded_and_a_too_deep_one_stays_text():
+    decode = PARSERS["antigravity"]._decode
+    assert decode('"/tmp/repo"') == "/tmp/repo" and decode("5") == 5 and decode("null") == "null"
+    assert decode("plain words") == "plain words" and decode("[" * 100000) == "[" * 100000   # no RecursionError
+
+
 def test_antigravity_user_request_and_ordered_tool_outputs(tmp_path):
     p = write_jsonl(tmp_path / "conv-1" / ".system_generated" / "logs" / "transcript.jsonl", [
         {"step_index": 0, "source": "USER_EXPLICIT", "type": "USER_INPUT", "created_at": "2026-06-26T21:16:16Z",
