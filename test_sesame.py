@@ -3947,6 +3947,33 @@ def test_appended_lines_are_read_from_where_the_last_run_stopped_and_match_a_ful
     assert index_snapshot(capsys) == appended
 
 
+def test_each_append_is_read_from_the_last_stop_and_a_later_rewrite_is_still_noticed(env, capsys, monkeypatch):
+    # The checkpoint's checksum of what was read is carried on over the appended bytes only (not
+    # re-read from the start of a 20 MB file): it must still equal the checksum of the whole prefix,
+    # or the next append would be read from the start, or a rewrite taken for an append.
+    w = PiWriter(env, "many-appends")
+    w.user("the first words about a gazebo")
+    path = w.save()
+    run(capsys, "index")
+    starts = read_starts(monkeypatch)
+    sizes = []
+    for i in range(3):
+        sizes.append(os.path.getsize(path))
+        append_user(path, "appended note %d about a trellis" % i)
+        run(capsys, "index")
+    assert starts == [(os.path.basename(path), size) for size in sizes]
+    text = open(path).read()
+    with open(path, "w") as f:
+        f.write(text.replace("about a gazebo", "about a pergola"))
+    append_user(path, "one more note")
+    del starts[:]
+    run(capsys, "index")
+    assert starts == [(os.path.basename(path), 0)]
+    assert search_ids(capsys, "pergola") == ["many-appends"] and search_ids(capsys, "gazebo") == []
+    code, out, _ = run(capsys, "show", "many-appends", "--json", "--max-chars", "0")
+    assert sum("about a trellis" in c["text"] for c in json.loads(out)["chunks"]) == 3
+
+
 def test_a_tool_call_waiting_for_its_result_is_completed_when_the_result_is_appended(env, capsys, monkeypatch):
     w = PiWriter(env, "wait-1")
     w.user("run the migrations").assistant("Running.", calls=[("c9", "bash", {"command": "alembic upgrade head"})])
