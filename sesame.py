@@ -8094,6 +8094,14 @@ _LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
 _UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
+def _needle(stem, prefix=False):
+    """What every token with this porter stem (or this prefix) starts with: the stem's first three
+    letters, or all but its last for a shorter stem, which porter may have changed (day -> dai,
+    keys -> kei: "dai" is in no form of the word). Checked on the 175,000 words of Python's
+    standard library."""
+    return stem[:3] if prefix or len(stem) > 3 else stem[:max(1, len(stem) - 1)]
+
+
 class Matcher:
     """Finds the query's words in chunk text the way the index matched them: tokens as unicode61
     finds them, compared by their porter stems, so `simplify` finds "simplified", `parser.py` finds
@@ -8116,13 +8124,13 @@ class Matcher:
             for stems, prefix in w.match_forms():
                 if stems and stems[0]:
                     self.forms.append((i, stems, prefix))
-        needles = sorted({stems[0][:3] for _, stems, _ in self.forms}, key=lambda n: (-len(n), n))
+        needles = sorted({_needle(stems[0], prefix) for _, stems, prefix in self.forms}, key=lambda n: (-len(n), n))
         self.pattern = re.compile(r"(?<![^\W_])(?:%s)(?:[^\W_]|[%s])*" % ("|".join(map(re.escape, needles)), _ACCENTS),
                                   re.IGNORECASE) if needles else None
         # A word may also be a part of a camelCase name (indexed in the `parts` column): a capital
         # after a lower-case letter or digit, or a Capitalised part after an acronym (SQL|Pool), as
         # split_identifier cuts it, starting like a one-word form, up to the next capital.
-        camel = sorted({stems[0][:3] for _, stems, prefix in self.forms if len(stems) == 1 and stems[0].isascii()
+        camel = sorted({_needle(stems[0], prefix) for _, stems, prefix in self.forms if len(stems) == 1 and stems[0].isascii()
                         and stems[0][:1].isalpha()}, key=lambda n: (-len(n), n))
         self.camel = re.compile(r"(?:(?<=[a-z0-9])|(?<=[A-Z])(?=.[a-z]))(?:%s)[a-z0-9]*" % "|".join(re.escape(n[:1].upper() + n[1:]) for n in camel)) \
             if camel else None

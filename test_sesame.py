@@ -4505,6 +4505,15 @@ def test_a_stemmed_only_match_lists_the_chunk_with_the_word_marked(vocab_corpus,
     assert any("**simplified**" in m["snippet"] for m in top["matches"])
 
 
+def test_a_short_word_whose_stem_porter_changed_is_marked(env, capsys):
+    # porter stems day -> dai and keys -> kei: the matcher looked for tokens starting "dai"/"kei",
+    # found none, and the session (found by the index) was listed with no match marked.
+    PiWriter(env, "rotated").user("Rotate the API keys every ninety days").assistant("Done: a key lives 90 days now.").save()
+    for query, marked in (("keys", "**keys**"), ("day", "**days**"), ("key rotation day", "**key**")):
+        top = search_json(capsys, query)["results"][0]
+        assert top["sessionId"] == "rotated" and any(marked in m["snippet"] for m in top["matches"]), (query, top)
+
+
 def test_a_prefix_does_not_match_other_words_that_share_its_stem(vocab_corpus, capsys):
     m = sesame.Matcher(sesame.Query("tuning"))
     assert m.spans("we went to the tundra") == [] and m.spans("after tuning it") != []
