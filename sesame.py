@@ -8127,19 +8127,15 @@ class Matcher:
         needles = sorted({_needle(stems[0], prefix) for _, stems, prefix in self.forms}, key=lambda n: (-len(n), n))
         self.pattern = re.compile(r"(?<![^\W_])(?:%s)(?:[^\W_]|[%s])*" % ("|".join(map(re.escape, needles)), _ACCENTS),
                                   re.IGNORECASE) if needles else None
-        # A word may also be a part of a camelCase name (indexed in the `parts` column): a capital
-        # after a lower-case letter or digit, or a Capitalised part after an acronym (SQL|Pool), as
-        # split_identifier cuts it, starting like a one-word form, up to the next capital.
-        camel = sorted({_needle(stems[0], prefix) for _, stems, prefix in self.forms if len(stems) == 1 and stems[0].isascii()
-                        and stems[0][:1].isalpha()}, key=lambda n: (-len(n), n))
-        self.camel = re.compile(r"(?:(?<=[a-z0-9])|(?<=[A-Z])(?=.[a-z]))(?:%s)[a-z0-9]*" % "|".join(re.escape(n[:1].upper() + n[1:]) for n in camel)) \
-            if camel else None
-        # The same, literal first, for words_in: Python's regular expressions scan for a pattern's
-        # first characters quickly only when the pattern starts with them (and without IGNORECASE),
-        # three times faster over a chunk; what comes before a match is checked on the few matches.
+        # A word may also be a part of a camelCase name (indexed in the `parts` column): found by
+        # what its forms start with, in lower case, where a part of a name starts (see _part_spans).
+        self.part_needles = sorted({_needle(stems[0], prefix) for _, stems, prefix in self.forms
+                                    if len(stems) == 1 and stems[0].isascii() and stems[0][:1].isalpha()})
+        # The same needles, literal first, for words_in: Python's regular expressions scan for a
+        # pattern's first characters quickly only when the pattern starts with them (and without
+        # IGNORECASE), three times faster over a chunk; what comes before a match is checked on the
+        # few matches.
         self.scan = re.compile(r"(?:%s)(?:[^\W_]|[%s])*" % ("|".join(map(re.escape, needles)), _ACCENTS)) if needles else None
-        self.camel_scan = re.compile(r"(?:%s)[a-z0-9]*" % "|".join(re.escape(n[:1].upper() + n[1:]) for n in camel)) \
-            if camel else None
         # Forms by their first stem (one dict lookup per candidate token); one-word prefixes apart.
         self.by_stem, self.prefixes = {}, []
         self._stems = {}  # token -> its stem: the same words come back in every chunk
@@ -8160,19 +8156,11 @@ class Matcher:
             return []
         out = []
         by_stem, prefixes, cache = self.by_stem, self.prefixes, self._stems
-        for m in self.camel.finditer(text) if self.camel else ():
-            part = m.group().lower()
-            stem = cache.get(part)
-            if stem is None:
-                stem = cache[part] = porter_stem(part)
-            for i, stems, prefix in by_stem.get(stem, ()):
-                if len(stems) == 1:
-                    out.append((m.start(), m.end(), i))
-            for i, stems, _ in prefixes:  # `write*` finds StreamWriter, as its parts column does
-                if part.startswith(stems[0]):
-                    out.append((m.start(), m.end(), i))
+        low = text.lower()
+        if self.part_needles:
+            out += self._part_spans(text, low)
         if self.joined:
-            out += self._joined_spans(text, text.lower())
+            out += self._joined_spans(text, low)
         for m in self.pattern.finditer(text):
             token = m.group()
             folded = token.lower() if token.isascii() else fold_token(token)
@@ -8204,6 +8192,40 @@ class Matcher:
                 return None
             pos = t.end()
         return pos
+
+    def _part_spans(self, text, low):
+        """[(start, end, word index)] where a one-word form is a part of a camelCase name, as
+        identifier_parts cuts it for the index: handle|Payment, HTTP|Server, get|HTTP|Response,
+        OAuth|2|Client. A part starts at a capital after a lower-case letter or digit, at the last
+        capital of an acronym followed by a lower-case letter, or where a name with a case change
+        starts. Each needle is found with str.find (at C speed), only those places are looked at."""
+        out = []
+        if len(low) != len(text):
+            return out  # (lower() changed the length: offsets would not agree; none of a name's parts)
+        by_stem, prefixes, cache = self.by_stem, self.prefixes, self._stems
+        for needle in self.part_needles:
+            at = low.find(needle)
+            while at >= 0:
+                c, prev = text[at], text[at - 1] if at else " "
+                if c.isupper() and prev.isascii() and (prev.islower() or prev.isdigit()
+                                                       or prev.isupper() and text[at + 1:at + 2].islower()):
+                    start = True  # inside a name, at a case change
+                else:  # the first part of a name with a case change
+                    name = None if prev.isalnum() or prev == "_" or not c.isascii() else _IDENT_RE.match(text, at)
+                    start = name is not None and _CASE_CHANGE_RE.search(name.group()) is not None
+                if start:
+                    part = _CAMEL_PART_RE.match(text, at).group().lower()
+                    stem = cache.get(part)
+                    if stem is None:
+                        stem = cache[part] = porter_stem(part)
+                    for i, stems, _ in by_stem.get(stem, ()):
+                        if len(stems) == 1:
+                            out.append((at, at + len(part), i))
+                    for i, stems, _ in prefixes:  # `write*` finds StreamWriter, as its parts column does
+                        if part.startswith(stems[0]):
+                            out.append((at, at + len(part), i))
+                at = low.find(needle, at + 1)
+        return out
 
     def _joined_spans(self, text, low):
         """[(start, end, word index)] where a typed word is two or more neighbouring parts of a
@@ -8240,11 +8262,8 @@ class Matcher:
             at = m.start()
             if not at or not _WORD_CHAR_RE.match(low, at - 1):  # a token's start, not inside a word
                 tokens.add(m.group())
-        for m in self.camel_scan.finditer(text) if self.camel_scan else ():
-            at = m.start()
-            if at and (text[at - 1] in _LOWER_OR_DIGIT  # a capital after a lower-case letter or digit,
-                       or text[at - 1] in _UPPER and text[at + 1:at + 2] in _LOWER):  # or after an acronym
-                tokens.add(m.group())
+        if self.part_needles:
+            found.update(i for _, _, i in self._part_spans(text, low))
         for token in tokens:
             folded = token.lower() if token.isascii() else fold_token(token)
             stem = cache.get(folded)

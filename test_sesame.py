@@ -4519,6 +4519,21 @@ def test_a_prefix_does_not_match_other_words_that_share_its_stem(vocab_corpus, c
     assert m.spans("we went to the tundra") == [] and m.spans("after tuning it") != []
 
 
+def test_every_part_of_a_camelcase_name_is_marked_and_found_under_tools(env, capsys):
+    # The index has each part of a name (handle, payment...; HTTP, server); the matcher marked only
+    # capitalised parts after a lower-case letter: a session found by a name's first part (handle,
+    # parse) or an acronym (HTTP) was listed with no match, and --tool left it out.
+    w = PiWriter(env, "names")
+    w.user("wire the webhook").tool("edit", {"path": "hook.ts", "newText": "export function handlePaymentIntentWebhook(e) {}\n"
+                                             "const srv = new HTTPServer(parseJSON(cfg))"}, "edited")
+    w.save()
+    for query, marked in (("handle", "**handle**"), ("parse", "**parse**"), ("http", "**HTTP**"), ("json", "**JSON**")):
+        for extra in ((), ("--tool", "edit")):
+            top = search_json(capsys, query, *extra)["results"]
+            assert top and top[0]["sessionId"] == "names", (query, extra)
+            assert any(marked in m["snippet"] for m in top[0]["matches"]), (query, extra, top[0]["matches"])
+
+
 def test_a_hyphenated_word_of_a_command_is_found_under_tools(vocab_corpus, capsys):
     data = search_json(capsys, "publish-release", "--tools")
     assert [r["sessionId"] for r in data["results"]] == ["release-script"]
