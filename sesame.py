@@ -9535,8 +9535,11 @@ def _did_you_mean(message, parser):
     parsers = [parser] + [sp for a in parser._actions for sp in (getattr(a, "choices", None) or {}).values()
                           if hasattr(sp, "_actions")]
     known = [o for p in parsers for a in p._actions for o in a.option_strings]
-    close = [difflib.get_close_matches(u, known, 1) for u in unknown]
-    return "".join("; did you mean %s?" % c[0] for c in close if c)
+    close = [(u, difflib.get_close_matches(u, known, 1)) for u in unknown]
+    # An option of sesame itself given after the command (`sesame search --version`) is known, but
+    # not there: say where it goes rather than "did you mean --version?"
+    return "".join("; %s goes before the command (sesame %s)" % (u, u) if c[0] == u else "; did you mean %s?" % c[0]
+                   for u, c in close if c)
 
 
 # ==================================================================================================

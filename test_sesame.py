@@ -4845,6 +4845,11 @@ def test_usage_errors_exit_2_with_one_line(capsys):
     assert code == 2 and err.count("\n") == 1
     code, out, err = run(capsys, "bogus-command")
     assert code == 2
+    code, out, err = run(capsys, "search", "x", "--limt", "3")
+    assert code == 2 and "did you mean --limit?" in err
+    # an option of sesame itself after the command: where it goes, not "did you mean --version?"
+    code, out, err = run(capsys, "search", "--version")
+    assert code == 2 and "did you mean" not in err and "goes before the command (sesame --version)" in err
 
 
 def test_missing_fts5_is_explained(monkeypatch):
