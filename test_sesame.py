@@ -6687,7 +6687,7 @@ def test_hostile_disk_everything_at_once(env, tmp_path, capsys, monkeypatch):
 
 # ---------------------------------------------------------------------------------------------
 # Relevance v2: seven ways people remember a session
-# Our own held-back-style set (the tracker's ranking issue): 8 queries in each of 7 classes, each
+# Our own held-back-style set (the tracker's ranking issue): 12 queries in each of 7 classes (three batches), each
 # with its own target session and look-alike decoys, hidden among ~300 ordinary sessions. Rendered in
 # pi, Claude Code and Codex layouts by ../shared/relevance/render.py (the public set's renderer).
 # `SESAME_RELEVANCE=1 python3 -m pytest -q -s -k relevance_v2_report` prints hit@1, hit@3 and MRR
@@ -7278,6 +7278,120 @@ rv("n-para2", "/home/kim/code/api-go", "2026-07-06T10:00:00Z", [
     rA("Added rate limiting per API key with a token bucket; clients get 429 with Retry-After."),
 ])
 
+# A third batch, written blind after this round's ranking work (2 per class), the sessions
+# of the first two staying in as more look-alikes.
+# identifier
+rv("t-ident1", "/home/sam/code/node-api", "2026-08-02T10:00:00Z", [
+    rU("The API crashes with heap out of memory on big imports."),
+    rA("Raising the heap for the import worker.", rE("package.json", '"import": "node worker.js"', '"import": "node --max-old-space-size=4096 worker.js"')),
+])
+rv("t-ident1x", "/home/sam/code/node-api", "2026-08-03T10:00:00Z", [
+    rU("Set the maximum request body size for uploads."),
+    rA("Configured the body parser limit to 10mb."),
+])
+rv("t-ident2", "/home/sam/code/billing", "2026-08-05T10:00:00Z", [
+    rU("Retries for the invoice sender are too aggressive."),
+    rA("Made the retry count configurable.", rW("billing/settings.py", "INVOICE_SENDER_MAX_RETRY_COUNT = int(os.environ.get('INVOICE_SENDER_MAX_RETRY_COUNT', 3))")),
+])
+rv("t-ident2x", "/home/sam/code/billing", "2026-08-06T10:00:00Z", [
+    rU("Count the invoices sent per day."),
+    rA("Added a daily counter metric for sent invoices."),
+])
+# typo
+rv("t-typo1", "/home/sam/code/webshop", "2026-08-08T10:00:00Z", [
+    rU("npm install fails on the CI runner."),
+    rA("A peer dependency conflict between react 18 and the date picker; pinned the picker to 4.x and added overrides in package.json."),
+])
+rv("t-typo1x", "/home/sam/code/webshop", "2026-08-09T10:00:00Z", [
+    rU("Update the README install section."),
+    rA("Rewrote the install steps for yarn and npm."),
+])
+rv("t-typo2", "/home/sam/code/ops", "2026-08-10T10:00:00Z", [
+    rU("Prometheus alertmanager does not send anything to Slack."),
+    rA("The webhook URL in alertmanager.yml was the old one; updated the receiver and reloaded the config."),
+])
+rv("t-typo2x", "/home/sam/code/ops", "2026-08-11T10:00:00Z", [
+    rU("Add a Slack message when the deploy finishes."),
+    rA("The deploy job now posts to the #releases channel."),
+])
+# detail
+rv("t-detail1", "/home/sam/code/search-svc", "2026-08-12T10:00:00Z", rv_long(
+    [rU("Work on the search service relevance today.")],
+    "How many shards did we settle on for the products index?", "We settled on 6 primary shards and 1 replica for the products index.", [])),
+rv("t-detail1x", "/home/sam/code/search-svc", "2026-08-13T10:00:00Z", [
+    rU("The products index mapping needs a keyword field."),
+    rA("Added a keyword subfield for the brand."),
+])
+rv("t-detail2", "/home/sam/code/mobile", "2026-08-14T10:00:00Z", rv_long(
+    [rU("Continue the app store release prep.")],
+    "Which minimum iOS version did product decide on?", "Product decided on iOS 15 as the minimum deployment target.", [])),
+rv("t-detail2x", "/home/sam/code/mobile", "2026-08-15T10:00:00Z", [
+    rU("Bump the app version for the release."),
+    rA("Version is 3.4.0 now, build 412."),
+])
+# tool output
+rv("t-tool1", "/home/sam/code/dashboard", "2026-08-16T10:00:00Z", [
+    rU("The dashboard page is blank after the upgrade."),
+    rA("Checking the console.", rB("npm run test -- Dashboard", "TypeError: Cannot read properties of undefined (reading 'map')\n    at Dashboard (src/Dashboard.tsx:41:23)")),
+    rA("The widgets prop can be undefined while loading; defaulted it to an empty array."),
+])
+rv("t-tool1x", "/home/sam/code/dashboard", "2026-08-17T10:00:00Z", [
+    rU("Add a map widget to the dashboard."),
+    rA("Added the map widget with the store locations."),
+])
+rv("t-tool2", "/home/sam/code/infra-tf", "2026-08-18T10:00:00Z", [
+    rU("terraform apply fails in the pipeline."),
+    rA("Looking at the output.", rB("terraform apply -auto-approve", "Error: Error acquiring the state lock\n\nLock Info:\n  ID: 9f1c\n  Operation: OperationTypeApply")),
+    rA("A crashed run left the lock; released it with force-unlock after checking nobody else was applying."),
+])
+rv("t-tool2x", "/home/sam/code/infra-tf", "2026-08-19T10:00:00Z", [
+    rU("Move the terraform state to a new bucket."),
+    rA("Migrated the state with terraform init -migrate-state."),
+])
+# long
+rv("t-long1", "/home/sam/code/webshop", "2026-08-20T10:00:00Z", [
+    rU("Customers get logged out when they switch between the shop and the blog subdomain."),
+    rA("The session cookie is set for shop.example.com only. Setting Domain=.example.com and SameSite=Lax so both subdomains share it."),
+])
+rv("t-long1x", "/home/sam/code/webshop", "2026-08-21T10:00:00Z", [
+    rU("Add a cookie consent banner to the shop."),
+    rA("Added the banner and stored the choice in a cookie for a year."),
+])
+rv("t-long2", "/home/sam/code/data-pipeline", "2026-08-22T10:00:00Z", [
+    rU("The nightly import writes duplicate rows when the job is retried."),
+    rA("Made the load idempotent: an upsert keyed on the source id and the import date instead of plain inserts."),
+])
+rv("t-long2x", "/home/sam/code/data-pipeline", "2026-08-23T10:00:00Z", [
+    rU("Schedule the import an hour later."),
+    rA("Moved the cron to 03:00."),
+])
+# filter
+rv("t-filter1", "/home/sam/code/webshop", "2026-09-01T10:00:00Z", [
+    rU("Fix the checkout total rounding."),
+    rA("Rounding now happens once on the total, in cents."),
+])
+rv("t-filter1x", "/home/sam/code/billing", "2026-09-02T10:00:00Z", [
+    rU("Fix the checkout total rounding in the invoice."),
+    rA("Invoice totals now round half up."),
+])
+rv("t-filter2", "/home/sam/code/ops", "2026-05-01T10:00:00Z", [
+    rU("Rotate the TLS certificates."),
+    rA("Rotated the certificates on the load balancer."),
+])
+rv("t-filter2x", "/home/sam/code/ops", "2026-09-05T10:00:00Z", [
+    rU("Rotate the TLS certificates again."),
+    rA("Rotated them with the new intermediate."),
+])
+# paraphrase
+rv("t-para1", "/home/sam/code/webshop", "2026-09-06T10:00:00Z", [
+    rU("Pictures on the product list take ages to appear."),
+    rA("Serving WebP thumbnails with lazy loading and a CDN cache instead of the 4000px originals."),
+])
+rv("t-para2", "/home/sam/code/node-api", "2026-09-07T10:00:00Z", [
+    rU("Two requests at the same moment both got the last item in stock."),
+    rA("Wrapped the stock check and the decrement in a transaction with SELECT ... FOR UPDATE."),
+])
+
 # (class, query, [target ids], extra CLI arguments)
 RV_QUERIES = [
     ("paraphrase", "the page jumps around while it loads", ["cls"], []),
@@ -7351,6 +7465,21 @@ RV_QUERIES = [
     ("filter", "tests", ["n-filter1"], ["--after", "2026-06-30", "--cwd", "/home/kim/code/sync"]),
     ("paraphrase", "make the form usable for blind people", ["n-para1"], []),
     ("paraphrase", "one client hammering the api brings it down", ["n-para2"], []),
+    # the third batch
+    ("identifier", "max old space size", ["t-ident1"], []),
+    ("identifier", "invoice sender max retry count", ["t-ident2"], []),
+    ("typo", "peer dependancy conflict react", ["t-typo1"], []),
+    ("typo", "alertmanger slack webhook", ["t-typo2"], []),
+    ("detail", "how many shards for the products index", ["t-detail1"], []),
+    ("detail", "minimum ios version", ["t-detail2"], []),
+    ("tool output", "Cannot read properties of undefined (reading 'map')", ["t-tool1"], []),
+    ("tool output", "Error acquiring the state lock", ["t-tool2"], []),
+    ("long", "why did customers get logged out when moving between the shop and the blog and how did we fix the cookie", ["t-long1"], []),
+    ("long", "the session where the nightly import created duplicate rows whenever the job was retried and we made it idempotent", ["t-long2"], []),
+    ("filter", "checkout total rounding", ["t-filter1"], ["--cwd", "/home/sam/code/webshop"]),
+    ("filter", "rotate tls certificates", ["t-filter2"], ["--before", "2026-06-01"]),
+    ("paraphrase", "images load slowly on the catalog page", ["t-para1"], []),
+    ("paraphrase", "two buyers got the same last item", ["t-para2"], []),
 ]
 
 RV_SHARED = os.path.join(HERE, "..", "shared")
