@@ -8864,22 +8864,27 @@ def emit_json(obj, out=None):
     (out or sys.stdout).write(to_json(obj) + "\n")
 
 
+def _plural(n, word):
+    return word if n == 1 else word + "s"
+
+
 def status_text(info):
     """What `sesame status` prints, from status_info() (so the MCP tool does not compute it twice)."""
     out = ["index:    %s%s" % (info["indexPath"], "" if info["indexExists"] else " (not built yet: run sesame index)")]
     if info["indexExists"]:
         out.append("size:     %.1f MB, %d sessions, %d chunks from %d files"
                    % (info["indexBytes"] / 1e6, info["sessions"], info["chunks"], info["files"]))
-        out += ["          %-10s %6d sessions %9d chunks%s" % (
-            p["agent"], p["sessions"], p["chunks"],
+        out += ["          %-11s %6d %-8s %9d %s%s" % (
+            p["agent"], p["sessions"], _plural(p["sessions"], "session"), p["chunks"], _plural(p["chunks"], "chunk"),
             "  (%d kept from deleted files)" % p["deletedKept"] if p["deletedKept"] else "") for p in info["perAgent"]]
         out.append("updated:  %s (%d session files changed since)" % (info["lastIndex"] or "never", info["changedSinceLastIndex"]))
         for p in info["perAgent"]:
             unknown = p.get("unrecognizedRecords")
             if unknown:
                 versions = p.get("versionsSeen") or []
-                out.append("drift:    %s: %d records of %d unknown types (%s)%s%s" % (
-                    p["agent"], sum(unknown.values()), len(unknown), ", ".join(sorted(unknown)[:5]),
+                out.append("drift:    %s: %d %s of %d unknown %s (%s)%s%s" % (
+                    p["agent"], sum(unknown.values()), _plural(sum(unknown.values()), "record"), len(unknown),
+                    _plural(len(unknown), "type"), ", ".join(sorted(unknown)[:5]),
                     " from %s" % ", ".join(versions[-3:]) if versions else "",
                     "; Sesame was checked against %s" % p["verified"] if p.get("verified") else ""))
         for p in info["perAgent"]:
@@ -8895,7 +8900,7 @@ def status_text(info):
                     if f["state"] != "skipped"][:10]
     out.append("config:   %s%s" % (info["configPath"], "" if info["configFound"] else " (none: using discovered sources)"))
     out += ["warning:  %s" % w for w in info.get("warnings") or ()]
-    out += ["source:   %-10s %s (%s)" % (s["parser"], s["path"], s["origin"]) for s in info["sources"]]
+    out += ["source:   %-11s %s (%s)" % (s["parser"], s["path"], s["origin"]) for s in info["sources"]]
     if not info["sources"]:
         out.append("source:   none found (configure one in %s)" % info["configPath"])
     out.append("sqlite:   %s, sesame %s, schema %d" % (info["sqliteVersion"], info["sesameVersion"], info["schemaVersion"]))

@@ -4840,6 +4840,18 @@ def test_status_reports_counts_sources_and_freshness(corpus, capsys):
     assert "sqlite:" in run(capsys, "status")[1]
 
 
+def test_status_text_counts_in_the_singular_and_aligns_long_agent_names():
+    info = {"indexPath": "/i", "indexExists": True, "indexBytes": 1e6, "sessions": 3, "chunks": 9, "files": 2,
+            "perAgent": [{"agent": "antigravity", "sessions": 1, "chunks": 1, "deletedKept": 0,
+                          "unrecognizedRecords": {"custom_block": 1}},
+                         {"agent": "pi", "sessions": 2, "chunks": 8, "deletedKept": 0}],
+            "lastIndex": "2026-01-01T00:00:00Z", "changedSinceLastIndex": 0, "notIndexed": [], "configPath": "/c",
+            "configFound": True, "sources": []}
+    lines = sesame.status_text(info).splitlines()
+    assert "antigravity      1 session          1 chunk" in lines[2] and "pi               2 sessions         8 chunks" in lines[3]
+    assert "antigravity: 1 record of 1 unknown type (custom_block)" in sesame.status_text(info)
+
+
 def test_usage_errors_exit_2_with_one_line(capsys):
     code, out, err = run(capsys, "search")
     assert code == 2 and err.count("\n") == 1
