@@ -4846,7 +4846,7 @@ def test_status_text_counts_in_the_singular_and_aligns_long_agent_names():
                           "unrecognizedRecords": {"custom_block": 1}},
                          {"agent": "pi", "sessions": 2, "chunks": 8, "deletedKept": 0}],
             "lastIndex": "2026-01-01T00:00:00Z", "changedSinceLastIndex": 0, "notIndexed": [], "configPath": "/c",
-            "configFound": True, "sources": []}
+            "configFound": True, "sources": [], "schemaVersion": 1, "sesameVersion": "x", "sqliteVersion": "3"}
     lines = sesame.status_text(info).splitlines()
     assert "antigravity      1 session          1 chunk" in lines[2] and "pi               2 sessions         8 chunks" in lines[3]
     assert "antigravity: 1 record of 1 unknown type (custom_block)" in sesame.status_text(info)
