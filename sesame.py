@@ -8441,9 +8441,14 @@ def _doc_weights():
 
 
 LONG_QUESTION = 5       # ranking words from which a query is a long question (see _rerank)
-LONG_RERANK = 6         # candidates of each stage re-ranked by proximity for a long question
+LONG_RERANK = 4         # candidates of each stage re-ranked by proximity for a long question
 PROXIMITY_WORDS = 3     # from 3 words, the first PROXIMITY_TOP are re-ranked by proximity within their stage
 PROXIMITY_TOP = 10
+# Each candidate re-ranked costs a read of its best part (~1.5 ms at 1 GB, the most costly step of a
+# search after FTS5). Ten for a short query: a session saying the words together once can rank
+# below several that say them apart more often (a test has six such); four per stage for a long
+# question, whose pool spans every stage: six ranked nothing better on the relevance sets (84 + 15
+# queries, three layouts) and cost a sixth of such a search.
 
 
 class Candidate:
