@@ -4514,6 +4514,18 @@ def test_a_short_word_whose_stem_porter_changed_is_marked(env, capsys):
         assert top["sessionId"] == "rotated" and any(marked in m["snippet"] for m in top["matches"]), (query, top)
 
 
+def test_the_part_finder_steps_over_runs_and_still_finds_the_part_after_them():
+    # Runs of one case are stepped over at once (no part starts inside them), not letter by letter;
+    # the part right after a run must still be found, as the index splits it.
+    m = sesame.Matcher(sesame.Query("handle"))
+    for text, part in (("x" * 5000 + "Handle", "Handle"), ("A" * 5000 + "Handle", "Handle"),
+                       ("HANDLE" * 800 + "Handle", "Handle"), ("handleHandle", "handle")):
+        spans = m.spans(text)
+        assert spans and text[spans[-1][0]:spans[-1][1]] == "Handle" if part == "Handle" else spans[0][:2] == (0, 6), text[:20]
+        assert m.words_in(text) == {0}
+    assert sesame._after_run("abc1Def", 0) == 4 and sesame._after_run("ABCDef", 0) == 3 and sesame._after_run(".x", 0) == 1
+
+
 def test_a_prefix_does_not_match_other_words_that_share_its_stem(vocab_corpus, capsys):
     m = sesame.Matcher(sesame.Query("tuning"))
     assert m.spans("we went to the tundra") == [] and m.spans("after tuning it") != []
