@@ -8111,10 +8111,12 @@ def _after_run(text, at):
 
 def _needle(stem, prefix=False):
     """What every token with this porter stem (or this prefix) starts with: the stem's first three
-    letters, or all but its last for a shorter stem, which porter may have changed (day -> dai,
-    keys -> kei: "dai" is in no form of the word). Checked on the 175,000 words of Python's
-    standard library."""
-    return stem[:3] if prefix or len(stem) > 3 else stem[:max(1, len(stem) - 1)]
+    letters; a shorter stem ending in "i" without it, since porter may have made it of a "y" (day
+    -> dai, keys -> kei: "dai" is in no form of the word). Checked on the 175,000 words of Python's
+    standard library. (Shorter needles match more tokens, each stemmed: "re" for "req" would.)"""
+    if prefix or len(stem) > 3:
+        return stem[:3]
+    return stem[:-1] if stem.endswith("i") and len(stem) > 1 else stem
 
 
 class Matcher:
@@ -8146,6 +8148,9 @@ class Matcher:
         # what its forms start with, in lower case, where a part of a name starts (see _part_spans).
         self.part_needles = sorted({_needle(stems[0], prefix) for _, stems, prefix in self.forms
                                     if len(stems) == 1 and stems[0].isascii() and stems[0][:1].isalpha()})
+        capitals = {v for n in self.part_needles for v in (n[:1].upper() + n[1:], n.upper())}
+        self.inner = re.compile("|".join(map(re.escape, sorted(capitals, key=lambda n: (-len(n), n))))) \
+            if capitals else None
         # The same needles, literal first, for words_in: Python's regular expressions scan for a
         # pattern's first characters quickly only when the pattern starts with them (and without
         # IGNORECASE), three times faster over a chunk; what comes before a match is checked on the
@@ -8173,11 +8178,13 @@ class Matcher:
         by_stem, prefixes, cache = self.by_stem, self.prefixes, self._stems
         low = text.lower()
         if self.part_needles:
-            out += self._part_spans(text, low)
+            out += self._part_spans(text)
         if self.joined:
             out += self._joined_spans(text, low)
         for m in self.pattern.finditer(text):
             token = m.group()
+            if not token.islower():
+                out += self._first_part(text, m.start(), m.end())
             folded = token.lower() if token.isascii() else fold_token(token)
             stem = cache.get(folded)
             if stem is None:
@@ -8208,39 +8215,40 @@ class Matcher:
             pos = t.end()
         return pos
 
-    def _part_spans(self, text, low):
-        """[(start, end, word index)] where a one-word form is a part of a camelCase name, as
-        identifier_parts cuts it for the index: handle|Payment, HTTP|Server, get|HTTP|Response,
-        OAuth|2|Client. A part starts at a capital after a lower-case letter or digit, at the last
-        capital of an acronym followed by a lower-case letter, or where a name with a case change
-        starts. Each needle is found with str.find (at C speed), only those places are looked at."""
+    def _part_spans(self, text):
+        """[(start, end, word index)] where a one-word form is a part of a camelCase name inside it,
+        as identifier_parts cuts it for the index: Payment in handlePaymentIntent, HTTP in
+        getHTTPResponse, Server in HTTPServer, Client in OAuth2Client. Such a part starts with a
+        capital (after a lower-case letter or digit, or the last of an acronym's capitals before a
+        lower-case letter), so only the forms' needles Capitalised or in capitals are looked for, by
+        one literal pattern (at C speed). A name's first part is found with the name (_first_part)."""
         out = []
-        if len(low) != len(text):
-            return out  # (lower() changed the length: offsets would not agree; none of a name's parts)
-        by_stem, prefixes, cache = self.by_stem, self.prefixes, self._stems
-        for needle in self.part_needles:
-            at = low.find(needle)
-            while at >= 0:
-                c, prev = text[at], text[at - 1] if at else " "
-                if c.isupper() and prev.isascii() and (prev.islower() or prev.isdigit()
-                                                       or prev.isupper() and text[at + 1:at + 2].islower()):
-                    start = True  # inside a name, at a case change
-                else:  # the first part of a name with a case change
-                    name = None if prev.isalnum() or prev == "_" or not c.isascii() else _IDENT_RE.match(text, at)
-                    start = name is not None and _CASE_CHANGE_RE.search(name.group()) is not None
-                if start:
-                    part = _CAMEL_PART_RE.match(text, at).group().lower()
-                    stem = cache.get(part)
-                    if stem is None:
-                        stem = cache[part] = porter_stem(part)
-                    for i, stems, _ in by_stem.get(stem, ()):
-                        if len(stems) == 1:
-                            out.append((at, at + len(part), i))
-                    for i, stems, _ in prefixes:  # `write*` finds StreamWriter, as its parts column does
-                        if part.startswith(stems[0]):
-                            out.append((at, at + len(part), i))
-                at = low.find(needle, _after_run(text, at))
+        for m in self.inner.finditer(text, 1):
+            at = m.start()
+            prev = text[at - 1]
+            if prev.isascii() and (prev.islower() or prev.isdigit() or prev.isupper() and text[at + 1:at + 2].islower()):
+                out += self._part_match(text, at)
         return out
+
+    def _first_part(self, text, at, end):
+        """_part_match for a token at text[at:end] when it is a camelCase name (a case change in it),
+        as identifier_parts finds names: handle in handlePaymentIntent, HTTP in HTTPServer."""
+        if _CASE_CHANGE_RE.search(text, at, end) and (name := _IDENT_RE.match(text, at)) and name.end() == end:
+            return self._part_match(text, at)
+        return []
+
+    def _part_match(self, text, at):
+        """[(start, end, word index)] for the camelCase part starting at `at`, if a form is it."""
+        part = _CAMEL_PART_RE.match(text, at)
+        if part is None:
+            return []
+        part = part.group().lower()
+        stem = self._stems.get(part)
+        if stem is None:
+            stem = self._stems[part] = porter_stem(part)
+        out = [(at, at + len(part), i) for i, stems, _ in self.by_stem.get(stem, ()) if len(stems) == 1]
+        # `write*` finds StreamWriter, as its parts column does
+        return out + [(at, at + len(part), i) for i, stems, _ in self.prefixes if part.startswith(stems[0])]
 
     def _joined_spans(self, text, low):
         """[(start, end, word index)] where a typed word is two or more neighbouring parts of a
@@ -8256,7 +8264,9 @@ class Matcher:
                         and (end == len(text) or not text[end].isalnum() or text[end].isupper() or text[end].isdigit())
                         and _CASE_CHANGE_RE.search(text, at, end)):
                     out.append((at, end, i))
-                at = low.find(w, _after_run(text, at))
+                nxt = low.find(w, at + 1)
+                # a word overlapping itself (a long run of one letter): step over the run at once
+                at = nxt if nxt < 0 or nxt >= end else low.find(w, _after_run(text, at))
         return out
 
     def present(self, text):
@@ -8276,9 +8286,12 @@ class Matcher:
         for m in self.scan.finditer(low):
             at = m.start()
             if not at or not _WORD_CHAR_RE.match(low, at - 1):  # a token's start, not inside a word
-                tokens.add(m.group())
+                token = m.group()
+                tokens.add(token)
+                if not text.startswith(token, at):  # capitals: maybe a camelCase name
+                    found.update(i for _, _, i in self._first_part(text, at, m.end()))
         if self.part_needles:
-            found.update(i for _, _, i in self._part_spans(text, low))
+            found.update(i for _, _, i in self._part_spans(text))
         for token in tokens:
             folded = token.lower() if token.isascii() else fold_token(token)
             stem = cache.get(folded)
