@@ -7116,15 +7116,18 @@ def file_rows(con, where="1", params=()):
     return [FileRow(*r) for r in con.execute("SELECT %s FROM files WHERE %s" % (FILE_COLUMNS, where), params)]
 
 
-def stat_file(path, parser):
+def stat_file(path, parser, st=None):
     """A session file's size and time, with what changes along with it folded in: the parser's
     sidecar files (pi's session metadata) and an SQLite store's write-ahead log, where a running
-    agent's newest rows stay until a checkpoint copies them into the store itself."""
-    st = os.stat(path)
-    size, mtime = st.st_size, st.st_mtime_ns
+    agent's newest rows stay until a checkpoint copies them into the store itself. `st`: the file's
+    own os.stat, when the caller has it. (Anything with st_size and st_mtime_ns is returned.)"""
+    st = st or os.stat(path)
     extra = parser.sidecars(path) if type(parser).sidecars is not Parser.sidecars else []
     if path.endswith(SQLITE_SUFFIXES):
         extra = list(dict.fromkeys(list(extra) + [path + "-wal"]))
+    if not extra:
+        return st
+    size, mtime = st.st_size, st.st_mtime_ns
     for p in extra:
         try:
             x = os.stat(p)
@@ -7230,12 +7233,14 @@ def plan_full(store, sources, summary, policy):
         plain = type(parser).sidecars is Parser.sidecars  # then a stat says all, except for SQLite stores
         excludes = policy.excludes_path if policy.exclude else None
         for path in paths:
-            key = db_path(path)
+            key = path if path.isascii() else db_path(path)
             if key in seen or (excludes and excludes(path)):
                 continue  # an excluded file counts as gone: what was indexed from it is removed
             seen.add(key)
             try:
-                st = os.stat(path) if plain and not path.endswith(SQLITE_SUFFIXES) else stat_file(path, parser)
+                st = os.stat(path)
+                if not plain or path.endswith(SQLITE_SUFFIXES):
+                    st = stat_file(path, parser, st)
             except OSError as e:
                 summary.problem(path, "cannot stat: %s" % (e.strerror or e))
                 kept.add(key)
@@ -7280,7 +7285,7 @@ def plan_quick(store, sources, summary, policy, cwd=None):
         rows = {row.path: row for row in file_rows(con, "source = ?", (src.path,))}
         listed = set()
         for path in paths:
-            key = db_path(path)
+            key = path if path.isascii() else db_path(path)
             if policy.excludes_path(path):
                 continue
             listed.add(key)
