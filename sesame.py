@@ -7979,13 +7979,22 @@ class Query:
         return out
 
     def phrase(self):
-        """The query as one FTS5 phrase, its words in the order typed (repeats kept, words the index
-        does not have left out), or None: for 2-8 words, none of them a prefix*."""
+        """The query as an FTS5 phrase, its words in the order typed (repeats kept, words the index
+        does not have left out), or None: for 2-8 words, none of them a prefix*. A misspelt word
+        (one the index does not have, searched as its nearest words) is written as each of its
+        corrections in turn, the phrases ORed (at most PHRASE_VARIANTS): "parse json resposne"
+        is "parse json response" (parseJSONResponse) or "parse json responses" or ..."""
         dropped = {w.text.lower() for w in self.words if w.dropped}
         typed = [t for t in self.typed[:MAX_QUERY_TERMS] if t.lower() not in dropped]
-        if 2 <= len(typed) <= 8 and not any(w.prefix for w in self.words):
-            return '"%s"' % " ".join(typed).replace('"', '""')
-        return None
+        if not 2 <= len(typed) <= 8 or any(w.prefix for w in self.words):
+            return None
+        corrections = {w.text.lower(): [t for kind, t in w.expansions if kind == "spelling"]
+                       for w in self.words if w.df == 0 and not w.dropped}
+        variants = [[]]
+        for t in typed:
+            variants = [v + [c] for v in variants for c in corrections.get(t.lower()) or [t]][:PHRASE_VARIANTS]
+        phrases = ['"%s"' % " ".join(v).replace('"', '""') for v in variants]
+        return phrases[0] if len(phrases) == 1 else "(%s)" % " OR ".join(phrases)
 
     def notes(self):
         """What was searched besides the words as typed: [{"word", "searched", "why"}]."""
@@ -7999,6 +8008,7 @@ class Query:
         return out
 
 
+PHRASE_VARIANTS = 9  # phrases of a query with misspelt words tried in the "words together" stage
 RARE_EXPANSION = 4  # an abbreviation's other form is searched unless it is 4 times rarer than the word
 
 

@@ -4434,6 +4434,9 @@ def test_the_words_written_together_rank_first_even_when_each_is_common_elsewher
     assert data["results"][0]["sessionId"] == "target"
     assert data["results"][0]["stage"] == "words together"
     assert data["results"][0]["matchedAllTerms"] is True
+    # misspelt, the words are still together as corrected (the phrase was built of the typo)
+    data = search_json(capsys, "inittal color scheme")
+    assert data["results"][0]["sessionId"] == "target" and data["results"][0]["stage"] == "words together"
 
 
 def test_among_sessions_with_every_word_the_one_holding_them_together_as_typed_ranks_first(env, capsys):
