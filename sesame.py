@@ -7804,6 +7804,12 @@ done how what where when why which who whom whose can could should would will sh
 so but if then than too also just some any all has have had having get got make made let via per
 please thanks thank hi hey ok okay yes lets one""".split())
 
+# How people refer to the session itself ("the session where we...", "a chat about..."): see Query.
+SESSION_NOUNS = frozenset("session sessions conversation conversations chat chats discussion discussions thread "
+                          "threads transcript transcripts".split())
+SESSION_FOLLOWERS = frozenset("about where when in on with that which we i you for from regarding".split())
+SESSION_DETERMINERS = frozenset("the a an that this our my one".split())
+
 # Coding abbreviations and their long forms, both ways. An expansion counts for matching and ranks
 # below the word the user typed (see QueryWord.alternatives).
 ABBREVIATIONS = [
@@ -7931,6 +7937,17 @@ class Query:
         if not self.words:
             raise UsageError("nothing to search for in %r: give at least one word%s"
                              % (text, " that is not excluded" if self.excluded else ""))
+        # "the session about X", "the conversation where we X", "chat with X": words naming what is
+        # searched for, not what it holds. The noun is taken as a function word, and the three
+        # words are left out of the phrase (no session says "the session about users email idx").
+        self.meta = set()
+        low = [t.lower() for t in self.typed]
+        for i, t in enumerate(low[:-1]):
+            if t in SESSION_NOUNS and low[i + 1] in SESSION_FOLLOWERS and (i == 0 or low[i - 1] in STOPWORDS):
+                self.meta.update(range(i - 1 if i and low[i - 1] in SESSION_DETERMINERS else i, i + 2))
+                for w in self.words:  # (unless it is also said elsewhere: "the session where the session token...")
+                    if w.text.lower() == t and not w.phrase and not w.prefix and low.count(t) == 1:
+                        w.stop = True
 
     @property
     def terms(self):
@@ -7980,12 +7997,19 @@ class Query:
 
     def phrase(self):
         """The query as an FTS5 phrase, its words in the order typed (repeats kept, words the index
-        does not have left out), or None: for 2-8 words, none of them a prefix*. A misspelt word
+        does not have left out, and function words at either end too), or None: for 2-8 words,
+        none of them a prefix*. A misspelt word
         (one the index does not have, searched as its nearest words) is written as each of its
         corrections in turn, the phrases ORed (at most PHRASE_VARIANTS): "parse json resposne"
         is "parse json response" (parseJSONResponse) or "parse json responses" or ..."""
         dropped = {w.text.lower() for w in self.words if w.dropped}
-        typed = [t for t in self.typed[:MAX_QUERY_TERMS] if t.lower() not in dropped]
+        typed = [t for i, t in enumerate(self.typed[:MAX_QUERY_TERMS]) if t.lower() not in dropped and i not in self.meta]
+        # Function words around the words that matter are how the question is asked ("where did we
+        # ... ", "... in it"), not part of what was written: the phrase starts and ends with others.
+        while typed and typed[0].lower() in STOPWORDS and any(t.lower() not in STOPWORDS for t in typed):
+            typed.pop(0)
+        while typed and typed[-1].lower() in STOPWORDS and any(t.lower() not in STOPWORDS for t in typed):
+            typed.pop()
         if not 2 <= len(typed) <= 8 or any(w.prefix for w in self.words):
             return None
         corrections = {w.text.lower(): [t for kind, t in w.expansions if kind == "spelling"]

@@ -4439,6 +4439,32 @@ def test_the_words_written_together_rank_first_even_when_each_is_common_elsewher
     assert data["results"][0]["sessionId"] == "target" and data["results"][0]["stage"] == "words together"
 
 
+def test_words_naming_the_session_itself_and_function_words_around_a_phrase_do_not_count(env, capsys):
+    # "the session about users email idx": `session` named what is searched for; it was required
+    # (sessions saying "session" ranked first) and kept the phrase from matching. "where did we
+    # get Too many open files": the phrase started with "where did we get" and matched nothing.
+    for i in range(3):
+        PiWriter(env, "talk-%d" % i, cwd="/home/dev/a%d" % i).user(
+            "The session store keeps users; email goes out daily; the idx file is rebuilt.").assistant("ok").save()
+        PiWriter(env, "files-%d" % i, cwd="/home/dev/b%d" % i).user(
+            "Too many people open these files; we see many open questions about files.").assistant("ok").save()
+    w = PiWriter(env, "index", cwd="/home/dev/db")
+    w.user("lookups by email are slow").tool("write", {"path": "m.sql", "content": "CREATE INDEX users_email_idx ON users(email);"}, "")
+    w.save()
+    w = PiWriter(env, "ulimit", cwd="/home/dev/srv")
+    w.user("the server dies under load").tool("bash", {"command": "node server.js"}, "Error: EMFILE: Too many open files")
+    w.save()
+    for query, target in (("the session about users email idx", "index"), ("a conversation where users email idx", "index"),
+                          ("where did we get Too many open files", "ulimit")):
+        data = search_json(capsys, query)
+        assert data["results"][0]["sessionId"] == target, (query, [r["sessionId"] for r in data["results"]])
+        assert data["results"][0]["stage"] == "words together", query
+    # a session noun that is what the user is after stays a word: "session cookie" is about sessions
+    assert not sesame.Query("session cookie expiry").meta and not sesame.Query("session cookie expiry").words[0].stop
+    q = sesame.Query("the session where the session token expired")
+    assert q.words[1].text == "session" and not q.words[1].stop
+
+
 def test_among_sessions_with_every_word_the_one_holding_them_together_as_typed_ranks_first(env, capsys):
     """"acquirer timeout seconds": a session saying the three words in one sentence ranks above
     sessions saying them (or "acquire", the same stem) far apart and more often; and a word left out
