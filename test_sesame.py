@@ -7538,7 +7538,7 @@ RV_QUERIES = [
 RV_SHARED = os.path.join(HERE, "..", "shared")
 
 
-def rv_evaluate(fmt, workdir, exe=None, filler=300, paging=None):
+def rv_evaluate(fmt, workdir, exe=None, filler=300, paging=None, queries=None):
     """Render the set (and `filler` ordinary sessions) in one agent's layout under workdir, index it
     with sesame (in-process, or the sesame.py at `exe`), run every query; per-query ranks and totals.
     With a list as `paging`, each query is also asked in pages of 4, and those whose pages do not
@@ -7583,7 +7583,7 @@ def rv_evaluate(fmt, workdir, exe=None, filler=300, paging=None):
 
     sesame_run(["index"])
     rows = []
-    for cls, query, targets, extra in RV_QUERIES:
+    for cls, query, targets, extra in queries or RV_QUERIES:
         want = {str(render.uuid.uuid5(render.NS, "rv-" + t)) for t in targets}
         out = sesame_run(["search", query, "--json", "--limit", "10", "--max-chars", "0", "--no-refresh"] + extra)
         try:
@@ -7662,6 +7662,44 @@ def test_relevance_v2_report(tmp_path, fmt):
                                                   rv_table(rows)))
     for cls, query, extra, rank, n in rows:
         print("  %-5s %-12s %s %s (%d results)" % ("#%d" % rank if rank else "miss", cls, query, " ".join(extra), n))
+
+
+def rv_variants(seed=11):
+    """The set's queries as people also type them: one letter wrong in the longest word, a prefix
+    naming the session or asking the question, Title Case. (class, variant, query, targets, extra)."""
+    import random
+    rnd = random.Random(seed)
+
+    def typo(w):
+        i = rnd.randrange(1, len(w) - 1)
+        return rnd.choice([w[:i] + w[i + 1:], w[:i] + w[i + 1] + w[i] + w[i + 2:], w[:i] + rnd.choice("aeiostnr") + w[i + 1:]])
+    out = []
+    for cls, query, targets, extra in RV_QUERIES:
+        if cls in ("paraphrase", "long"):
+            continue
+        words = query.split()
+        variants = {"prefix 'the session where we'": "the session where we " + query,
+                    "prefix 'the conversation about'": "the conversation about " + query,
+                    "prefix 'where did we'": "where did we " + query,
+                    "Title Case": " ".join(w.capitalize() for w in words)}
+        longest = max(range(len(words)), key=lambda i: len(words[i]))
+        if cls != "typo" and len(words[longest]) >= 5 and words[longest].isalpha():
+            variants["one typo"] = " ".join(typo(w) if i == longest else w for i, w in enumerate(words))
+        out += [(cls, name, q, targets, extra) for name, q in variants.items()]
+    return out
+
+
+@pytest.mark.skipif(not os.environ.get("SESAME_RELEVANCE"), reason="report: set SESAME_RELEVANCE=1")
+def test_relevance_v2_robustness_report(tmp_path):
+    """hit@1 of the set's queries typed differently (see rv_variants), pi layout."""
+    variants = rv_variants()
+    rows = rv_evaluate("pi", tmp_path, exe=os.environ.get("SESAME_RELEVANCE_EXE"),
+                       queries=[(name, q, targets, extra) for _, name, q, targets, extra in variants])
+    print("\n\nRelevance v2 robustness, pi layout (%s):" % (os.environ.get("SESAME_RELEVANCE_EXE") or "this sesame.py"))
+    print(rv_table(rows))
+    for name, query, extra, rank, n in rows:
+        if rank != 1:
+            print("  %-5s %-34s %s %s" % ("#%d" % rank if rank else "miss", name, query, " ".join(extra)))
 
 
 # ---------------------------------------------------------------------------------------------
