@@ -7998,10 +7998,10 @@ class Query:
     def phrase(self):
         """The query as an FTS5 phrase, its words in the order typed (repeats kept, words the index
         does not have left out, and function words at either end too), or None: for 2-8 words,
-        none of them a prefix*. A misspelt word
-        (one the index does not have, searched as its nearest words) is written as each of its
-        corrections in turn, the phrases ORed (at most PHRASE_VARIANTS): "parse json resposne"
-        is "parse json response" (parseJSONResponse) or "parse json responses" or ..."""
+        none of them a prefix*. A misspelt word (one the index does not have, searched as its
+        nearest words) is written as each of its corrections in turn, the phrases ORed (at most
+        PHRASE_VARIANTS): "parse json resposne" is "parse json response" (parseJSONResponse) or
+        "parse json responses" or ..."""
         dropped = {w.text.lower() for w in self.words if w.dropped}
         typed = [t for i, t in enumerate(self.typed[:MAX_QUERY_TERMS]) if t.lower() not in dropped and i not in self.meta]
         # Function words around the words that matter are how the question is asked ("where did we
@@ -8128,9 +8128,6 @@ def edit_distance(a, b, limit):
 
 
 _WORD_CHAR_RE = LazyPattern(r"[^\W_]")
-_LOWER_OR_DIGIT = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
-_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
-_UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
 _LOWER_RUN = LazyPattern(r"[a-z0-9]+")
