@@ -249,6 +249,11 @@ def _stderr(msg):
         pass
 
 
+def _plural(n, word):
+    """"1 file", "2 files": the word for n of it."""
+    return word if n == 1 else word + "s"
+
+
 def _warn(msg):
     """Something the user should fix that does not stop the command (a config key, a missing folder)."""
     _stderr("sesame: warning: " + msg)
@@ -7082,10 +7087,11 @@ class IndexSummary:
                 "skipped": self.problems}
 
     def line(self):
-        return ("indexed: %d files seen, %d indexed, %d unchanged, %d removed, %d not indexed; "
-                "%d sessions, %d chunks; %d lines skipped; %.2fs"
-                % (self.seen, self.indexed, self.unchanged, self.removed, len(self.problems),
-                   self.sessions, self.chunks, self.skipped_lines, self.seconds))
+        return ("indexed: %d %s seen, %d indexed, %d unchanged, %d removed, %d not indexed; "
+                "%d %s, %d %s; %d %s skipped; %.2fs"
+                % (self.seen, _plural(self.seen, "file"), self.indexed, self.unchanged, self.removed, len(self.problems),
+                   self.sessions, _plural(self.sessions, "session"), self.chunks, _plural(self.chunks, "chunk"),
+                   self.skipped_lines, _plural(self.skipped_lines, "line"), self.seconds))
 
 
 class FileStat:
@@ -8931,10 +8937,6 @@ def to_json(obj):
 
 def emit_json(obj, out=None):
     (out or sys.stdout).write(to_json(obj) + "\n")
-
-
-def _plural(n, word):
-    return word if n == 1 else word + "s"
 
 
 def status_text(info):

@@ -3604,7 +3604,7 @@ def test_index_summary_counts_files_sessions_and_skipped_lines(env, capsys):
     code, out, err = run(capsys, "index", "--json")
     s = json.loads(out)
     assert (s["filesSeen"], s["filesIndexed"], s["sessions"], s["linesSkipped"]) == (2, 2, 2, 1)
-    assert "2 files seen, 2 indexed" in err
+    assert "2 files seen, 2 indexed" in err and "2 sessions" in err and "; 1 line skipped;" in err
 
 
 def test_unchanged_files_are_not_read_again(corpus, capsys, monkeypatch):
