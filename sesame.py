@@ -7810,10 +7810,12 @@ done how what where when why which who whom whose can could should would will sh
 so but if then than too also just some any all has have had having get got make made let via per
 please thanks thank hi hey ok okay yes lets one""".split())
 
-# How people refer to the session itself ("the session where we...", "a chat about..."): see Query.
+# How people refer to the session itself ("the session where we...", "a chat about...", "when we
+# talked about...", "remember when..."): see Query.
 SESSION_NOUNS = frozenset("session sessions conversation conversations chat chats discussion discussions thread "
-                          "threads transcript transcripts".split())
-SESSION_FOLLOWERS = frozenset("about where when in on with that which we i you for from regarding".split())
+                          "threads transcript transcripts talked talking spoke chatted discussed discussing "
+                          "remember recall find".split())
+SESSION_FOLLOWERS = frozenset("about where when in on with that which we i you for from regarding the how why what".split())
 SESSION_DETERMINERS = frozenset("the a an that this our my one".split())
 
 # Coding abbreviations and their long forms, both ways. An expansion counts for matching and ranks

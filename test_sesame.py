@@ -4455,12 +4455,14 @@ def test_words_naming_the_session_itself_and_function_words_around_a_phrase_do_n
     w.user("the server dies under load").tool("bash", {"command": "node server.js"}, "Error: EMFILE: Too many open files")
     w.save()
     for query, target in (("the session about users email idx", "index"), ("a conversation where users email idx", "index"),
+                          ("when we talked about users email idx", "index"), ("find the chat about users email idx", "index"),
                           ("where did we get Too many open files", "ulimit")):
         data = search_json(capsys, query)
         assert data["results"][0]["sessionId"] == target, (query, [r["sessionId"] for r in data["results"]])
         assert data["results"][0]["stage"] == "words together", query
     # a session noun that is what the user is after stays a word: "session cookie" is about sessions
     assert not sesame.Query("session cookie expiry").meta and not sesame.Query("session cookie expiry").words[0].stop
+    assert not any(w.stop for w in sesame.Query("recall metrics for the ranker").words[:2])
     q = sesame.Query("the session where the session token expired")
     assert q.words[1].text == "session" and not q.words[1].stop
 
@@ -7681,6 +7683,7 @@ def rv_variants(seed=11):
         variants = {"prefix 'the session where we'": "the session where we " + query,
                     "prefix 'the conversation about'": "the conversation about " + query,
                     "prefix 'where did we'": "where did we " + query,
+                    "prefix 'when we talked about'": "when we talked about " + query,
                     "Title Case": " ".join(w.capitalize() for w in words)}
         longest = max(range(len(words)), key=lambda i: len(words[i]))
         if cls != "typo" and len(words[longest]) >= 5 and words[longest].isalpha():
