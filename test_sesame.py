@@ -451,6 +451,31 @@ def test_script_module_and_import_forms_still_work(tmp_path):
     assert sesame.__doc__.startswith("Sesame: find old coding-agent sessions")
 
 
+def test_the_command_leaves_at_once_yet_its_output_is_whole_and_a_failed_write_is_an_error(tmp_path, capsys):
+    # The installed command ends with os._exit after flushing (no interpreter teardown): what it
+    # printed must all be there, to a pipe or a file; output it could not write is one line, exit 1.
+    sesame_cmd = install(tmp_path)
+    w = PiWriter(tmp_path / ".pi" / "agent" / "sessions", "exit-0001", cwd="/home/dev/app")
+    for i in range(300):  # a long session: more than one pipe buffer of JSON
+        w.user("the wombat migration step %d" % i).assistant("done with wombat step %d" % i)
+    w.save()
+    assert sesame_cmd("index").returncode == 0
+    r = sesame_cmd("show", "exit-0001", "--json", "--max-chars", "0")
+    assert r.returncode == 0 and not r.stderr, r.stderr
+    assert len(r.stdout) > 65536 and "wombat step 299" in json.loads(r.stdout)["chunks"][-1]["text"]
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "w") as full:
+            r = subprocess.run(["sesame", "search", "wombat", "--json"], env=sesame_cmd.env, stdout=full,
+                               stderr=subprocess.PIPE, text=True, timeout=60)
+        assert r.returncode == 1 and r.stderr.count("\n") == 1 and "cannot write the output" in r.stderr, r.stderr
+    r = subprocess.run("sesame search wombat | head -c 10", shell=True, env=sesame_cmd.env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.stdout and "Traceback" not in r.stderr and "Exception" not in r.stderr, r.stderr
+    # In-process, --version and --help are exit codes too (argparse's SystemExit does not escape main).
+    assert sesame.main(["--version"]) == 0 and capsys.readouterr().out.strip() == "sesame " + sesame.__version__
+    assert sesame.main(["search", "--help"]) == 0 and "--json" in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------------------------------------
 # Paths and config
 # ---------------------------------------------------------------------------------------------
