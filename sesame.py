@@ -7432,10 +7432,11 @@ def _save_sweep(store, plan):
     when nothing changed, and may run where the index is read-only)."""
     if plan.sweep is None:
         return
+    tmp = "%s.%d.tmp" % (_sweep_file(store), os.getpid())
     try:
-        with open(_sweep_file(store) + ".tmp", "w") as f:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:  # owner only, like the index
             f.write("%d\n" % plan.sweep)
-        os.replace(_sweep_file(store) + ".tmp", _sweep_file(store))
+        os.replace(tmp, _sweep_file(store))
     except OSError:
         pass
 

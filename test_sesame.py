@@ -4121,12 +4121,14 @@ def test_corrupt_index_is_set_aside_and_rebuilt(corpus, capsys, tmp_path):
     assert any(n.startswith("index.sqlite.corrupt-") for n in os.listdir(tmp_path / "data"))
 
 
-def test_index_and_data_dir_are_readable_by_owner_only(corpus, tmp_path):
+def test_index_and_data_dir_are_readable_by_owner_only(corpus, tmp_path, capsys):
     data = tmp_path / "data"
+    run(capsys, "search", "carousel")  # a refresh that sweeps: the sweep position is written too
     assert stat.S_IMODE(os.stat(data).st_mode) == 0o700
-    for name in os.listdir(data):
-        if name.startswith("index.sqlite"):
-            assert stat.S_IMODE(os.stat(data / name).st_mode) == 0o600, name
+    names = os.listdir(data)
+    assert "sweep" in names and any(n.startswith("index.sqlite") for n in names)
+    for name in names:
+        assert stat.S_IMODE(os.stat(data / name).st_mode) == 0o600, name
 
 
 def test_second_indexer_waits_for_the_first(corpus, tmp_path, capsys, monkeypatch):
