@@ -828,12 +828,21 @@ _NOT_SECRET = LazyPattern(r"^[\"']?(?:\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^>]*>|\*+
                          r"os\.environ.*|getenv\(.*|[A-Za-z_][A-Za-z0-9_.]*[(\[].*)[\"']?$")  # the last: code
 
 
-def redact(text):
-    """(text with secrets replaced by [REDACTED:<kind>], number of replacements)."""
+def shapes_in(texts):
+    """The secret shapes whose hints occur somewhere in texts, for redact: one look per hint over a
+    whole session's text instead of one per chunk (a hint absent from the session is absent from
+    each of its chunks; 23 hints x every chunk was a fifth of the redaction time)."""
+    joined = "\n".join(texts)
+    return [(hints, pattern) for hints, pattern in _SHAPES if any(h in joined for h in hints)]
+
+
+def redact(text, shapes=None):
+    """(text with secrets replaced by [REDACTED:<kind>], number of replacements). `shapes`: the
+    secret shapes to look for (shapes_in), when the caller knows which can occur; else all."""
     if not text:
         return text, 0
     count = 0
-    for hints, pattern in _SHAPES:
+    for hints, pattern in _SHAPES if shapes is None else shapes:
         for h in hints:
             if h in text:
                 text, n = pattern.subn(lambda m: "[REDACTED:%s]" % m.lastgroup.rpartition("_")[0], text)
@@ -6932,8 +6941,10 @@ class Prepared:
     def __init__(self, s, fresh, redact_secrets=True):
         for c in s.chunks:
             c.text = clean_text(c.text)
-            if redact_secrets:
-                c.text = redact(c.text)[0]
+        if redact_secrets:
+            shapes = shapes_in(c.text for c in s.chunks)
+            for c in s.chunks:
+                c.text = redact(c.text, shapes)[0]
         for attr in ("session_id", "cwd", "name", "parent", "summary"):
             setattr(s, attr, clean_text(getattr(s, attr)))
         s.labels = [clean_text(t) for t in s.labels]

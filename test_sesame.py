@@ -843,7 +843,7 @@ def test_new_redaction_rules_reach_what_is_indexed_and_the_sessions_kept_from_de
     assert "QQSECRET42" in index_bytes(tmp_path)[0]   # not a secret by today's rules
     # A later Sesame knows this kind of secret (and says so with a new TEXT_VERSION).
     old_redact = sesame.redact
-    monkeypatch.setattr(sesame, "redact", lambda t: old_redact(re.sub(r"QQSECRET\d+", "[REDACTED:test]", t or "")))
+    monkeypatch.setattr(sesame, "redact", lambda t, *a: old_redact(re.sub(r"QQSECRET\d+", "[REDACTED:test]", t or ""), *a))
     monkeypatch.setattr(sesame, "TEXT_VERSION", sesame.TEXT_VERSION + 1)
     run(capsys, "index")
     text, _ = index_bytes(tmp_path)
