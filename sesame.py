@@ -7272,6 +7272,7 @@ def plan_full(store, sources, summary, policy):
         parser = src.parser
         pid, version = parser.id, parser.version
         plain = type(parser).sidecars is Parser.sidecars  # then a stat says all, except for SQLite stores
+        sidecars = parser.sidecars  # (pi's: [] at once for a folder without sessions-meta beside it)
         excludes = policy.excludes_path if policy.exclude else None
         for path in paths:
             key = path if path.isascii() else db_path(path)
@@ -7280,7 +7281,7 @@ def plan_full(store, sources, summary, policy):
             seen.add(key)
             try:
                 st = os.stat(path)
-                if not plain or path.endswith(SQLITE_SUFFIXES):
+                if (not plain and sidecars(path)) or path.endswith(SQLITE_SUFFIXES):
                     st = stat_file(path, parser, st)
             except OSError as e:
                 summary.problem(path, "cannot stat: %s" % (e.strerror or e))
