@@ -8591,9 +8591,15 @@ def ranked_sessions(con, query, filters, need, per_stage=0):
         exclude = (" AND d.session NOT IN (SELECT d2.session FROM docs_fts JOIN docs d2 ON d2.id = docs_fts.rowid "
                    "WHERE docs_fts MATCH ?)")
         params = params + [" OR ".join(query.excluded)]
-    sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id "
-           "FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
-           "WHERE docs_fts MATCH ?%s%s ORDER BY score, d.session LIMIT ?") % (_doc_weights(), where, exclude)
+    if where or exclude:
+        sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id "
+               "FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
+               "WHERE docs_fts MATCH ?%s%s ORDER BY score, d.id LIMIT ?") % (_doc_weights(), where, exclude)
+    else:  # nothing to filter on: the joins are made for the rows kept only (10-20% of a stage at 1 GB)
+        sql = ("SELECT d.session, f.score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id FROM "
+               "(SELECT rowid, bm25(docs_fts, %s) AS score FROM docs_fts WHERE docs_fts MATCH ? "
+               "ORDER BY score, rowid LIMIT ?) f JOIN docs d ON d.id = f.rowid JOIN sessions s ON s.id = d.session "
+               "ORDER BY f.score, d.id") % _doc_weights()
     out, seen, keys = [], set(), set()
     stricter, cut = None, False  # the last stage run, and whether a LIMIT left out some of its rows
     for stage, (name, expr) in enumerate(query.stages()):
