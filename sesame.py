@@ -7252,13 +7252,15 @@ def plan_full(store, sources, summary, policy):
     """Compare every file of every source with the index (first source wins a file listed twice).
     Written for speed: `sesame index` and `watch` run it over every file, every time."""
     plan = Plan(full=True)
-    # Rows as plain tuples (FileRow's field order), made FileRows only for the files to read or
-    # gone: building 10,000 named tuples cost a third of a no-op run.
-    known = {r[1]: r for r in store.con.execute("SELECT %s FROM files" % FILE_COLUMNS)}
+    con = store.con
+    # Of every indexed file, only what the comparison needs, as plain tuples; whole rows (FileRows)
+    # are read for the files to read or gone: 10,000 whole rows, or named tuples made of them, cost
+    # a third of a no-op run.
+    known = {r[0]: r[1:] for r in con.execute("SELECT path, parser, parser_version, size, mtime_ns, status FROM files")}
     known_dirs = collections.defaultdict(list)
-    for source, path, mtime in store.con.execute("SELECT source, path, mtime_ns FROM dirs ORDER BY source, path"):
+    for source, path, mtime in con.execute("SELECT source, path, mtime_ns FROM dirs ORDER BY source, path"):
         known_dirs[source].append((fs_path(path), mtime))
-    seen, kept, listed_sources = set(), set(), set()
+    seen, kept, listed_sources, todo = set(), set(), set(), []
     for src in sources:
         paths, log = list_source(src, summary)
         if paths is None:
@@ -7268,33 +7270,43 @@ def plan_full(store, sources, summary, policy):
             plan.listings[src.path] = log.dirs
         unreadable = [d for d, _ in log.unreadable]
         if unreadable:
-            kept.update(key for key, row in known.items() if row[2] == src.path and _inside(fs_path(key), unreadable))
+            kept.update(key for (key,) in con.execute("SELECT path FROM files WHERE source=?", (src.path,))
+                        if _inside(fs_path(key), unreadable))
         parser = src.parser
         pid, version = parser.id, parser.version
-        plain = type(parser).sidecars is Parser.sidecars  # then a stat says all, except for SQLite stores
-        sidecars = parser.sidecars  # (pi's: [] at once for a folder without sessions-meta beside it)
+        # A parser without sidecar files: a stat says all (except for SQLite stores). pi's answers []
+        # at once for a folder without sessions-meta beside it.
+        sidecars = None if type(parser).sidecars is Parser.sidecars else parser.sidecars
         excludes = policy.excludes_path if policy.exclude else None
+        stat, get, add, checked = os.stat, known.get, seen.add, 0
         for path in paths:
             key = path if path.isascii() else db_path(path)
             if key in seen or (excludes and excludes(path)):
                 continue  # an excluded file counts as gone: what was indexed from it is removed
-            seen.add(key)
+            add(key)
             try:
-                st = os.stat(path)
-                if (not plain and sidecars(path)) or path.endswith(SQLITE_SUFFIXES):
+                st = stat(path)
+                if (sidecars and sidecars(path)) or path.endswith(SQLITE_SUFFIXES):
                     st = stat_file(path, parser, st)
             except OSError as e:
                 summary.problem(path, "cannot stat: %s" % (e.strerror or e))
                 kept.add(key)
                 continue
-            plan.checked += 1
-            row = known.get(key)  # (id, path, source, parser, parser_version, size, mtime_ns, status, sessions)
-            if row is None or row[3:7] != (pid, version, st.st_size, st.st_mtime_ns) or row[7] == "deleted":
-                plan.todo.append(Job(path, parser, FileStat(st.st_size, st.st_mtime_ns), row and FileRow._make(row),
-                                     src.path, None))
+            checked += 1
+            row = get(key)  # (parser, parser_version, size, mtime_ns, status)
+            if (row is None or row[3] != st.st_mtime_ns or row[2] != st.st_size or row[1] != version
+                    or row[0] != pid or row[4] == "deleted"):
+                todo.append((path, parser, FileStat(st.st_size, st.st_mtime_ns), key if row else None, src.path))
+        plan.checked += checked
     configured = {s.path for s in sources}
-    plan.gone = [FileRow._make(row) for key, row in known.items() if key not in seen and key not in kept
-                 and row[7] != "deleted" and (row[2] in listed_sources or row[2] not in configured)]
+    gone = [key for key, row in known.items() if key not in seen and key not in kept and row[4] != "deleted"]
+    wanted, rows = [job[3] for job in todo if job[3] is not None] + gone, {}
+    for i in range(0, len(wanted), 500):  # (older SQLite takes at most 999 parameters)
+        batch = wanted[i:i + 500]
+        rows.update((row.path, row) for row in file_rows(con, "path IN (%s)" % ",".join("?" * len(batch)), batch))
+    plan.todo = [Job(path, parser, st, rows.get(key), source, None) for path, parser, st, key, source in todo]
+    plan.gone = [rows[key] for key in gone if key in rows
+                 and (rows[key].source in listed_sources or rows[key].source not in configured)]
     return plan
 
 
