@@ -4699,6 +4699,18 @@ def test_a_long_question_pages_exactly_when_its_first_stage_has_more_sessions_th
     assert len(full) == 38 and paged == full
 
 
+def test_sessions_that_tie_page_exactly(env, capsys):
+    """Sessions with the same text have the same score: the ranking cuts its rows to a LIMIT before
+    it joins them to their sessions, so a tie must be broken the same way in every page (one total
+    order), or a page repeats or skips a session."""
+    for i in range(25):
+        PiWriter(env, "twin-%02d" % i, cwd="/home/dev/t%d" % (i % 3)).user("roll the canary back with helm").save()
+    full = search_ids(capsys, "canary helm", "--limit", "40", "--max-chars", "0")
+    paged = [i for o in range(0, 28, 4) for i in search_ids(capsys, "canary helm", "--limit", "4", "--offset", str(o),
+                                                              "--max-chars", "0")]
+    assert len(full) == 25 and len(set(full)) == 25 and paged == full
+
+
 def follow_pages(capsys, query, *argv):
     """Every result id, following nextOffset from the first page until hasMore is false."""
     ids, offset = [], 0
