@@ -8353,7 +8353,8 @@ class Matcher:
             at = low.find(w)
             while at >= 0:
                 end = at + len(w)
-                if ((at == 0 or not text[at - 1].isalnum() or (text[at].isupper() and not text[at - 1].isupper()))
+                if (not text.startswith(w, at)  # as typed, in lower case: no case change inside (most)
+                        and (at == 0 or not text[at - 1].isalnum() or (text[at].isupper() and not text[at - 1].isupper()))
                         and (end == len(text) or not text[end].isalnum() or text[end].isupper() or text[end].isdigit())
                         and _CASE_CHANGE_RE.search(text, at, end)):
                     out.append((at, end, i))
