@@ -1015,6 +1015,12 @@ _json_decode = json.JSONDecoder().decode  # str in, no encoding sniffing per lin
 # raise RecursionError, not ValueError: the readers below count it as one bad line like any other.
 BAD_JSON = (ValueError, RecursionError)
 
+# What a line may carry around its JSON: whitespace, and NUL bytes. A file system that loses power
+# while a file grows keeps the new length and fills the blocks never written with zeros; the agent
+# then appends after them, so its next record starts with a run of NULs (and the file may end with
+# one, without a newline, until then). The record itself is whole: it is read.
+LINE_EDGES = b" \t\r\n\x00"
+
 
 def iter_jsonl(path, report, start=0):
     """Yield (offset_after_line, object) for each JSON object line of a file, from byte `start`.
@@ -1043,8 +1049,8 @@ def iter_jsonl(path, report, start=0):
             offset += len(line)
             if not line.strip():
                 continue
-            try:
-                obj = _json_decode(line.decode("utf-8"))
+            try:  # (a line of NULs alone is what is left of a lost record: it counts as malformed)
+                obj = _json_decode(line.strip(LINE_EDGES).decode("utf-8"))
             except BAD_JSON:  # JSONDecodeError, UnicodeDecodeError, nesting too deep
                 report.skip("malformed line")
                 continue
@@ -1059,7 +1065,8 @@ def first_json_line(path, limit=65536):
     cannot be read raises OSError: the indexer then keeps what it had from it and retries later."""
     head = read_head(path, limit)
     for raw in head.split(b"\n"):
-        if raw.strip():
+        raw = raw.strip(LINE_EDGES)
+        if raw:
             try:
                 obj = json.loads(raw)
             except BAD_JSON:
@@ -1130,7 +1137,7 @@ def _load_json_file(path):
     with open(path, "rb") as f:
         raw = f.read()
     try:
-        return json.loads(raw)
+        return json.loads(raw.strip(LINE_EDGES))  # (a whole document may end in NULs: see LINE_EDGES)
     except BAD_JSON:
         return None
 
@@ -2154,14 +2161,14 @@ def _codex_records(path, report):
         return
     lines = _codex_zstd_lines(path)
     for raw in lines:
-        if not raw.strip():
+        if not raw.strip(LINE_EDGES):
             continue
         if not raw.endswith(b"\n"):
             report.skip("unfinished last line")
             return
         try:
-            obj = json.loads(raw)
-        except ValueError:
+            obj = json.loads(raw.strip(LINE_EDGES))
+        except BAD_JSON:
             report.skip("malformed line")
             continue
         if isinstance(obj, dict):
@@ -2230,8 +2237,8 @@ class CodexParser(Parser):
         """TypeScript CLI (Apr-May 2025): one JSON document rewritten in place."""
         with open(path, "rb") as f:
             try:
-                doc = json.loads(f.read())
-            except ValueError:
+                doc = json.loads(f.read().strip(LINE_EDGES))
+            except BAD_JSON:
                 raise NotASessionFile("not a JSON document")
         if not isinstance(doc, dict) or not isinstance(doc.get("session"), dict) or not isinstance(doc.get("items"), list):
             raise NotASessionFile("no {session, items} document")
@@ -5248,7 +5255,7 @@ def _iter_glued_jsonl(path, report):
                 report.skip("unfinished last line")
                 return
             try:
-                line = raw.decode("utf-8").strip()
+                line = raw.strip(LINE_EDGES).decode("utf-8")
             except UnicodeDecodeError:
                 report.skip("malformed line")
                 continue
@@ -10033,8 +10040,22 @@ def cmd_watch(args, ctx):
         if message not in warned:
             warned.add(message)
             _warn(message)
+
+    # Ctrl-C ends the round at once (KeyboardInterrupt), and the watch in any case: Python loses the
+    # exception when the signal lands while a finaliser runs (a file reader dropped half-read, closed
+    # by the garbage collector, only prints it), so the loop also checks that Ctrl-C came.
+    import signal
+    stop = []
+
+    def interrupted(signum, frame):
+        stop.append(signum)
+        raise KeyboardInterrupt
     try:
-        while True:
+        previous = signal.signal(signal.SIGINT, interrupted)
+    except ValueError:  # not the main thread (an embedding program): Ctrl-C stays as it was
+        previous = None
+    try:
+        while not stop:
             try:
                 store = ctx.store()
                 try:
@@ -10048,10 +10069,15 @@ def cmd_watch(args, ctx):
                 # A full disk, a locked or damaged index: say so, wait longer each time, and go on.
                 pause = min(max(pause * 2, args.interval), WATCH_MAX_PAUSE)
                 _stderr("sesame: cannot update the index (%s); trying again in %gs" % (getattr(e, "message", e), pause))
-            time.sleep(pause)
-            ctx = Context(ctx.env, warn_once)  # pick up config changes; a broken config stops the watch with its error
+            if not stop:
+                time.sleep(pause)
+                ctx = Context(ctx.env, warn_once)  # pick up config changes; a broken config stops the watch with its error
     except KeyboardInterrupt:
-        return EXIT_OK
+        pass
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    return EXIT_OK
 
 
 FORGET_LOCK_WAIT = 60  # seconds forget waits for a running index (it holds an older list of forgotten sessions)

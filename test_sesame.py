@@ -4179,6 +4179,33 @@ def test_watch_keeps_the_index_fresh_and_stops_cleanly_on_ctrl_c(corpus, capsys)
     assert p.returncode == 0 and "Traceback" not in err and "keeping" in err
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_watch_stops_on_ctrl_c_even_when_python_loses_the_interrupt(corpus, capsys, monkeypatch):
+    # A Ctrl-C that lands while a finaliser runs (here: a half-read generator closed as it is
+    # dropped) raises KeyboardInterrupt where Python only prints it; the watch must stop anyway.
+    import signal
+    rounds, before = [], signal.getsignal(signal.SIGINT)
+
+    def refresh(*args, **kwargs):
+        rounds.append(1)
+        if len(rounds) > 20:
+            raise AssertionError("watch went on after Ctrl-C")
+        if len(rounds) == 2:
+            def reader():
+                try:
+                    yield 1
+                finally:
+                    signal.raise_signal(signal.SIGINT)
+            half_read = reader()
+            next(half_read)
+            del half_read  # closed here, by the collector: the KeyboardInterrupt is lost
+        return None
+    monkeypatch.setattr(sesame, "refresh_index", refresh)
+    assert sesame.main(["watch", "--interval", "0.01"]) == 0
+    assert len(rounds) == 2
+    assert signal.getsignal(signal.SIGINT) is before  # Ctrl-C is as it was after the watch
+
+
 # ---------------------------------------------------------------------------------------------
 # Text analysis: the Python tokenizer and stemmer agree with SQLite's
 # ---------------------------------------------------------------------------------------------
@@ -5975,6 +6002,33 @@ def test_deeply_nested_json_is_one_bad_line_and_later_appends_are_still_read(env
     assert search_ids(capsys, "wombat") == ["deep-json"] and search_ids(capsys, "quokka") == ["deep-json"]
     append_user(path, "appended later: numbat")
     assert search_ids(capsys, "numbat") == ["deep-json"]
+
+
+def test_records_after_a_power_loss_run_of_nul_bytes_are_read(env, capsys):
+    # A file system that loses power while a file grows keeps its new length with the unwritten
+    # blocks zero-filled; the agent then appends after the NULs. Every whole record is searchable.
+    w = PiWriter(env, "power-loss")
+    w.user("written before the crash: pangolin")
+    path = w.save(extra="\0" * 4096)
+    s = index_json(capsys)
+    assert s["filesIndexed"] == 1 and search_ids(capsys, "pangolin") == ["power-loss"]
+    append_user(path, "written after the restart: echidna")
+    assert search_ids(capsys, "echidna") == ["power-loss"]
+    with open(path, "a") as f:
+        f.write("\0" * 512 + "\n")  # a zero-filled block that ended in the newline of a lost record
+    append_user(path, "and later still: wallaby")
+    s = index_json(capsys, "--full")
+    assert s["linesSkipped"] == 1, s  # the zero-filled block: a record was lost there, and that is said
+    assert [search_ids(capsys, w) for w in ("pangolin", "echidna", "wallaby")] == [["power-loss"]] * 3
+
+
+def test_a_whole_json_session_with_a_zero_filled_tail_is_read(tmp_path):
+    chats = ogc_gemini_chats(tmp_path)
+    f = write_file(chats / "session-2025-01-01T00-00-cccc.json", json.dumps(dict(
+        ogc_GEMINI_META, sessionId="g-tail", messages=[{"id": "m1", "type": "user", "content": "numbat burrow"}]),
+        indent=2) + "\0" * 4096)
+    s = parse_file("gemini", f)[0]
+    assert s.session_id == "g-tail" and texts(s, "user") == ["numbat burrow"]
 
 
 def test_the_mcp_server_survives_deep_json_and_lone_surrogates(corpus, capsys):
