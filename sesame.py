@@ -95,6 +95,7 @@ import json
 import math
 import os
 import re
+import stat
 import sys
 import time
 import zlib
@@ -1004,8 +1005,24 @@ def save_forgotten(items, env=None):
 # ==================================================================================================
 
 
+def open_regular(path, text=False):
+    """An agent's file opened for reading (binary, or text as UTF-8 with bad bytes replaced), if it
+    is a regular file; else OSError. A FIFO, a device or a socket where a session or its sidecar
+    should be would make a plain open() wait forever for a writer (or, like /dev/zero, never end):
+    it is opened without waiting, and refused."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or socket)", path)
+        f = open(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    return io.TextIOWrapper(f, encoding="utf-8", errors="replace") if text else f
+
+
 def read_head(path, n=4096):
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         return f.read(n)
 
 
@@ -1029,7 +1046,7 @@ def iter_jsonl(path, report, start=0):
     UTF-8, over MAX_LINE_BYTES, or an unfinished last line (an agent still writing) are skipped and
     counted in `report`, never fatal.
     """
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         f.seek(start)
         offset = start
         while True:
@@ -1133,8 +1150,15 @@ def _file_mtime(path):
 
 
 def _load_json_file(path):
-    """A whole small JSON file, or None when it is not valid JSON (never raises on bad content)."""
-    with open(path, "rb") as f:
+    """A whole small JSON file, or None when it is not valid JSON (never raises on bad content; a
+    FIFO or device where the file should be is no JSON either)."""
+    try:
+        f = open_regular(path)
+    except OSError as e:
+        if e.errno == errno.EINVAL:
+            return None
+        raise
+    with f:
         raw = f.read()
     try:
         return json.loads(raw.strip(LINE_EDGES))  # (a whole document may end in NULs: see LINE_EDGES)
@@ -1709,7 +1733,7 @@ class PiParser(Parser):
         if not meta_path or not os.path.isfile(meta_path):
             return
         try:
-            with open(meta_path, "rb") as f:
+            with open_regular(meta_path) as f:
                 meta = json.loads(f.read(1 << 20))
         except (OSError, ValueError):
             return
@@ -1776,7 +1800,7 @@ def _read_head_tail(path):
     """Text of a possibly huge file: all of it when small, else its head and tail (the indexer keeps
     only the head and the tail of a tool output anyway)."""
     size = os.path.getsize(path)
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         if size <= SPILL_HEAD_BYTES + SPILL_TAIL_BYTES:
             return f.read().decode("utf-8", "replace")
         head = f.read(SPILL_HEAD_BYTES)
@@ -2235,7 +2259,7 @@ class CodexParser(Parser):
 
     def _parse_ts_json(self, path, report):
         """TypeScript CLI (Apr-May 2025): one JSON document rewritten in place."""
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             try:
                 doc = json.loads(f.read().strip(LINE_EDGES))
             except BAD_JSON:
@@ -3282,7 +3306,7 @@ class GeminiParser(Parser):
         the SHA-256 projectHash that every recording carries."""
         project_dir = os.path.dirname(chats_dir)
         try:
-            with open(os.path.join(project_dir, ".project_root"), encoding="utf-8") as f:
+            with open_regular(os.path.join(project_dir, ".project_root"), text=True) as f:
                 root = f.read().strip()
             if root:
                 return root
@@ -3526,7 +3550,7 @@ class CursorParser(Parser):
     def parse(self, path, report):
         if path.endswith(".jsonl"):
             return self._parse_transcript(path, report)
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             if f.read(16) != _SQLITE_MAGIC:
                 raise NotASessionFile("neither a transcript nor an SQLite store")
         con = open_agent_db(path)
@@ -4079,7 +4103,7 @@ class AiderParser(Parser):
         abspath = os.path.abspath(path)
         sessions, seen_ids = [], {}
         current = None
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open_regular(path, text=True) as f:
             for line in f:
                 line = line.rstrip("\r\n")
                 m = AIDER_START_RE.match(line)
@@ -4117,8 +4141,8 @@ class AiderParser(Parser):
         the next run started is when the session was last active."""
         prompts = []   # (time, first line of the prompt)
         try:
-            with open(os.path.join(os.path.dirname(os.path.abspath(path)), ".aider.input.history"),
-                      encoding="utf-8", errors="replace") as f:
+            with open_regular(os.path.join(os.path.dirname(os.path.abspath(path)), ".aider.input.history"),
+                              text=True) as f:
                 t = None
                 for line in f:
                     if line.startswith("# "):
@@ -4722,7 +4746,7 @@ class CopilotParser(Parser):
     def _workspace_name(folder):
         """`name:` at the top level of workspace.yaml (written by /rename), without a YAML parser."""
         try:
-            with open(os.path.join(folder, "workspace.yaml"), encoding="utf-8", errors="replace") as f:
+            with open_regular(os.path.join(folder, "workspace.yaml"), text=True) as f:
                 for line in f:
                     m = re.match(r"^name:\s*(.*?)\s*$", line)
                     if m:
@@ -5241,7 +5265,7 @@ def _iter_glued_jsonl(path, report):
     """Like iter_jsonl, but a physical line holding several JSON objects glued together (a Qwen
     writer bug) yields each of them; only an unparsable tail is skipped."""
     dec = json.JSONDecoder()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while True:
             raw = f.readline(MAX_LINE_BYTES)
             if not raw:
@@ -5969,7 +5993,7 @@ class HermesParser(Parser):
         """Hermes prunes ended sessions older than sessions.retention_days (90) when auto_prune is on."""
         config = os.path.join(agent_dir(env, "HERMES_HOME", ".hermes"), "config.yaml")
         try:
-            with open(config, encoding="utf-8", errors="replace") as f:
+            with open_regular(config, text=True) as f:
                 text = f.read(1 << 20)
         except OSError:
             return None
@@ -5993,7 +6017,7 @@ class HermesParser(Parser):
                                       "resolve any relative paths in this skill"))
 
     def parse(self, path, report):
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             magic = f.read(16)
         if magic.startswith(b"SQLite format 3"):
             return self._db(path, report)
@@ -7615,7 +7639,7 @@ def file_checksum(path, length, since=None):
     except (AttributeError, ValueError):
         pass  # no (usable) prefix checksum: from the start
     left = length - start
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         f.seek(start)
         while left > 0:
             block = f.read(min(left, 1 << 20))

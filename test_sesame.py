@@ -5733,16 +5733,16 @@ def test_file_that_disappears_while_being_indexed_is_reported_and_the_run_goes_o
     w.user("here today: gecko")
     path = w.save()
     good_session(env)
-    original_open = open
+    original_open = os.open
 
     def open_after_delete(p, *a, **kw):
         if p == path and os.path.exists(path):
             os.remove(path)   # deleted between discovery (stat) and parsing
         return original_open(p, *a, **kw)
 
-    monkeypatch.setattr("builtins.open", open_after_delete)
+    monkeypatch.setattr(os, "open", open_after_delete)
     s = index_json(capsys)
-    monkeypatch.setattr("builtins.open", original_open)
+    monkeypatch.setattr(os, "open", original_open)
     assert s["filesSeen"] == 2 and s["sessions"] == 1
     assert os.path.basename(path) in skipped_reasons(s)
     assert search_ids(capsys, "pangolin") == ["good-1"]
@@ -5762,7 +5762,7 @@ def test_file_that_disappears_after_being_indexed_stays_searchable_marked_delete
 
 def _deny(monkeypatch, path):
     """Make `path` unreadable the way chmod 000 would for a non-root user (tests run as root)."""
-    original_open, original_scandir = open, os.scandir
+    original_open, original_os_open, original_scandir = open, os.open, os.scandir
     path = str(path)
 
     def guarded_open(p, *a, **kw):
@@ -5770,12 +5770,18 @@ def _deny(monkeypatch, path):
             raise PermissionError(errno.EACCES, "Permission denied", str(p))
         return original_open(p, *a, **kw)
 
+    def guarded_os_open(p, *a, **kw):
+        if str(p) == path:
+            raise PermissionError(errno.EACCES, "Permission denied", str(p))
+        return original_os_open(p, *a, **kw)
+
     def guarded_scandir(p="."):
         if str(p) == path:
             raise PermissionError(errno.EACCES, "Permission denied", str(p))
         return original_scandir(p)
 
     monkeypatch.setattr("builtins.open", guarded_open)
+    monkeypatch.setattr(os, "open", guarded_os_open)
     monkeypatch.setattr(os, "scandir", guarded_scandir)
 
 
@@ -6029,6 +6035,30 @@ def test_a_whole_json_session_with_a_zero_filled_tail_is_read(tmp_path):
         indent=2) + "\0" * 4096)
     s = parse_file("gemini", f)[0]
     assert s.session_id == "g-tail" and texts(s, "user") == ["numbat burrow"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_a_fifo_where_a_session_or_its_sidecar_should_be_never_blocks_indexing(env, tmp_path):
+    # open() on a FIFO waits for a writer forever: a FIFO named like a session file, or put where an
+    # agent keeps a sidecar (Gemini's .project_root, pi's sessions-meta), must be passed over.
+    pi = PiWriter(env, "pi-beside-fifos")
+    pi.user("a pi session beside fifos: capybara").save()
+    os.mkfifo(os.path.join(os.path.dirname(pi.path), "2026-01-01T00-00-00-000Z_fifo.jsonl"))
+    os.makedirs(tmp_path / "sessions-meta")
+    os.mkfifo(tmp_path / "sessions-meta" / "pi-beside-fifos.meta.json")
+    chats = ogc_gemini_chats(tmp_path)
+    write_jsonl(chats / "session-2026-04-29T21-39-g1.jsonl", [ogc_GEMINI_META, {
+        "id": "u1", "timestamp": "2026-04-29T21:39:30Z", "type": "user", "content": [{"text": "gemini beside a fifo: tapir"}]}])
+    os.mkfifo(chats.parent / ".project_root")
+    write_config({"sources": [{"parser": "pi", "path": str(env)},
+                              {"parser": "gemini", "path": str(tmp_path / ".gemini" / "tmp")}]}, tmp_path)
+    r = subprocess.run([sys.executable, os.path.join(HERE, "sesame.py"), "index", "--json"], env=dict(os.environ),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    found = subprocess.run([sys.executable, os.path.join(HERE, "sesame.py"), "search", "capybara OR tapir", "--json"],
+                           env=dict(os.environ), capture_output=True, text=True, timeout=60)
+    ids = sorted(x["sessionId"] for x in json.loads(found.stdout)["results"])
+    assert ids == ["g-1", "pi-beside-fifos"], found.stdout
 
 
 def test_the_mcp_server_survives_deep_json_and_lone_surrogates(corpus, capsys):
