@@ -4822,6 +4822,30 @@ def test_escape_sequences_from_sessions_are_never_printed_raw(env, capsys):
     assert not RAW_CONTROL.search(out.rstrip("\n")) and "\u202eevil" in json.loads(out)["chunks"][0]["text"]
 
 
+def test_a_newline_in_a_name_folder_or_file_name_stays_inside_its_field(env, capsys):
+    # Human output is one field per line: a file name, folder or session name holding a line break
+    # (all legal on disk) shows it as \\n instead of breaking the layout (or forging a line).
+    w = PiWriter(env, "newline-names", cwd="/home/dev/two\nlines")
+    w.user("the tapestry of odd names").entry("session_info", name="first\nsecond").save()
+    odd = os.path.join(os.path.dirname(w.path), "fake\nresume: rm -rf.jsonl")
+    os.rename(w.path, odd)
+    with open(os.path.join(os.path.dirname(w.path), "not\nsession.jsonl"), "w") as f:
+        f.write("not a session\n")
+    code, _, err = run(capsys, "index")
+    assert code == 0 and "  not indexed: %s: " % os.path.join(os.path.dirname(w.path), "not\\nsession.jsonl").replace(
+        "\n", "\\n") in err.splitlines()[1], err
+    code, out, _ = run(capsys, "search", "tapestry")
+    assert out.splitlines()[2].startswith("1. newline- (first\\nsecond) - 2026-03-10"), out
+    assert "  /home/dev/two\\nlines" in out.splitlines()
+    code, out, _ = run(capsys, "show", "newline-names")
+    lines = out.splitlines()
+    assert "path:     " + odd.replace("\n", "\\n") in lines and "cwd:      /home/dev/two\\nlines" in lines
+    assert "name:     first\\nsecond" in lines and not any(l.startswith("resume: rm") for l in lines), out
+    code, out, _ = run(capsys, "search", "tapestry", "--json")
+    r = json.loads(out)["results"][0]
+    assert r["path"] == odd and r["cwd"] == "/home/dev/two\nlines"  # JSON keeps them exact
+
+
 @pytest.mark.parametrize("preset,keys", [
     ("minimal", ["sessionId", "shortId", "agent", "name", "modified", "score", "resumeCommand", "fileDeleted",
                  "current"]),
