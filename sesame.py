@@ -1040,11 +1040,13 @@ _json_decode = json.JSONDecoder().decode  # str in, no encoding sniffing per lin
 # raise RecursionError, not ValueError: the readers below count it as one bad line like any other.
 BAD_JSON = (ValueError, RecursionError)
 
-# What a line may carry around its JSON: whitespace, and NUL bytes. A file system that loses power
-# while a file grows keeps the new length and fills the blocks never written with zeros; the agent
-# then appends after them, so its next record starts with a run of NULs (and the file may end with
-# one, without a newline, until then). The record itself is whole: it is read.
-LINE_EDGES = b" \t\r\n\x00"
+# What a line may carry around its JSON: whitespace, NUL bytes, and a UTF-8 byte order mark. A file
+# system that loses power while a file grows keeps the new length and fills the blocks never written
+# with zeros; the agent then appends after them, so its next record starts with a run of NULs (and
+# the file may end with one, without a newline, until then). An editor that saved the file (to cut
+# a secret out of it, say) may have put a byte order mark before its first line. The record itself
+# is whole: it is read. (A JSON text never starts or ends with these bytes, so nothing else changes.)
+LINE_EDGES = b" \t\r\n\x00\xef\xbb\xbf"
 
 
 def iter_jsonl(path, report, start=0):
@@ -1855,7 +1857,7 @@ class ClaudeCodeParser(Parser):
         head = first_json_line(path)
         if head is None:
             # A first line longer than the peek (a huge pasted prompt) is judged by the records below.
-            if not read_head(path, 1).startswith(b"{"):
+            if not read_head(path, 4096).lstrip(LINE_EDGES).startswith(b"{"):
                 raise NotASessionFile("first line is not JSON")
         elif not isinstance(head.get("type"), str):
             raise NotASessionFile("no Claude Code record on the first line")
@@ -2252,7 +2254,7 @@ class CodexParser(Parser):
             if head is None:
                 # The meta line can outgrow the peek (long base instructions and tool lists): then a
                 # cheap look at its start decides, and reading the whole line is left to the loop.
-                raw = read_head(path, 4096).lstrip()
+                raw = read_head(path, 4096).lstrip(LINE_EDGES)
                 if not (raw.startswith(b"{") and b'"payload"' in raw):
                     raise NotASessionFile("first line is not JSON")
             elif not (isinstance(head.get("payload"), dict) and isinstance(head.get("type"), str)) and not (
@@ -6031,7 +6033,7 @@ class HermesParser(Parser):
             magic = f.read(16)
         if magic.startswith(b"SQLite format 3"):
             return self._db(path, report)
-        if not magic.lstrip().startswith(b"{"):
+        if not magic.lstrip(LINE_EDGES).startswith(b"{"):
             raise NotASessionFile("neither a Hermes state.db nor a session JSON")
         d = _read_json(path, limit=512 << 20)
         if not d or not isinstance(d.get("session_id"), str) or not isinstance(d.get("messages"), list):

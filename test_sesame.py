@@ -6052,6 +6052,19 @@ def test_records_after_a_power_loss_run_of_nul_bytes_are_read(env, capsys):
     assert [search_ids(capsys, w) for w in ("pangolin", "echidna", "wallaby")] == [["power-loss"]] * 3
 
 
+def test_a_session_file_saved_with_a_byte_order_mark_is_read_whole(env, capsys):
+    w = PiWriter(env, "bom-saved")
+    w.user("the header line starts with a byte order mark: manatee")
+    path = w.save()
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(b"\xef\xbb\xbf" + data.replace(b"\n", b"\r\n"))  # as a Windows editor saves it
+    s = index_json(capsys)
+    assert (s["filesIndexed"], s["filesSkipped"], s["linesSkipped"]) == (1, 0, 0), s
+    assert search_ids(capsys, "manatee") == ["bom-saved"]
+
+
 def test_a_whole_json_session_with_a_zero_filled_tail_is_read(tmp_path):
     chats = ogc_gemini_chats(tmp_path)
     f = write_file(chats / "session-2025-01-01T00-00-cccc.json", json.dumps(dict(
