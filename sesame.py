@@ -7150,7 +7150,8 @@ class IndexSummary:
     """What one index run did; printed as one line, or as JSON with --json."""
 
     def __init__(self):
-        self.seen = self.indexed = self.unchanged = self.removed = self.kept = 0
+        self.seen = self.indexed = self.unchanged = self.removed = 0
+        self.chunks_kept = 0  # chunks a damaged file no longer gives, kept as indexed before (see keep_lost_chunks)
         self.sessions = self.chunks = self.skipped_lines = 0
         self.problems = []   # {"path", "reason"}: files not indexed (not a session file, unreadable, ...)
         self.seconds = 0.0
@@ -7161,7 +7162,8 @@ class IndexSummary:
     def as_json(self):
         return {"filesSeen": self.seen, "filesIndexed": self.indexed, "filesUnchanged": self.unchanged,
                 "filesRemoved": self.removed, "filesSkipped": len(self.problems), "sessions": self.sessions,
-                "chunks": self.chunks, "linesSkipped": self.skipped_lines, "seconds": round(self.seconds, 3),
+                "chunks": self.chunks, "linesSkipped": self.skipped_lines, "chunksKept": self.chunks_kept,
+                "seconds": round(self.seconds, 3),
                 "skipped": self.problems}
 
     def line(self):
@@ -7169,7 +7171,9 @@ class IndexSummary:
                 "%d %s, %d %s; %d %s skipped; %.2fs"
                 % (self.seen, _plural(self.seen, "file"), self.indexed, self.unchanged, self.removed, len(self.problems),
                    self.sessions, _plural(self.sessions, "session"), self.chunks, _plural(self.chunks, "chunk"),
-                   self.skipped_lines, _plural(self.skipped_lines, "line"), self.seconds))
+                   self.skipped_lines, _plural(self.skipped_lines, "line"), self.seconds)
+                + ("; %d %s lost from damaged files kept as indexed" % (self.chunks_kept, _plural(self.chunks_kept, "chunk"))
+                   if self.chunks_kept else ""))
 
 
 class FileStat:
@@ -7720,6 +7724,59 @@ def parse_file(path, parser_id, resume, limit, redact_secrets=True):
     return result("ok", prepared, checkpoint)
 
 
+def damaged_on_disk(job, result):
+    """Whether a new read of an indexed file shows that bytes of it were lost (rather than that the
+    agent rewrote it): lines that are no JSON at all (a block zeroed by a crash, bytes overwritten),
+    or a file that shrank and now ends inside a line (cut short). Unknown or unexpected records are
+    not damage: a newer agent writes those."""
+    skipped = result.skipped
+    return bool(skipped.get("malformed line") or (
+        skipped.get("unfinished last line") and job.row is not None and job.stat.st_size < (job.row.size or 0)))
+
+
+def merge_kept(old, new):
+    """A session's chunk rows as read now (`new`), with the rows indexed before that this read no
+    longer has (`old`, in order) put back where they were: after the last row both still hold. Rows
+    are (kind, role, tool, path, ts, packed text); returns (rows, how many were put back)."""
+    import bisect
+    at = collections.defaultdict(list)
+    for i, r in enumerate(new):
+        at[(r[0], r[1], r[2], r[5])].append(i)
+    rows, j, kept = [], 0, 0
+    for r in old:
+        places = at.get((r[0], r[1], r[2], r[5]))
+        k = bisect.bisect_left(places, j) if places else 0
+        if places and k < len(places):
+            rows.extend(new[j:places[k] + 1])
+            j = places[k] + 1
+        else:
+            rows.append(r)
+            kept += 1
+    rows.extend(new[j:])
+    return rows, kept
+
+
+def keep_lost_chunks(con, file_id, sessions):
+    """For a file damaged on disk (see damaged_on_disk): what was indexed from it before and this
+    read lost is kept, each session's lost chunks in their place among the ones read now. Returns
+    how many chunks were kept."""
+    before = {(agent, session_id): sid for sid, agent, session_id in
+              con.execute("SELECT id, agent, session_id FROM sessions WHERE file_id=?", (file_id,))}
+    kept = 0
+    for s in sessions:
+        sid = before.get((s.meta.agent, s.meta.session_id))
+        if sid is None:
+            continue
+        old = con.execute("SELECT kind, role, tool, path, ts, text FROM chunks WHERE session=? ORDER BY seq",
+                          (sid,)).fetchall()
+        rows, n = merge_kept(old, s.rows)
+        if n:
+            s.rows, s.count, s.parts = rows, len(rows), None  # (parts are cut again from the rows written)
+            s.touched = sorted({(r[2] or "", r[3] or "") for r in rows if r[0] == "tool"})
+            kept += n
+    return kept
+
+
 def index_file(batch, job, result, summary, policy):
     """Replace (or extend) what the index held for one file with its parse result.
 
@@ -7736,7 +7793,7 @@ def index_file(batch, job, result, summary, policy):
         r = con.execute("SELECT id FROM sessions WHERE file_id=?", (file_id,)).fetchone()
         existing = r[0] if r else None
     fresh = resume is None
-    skipped_lines, unknown, versions, written = 0, collections.Counter(), set(), []
+    skipped_lines, unknown, versions, written, kept = 0, collections.Counter(), set(), [], 0
     while True:
         skipped_lines += sum(result.skipped.values())
         unknown.update(result.unknown)
@@ -7759,6 +7816,9 @@ def index_file(batch, job, result, summary, policy):
             return
         sessions = result.payload if result.status == "ok" else []
         if fresh and file_id is not None:
+            # Bytes of the file were lost since it was indexed: what this read cannot give back stays.
+            if sessions and job.row.sessions and all(s.complete for s in sessions) and damaged_on_disk(job, result):
+                kept = keep_lost_chunks(con, file_id, sessions)
             delete_sessions(con, "file_id=?", (file_id,))
         fresh = False
         if file_id is None:
@@ -7772,7 +7832,8 @@ def index_file(batch, job, result, summary, policy):
             written.append((s.meta.agent, s.meta.session_id))
             summary.chunks += s.count
         complete = all(s.complete for s in sessions)
-        checkpoint = result.checkpoint
+        # (A file holding kept chunks is read whole at its next change, so that they stay in place.)
+        checkpoint = result.checkpoint if not kept else None
         count = con.execute("SELECT count(*) FROM sessions WHERE file_id=?", (file_id,)).fetchone()[0]
         # An unfinished file keeps size -1: the next run sees it as changed and resumes it.
         con.execute("UPDATE files SET source=?, parser=?, parser_version=?, size=?, mtime_ns=?, status=?, reason=?, "
@@ -7794,6 +7855,7 @@ def index_file(batch, job, result, summary, policy):
         delete_sessions(con, "agent=? AND session_id=? AND deleted IS NOT NULL", (agent, session_id))
     if result.status == "skipped":
         summary.problem(job.path, result.payload)
+    summary.chunks_kept += kept
     summary.indexed += 1
     summary.sessions += len(sessions)
     summary.skipped_lines += skipped_lines

@@ -6052,6 +6052,48 @@ def test_records_after_a_power_loss_run_of_nul_bytes_are_read(env, capsys):
     assert [search_ids(capsys, w) for w in ("pangolin", "echidna", "wallaby")] == [["power-loss"]] * 3
 
 
+def test_a_crash_that_zeroes_indexed_lines_loses_nothing_and_later_appends_go_after_them(env, capsys):
+    # The agent wrote four messages, Sesame indexed them from the page cache, the machine crashed
+    # before two of them reached the disk (zero-filled), then the session was resumed.
+    w = PiWriter(env, "crashed")
+    for word in ("aardvark", "bison", "cheetah", "dingo"):
+        w.user("talk about %s" % word)
+    path = w.save()
+    index_json(capsys)
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    lines[2], lines[3] = b"\0" * len(lines[2]), b"\0" * len(lines[3])
+    with open(path, "wb") as f:
+        f.write(b"\n".join(lines))
+    s = index_json(capsys)
+    assert (s["linesSkipped"], s["chunksKept"]) == (2, 2), s
+    append_user(path, "after the crash: ibex")
+    s = index_json(capsys)
+    assert s["chunksKept"] == 2, s
+    code, out, _ = show(capsys, "crashed", "--json")
+    assert [c["text"] for c in json.loads(out)["chunks"]] == [
+        "talk about aardvark", "talk about bison", "talk about cheetah", "talk about dingo", "after the crash: ibex"]
+    assert search_ids(capsys, "cheetah") == ["crashed"]
+
+
+def test_a_session_file_cut_short_keeps_what_was_indexed_but_a_rewrite_is_followed(env, capsys, tmp_path):
+    projects = tmp_path / "claude" / "projects"
+    write_config({"sources": [{"parser": "claude", "path": str(projects)}]}, tmp_path)
+    recs = [cc_cl_user("u%d" % i, "2026-01-21T06:19:%02d.000Z" % i, "talk about %s" % w)
+            for i, w in enumerate(("emu", "ferret", "gibbon", "hyena"))]
+    path = write_jsonl(projects / "-home-u-proj" / (cc_SID + ".jsonl"), recs)
+    index_json(capsys)
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[:len(data) // 2])  # cut inside a line: bytes were lost
+    s = index_json(capsys)
+    assert s["chunksKept"] >= 2 and [search_ids(capsys, w) for w in ("emu", "ferret", "gibbon", "hyena")] == [[cc_SID]] * 4
+    write_jsonl(path, recs[:1])  # rewritten whole, shorter, on a line end: the index follows the file
+    s = index_json(capsys)
+    assert s["chunksKept"] == 0 and search_ids(capsys, "emu") == [cc_SID] and search_ids(capsys, "hyena") == []
+
+
 def test_a_session_file_saved_with_a_byte_order_mark_is_read_whole(env, capsys):
     w = PiWriter(env, "bom-saved")
     w.user("the header line starts with a byte order mark: manatee")
