@@ -320,6 +320,25 @@ def shown_path(path):
                        if 0xDC80 <= ord(c) <= 0xDCFF else "\\u%04x" % ord(c) for c in path)
 
 
+def open_regular(path, text=False):
+    """A file opened for reading (binary, or text as UTF-8 with bad bytes replaced), if it is a
+    regular file; else OSError. A FIFO, a device or a socket where a session, a sidecar or the
+    config should be would make a plain open() wait forever for a writer (or, like /dev/zero, never
+    end): it is opened without waiting, and refused."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or socket)", path)
+        f = open(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    return io.TextIOWrapper(f, encoding="utf-8", errors="replace") if text else f
+
+
 # ==================================================================================================
 # Paths and config
 # ==================================================================================================
@@ -405,8 +424,8 @@ def jsonc_to_json(text):
 def load_jsonc(path):
     """Read a JSONC file; a syntax error names the file and the line."""
     try:
-        with open(path, encoding="utf-8-sig") as f:  # a byte order mark (Windows editors) is allowed
-            text = f.read()
+        with open_regular(path) as f:
+            text = f.read().decode("utf-8-sig")  # a byte order mark (Windows editors) is allowed
     except UnicodeDecodeError:
         raise ConfigError("%s: not UTF-8 text" % path)
     except OSError as e:
@@ -987,8 +1006,8 @@ def forgotten_path(env=None):
 def load_forgotten(env=None):
     """Sessions `sesame forget` keeps out: [{agent, sessionId, path, name, forgottenAt}]."""
     try:
-        with open(forgotten_path(env), encoding="utf-8") as f:
-            items = json.load(f)
+        with open_regular(forgotten_path(env)) as f:
+            items = json.loads(f.read().decode("utf-8"))
     except (FileNotFoundError, NotADirectoryError):
         return []  # nothing forgotten (or no data directory yet: opening the index will say why)
     except (OSError, ValueError) as e:
@@ -1011,22 +1030,6 @@ def save_forgotten(items, env=None):
 # ==================================================================================================
 # Parsers: reading helpers, the registry, then one section per agent
 # ==================================================================================================
-
-
-def open_regular(path, text=False):
-    """An agent's file opened for reading (binary, or text as UTF-8 with bad bytes replaced), if it
-    is a regular file; else OSError. A FIFO, a device or a socket where a session or its sidecar
-    should be would make a plain open() wait forever for a writer (or, like /dev/zero, never end):
-    it is opened without waiting, and refused."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or socket)", path)
-        f = open(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-    return io.TextIOWrapper(f, encoding="utf-8", errors="replace") if text else f
 
 
 def read_head(path, n=4096):
