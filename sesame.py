@@ -1223,8 +1223,7 @@ def open_agent_db(path, attempts=5):
     the OSError raised here makes the indexer skip the file with a warning and retry next run.
     """
     from urllib.parse import quote
-    if not stat.S_ISREG(os.stat(path).st_mode):  # SQLite would wait on a FIFO for ever (see open_regular)
-        raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or socket)", path)
+    open_regular(path).close()  # what is not a regular file is refused here: SQLite would wait on a FIFO
     mode = "mode=ro" if os.path.exists(path + "-wal") else "mode=ro&immutable=1"
     uri = "file:%s?%s" % (quote(os.path.abspath(path)), mode)
     last = None
