@@ -7,14 +7,15 @@
 # which runs the rest of this file from a compiled code object cached in $SESAME_CACHE_DIR (default
 # $XDG_CACHE_HOME/sesame or ~/.cache/sesame). A cache entry is named after a hash of this file's
 # bytes and the Python version, so an edited file never runs from an old entry; a cache that cannot
-# be read or written is skipped. (Python compiles a script at every start and caches bytecode only
-# for imported modules: for this file that is 80 ms per command, most of a search.) The interpreter
-# is remembered there too, because `python3` may be a version manager's shim that costs ~90 ms per
-# start; SESAME_PYTHON names another one. `python3 sesame.py`, `python3 -m sesame` and
+# be read or written is skipped (its files are opened without waiting: a FIFO there blocks nothing).
+# (Python compiles a script at every start and caches bytecode only for imported modules: for this
+# file that is 80 ms per command, most of a search.) The interpreter is remembered there too,
+# because `python3` may be a version manager's shim that costs ~90 ms per start; SESAME_PYTHON
+# names another one. `python3 sesame.py`, `python3 -m sesame` and
 # `import sesame` read these lines as a string and work as usual (without the cache).
 c=${SESAME_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sesame}
 p=${SESAME_PYTHON:-}
-[ -n "$p" ] || { [ -r "$c/python" ] && read -r p < "$c/python" && [ -x "$p" ]; } || p=python3
+[ -n "$p" ] || { [ -f "$c/python" ] && read -r p < "$c/python" && [ -x "$p" ]; } || p=python3
 command -v "$p" >/dev/null 2>&1 || p=python
 exec "$p" -I -S -c "
 import marshal, os, sys
@@ -29,16 +30,16 @@ def _launch(path, cache):
     entry = os.path.join(cache, 'code-%s-%s' % (tag, blake2b(source, digest_size=20).hexdigest()))
     code = None
     try:
-        with open(entry, 'rb') as f:
+        with open(os.open(entry, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0)), 'rb') as f:
             code = marshal.loads(f.read())
     except Exception:
         code = compile(source, path, 'exec')
         _save(cache, entry, marshal.dumps(code))
     if not os.environ.get('SESAME_PYTHON') and os.path.isabs(sys.executable):
         try:
-            with open(os.path.join(cache, 'python')) as f:
+            with open(os.open(os.path.join(cache, 'python'), os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0))) as f:
                 known = f.read().strip()
-        except OSError:
+        except (OSError, ValueError):
             known = None
         if known != sys.executable:
             _save(cache, os.path.join(cache, 'python'), (sys.executable + chr(10)).encode())
