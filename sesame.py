@@ -7486,7 +7486,7 @@ def _rows_after(con, start):
 def _sweep(store, plan, parsers, summary, skip):
     """Check the next files in id order: at least SWEEP_MIN_FILES, more while SWEEP_SECONDS last."""
     try:
-        with open(_sweep_file(store)) as f:
+        with open_regular(_sweep_file(store)) as f:
             start = int(f.read().strip() or 0)
     except (OSError, ValueError):
         start = 0

@@ -6144,6 +6144,11 @@ def test_a_fifo_where_a_session_or_its_sidecar_should_be_never_blocks_indexing(e
                            env=dict(os.environ), capture_output=True, text=True, timeout=60)
     ids = sorted(x["sessionId"] for x in json.loads(found.stdout)["results"])
     assert ids == ["g-1", "pi-beside-fifos"], found.stdout
+    os.remove(tmp_path / "data" / "sweep")
+    os.mkfifo(tmp_path / "data" / "sweep")  # where the sweep goes on from: read like any file, then replaced
+    found = subprocess.run([sys.executable, os.path.join(HERE, "sesame.py"), "search", "tapir", "--json"],
+                           env=dict(os.environ), capture_output=True, text=True, timeout=60)
+    assert [x["sessionId"] for x in json.loads(found.stdout)["results"]] == ["g-1"], found.stderr
     os.remove(tmp_path / "config" / "config.jsonc")
     os.mkfifo(tmp_path / "config" / "config.jsonc")  # even the config: one line, exit 1
     r = subprocess.run([sys.executable, os.path.join(HERE, "sesame.py"), "status"], env=dict(os.environ),
