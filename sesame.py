@@ -264,7 +264,7 @@ def visible(text):
     return _CONTROL.sub(_control_name, text.replace("\r\n", "\n"))
 
 
-def one_line(text):
+def escape_breaks(text):
     """A field of a one-line layout (a name, a folder, a file name: all can hold a newline) with its
     line breaks and tabs shown as \\n, \\r, \\t; visible() then shows the other controls."""
     if not isinstance(text, str) or not ("\n" in text or "\r" in text or "\t" in text):
@@ -9070,11 +9070,11 @@ def print_results(data, color, out, words=None):
     for rank, r in enumerate(results, data["offset"] + 1):
         # The rank, not the score: bm25 scores mean little to a reader (and round to 0.00 in a small index).
         out.write(visible("\n%d. %s (%s) - %s%s\n" % (
-            rank, one_line(r.get("shortId") or r.get("sessionId")), one_line(r.get("name") or "Unnamed"),
+            rank, escape_breaks(r.get("shortId") or r.get("sessionId")), escape_breaks(r.get("name") or "Unnamed"),
             short_date(r.get("modified")),
             " (file deleted)" if r.get("fileDeleted") else " (this session)" if r.get("current") else "")))
         if "cwd" in r:
-            out.write("  %s\n" % visible(one_line(r["cwd"]) or "(no working directory)"))
+            out.write("  %s\n" % visible(escape_breaks(r["cwd"]) or "(no working directory)"))
         if r.get("matchedSnippet"):
             out.write("  %s\n" % highlight(visible(r["matchedSnippet"]), color))
     cut = data.get("truncated")
@@ -9134,11 +9134,11 @@ def status_text(info):
             states = collections.Counter(f["state"] for f in info["notIndexed"])
             out.append("skipped:  %d files not indexed (%s); sesame status --json lists them with the reason" % (
                 info["filesNotIndexed"], ", ".join("%d %s" % (n, k) for k, n in sorted(states.items()))))
-            out += ["          %s %s: %s" % (f["state"], one_line(f["path"]), one_line(f["reason"])) for f in info["notIndexed"]
+            out += ["          %s %s: %s" % (f["state"], escape_breaks(f["path"]), escape_breaks(f["reason"])) for f in info["notIndexed"]
                     if f["state"] != "skipped"][:10]
     out.append("config:   %s%s" % (info["configPath"], "" if info["configFound"] else " (none: using discovered sources)"))
     out += ["warning:  %s" % w for w in info.get("warnings") or ()]
-    out += ["source:   %-11s %s (%s)" % (s["parser"], one_line(s["path"]), s["origin"]) for s in info["sources"]]
+    out += ["source:   %-11s %s (%s)" % (s["parser"], escape_breaks(s["path"]), s["origin"]) for s in info["sources"]]
     if not info["sources"]:
         out.append("source:   none found (configure one in %s)" % info["configPath"])
     out.append("sqlite:   %s, sesame %s, schema %d" % (info["sqliteVersion"], info["sesameVersion"], info["schemaVersion"]))
@@ -9346,7 +9346,7 @@ def header_text(h):
             ("path", (h["path"] or "-") + (" (file deleted: shown from the index)" if h.get("fileDeleted") else "")),
             ("parent", h["parent"] or "-"), ("resume", h["resumeCommand"] or "-"),
             ("summary", h["summary"]), ("chunks", h["chunkCount"])]
-    return "".join("%-9s %s\n" % (k + ":", visible(v if k == "summary" else one_line(v)))
+    return "".join("%-9s %s\n" % (k + ":", visible(v if k == "summary" else escape_breaks(v)))
                    for k, v in rows if v is not None) + "\n"
 
 
@@ -10122,7 +10122,7 @@ def cmd_index(args, ctx):
             emit_json(summary.as_json())
         _stderr(summary.line())
         for p in summary.problems[:20] if not args.json else []:
-            _stderr("  not indexed: %s: %s" % (one_line(p["path"]), one_line(p["reason"])))
+            _stderr("  not indexed: %s: %s" % (escape_breaks(p["path"]), escape_breaks(p["reason"])))
         if len(summary.problems) > 20 and not args.json:
             _stderr("  ... and %d more (sesame index --json lists them all)" % (len(summary.problems) - 20))
     finally:
@@ -10210,8 +10210,8 @@ def cmd_forget(args, ctx):
             emit_json({"forgotten": items})
         else:
             for i in items:
-                sys.stdout.write(visible("%s  %s  %s  %s" % (one_line(i["sessionId"]), i["agent"],
-                                                             one_line(i.get("name") or "Unnamed"), one_line(i.get("path")))) + "\n")
+                sys.stdout.write(visible("%s  %s  %s  %s" % (escape_breaks(i["sessionId"]), i["agent"],
+                                                             escape_breaks(i.get("name") or "Unnamed"), escape_breaks(i.get("path")))) + "\n")
             if not items:
                 sys.stdout.write("No session is forgotten (`sesame forget SESSION` removes one from the index).\n")
         return EXIT_OK
@@ -10280,8 +10280,8 @@ def cmd_forget(args, ctx):
     else:
         verb, item = next(iter(result.items()))
         sys.stdout.write(visible("%s %s (%s)%s\n" % (
-            "forgot" if verb == "forgotten" else "will index again", one_line(item["sessionId"]),
-            one_line(item.get("name") or "Unnamed"),
+            "forgot" if verb == "forgotten" else "will index again", escape_breaks(item["sessionId"]),
+            escape_breaks(item.get("name") or "Unnamed"),
             "" if verb == "forgotten" else " at the next refresh")))
     return EXIT_OK
 
@@ -10313,7 +10313,7 @@ def cmd_sources(args, ctx):
         emit_json({"sources": rows})
         return EXIT_OK
     for r in rows:
-        where = ", ".join("%s%s" % (one_line(l["path"]), "" if l["exists"] else " (absent)") for l in r["locations"]) or "(none)"
+        where = ", ".join("%s%s" % (escape_breaks(l["path"]), "" if l["exists"] else " (absent)") for l in r["locations"]) or "(none)"
         found = "%d file%s" % (r["filesFound"], "" if r["filesFound"] == 1 else "s")
         why = {"skipped": ("not a session file", "not session files"), "unreadable": ("unreadable",) * 2,
                "damaged": ("damaged (its last good sessions kept)",) * 2}
