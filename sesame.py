@@ -7780,6 +7780,17 @@ def keep_lost_chunks(con, file_id, sessions):
     return kept
 
 
+def keep_vanished(con, file_id, present):
+    """Sessions an agent deleted from a file that goes on holding others (a database: Hermes prunes
+    old sessions, OpenCode and Cursor delete chats) are kept like those of deleted files: marked
+    deleted, searchable, shown from the index. `present`: the (agent, session id) the file holds now."""
+    now = iso(now_utc())
+    con.executemany("UPDATE sessions SET deleted=? WHERE id=?", [
+        (now, sid) for sid, agent, session_id in
+        con.execute("SELECT id, agent, session_id FROM sessions WHERE file_id=? AND deleted IS NULL", (file_id,)).fetchall()
+        if (agent, session_id) not in present])
+
+
 def index_file(batch, job, result, summary, policy):
     """Replace (or extend) what the index held for one file with its parse result.
 
@@ -7822,7 +7833,12 @@ def index_file(batch, job, result, summary, policy):
             # Bytes of the file were lost since it was indexed: what this read cannot give back stays.
             if sessions and job.row.sessions and all(s.complete for s in sessions) and damaged_on_disk(job, result):
                 kept = keep_lost_chunks(con, file_id, sessions)
-            delete_sessions(con, "file_id=?", (file_id,))
+            # Sessions the file no longer holds are kept as deleted, when the same parser (and version)
+            # read it: a new parser version may rightly see the file's sessions otherwise.
+            if policy.keep_deleted and job.row.sessions and (job.row.parser, job.row.parser_version) == (
+                    job.parser.id, job.parser.version):
+                keep_vanished(con, file_id, {(s.meta.agent, s.meta.session_id) for s in sessions})
+            delete_sessions(con, "file_id=? AND deleted IS NULL", (file_id,))
         fresh = False
         if file_id is None:
             file_id = con.execute("INSERT INTO files(path, parser) VALUES(?, ?)", (db_path(job.path), job.parser.id)).lastrowid

@@ -3734,6 +3734,63 @@ def test_keep_deleted_sessions_false_mirrors_deletions(corpus, capsys, tmp_path)
     assert search_ids(capsys, "carousel") == []
 
 
+def hermes_store(path, sessions):
+    """A Hermes state.db holding {session id: [user prompts]} (the 0.1x schema)."""
+    con = sqlite3.connect(str(path))
+    con.executescript("""
+        CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, source TEXT, model TEXT, model_config TEXT,
+                               started_at REAL, ended_at REAL, title TEXT, parent_session_id TEXT);
+        CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY, session_id TEXT, role TEXT, content TEXT,
+                               tool_call_id TEXT, tool_calls TEXT, tool_name TEXT, timestamp REAL, reasoning TEXT);
+        DELETE FROM sessions; DELETE FROM messages;
+    """)
+    for i, (sid, prompts) in enumerate(sorted(sessions.items())):
+        con.execute("INSERT INTO sessions VALUES (?,'cli','m','{}',?,NULL,?,NULL)", (sid, 1777500000 + 1000 * i, sid))
+        con.executemany("INSERT INTO messages(session_id, role, content, timestamp) VALUES (?,'user',?,?)",
+                        [(sid, text, 1777500001 + 1000 * i + k) for k, text in enumerate(prompts)])
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_session_an_agent_deletes_from_its_database_is_kept_like_a_deleted_file(env, capsys, tmp_path, keep):
+    # Hermes prunes old sessions from state.db (sessions.auto_prune); OpenCode and Cursor delete
+    # chats from theirs. The file stays, the session goes: the index keeps it, marked deleted.
+    store = tmp_path / "hermes" / "state.db"
+    store.parent.mkdir()
+    write_config({"sources": [{"parser": "hermes", "path": str(store.parent)}], "keepDeletedSessions": keep}, tmp_path)
+    hermes_store(store, {"h-old": ["the old walrus question"], "h-new": ["the new narwhal question"]})
+    index_json(capsys)
+    hermes_store(store, {"h-new": ["the new narwhal question", "and an orca"]})  # h-old pruned
+    index_json(capsys)
+    code, out, _ = run(capsys, "search", "walrus", "--json")
+    found = [(r["sessionId"], r["fileDeleted"]) for r in json.loads(out)["results"]]
+    assert found == ([("h-old", True)] if keep else []) and search_ids(capsys, "orca") == ["h-new"]
+    hermes_store(store, {"h-new": ["the new narwhal question", "and an orca", "then a beluga"]})
+    index_json(capsys)  # a later change to the store keeps it kept
+    assert search_ids(capsys, "walrus") == (["h-old"] if keep else []) and search_ids(capsys, "beluga") == ["h-new"]
+    hermes_store(store, {"h-old": ["the old walrus question"], "h-new": ["the new narwhal question"]})  # restored
+    index_json(capsys)
+    code, out, _ = run(capsys, "search", "walrus", "--json")
+    assert [(r["sessionId"], r["fileDeleted"]) for r in json.loads(out)["results"]] == [("h-old", False)]
+    con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
+    assert con.execute("SELECT count(*) FROM sessions WHERE session_id='h-old'").fetchone()[0] == 1
+
+
+def test_a_new_parser_version_that_reads_fewer_sessions_from_a_file_is_followed(env, capsys, tmp_path, monkeypatch):
+    # What a new parser version no longer calls a session (a stub, a sub-agent folded into its
+    # parent) is not a session the agent deleted: it is not kept.
+    store = tmp_path / "hermes" / "state.db"
+    store.parent.mkdir()
+    write_config({"sources": [{"parser": "hermes", "path": str(store.parent)}]}, tmp_path)
+    hermes_store(store, {"h-old": ["the old walrus question"], "h-new": ["the new narwhal question"]})
+    index_json(capsys)
+    hermes_store(store, {"h-new": ["the new narwhal question"]})
+    monkeypatch.setattr(type(PARSERS["hermes"]), "version", PARSERS["hermes"].version + 1)
+    index_json(capsys)
+    assert search_ids(capsys, "walrus") == [] and search_ids(capsys, "narwhal") == ["h-new"]
+
+
 def test_status_says_how_long_each_agent_keeps_transcripts(tmp_path):
     home = tmp_path / "home"
     env = {"HOME": str(home)}
