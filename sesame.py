@@ -7797,8 +7797,10 @@ def index_file(batch, job, result, summary, policy):
     A bad file is reported, never fatal: a file that cannot be read now keeps whatever was indexed
     from it before (and is tried again next run), and a file that was a session file and no longer
     parses ("damaged": a garbage first line, a truncated rewrite, a corrupt store) keeps its last
-    good sessions until it parses again or is gone. A resumable file that only grew is extended from
-    its checkpoint; one larger than SLICE_BYTES arrives in slices, each committed like an append.
+    good sessions until it parses again or is gone. What a file read again no longer gives is kept
+    too: the chunks lost where its bytes were damaged (keep_lost_chunks), and the sessions the agent
+    deleted from it (keep_vanished). A resumable file that only grew is extended from its
+    checkpoint; one larger than SLICE_BYTES arrives in slices, each committed like an append.
     """
     con, resume, st = batch.con, job.resume, job.stat
     file_id = job.row.id if job.row else None
