@@ -1050,7 +1050,13 @@ BAD_JSON = (ValueError, RecursionError)
 # the file may end with one, without a newline, until then). An editor that saved the file (to cut
 # a secret out of it, say) may have put a byte order mark before its first line. The record itself
 # is whole: it is read. (A JSON text never starts or ends with these bytes, so nothing else changes.)
-LINE_EDGES = b" \t\r\n\x00\xef\xbb\xbf"
+LINE_EDGES = b" \t\r\n\x00"
+LINE_START = LINE_EDGES + b"\xef\xbb\xbf"  # a byte order mark comes first or not at all
+
+
+def json_bytes(line):
+    """A line (or a whole document) without what may surround its JSON (see LINE_EDGES)."""
+    return line.rstrip(LINE_EDGES).lstrip(LINE_START)
 
 
 def iter_jsonl(path, report, start=0):
@@ -1081,7 +1087,7 @@ def iter_jsonl(path, report, start=0):
             if not line.strip():
                 continue
             try:  # (a line of NULs alone is what is left of a lost record: it counts as malformed)
-                obj = _json_decode(line.strip(LINE_EDGES).decode("utf-8"))
+                obj = _json_decode(json_bytes(line).decode("utf-8"))
             except BAD_JSON:  # JSONDecodeError, UnicodeDecodeError, nesting too deep
                 report.skip("malformed line")
                 continue
@@ -1096,7 +1102,7 @@ def first_json_line(path, limit=65536):
     cannot be read raises OSError: the indexer then keeps what it had from it and retries later."""
     head = read_head(path, limit)
     for raw in head.split(b"\n"):
-        raw = raw.strip(LINE_EDGES)
+        raw = json_bytes(raw)
         if raw:
             try:
                 obj = json.loads(raw)
@@ -1175,7 +1181,7 @@ def _load_json_file(path):
     with f:
         raw = f.read()
     try:
-        return json.loads(raw.strip(LINE_EDGES))  # (a whole document may end in NULs: see LINE_EDGES)
+        return json.loads(json_bytes(raw))  # (a whole document may end in NULs: see LINE_EDGES)
     except BAD_JSON:
         return None
 
@@ -1860,7 +1866,7 @@ class ClaudeCodeParser(Parser):
         head = first_json_line(path)
         if head is None:
             # A first line longer than the peek (a huge pasted prompt) is judged by the records below.
-            if not read_head(path, 4096).lstrip(LINE_EDGES).startswith(b"{"):
+            if not read_head(path, 4096).lstrip(LINE_START).startswith(b"{"):
                 raise NotASessionFile("first line is not JSON")
         elif not isinstance(head.get("type"), str):
             raise NotASessionFile("no Claude Code record on the first line")
@@ -2200,13 +2206,13 @@ def _codex_records(path, report):
         return
     lines = _codex_zstd_lines(path)
     for raw in lines:
-        if not raw.strip(LINE_EDGES):
+        if not json_bytes(raw):
             continue
         if not raw.endswith(b"\n"):
             report.skip("unfinished last line")
             return
         try:
-            obj = json.loads(raw.strip(LINE_EDGES))
+            obj = json.loads(json_bytes(raw))
         except BAD_JSON:
             report.skip("malformed line")
             continue
@@ -2257,7 +2263,7 @@ class CodexParser(Parser):
             if head is None:
                 # The meta line can outgrow the peek (long base instructions and tool lists): then a
                 # cheap look at its start decides, and reading the whole line is left to the loop.
-                raw = read_head(path, 4096).lstrip(LINE_EDGES)
+                raw = read_head(path, 4096).lstrip(LINE_START)
                 if not (raw.startswith(b"{") and b'"payload"' in raw):
                     raise NotASessionFile("first line is not JSON")
             elif not (isinstance(head.get("payload"), dict) and isinstance(head.get("type"), str)) and not (
@@ -2276,7 +2282,7 @@ class CodexParser(Parser):
         """TypeScript CLI (Apr-May 2025): one JSON document rewritten in place."""
         with open_regular(path) as f:
             try:
-                doc = json.loads(f.read().strip(LINE_EDGES))
+                doc = json.loads(json_bytes(f.read()))
             except BAD_JSON:
                 raise NotASessionFile("not a JSON document")
         if not isinstance(doc, dict) or not isinstance(doc.get("session"), dict) or not isinstance(doc.get("items"), list):
@@ -5294,7 +5300,7 @@ def _iter_glued_jsonl(path, report):
                 report.skip("unfinished last line")
                 return
             try:
-                line = raw.strip(LINE_EDGES).decode("utf-8")
+                line = json_bytes(raw).decode("utf-8")
             except UnicodeDecodeError:
                 report.skip("malformed line")
                 continue
@@ -6036,7 +6042,7 @@ class HermesParser(Parser):
             magic = f.read(16)
         if magic.startswith(b"SQLite format 3"):
             return self._db(path, report)
-        if not magic.lstrip(LINE_EDGES).startswith(b"{"):
+        if not magic.lstrip(LINE_START).startswith(b"{"):
             raise NotASessionFile("neither a Hermes state.db nor a session JSON")
         d = _read_json(path, limit=512 << 20)
         if not d or not isinstance(d.get("session_id"), str) or not isinstance(d.get("messages"), list):

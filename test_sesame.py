@@ -3020,6 +3020,11 @@ def test_qwen_glued_objects_and_wrong_session(tmp_path):
     p = write_jsonl(tmp_path / (ot_SID + ".jsonl"), [a + b])
     [s] = parse_file("qwen", p)
     assert texts(s, "user") == ["one"] and texts(s, "assistant") == ["two"]
+    # an unparsable tail after them, ending in a character whose last UTF-8 byte is a byte order
+    # mark's (» is C2 BB): the objects before it are still read
+    p = write_jsonl(tmp_path / (ot_SID + ".jsonl"), [a + b + '{"type": "cut off »'])
+    [s] = parse_file("qwen", p)
+    assert texts(s, "user") == ["one"] and texts(s, "assistant") == ["two"]
     other = write_jsonl(tmp_path / "019f0000-0000-7000-8000-0000000000bb.jsonl", [a])
     with pytest.raises(NotASessionFile):
         parse_file("qwen", other)
