@@ -7746,14 +7746,15 @@ def damaged_on_disk(job, result):
 def merge_kept(old, new):
     """A session's chunk rows as read now (`new`), with the rows indexed before that this read no
     longer has (`old`, in order) put back where they were: after the last row both still hold. Rows
-    are (kind, role, tool, path, ts, packed text); returns (rows, how many were put back)."""
+    are (kind, role, tool, path, ts, packed text); returns (rows, how many were put back). Rows are
+    compared by their text, not its compressed bytes (another zlib compresses the same text apart)."""
     import bisect
     at = collections.defaultdict(list)
     for i, r in enumerate(new):
-        at[(r[0], r[1], r[2], r[5])].append(i)
+        at[(r[0], r[1], r[2], unpack(r[5]))].append(i)
     rows, j, kept = [], 0, 0
     for r in old:
-        places = at.get((r[0], r[1], r[2], r[5]))
+        places = at.get((r[0], r[1], r[2], unpack(r[5])))
         k = bisect.bisect_left(places, j) if places else 0
         if places and k < len(places):
             rows.extend(new[j:places[k] + 1])

@@ -10,6 +10,7 @@ import glob
 import hashlib
 import io
 import json
+import zlib
 import os
 import pathlib
 import random
@@ -6142,6 +6143,15 @@ def test_a_crash_that_zeroes_indexed_lines_loses_nothing_and_later_appends_go_af
     assert [c["text"] for c in json.loads(out)["chunks"]] == [
         "talk about aardvark", "talk about bison", "talk about cheetah", "talk about dingo", "after the crash: ibex"]
     assert search_ids(capsys, "cheetah") == ["crashed"]
+
+
+def test_chunks_kept_from_a_damaged_file_go_back_in_their_place_and_match_by_text():
+    def row(text, level=1):
+        return ("user", "user", None, None, "t", zlib.compress(text.encode(), level) if len(text) > 50 else text)
+    old = [row("a"), row("b"), row("c" * 100), row("d"), row("e")]
+    new = [row("a"), row("c" * 100, level=9), row("e"), row("f")]  # b and d lost; c compressed apart
+    rows, kept = sesame.merge_kept(old, new)
+    assert kept == 2 and [sesame.unpack(r[5]) for r in rows] == ["a", "b", "c" * 100, "d", "e", "f"]
 
 
 def test_a_session_file_cut_short_keeps_what_was_indexed_but_a_rewrite_is_followed(env, capsys, tmp_path):
