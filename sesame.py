@@ -3327,8 +3327,8 @@ class GeminiParser(Parser):
         the SHA-256 projectHash that every recording carries."""
         project_dir = os.path.dirname(chats_dir)
         try:
-            with open_regular(os.path.join(project_dir, ".project_root"), text=True) as f:
-                root = f.read().strip()
+            with open_regular(os.path.join(project_dir, ".project_root")) as f:
+                root = f.read().decode("utf-8").strip()
             if root:
                 return root
         except (OSError, UnicodeDecodeError):
