@@ -88,6 +88,7 @@ $SESAME_CONFIG_DIR/config.jsonc (default ~/.config/sesame). See README.md for ev
 
 # Only what most commands use is imported here; the rest is imported where it is needed, so that a
 # search does not pay for modules it never touches.
+import bisect
 import collections
 import errno
 import io
@@ -7777,7 +7778,6 @@ def merge_kept(old, new):
     longer has (`old`, in order) put back where they were: after the last row both still hold. Rows
     are (kind, role, tool, path, ts, packed text); returns (rows, how many were put back). Rows are
     compared by their text, not its compressed bytes (another zlib compresses the same text apart)."""
-    import bisect
     at = collections.defaultdict(list)
     for i, r in enumerate(new):
         at[(r[0], r[1], r[2], unpack(r[5]))].append(i)
@@ -8530,36 +8530,52 @@ class Matcher:
         return sorted(self.words_in(text))
 
     def words_in(self, text):
-        """The set of query words found in text: what spans() finds, for less. A common word can
-        match hundreds of times in a chunk; here each distinct token is looked at once (the set is
-        made in C). A word of several tokens (a phrase, `node-v20`) needs positions: spans() then."""
+        """The set of query words found in text: what spans() finds, for less."""
+        return self.words_in_each([text])[0]
+
+    def words_in_each(self, texts):
+        """[words_in(text) for text in texts], with one scan over the texts joined (a ranked part's
+        ~100 chunks: the scans cost less than a hundred calls). A common word can match hundreds of
+        times in a chunk; each distinct token of a chunk is looked at once. A word of several tokens
+        (a phrase, `node-v20`) needs positions: spans() then, for that chunk."""
         if self.pattern is None:
-            return set()
-        found, by_stem, cache = set(), self.by_stem, self._stems
-        low, tokens = text.lower(), set()
+            return [set() for _ in texts]
+        text = "\n".join(texts)  # a line break: no token, part or name runs across it
+        low = text.lower()
+        if len(low) != len(text) and len(texts) > 1:  # (a letter whose lower case is longer: İ)
+            return [self.words_in(t) for t in texts]
+        ends = list(itertools.accumulate(len(t) + 1 for t in texts))
+        where = bisect.bisect_right  # the chunk of a position: the first whose end is after it
+        found = [set() for _ in texts]
         if self.joined:
-            found.update(i for _, _, i in self._joined_spans(text, low))
+            for at, _, i in self._joined_spans(text, low):
+                found[where(ends, at)].add(i)
+        tokens, is_word = set(), _WORD_CHAR_RE.match
         for m in self.scan.finditer(low):
             at = m.start()
-            if not at or not _WORD_CHAR_RE.match(low, at - 1):  # a token's start, not inside a word
-                token = m.group()
-                tokens.add(token)
+            if not at or not is_word(low, at - 1):  # a token's start, not inside a word
+                k, token = where(ends, at), m.group()
+                tokens.add((k, token))
                 if not text.startswith(token, at):  # capitals: maybe a camelCase name
-                    found.update(i for _, _, i in self._first_part(text, at, m.end()))
+                    found[k].update(i for _, _, i in self._first_part(text, at, m.end()))
         if self.part_needles:
-            found.update(i for _, _, i in self._part_spans(text))
-        for token in tokens:
+            for at, _, i in self._part_spans(text):
+                found[where(ends, at)].add(i)
+        by_stem, cache, by_spans = self.by_stem, self._stems, set()
+        for k, token in tokens:
             folded = token.lower() if token.isascii() else fold_token(token)
             stem = cache.get(folded)
             if stem is None:
                 stem = cache[folded] = porter_stem(folded)
             for i, stems, prefix in by_stem.get(stem, ()):
                 if len(stems) > 1:
-                    return {i for _, _, i in self.spans(text)}
-                found.add(i)
+                    by_spans.add(k)
+                found[k].add(i)
             for i, stems, _ in self.prefixes:
                 if folded.startswith(stems[0]):
-                    found.add(i)
+                    found[k].add(i)
+        for k in by_spans:
+            found[k] = {i for _, _, i in self.spans(texts[k])}
         return found
 
     @staticmethod
@@ -8823,12 +8839,9 @@ def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION
     else:
         sql += " AND seq BETWEEN ? AND ?"
         params += list(part)
-    found = []
-    for seq, kind, role, tool, ts, text in con.execute(sql + " ORDER BY seq", params):
-        text = unpack(text)
-        words = matcher.words_in(text)
-        if words:
-            found.append((words, seq, kind, role, tool, ts, text))
+    rows = [(seq, kind, role, tool, ts, unpack(text))
+            for seq, kind, role, tool, ts, text in con.execute(sql + " ORDER BY seq", params)]
+    found = [(words, *row) for words, row in zip(matcher.words_in_each([r[5] for r in rows]), rows) if words]
     # A word found in few chunks of the part says more than one found in all of them: each word
     # weighs by its rarity here, a chunk by the words it has and by its kind. Where the words are
     # (spans, for snippets and proximity) is worked out for the chunks shown only.
