@@ -8374,6 +8374,33 @@ def _needle(stem, prefix=False):
     return stem[:-1] if stem.endswith("i") and len(stem) > 1 else stem
 
 
+_TOKEN_TAIL = LazyPattern("(?:[^\\W_]|[%s])*" % _ACCENTS)  # the rest of a token, after its first letters
+
+
+def _leftmost(text, needles, pos=0, tail=None):
+    """[(start, end)] of the matches of the alternation (?:needle1|needle2|...)TAIL in text from
+    `pos`, as its finditer gives them, `tail` being TAIL's match function (None: no tail). Found with
+    str.find per needle: Python's regular expressions try an alternation at every position, 2-3
+    times slower over a ranked part's ~60 KB. The needles' matches are kept as the alternation
+    keeps them: by start, the earlier needle first, none starting inside the one kept before."""
+    found = []
+    for k, needle in enumerate(needles):
+        n = len(needle)
+        at = text.find(needle, pos)
+        while at >= 0:
+            end = tail(text, at + n).end() if tail else at + n
+            found.append((at, k, end))
+            at = text.find(needle, end)
+    if len(needles) > 1:
+        found.sort()
+    out, last = [], -1
+    for at, _, end in found:
+        if at >= last:
+            out.append((at, end))
+            last = end
+    return out
+
+
 class Matcher:
     """Finds the query's words in chunk text the way the index matched them: tokens as unicode61
     finds them, compared by their porter stems, so `simplify` finds "simplified", `parser.py` finds
@@ -8403,14 +8430,11 @@ class Matcher:
         # what its forms start with, in lower case, where a part of a name starts (see _part_spans).
         self.part_needles = sorted({_needle(stems[0], prefix) for _, stems, prefix in self.forms
                                     if len(stems) == 1 and stems[0].isascii() and stems[0][:1].isalpha()})
-        capitals = {v for n in self.part_needles for v in (n[:1].upper() + n[1:], n.upper())}
-        self.inner = re.compile("|".join(map(re.escape, sorted(capitals, key=lambda n: (-len(n), n))))) \
-            if capitals else None
-        # The same needles, literal first, for words_in: Python's regular expressions scan for a
-        # pattern's first characters quickly only when the pattern starts with them (and without
-        # IGNORECASE), three times faster over a chunk; what comes before a match is checked on the
-        # few matches.
-        self.scan = re.compile(r"(?:%s)(?:[^\W_]|[%s])*" % ("|".join(map(re.escape, needles)), _ACCENTS)) if needles else None
+        # Capitalised or in capitals, where such a part starts (_part_spans); and the needles for
+        # words_in_each, found with str.find (see _leftmost).
+        self.capitals = sorted({v for n in self.part_needles for v in (n[:1].upper() + n[1:], n.upper())},
+                               key=lambda n: (-len(n), n))
+        self.needles = needles
         # Forms by their first stem (one dict lookup per candidate token); one-word prefixes apart.
         self.by_stem, self.prefixes = {}, []
         self._stems = {}  # token -> its stem: the same words come back in every chunk
@@ -8478,8 +8502,7 @@ class Matcher:
         lower-case letter), so only the forms' needles Capitalised or in capitals are looked for, by
         one literal pattern (at C speed). A name's first part is found with the name (_first_part)."""
         out = []
-        for m in self.inner.finditer(text, 1):
-            at = m.start()
+        for at, _ in _leftmost(text, self.capitals, 1):
             prev = text[at - 1]
             if prev.isascii() and (prev.islower() or prev.isdigit() or prev.isupper() and text[at + 1:at + 2].islower()):
                 out += self._part_match(text, at)
@@ -8551,13 +8574,12 @@ class Matcher:
             for at, _, i in self._joined_spans(text, low):
                 found[where(ends, at)].add(i)
         tokens, is_word = set(), _WORD_CHAR_RE.match
-        for m in self.scan.finditer(low):
-            at = m.start()
+        for at, end in _leftmost(low, self.needles, 0, _TOKEN_TAIL.match):
             if not at or not is_word(low, at - 1):  # a token's start, not inside a word
-                k, token = where(ends, at), m.group()
+                k, token = where(ends, at), low[at:end]
                 tokens.add((k, token))
                 if not text.startswith(token, at):  # capitals: maybe a camelCase name
-                    found[k].update(i for _, _, i in self._first_part(text, at, m.end()))
+                    found[k].update(i for _, _, i in self._first_part(text, at, end))
         if self.part_needles:
             for at, _, i in self._part_spans(text):
                 found[where(ends, at)].add(i)
