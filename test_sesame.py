@@ -4700,6 +4700,41 @@ def test_every_part_of_a_camelcase_name_is_marked_and_found_under_tools(env, cap
             assert any(marked in m["snippet"] for m in top[0]["matches"]), (query, extra, top[0]["matches"])
 
 
+def test_needles_found_with_str_find_are_the_matches_a_regex_alternation_finds():
+    """_leftmost (str.find per needle, merged) replaced `(?:n1|n2|...)TAIL` finditer for speed: same
+    matches, in the same order, wherever needles overlap, share starts or sit inside one another."""
+    import random
+    rnd = random.Random(11)
+    tail = sesame._TOKEN_TAIL.match
+    for _ in range(3000):
+        text = "".join(rnd.choice("aabcAB \n-\u0301\ue001") for _ in range(rnd.randint(0, 60)))
+        needles = sorted({"".join(rnd.choice("abcAB") for _ in range(rnd.randint(1, 3))) for _ in range(rnd.randint(1, 4))},
+                         key=lambda n: (-len(n), n))
+        pos = rnd.randint(0, 2)
+        for t, rx in ((tail, "(?:%s)(?:[^\\W_]|[%s])*" % ("|".join(map(re.escape, needles)), sesame._ACCENTS)),
+                      (None, "|".join(map(re.escape, needles)))):
+            want = [m.span() for m in re.compile(rx).finditer(text, pos)]
+            assert sesame._leftmost(text, needles, pos, t) == want, (text, needles, pos)
+
+
+def test_the_words_of_a_parts_chunks_are_found_in_one_scan_as_chunk_by_chunk():
+    """best_matches asks which query words each chunk of a part holds with one scan over the chunks
+    joined: a word never spans two chunks (handlePay|mentIntent), and each chunk gets its own words."""
+    texts = ["handlePay", "mentIntent here", "the Payment was retried", "İstanbul payments", "node-v20 works",
+             "nothing at all", "", "WebSocketServer and HTTPServer", "paymentintent"]
+    for q in ("payment", "payment intent", "websocket server", "node-v20", "pay*", "istanbul", "retry payment"):
+        query = sesame.Query(q)
+        for w in query.words:
+            w.df = 5
+        m = sesame.Matcher(query)
+        each = m.words_in_each(texts)
+        assert each == [m.words_in(t) for t in texts], q
+        # (spans() also finds İstanbul, whose lower case is one letter longer; words_in does not)
+        assert [w for w, t in zip(each, texts) if "İ" not in t] == [{i for _, _, i in m.spans(t)} for t in texts if "İ" not in t], q
+    m = sesame.Matcher(sesame.Query("payment"))
+    assert m.words_in_each(texts)[:3] == [set(), set(), {0}]
+
+
 def test_a_hyphenated_word_of_a_command_is_found_under_tools(vocab_corpus, capsys):
     data = search_json(capsys, "publish-release", "--tools")
     assert [r["sessionId"] for r in data["results"]] == ["release-script"]
