@@ -6242,6 +6242,20 @@ def test_a_session_file_saved_with_a_byte_order_mark_is_read_whole(env, capsys):
     assert search_ids(capsys, "manatee") == ["bom-saved"]
 
 
+def test_a_whole_json_session_saved_as_utf16_is_read(tmp_path):
+    # Windows PowerShell's Out-File writes UTF-16 with a byte order mark; json reads every UTF it
+    # detects, but stripping NULs around the document first (for a zero-filled tail) cut its last
+    # character in half.
+    chats = ogc_gemini_chats(tmp_path)
+    doc = json.dumps(dict(ogc_GEMINI_META, sessionId="g-utf16", messages=[{"id": "m1", "type": "user", "content": "quokka den"}]))
+    for encoding in ("utf-16", "utf-16-le"):
+        f = write_file(chats / ("session-2025-01-01T00-00-%s.json" % encoding), "")
+        with open(f, "wb") as fh:
+            fh.write(doc.encode(encoding))
+        s = parse_file("gemini", f)[0]
+        assert s.session_id == "g-utf16" and texts(s, "user") == ["quokka den"], encoding
+
+
 def test_a_whole_json_session_with_a_zero_filled_tail_is_read(tmp_path):
     chats = ogc_gemini_chats(tmp_path)
     f = write_file(chats / "session-2025-01-01T00-00-cccc.json", json.dumps(dict(
