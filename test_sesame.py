@@ -4742,6 +4742,24 @@ def test_a_hyphenated_word_of_a_command_is_found_under_tools(vocab_corpus, capsy
     assert search_json(capsys, "publish-release", "--tool", "bash")["results"][0]["sessionId"] == "release-script"
 
 
+def test_a_function_word_is_counted_through_only_when_it_ranks(vocab_corpus, capsys, monkeypatch):
+    """How common "the" is (FTS5 walks up to half its documents: 1-2 ms at 1 GB) matters only when
+    no other word ranks: "the docker" ranks by docker; "the" alone by itself."""
+    counted = []
+    original = sesame._df
+
+    def counting(con, fts, limit=3):
+        if limit > 3:
+            counted.append(fts)
+        return original(con, fts, limit)
+    monkeypatch.setattr(sesame, "_df", counting)
+    assert "target-common" in search_ids(capsys, "the docker")
+    assert '"the"' not in counted and '"docker"' in counted
+    del counted[:]
+    assert search_ids(capsys, "the")
+    assert '"the"' in counted
+
+
 def test_a_long_question_ranks_like_its_keywords(vocab_corpus, capsys):
     q = "where did we figure out why the kubernetes ingress kept timing out for the big uploads"
     assert search_json(capsys, q)["results"][0]["sessionId"] == "k8s-ingress"
