@@ -8434,8 +8434,9 @@ class Matcher:
     "parser.py", and an expansion (`kubernetes` for `k8s`) is found and marked too.
 
     Each form of a word is a sequence of stems (a phrase, or a word the tokenizer cuts in several,
-    like `node-v20`), the last possibly a prefix. One regular expression finds, at C speed, the
-    tokens that begin like some form's first stem; only those are stemmed and compared.
+    like `node-v20`), the last possibly a prefix. The tokens that begin like some form's first stem
+    are found at C speed (one regular expression for spans, str.find per beginning for words_in_each);
+    only those are stemmed and compared.
     """
 
     def __init__(self, query):
@@ -8526,8 +8527,8 @@ class Matcher:
         as identifier_parts cuts it for the index: Payment in handlePaymentIntent, HTTP in
         getHTTPResponse, Server in HTTPServer, Client in OAuth2Client. Such a part starts with a
         capital (after a lower-case letter or digit, or the last of an acronym's capitals before a
-        lower-case letter), so only the forms' needles Capitalised or in capitals are looked for, by
-        one literal pattern (at C speed). A name's first part is found with the name (_first_part)."""
+        lower-case letter), so only the forms' needles Capitalised or in capitals are looked for, with
+        str.find (_leftmost). A name's first part is found with the name (_first_part)."""
         out = []
         for at, _ in _leftmost(text, self.capitals, 1):
             prev = text[at - 1]
