@@ -4760,6 +4760,30 @@ def test_a_function_word_is_counted_through_only_when_it_ranks(vocab_corpus, cap
     assert '"the"' in counted
 
 
+def test_the_next_stage_fetched_alongside_the_first_gives_the_same_results(vocab_corpus, capsys, monkeypatch):
+    """When every word is in thousands of documents the second stage is fetched on a second
+    connection while the first runs (_Prefetch): pages, their order and paging stay exactly those of
+    stage after stage."""
+    made = []
+    original = sesame._Prefetch
+
+    def counting(*a):
+        made.append(a)
+        return original(*a)
+    monkeypatch.setattr(sesame, "_Prefetch", counting)
+    queries = ["fix the docker error", "test error docker", "docker build node", "the node service error", "fix test"]
+    pages = [("--limit", "3"), ("--limit", "3", "--offset", "3"), ("--limit", "20")]
+
+    def results():
+        return [search_json(capsys, q, *page)["results"] for q in queries for page in pages]
+    monkeypatch.setattr(sesame, "PREFETCH_MIN_DOCS", 10 ** 9)
+    alone = results()
+    assert not made
+    monkeypatch.setattr(sesame, "PREFETCH_MIN_DOCS", 1)
+    assert results() == alone
+    assert made  # (the path was taken)
+
+
 def test_a_long_question_ranks_like_its_keywords(vocab_corpus, capsys):
     q = "where did we figure out why the kubernetes ingress kept timing out for the big uploads"
     assert search_json(capsys, q)["results"][0]["sessionId"] == "k8s-ingress"
