@@ -8898,7 +8898,10 @@ def ranked_sessions(con, query, filters, need, per_stage=0, path=None):
     words = query.ranking_words()
     if (path and not per_stage and len(stages) > 1 and stages[0][0] == "words together"
             and all((w.df or 0) >= PREFETCH_MIN_DOCS for w in words)):
-        prefetch = _Prefetch(path, sql, [stages[1][1]] + params, min(max(2 * need, 20), 1 << 62))
+        try:
+            prefetch = _Prefetch(path, sql, [stages[1][1]] + params, min(max(2 * need, 20), 1 << 62))
+        except (sqlite3.Error, RuntimeError):  # no second connection or thread here: one after the other
+            prefetch = None
     out, seen, keys = [], set(), set()
     stricter, cut = None, False  # the last stage run, and whether a LIMIT left out some of its rows
     try:

@@ -4783,6 +4783,11 @@ def test_the_next_stage_fetched_alongside_the_first_gives_the_same_results(vocab
     assert results() == alone
     assert made  # (the path was taken)
 
+    def failing(*a):  # no second connection or thread to be had: the stages run one after the other
+        raise RuntimeError("can't start new thread")
+    monkeypatch.setattr(sesame, "_Prefetch", failing)
+    assert results() == alone
+
 
 def test_a_long_question_ranks_like_its_keywords(vocab_corpus, capsys):
     q = "where did we figure out why the kubernetes ingress kept timing out for the big uploads"
