@@ -2216,13 +2216,14 @@ def _codex_records(path, report):
         return
     lines = _codex_zstd_lines(path)
     for raw in lines:
-        if not json_bytes(raw):
+        record = json_bytes(raw)
+        if not record:
             continue
         if not raw.endswith(b"\n"):
             report.skip("unfinished last line")
             return
         try:
-            obj = json.loads(json_bytes(raw))
+            obj = json.loads(record)
         except BAD_JSON:
             report.skip("malformed line")
             continue
