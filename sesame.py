@@ -7280,6 +7280,24 @@ def _inside(path, folders):
     return any(path.startswith(f + os.sep) for f in folders)
 
 
+# A file belongs to the source that listed it first: its row records that source's root (`source`)
+# and parser. Both are needed to tell sources apart, since several sources may share a root (the
+# README's aider + crush on ~/code) or nest: a listing of one source says nothing about another's
+# files, and a file is checked with its own parser.
+def _owner(src):
+    return (src.path, src.parser.id)
+
+
+def _add_listing(listings, src, dirs):
+    """Record the folders a source was listed from. `dirs` rows are kept per root, so sources that
+    share a root share its folder records: their listings are merged (a folder's older time wins,
+    so that a folder changed between the two listings is listed again next time)."""
+    merged = dict(listings.get(src.path, ()))
+    for folder, mtime in dirs:
+        merged[folder] = min(mtime, merged.get(folder, mtime))
+    listings[src.path] = sorted(merged.items())
+
+
 # -- Freshness: which files a refresh looks at --------------------------------------------------
 #
 # `sesame index` and `watch` compare every session file's size and time with the index (a stat
@@ -7337,14 +7355,13 @@ def plan_full(store, sources, summary, policy):
     known_dirs = collections.defaultdict(list)
     for source, path, mtime in con.execute("SELECT source, path, mtime_ns FROM dirs ORDER BY source, path"):
         known_dirs[source].append((fs_path(path), mtime))
-    seen, kept, listed_sources, todo = set(), set(), set(), []
+    seen, kept, listed_sources, todo, listings = set(), set(), set(), [], {}
     for src in sources:
         paths, log = list_source(src, summary)
         if paths is None:
             continue  # its files are neither read nor gone: whatever was indexed from them stays
-        listed_sources.add(src.path)
-        if sorted(log.dirs) != known_dirs.get(src.path, []):
-            plan.listings[src.path] = log.dirs
+        listed_sources.add(_owner(src))
+        _add_listing(listings, src, log.dirs)
         unreadable = [d for d, _ in log.unreadable]
         if unreadable:
             kept.update(key for (key,) in con.execute("SELECT path FROM files WHERE source=?", (src.path,))
@@ -7375,7 +7392,8 @@ def plan_full(store, sources, summary, policy):
                     or row[0] != pid or row[4] == "deleted"):
                 todo.append((path, parser, FileStat(st.st_size, st.st_mtime_ns), key if row else None, src.path))
         plan.checked += checked
-    configured = {s.path for s in sources}
+    plan.listings = {root: dirs for root, dirs in listings.items() if dirs != known_dirs.get(root, [])}
+    configured = {_owner(s) for s in sources}
     gone = [key for key, row in known.items() if key not in seen and key not in kept and row[4] != "deleted"]
     wanted, rows = [job[3] for job in todo if job[3] is not None] + gone, {}
     for i in range(0, len(wanted), 500):  # (older SQLite takes at most 999 parameters)
@@ -7383,7 +7401,8 @@ def plan_full(store, sources, summary, policy):
         rows.update((row.path, row) for row in file_rows(con, "path IN (%s)" % ",".join("?" * len(batch)), batch))
     plan.todo = [Job(path, parser, st, rows.get(key), source, None) for path, parser, st, key, source in todo]
     plan.gone = [rows[key] for key in gone if key in rows
-                 and (rows[key].source in listed_sources or rows[key].source not in configured)]
+                 and ((rows[key].source, rows[key].parser) in listed_sources
+                      or (rows[key].source, rows[key].parser) not in configured)]
     return plan
 
 
@@ -7412,8 +7431,8 @@ def plan_quick(store, sources, summary, policy, cwd=None):
         if paths is None:
             continue
         if dirs or log.dirs:
-            plan.listings[src.path] = log.dirs
-        rows = {row.path: row for row in file_rows(con, "source = ?", (src.path,))}
+            _add_listing(plan.listings, src, log.dirs)
+        rows = {row.path: row for row in file_rows(con, "source = ? AND parser = ?", _owner(src))}
         listed = set()
         for path in paths:
             key = path if path.isascii() else db_path(path)
@@ -7423,7 +7442,7 @@ def plan_quick(store, sources, summary, policy, cwd=None):
             row = rows.get(key)
             if row is None:
                 other = file_rows(con, "path = ?", (key,))
-                if other and other[0].source != src.path and other[0].status != "deleted":
+                if other and other[0].status != "deleted":
                     continue  # another source has it (first source wins)
                 try:
                     plan.todo.append(Job(path, src.parser, stat_file(path, src.parser), other[0] if other else None,
@@ -7446,7 +7465,7 @@ def plan_quick(store, sources, summary, policy, cwd=None):
         check[row.id] = row
     for row in _cwd_rows(con, cwd):
         check[row.id] = row
-    parsers = {src.path: src.parser for src in sources}
+    parsers = {_owner(src): src.parser for src in sources}
     gone = {row.id for row in plan.gone}
     for row in check.values():
         if row.id not in gone:
@@ -7475,14 +7494,14 @@ def _cwd_rows(con, cwd):
 
 def _check_row(plan, row, parsers, summary):
     """Compare one indexed file with the disk; a changed one joins plan.todo, a vanished one plan.gone."""
-    parser = parsers.get(row.source) or PARSERS.get(row.parser)
+    parser = parsers.get((row.source, row.parser)) or PARSERS.get(row.parser)
     if parser is None or row.status == "deleted":
         return
     path = fs_path(row.path)
     try:
         st = stat_file(path, parser)
     except FileNotFoundError:
-        if row.source in parsers:
+        if (row.source, row.parser) in parsers:
             plan.gone.append(row)
         return
     except OSError as e:
@@ -7529,7 +7548,7 @@ def _sweep(store, plan, parsers, summary, skip):
         plan.sweep = fid
         if fid in skip:
             continue
-        parser = parsers.get(source) or PARSERS.get(pid)
+        parser = parsers.get((source, pid)) or PARSERS.get(pid)
         if parser is None:
             continue
         try:

@@ -3946,6 +3946,31 @@ def test_an_old_file_edited_in_place_is_seen_within_the_sweep_and_at_once_by_ind
     assert search_ids(capsys, "flamingo", "--no-refresh") == ["old-06"]
 
 
+def test_two_parsers_on_one_folder_keep_their_own_files_through_search_sweep_and_index(env, tmp_path, capsys, monkeypatch):
+    # The README's way to reach project-folder histories: two parsers on one root (and a nested
+    # root of one of them). Each source's listing, folder times and checks are its own: a search
+    # after a change under the root must not take one parser's files for the other's, or for gone.
+    monkeypatch.setattr(sesame, "SWEEP_SECONDS", 0)
+    code = tmp_path / "home" / "code"
+    write_file(code / "app" / ".aider.chat.history.md", am_AIDER_HISTORY)
+    am_crush_db(code / "kdl" / ".crush" / "crush.db")
+    write_config({"sources": [{"parser": "aider", "path": str(code)}, {"parser": "crush", "path": str(code)},
+                              {"parser": "aider", "path": str(code / "app")}]}, tmp_path)
+    age(code)
+    assert run(capsys, "index")[0] == 0
+    assert search_ids(capsys, "uploader") != []            # the sweep checks every file with its own parser
+    assert json.loads(run(capsys, "status", "--json")[1])["notIndexed"] == []
+    write_file(code / "notes.txt", "anything")           # the root folder's time changes
+    for _ in range(3):                                     # the refresh, then the sweep over every file
+        assert search_ids(capsys, "uploader") != [] and search_ids(capsys, "lexer") != []
+    info = json.loads(run(capsys, "status", "--json")[1])
+    assert info["notIndexed"] == [] and info["files"] == 2
+    assert {a["agent"]: a["sessions"] for a in info["perAgent"]} == {"aider": 2, "crush": 2}
+    code_, out, _ = run(capsys, "index", "--json")
+    assert code_ == 0 and json.loads(out)["filesRemoved"] == 0 and json.loads(out)["filesSkipped"] == 0
+    assert search_ids(capsys, "uploader", "--no-refresh") != [] and search_ids(capsys, "lexer", "--no-refresh") != []
+
+
 def test_watch_reports_a_failed_round_backs_off_and_goes_on(env, capsys, monkeypatch):
     good_session(env)
     rounds, sleeps = [], []
