@@ -1060,12 +1060,19 @@ def json_bytes(line):
     return line.rstrip(LINE_EDGES).lstrip(LINE_START)
 
 
+def json_text(line):
+    """A line's JSON (see json_bytes) as text. A byte that is not UTF-8 (a multi-byte character an
+    agent cut in two, a Latin-1 paste written as it came) becomes U+FFFD, so every word around it
+    is kept: such a byte can only sit inside a JSON string, where U+FFFD is valid."""
+    return json_bytes(line).decode("utf-8", "replace")
+
+
 def iter_jsonl(path, report, start=0):
     """Yield (offset_after_line, object) for each JSON object line of a file, from byte `start`.
 
-    Never loads the file whole. Blank lines are ignored; lines that are not JSON objects, invalid
-    UTF-8, over MAX_LINE_BYTES, or an unfinished last line (an agent still writing) are skipped and
-    counted in `report`, never fatal.
+    Never loads the file whole. Blank lines are ignored; lines that are not JSON objects, over
+    MAX_LINE_BYTES, or an unfinished last line (an agent still writing) are skipped and counted in
+    `report`, never fatal. Invalid UTF-8 is read with replacement characters (see json_text).
     """
     with open_regular(path) as f:
         f.seek(start)
@@ -1088,8 +1095,8 @@ def iter_jsonl(path, report, start=0):
             if not line.strip():
                 continue
             try:  # (a line of NULs alone is what is left of a lost record: it counts as malformed)
-                obj = _json_decode(json_bytes(line).decode("utf-8"))
-            except BAD_JSON:  # JSONDecodeError, UnicodeDecodeError, nesting too deep
+                obj = _json_decode(json_text(line))
+            except BAD_JSON:  # JSONDecodeError, nesting too deep
                 report.skip("malformed line")
                 continue
             if not isinstance(obj, dict):
@@ -1103,10 +1110,10 @@ def first_json_line(path, limit=65536):
     cannot be read raises OSError: the indexer then keeps what it had from it and retries later."""
     head = read_head(path, limit)
     for raw in head.split(b"\n"):
-        raw = json_bytes(raw)
+        raw = json_text(raw)
         if raw:
             try:
-                obj = json.loads(raw)
+                obj = _json_decode(raw)
             except BAD_JSON:
                 return None
             return obj if isinstance(obj, dict) else None
@@ -1186,14 +1193,16 @@ def _load_json_file(path):
 
 def load_json_document(raw):
     """A whole JSON document from bytes (any encoding json detects), or else from what remains
-    without NULs around it (a document a crash left zero-filled at its end, see LINE_EDGES);
-    None when it is neither."""
-    for text in (raw, json_bytes(raw)):
-        try:
-            return json.loads(text)
-        except BAD_JSON:
-            continue
-    return None
+    without NULs around it (a document a crash left zero-filled at its end, see LINE_EDGES), read
+    with replacement characters where a byte is not UTF-8 (see json_text); None when it is neither."""
+    try:
+        return json.loads(raw)
+    except BAD_JSON:
+        pass
+    try:
+        return _json_decode(json_text(raw))
+    except BAD_JSON:
+        return None
 
 
 def _json_arg(value, kinds=(dict, list)):
@@ -2223,7 +2232,7 @@ def _codex_records(path, report):
             report.skip("unfinished last line")
             return
         try:
-            obj = json.loads(record)
+            obj = _json_decode(record.decode("utf-8", "replace"))  # (see json_text)
         except BAD_JSON:
             report.skip("malformed line")
             continue
@@ -5309,11 +5318,7 @@ def _iter_glued_jsonl(path, report):
                     continue
                 report.skip("unfinished last line")
                 return
-            try:
-                line = json_bytes(raw).decode("utf-8")
-            except UnicodeDecodeError:
-                report.skip("malformed line")
-                continue
+            line = json_text(raw)
             pos = 0
             while pos < len(line):
                 try:

@@ -5791,16 +5791,17 @@ def test_truncated_corrupt_and_non_json_lines_are_skipped_and_counted(env, capsy
         f.write(b"\x00\x00\x00\x00\n")                    # NUL bytes (a crash while writing)
         f.write(b'{"type": "message", "message": "not a dict"}\n')
         f.write(b'{"type": "message", "timestamp": "2026-03-10T09:00:06.000Z", "message": {"role": "user", '
-                b'"content": "invalid \xff\xfe utf8 zebra"}}\n')  # invalid UTF-8
+                b'"content": "invalid\xff\xfeutf8 zebra"}}\n')  # invalid UTF-8: read with U+FFFD, every word kept
         f.write(line({"type": "message", "timestamp": "2026-03-10T09:00:07.000Z",
                       "message": {"role": "user", "content": "last words: quetzal"}}).encode())
         f.write(b'{"type": "message", "message": {"role": "user", "content": "unfinished')   # still being written
     good_session(env)
     s = index_json(capsys)
     assert (s["filesIndexed"], s["sessions"], s["filesSkipped"]) == (2, 2, 0)
-    assert s["linesSkipped"] == 8
+    assert s["linesSkipped"] == 7
     assert search_ids(capsys, "okapi") == ["bad-lines"]
     assert search_ids(capsys, "quetzal") == ["bad-lines"]
+    assert search_ids(capsys, "zebra") == search_ids(capsys, "invalid utf8") == ["bad-lines"]
     assert search_ids(capsys, "pangolin") == ["good-1"]
 
 
@@ -5811,7 +5812,7 @@ def test_binary_garbage_and_empty_files_are_listed_with_a_reason_and_the_rest_is
     (folder / "garbage.jsonl").write_bytes(bytes(rnd.getrandbits(8) for _ in range(200000)))
     (folder / "empty.jsonl").write_bytes(b"")
     (folder / "blank.jsonl").write_bytes(b"\n\n   \n")
-    (folder / "badutf8-header.jsonl").write_bytes(b'{"type": "session", "id": "\xff\xff", "cwd": "/x"}\n')
+    (folder / "badutf8-header.jsonl").write_bytes(b'{"type": "session", "id": \xff\xff, "cwd": "/x"}\n')
     PiWriter(env, "header-only").save()                  # a session with nothing said yet
     good_session(env)
     s = index_json(capsys)
