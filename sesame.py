@@ -7182,31 +7182,43 @@ def write_session(con, file_id, prep, existing=None, from_seq=0):
 
 
 class IndexSummary:
-    """What one index run did; printed as one line, or as JSON with --json."""
+    """What one index run did; printed as one line, or as JSON with --json.
+
+    Every file seen (listed under a source and not excluded) is counted once: indexed, unchanged or
+    not indexed (not a session file, unreadable, damaged, cannot be stat'ed), so that these three
+    add up to `seen`. Removed files are the indexed ones no longer seen; folders that cannot be
+    listed are reported with the files not indexed, but are not files."""
 
     def __init__(self):
         self.seen = self.indexed = self.unchanged = self.removed = 0
+        self.not_indexed = self.folders_unread = 0
         self.chunks_kept = 0  # chunks a damaged file no longer gives, kept as indexed before (see keep_lost_chunks)
         self.sessions = self.chunks = self.skipped_lines = 0
         self.problems = []   # {"path", "reason"}: files not indexed (not a session file, unreadable, ...)
         self.seconds = 0.0
 
-    def problem(self, path, reason):
+    def problem(self, path, reason, folder=False):
         self.problems.append({"path": shown_path(path), "reason": reason})
+        if folder:
+            self.folders_unread += 1
+        else:
+            self.not_indexed += 1
 
     def as_json(self):
         return {"filesSeen": self.seen, "filesIndexed": self.indexed, "filesUnchanged": self.unchanged,
-                "filesRemoved": self.removed, "filesSkipped": len(self.problems), "sessions": self.sessions,
-                "chunks": self.chunks, "linesSkipped": self.skipped_lines, "chunksKept": self.chunks_kept,
-                "seconds": round(self.seconds, 3),
+                "filesRemoved": self.removed, "filesSkipped": self.not_indexed, "foldersSkipped": self.folders_unread,
+                "sessions": self.sessions, "chunks": self.chunks, "linesSkipped": self.skipped_lines,
+                "chunksKept": self.chunks_kept, "seconds": round(self.seconds, 3),
                 "skipped": self.problems}
 
     def line(self):
         return ("indexed: %d %s seen, %d indexed, %d unchanged, %d removed, %d not indexed; "
                 "%d %s, %d %s; %d %s skipped; %.2fs"
-                % (self.seen, _plural(self.seen, "file"), self.indexed, self.unchanged, self.removed, len(self.problems),
+                % (self.seen, _plural(self.seen, "file"), self.indexed, self.unchanged, self.removed, self.not_indexed,
                    self.sessions, _plural(self.sessions, "session"), self.chunks, _plural(self.chunks, "chunk"),
                    self.skipped_lines, _plural(self.skipped_lines, "line"), self.seconds)
+                + ("; %d %s not read" % (self.folders_unread, _plural(self.folders_unread, "folder"))
+                   if self.folders_unread else "")
                 + ("; %d %s lost from damaged files kept as indexed" % (self.chunks_kept, _plural(self.chunks_kept, "chunk"))
                    if self.chunks_kept else ""))
 
@@ -7274,10 +7286,10 @@ def list_source(src, summary):
             # A configured file is read as it is, whatever its name: the user said what it is.
             paths = [src.path] if os.path.isfile(src.path) else src.parser.list_files(src.path)
         except OSError as e:
-            summary.problem(src.path, "cannot list: %s" % (e.strerror or e))
+            summary.problem(src.path, "cannot list: %s" % (e.strerror or e), folder=True)
             paths = None
     for folder, why in log.unreadable:
-        summary.problem(folder, "cannot list folder: %s" % why)
+        summary.problem(folder, "cannot list folder: %s" % why, folder=True)
     return paths, log
 
 
@@ -7714,7 +7726,9 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
 
 
 def _count(summary, plan):
-    summary.seen, summary.unchanged = plan.checked, plan.checked - len(plan.todo)
+    # Files compared with the disk, and the files that could not be (a failed stat: listed, so seen,
+    # and not indexed; the only problems a plan reports besides folders).
+    summary.seen, summary.unchanged = plan.checked + summary.not_indexed, plan.checked - len(plan.todo)
 
 
 def file_checksum(path, length, since=None):
@@ -7947,9 +7961,10 @@ def index_file(batch, job, result, summary, policy):
     for agent, session_id in written:
         delete_sessions(con, "agent=? AND session_id=? AND deleted IS NOT NULL", (agent, session_id))
     if result.status == "skipped":
-        summary.problem(job.path, result.payload)
+        summary.problem(job.path, result.payload)  # (counted as not indexed, not as indexed)
+    else:
+        summary.indexed += 1
     summary.chunks_kept += kept
-    summary.indexed += 1
     summary.sessions += len(sessions)
     summary.skipped_lines += skipped_lines
 

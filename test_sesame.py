@@ -3644,6 +3644,23 @@ def test_index_summary_counts_files_sessions_and_skipped_lines(env, capsys):
     assert "2 files seen, 2 indexed" in err and "2 sessions" in err and "; 1 line skipped;" in err
 
 
+def test_index_summary_files_indexed_unchanged_and_not_indexed_add_up_to_files_seen(env, capsys, monkeypatch):
+    good_session(env)
+    write_file(env / "--home-dev-notes--" / "notes.jsonl", "\n\n")                      # seen, not indexed
+    locked = PiWriter(env, "locked", cwd="/home/dev/locked").user("hidden").save()
+    _deny(monkeypatch, os.path.dirname(locked))                                          # a folder, not a file
+    # A first run, then one where every file is unchanged (a file that is not a session file is
+    # remembered as such: it is not read, nor reported, again).
+    for indexed, unchanged, not_indexed in ((1, 0, 1), (0, 2, 0)):
+        code, out, err = run(capsys, "index", "--json")
+        s = json.loads(out)
+        assert (s["filesSeen"], s["filesIndexed"], s["filesUnchanged"], s["filesSkipped"]) == (
+            2, indexed, unchanged, not_indexed)
+        assert s["foldersSkipped"] == 1 and len(s["skipped"]) == not_indexed + 1
+        assert "2 files seen, %d indexed, %d unchanged, 0 removed, %d not indexed;" % (
+            indexed, unchanged, not_indexed) in err and "; 1 folder not read" in err
+
+
 def test_unchanged_files_are_not_read_again(corpus, capsys, monkeypatch):
     calls = []
     original = sesame.PiParser.parse
