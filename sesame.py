@@ -135,7 +135,7 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 # Bump TEXT_VERSION when what is stored for a text changes (redaction rules, identifier parts): the
 # next run rebuilds the index from the session files and keeps the sessions whose files are gone.
-TEXT_VERSION = 4
+TEXT_VERSION = 5
 # Bump SCHEMA_VERSION when the tables change: an older index is then rebuilt from the session files
 # (they are the source of truth), a newer one is refused rather than damaged. From schema 4 on the
 # index also keeps sessions whose files are gone: a later migration must carry those over (their
@@ -6961,23 +6961,36 @@ def delete_parts(con, sid, name, from_seq=0):
         con.execute("DELETE FROM docs WHERE id=?", (doc_id,))
 
 
+# A session is empty when none of its chunks is one of these: no chunk at all (a Droid file with only
+# `session_start`), or only what the agent injected and the model thought (Codex rollouts that hold
+# only the environment and AGENTS.md context). Nobody worked in it, so it is no search result.
+CONVERSATION_KINDS = frozenset(k for k, column in KIND_COLUMN.items() if column in ("talk", "tools"))
+
+
 def cut_parts(rows, start_seq=0):
-    """Cut (seq, kind, text) rows into parts of at most PART_CHARS: yields (first, last, [(kind, text)]).
+    """Cut (seq, kind, text) rows into parts of at most PART_CHARS: returns [(first, last, [(kind, text)])].
 
     Parts are cut greedily from the session's first chunk, so cutting again from the first chunk of
-    an existing part gives exactly the parts a full rebuild would: appends only touch the tail. A
-    session without chunks still gets one (empty) part, so that its name is searchable.
+    an existing part gives exactly the parts a full rebuild would: appends only touch the tail. An
+    empty session (see CONVERSATION_KINDS) gets no part, so search never ranks it (show still opens
+    it); when it is written to again, it has no part to go on from and is cut from its first chunk,
+    so it gets its parts as soon as it holds a conversation. (A tail cut from a later chunk belongs
+    to a session that has parts, so it is not empty.)
     """
-    part, size, first, last = [], 0, start_seq, start_seq - 1
+    parts, part, size, first, last, talk = [], [], 0, start_seq, start_seq - 1, start_seq > 0
     for seq, kind, text in rows:
         if part and size + len(text) > PART_CHARS:
-            yield first, last, part
+            parts.append((first, last, part))
             part, size, first = [], 0, seq
         part.append((kind, text))
         size += len(text)
         last = seq
+        talk = talk or kind in CONVERSATION_KINDS
+    if not talk:
+        return []
     if part or start_seq == 0:
-        yield first, last, part
+        parts.append((first, last, part))
+    return parts
 
 
 def insert_parts(con, sid, parts):

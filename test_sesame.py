@@ -4450,6 +4450,28 @@ def test_thinking_does_not_outrank_what_was_said(corpus, capsys):
     assert search_ids(capsys, "kubernetes autoscaler")[:2] == ["cdcd8888-k8s", "abab7777-thinking"]
 
 
+def test_a_session_of_injected_context_only_is_no_result_until_someone_talks_in_it(env, tmp_path, capsys):
+    # About 40 of 102 real Codex rollouts hold only the environment and AGENTS.md context Codex
+    # injects: nobody worked in them, yet they matched every word of the project's AGENTS.md.
+    write_config({"sources": [{"parser": "codex", "path": str(tmp_path / "sessions")}]}, tmp_path)
+    agents_md = "# AGENTS.md instructions for /home/u/app\n\nthe lmstudio provider lives in providers/lmstudio.ts"
+    empty_id, real_id = "019a93b9-0000-7600-98ff-000000000001", "019a93b9-0000-7600-98ff-000000000002"
+    empty = write_jsonl(cc_rollout(tmp_path, empty_id), [
+        cc_cx_meta(tid=empty_id),
+        cc_cx_msg("2025-11-17T21:30:29.100Z", "user", "<environment_context>\n  <cwd>/home/u/app</cwd>\n</environment_context>"),
+        cc_cx_msg("2025-11-17T21:30:29.200Z", "user", agents_md)])
+    write_jsonl(cc_rollout(tmp_path, real_id), [
+        cc_cx_meta(tid=real_id, ts="2025-11-10T10:00:00.000Z"),
+        cc_cx_msg("2025-11-10T10:00:01.000Z", "user", "the model list from lmstudio is empty"),
+        cc_cx_msg("2025-11-10T10:00:02.000Z", "assistant", "The provider parses the wrong field.")])
+    assert search_ids(capsys, "lmstudio provider") == [real_id]
+    code, out, _ = run(capsys, "show", empty_id, "--json")
+    assert code == 0 and json.loads(out)["session"]["sessionId"] == empty_id   # show still opens it
+    with open(empty, "a") as f:                                         # someone works in it after all
+        f.write(json.dumps(cc_cx_msg("2025-11-17T21:31:00.000Z", "user", "switch the lmstudio provider to v1")) + "\n")
+    assert sorted(search_ids(capsys, "lmstudio provider")) == sorted([real_id, empty_id])
+
+
 def test_conversation_outranks_tool_output(corpus, capsys):
     assert search_ids(capsys, "E403")[:2] == ["1212aaaa-tooltalk", "efef9999-toolonly"]
 
