@@ -9303,6 +9303,11 @@ def print_results(data, color, out, words=None):
     for note in data.get("alsoSearched") or ():
         out.write(visible("(%s)\n" % (("also searched %s for %s" % (", ".join(note["searched"]), note["word"]))
                                       if note["searched"] else "%s: %s, left out" % (note["word"], note["why"]))))
+    # A paraphrase shares few words with its session ("images load slowly" for a session about WebP
+    # thumbnails): when no session has every word, the words were likely not the session's own.
+    if data["offset"] == 0 and all(r.get("matchedAllTerms") is False for r in results):
+        out.write("(no session has all of these words: try the words the session would have used, "
+                  "such as library, tool or file names, or the error text)\n")
     for rank, r in enumerate(results, data["offset"] + 1):
         # The rank, not the score: bm25 scores mean little to a reader (and round to 0.00 in a small index).
         out.write(visible("\n%d. %s (%s) - %s%s\n" % (
@@ -10119,7 +10124,11 @@ def _mcp_status(ctx, arguments):
 MCP_TOOLS = {
     "search": (_mcp_search, "Find past coding-agent sessions (pi, Claude Code, Codex, ...) by what they were about. "
                "Ranks whole sessions; each result has sessionId and matches[].seq to pass to show. Output is "
-               "bounded (max_chars, %d by default); nextOffset pages on." % DEFAULT_MAX_CHARS, None),
+               "bounded (max_chars, %d by default); nextOffset pages on. Words that mean the same but are "
+               "written differently do not match: when the top snippets do not fit what you look for (or "
+               "matchedAllTerms is false), search again with two or three rephrasings in the words the session "
+               "would have used (library and tool names, the error text, file names) and compare the top "
+               "results of each before concluding it is not there." % DEFAULT_MAX_CHARS, None),
     "show": (_mcp_show, "Read one session as a conversation. Use around=SEQ (from search matches[].seq) to read the "
              "part that matched; output is bounded by max_chars (%d by default) and says what was left out."
              % SHOW_JSON_MAX_CHARS, None),

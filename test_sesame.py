@@ -5006,6 +5006,13 @@ def test_human_output_shows_count_id_name_date_cwd_and_snippet(corpus, capsys):
     assert "\x1b[" not in out  # NO_COLOR and not a terminal
 
 
+def test_human_output_says_when_no_session_has_every_word_and_suggests_the_sessions_words(corpus, capsys):
+    hint = "(no session has all of these words: try the words the session would have used"
+    out = run(capsys, "search", "kubernetes autoscaler permissions walrus")[1]
+    assert out.count(hint) == 1 and "cdcd8888" in out          # the results with most words still come
+    assert hint not in run(capsys, "search", "kubernetes autoscaler")[1]
+
+
 # Terminal escape sequences a session can carry: an OSC 52 clipboard write, a screen clear, colour,
 # a bell, a bare carriage return, an 8-bit CSI and a right-to-left override.
 ESCAPES = "\x1b]52;c;ZWNobyBwd25lZA==\x07 \x1b[2J\x1b[H \x1b[31mred\x1b[0m \x07 over\rwrite \x9b6n \u202eevil"
