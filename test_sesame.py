@@ -1122,6 +1122,16 @@ def test_claude_session_id_cwd_times_and_kinds(tmp_path):
     assert kinds(s) == ["user", "thinking", "assistant"]
 
 
+def test_claude_line_with_a_byte_that_is_not_utf8_keeps_its_words(tmp_path):
+    # A Latin-1 "é" pasted into a prompt and written as it came: the line is read, the byte becomes U+FFFD.
+    p = write_jsonl(tmp_path / (cc_SID + ".jsonl"), [cc_cl_user("u1", "2026-01-01T00:00:00Z", "first prompt")])
+    with open(p, "ab") as f:
+        f.write(json.dumps(cc_cl_user("u2", "2026-01-01T00:00:01Z", "the caf\u00e9 menu parser")).encode("ascii")
+                .replace(b"\\u00e9", b"\xe9") + b"\n")
+    [s] = parse_file("claude", p)
+    assert texts(s, "user") == ["first prompt", "the caf\ufffd menu parser"]
+
+
 def test_claude_streamed_message_is_merged_and_indexed_once(tmp_path):
     # One API message written over several lines (one block per line, one line repeating a block).
     p = write_jsonl(tmp_path / (cc_SID + ".jsonl"), [
