@@ -7394,7 +7394,7 @@ def plan_full(store, sources, summary, policy):
         _add_listing(listings, src, log.dirs)
         unreadable = [d for d, _ in log.unreadable]
         if unreadable:
-            kept.update(key for (key,) in con.execute("SELECT path FROM files WHERE source=?", (src.path,))
+            kept.update(key for (key,) in con.execute("SELECT path FROM files WHERE source=? AND parser=?", _owner(src))
                         if _inside(fs_path(key), unreadable))
         parser = src.parser
         pid, version = parser.id, parser.version
