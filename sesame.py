@@ -7361,10 +7361,11 @@ class Plan:
         self.gone = []        # FileRows of files no longer listed
         self.listings = {}    # source path -> [(folder, mtime_ns)]: sources listed again
         self.sweep = None     # where the next search's sweep starts (a file id)
+        self.moved = []       # (source, path) of unchanged files now listed first by another source
         self.checked = 0      # files whose size and time were compared
 
     def __bool__(self):
-        return bool(self.todo or self.gone or self.listings)
+        return bool(self.todo or self.gone or self.listings or self.moved)
 
 
 def sources_key(sources):
@@ -7381,7 +7382,8 @@ def plan_full(store, sources, summary, policy):
     # Of every indexed file, only what the comparison needs, as plain tuples; whole rows (FileRows)
     # are read for the files to read or gone: 10,000 whole rows, or named tuples made of them, cost
     # a third of a no-op run.
-    known = {r[0]: r[1:] for r in con.execute("SELECT path, parser, parser_version, size, mtime_ns, status FROM files")}
+    known = {r[0]: r[1:] for r in con.execute("SELECT path, parser, parser_version, size, mtime_ns, status, source "
+                                              "FROM files")}
     known_dirs = collections.defaultdict(list)
     for source, path, mtime in con.execute("SELECT source, path, mtime_ns FROM dirs ORDER BY source, path"):
         known_dirs[source].append((fs_path(path), mtime))
@@ -7417,10 +7419,12 @@ def plan_full(store, sources, summary, policy):
                 kept.add(key)
                 continue
             checked += 1
-            row = get(key)  # (parser, parser_version, size, mtime_ns, status)
+            row = get(key)  # (parser, parser_version, size, mtime_ns, status, source)
             if (row is None or row[3] != st.st_mtime_ns or row[2] != st.st_size or row[1] != version
                     or row[0] != pid or row[4] == "deleted"):
                 todo.append((path, parser, FileStat(st.st_size, st.st_mtime_ns), key if row else None, src.path))
+            elif row[5] != src.path:  # the source that listed it first is another now (the config changed)
+                plan.moved.append((src.path, key))
         plan.checked += checked
     plan.listings = {root: dirs for root, dirs in listings.items() if dirs != known_dirs.get(root, [])}
     configured = {_owner(s) for s in sources}
@@ -7708,6 +7712,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
             store.con.execute("DELETE FROM dirs WHERE source=?", (source,))
             store.con.executemany("INSERT OR REPLACE INTO dirs(source, path, mtime_ns) VALUES(?,?,?)",
                                   [(source, db_path(d), m if m < settled else 0) for d, m in dirs])
+        store.con.executemany("UPDATE files SET source=? WHERE path=?", plan.moved)
         for row in plan.gone:
             file_gone(store.con, row, keep=policy.keep_deleted)
             summary.removed += 1

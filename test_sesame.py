@@ -3998,6 +3998,19 @@ def test_two_parsers_on_one_folder_keep_their_own_files_through_search_sweep_and
     assert search_ids(capsys, "uploader", "--no-refresh") != [] and search_ids(capsys, "lexer", "--no-refresh") != []
 
 
+def test_a_file_whose_first_source_leaves_the_config_belongs_to_the_next_and_its_deletion_is_seen(env, tmp_path, capsys):
+    code = tmp_path / "home" / "code"
+    history = write_file(code / "app" / ".aider.chat.history.md", am_AIDER_HISTORY)
+    write_config({"sources": [{"parser": "aider", "path": str(code / "app")}, {"parser": "aider", "path": str(code)}]},
+                 tmp_path)
+    assert run(capsys, "index")[0] == 0
+    write_config({"sources": [{"parser": "aider", "path": str(code)}]}, tmp_path)   # the nested source goes
+    assert run(capsys, "index")[0] == 0
+    os.remove(str(history))
+    code_, out, _ = run(capsys, "search", "uploader", "--json")
+    assert [r["fileDeleted"] for r in json.loads(out)["results"]] == [True]
+
+
 def test_watch_reports_a_failed_round_backs_off_and_goes_on(env, capsys, monkeypatch):
     good_session(env)
     rounds, sleeps = [], []
