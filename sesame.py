@@ -1514,6 +1514,26 @@ def vscode_global_storage(env):
     return found
 
 
+def vscode_user_dirs(env):
+    """Every `User` folder of every VS Code-like editor on Linux, macOS and Windows that exists (it
+    holds globalStorage/ and workspaceStorage/)."""
+    return [os.path.dirname(d) for d in vscode_global_storage(env)]
+
+
+def file_uri_path(uri):
+    """The local path a `file://` URI names (percent-decoded; `file:///c%3A/x` -> `c:/x` on Windows),
+    a plain path as it is, None for other schemes (remote workspaces: vscode-remote://...)."""
+    if not isinstance(uri, str) or not uri:
+        return None
+    if "://" not in uri:
+        return uri
+    if not uri.startswith("file://"):
+        return None
+    from urllib.parse import unquote, urlparse
+    p = unquote(urlparse(uri).path)
+    return p[1:] if re.match(r"^/[A-Za-z]:", p) else p
+
+
 def _primary_global_storage(env):
     """Where VS Code keeps extension data on this OS (named by `sources` even when absent)."""
     home = _home(env)
@@ -1855,6 +1875,7 @@ class ClaudeCodeParser(Parser):
 
     session_env = ("CLAUDE_CODE_SESSION_ID",)  # set by 2.1 for the commands and MCP servers it runs
     id, label, version = "claude", "Claude Code", 1
+    command = "claude"   # the command that resumes a session (OpenClaude, a fork, runs `openclaude`)
 
     def default_roots(self, env):
         config = env.get("CLAUDE_CONFIG_DIR")
@@ -2127,7 +2148,7 @@ class ClaudeCodeParser(Parser):
     def resume_command(self, session):
         if not session.get("session_id") or session["session_id"].startswith("agent-"):
             return None  # sub-agents cannot be resumed on their own
-        cmd = "claude --resume %s" % shell_quote(session["session_id"])
+        cmd = "%s --resume %s" % (self.command, shell_quote(session["session_id"]))
         # Claude Code looks sessions up under the project folder of the current directory, so the
         # command only works when run in the session's cwd.
         if session.get("cwd"):
@@ -6275,6 +6296,370 @@ class AntigravityParser(Parser):
                     s.add("tool", tool_text(name, None, content), role="tool", tool=name, ts=ts)
         _finish_times(s, path)
         return [s]
+
+
+# -------------------------------------------------------------------------------------------------
+# Forks that write another agent's format: omp (Oh My Pi, pi's format) and OpenClaude (Claude Code's)
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class OmpParser(PiParser):
+    """omp (can1357/oh-my-pi), a fork of pi that writes pi's session format to its own folders.
+
+    `~/.omp/agent/sessions/` (`PI_CONFIG_DIR` renames `.omp`), one more per profile
+    (`~/.omp/profiles/<name>/agent/sessions/`, OMP_PROFILE) and `$XDG_DATA_HOME/omp/agent/sessions/`
+    where the user opted into the XDG layout (packages/utils/src/dirs.ts). omp keeps completed
+    sub-agents' transcripts below their session's folder, so the walk goes deeper than pi's.
+    Everything else is pi's parser.
+    """
+
+    id, label = "omp", "omp (Oh My Pi)"
+    verified = "packages/utils/src/dirs.ts at can1357/oh-my-pi (source; pi's format), 2026-11-25"
+
+    def default_roots(self, env):
+        root = os.path.join(_home(env), env.get("PI_CONFIG_DIR") or ".omp")
+        roots = [os.path.join(root, "agent", "sessions")]
+        try:
+            profiles = sorted(e.path for e in os.scandir(os.path.join(root, "profiles")) if e.is_dir())
+        except OSError:
+            profiles = []
+        roots += [os.path.join(p, "agent", "sessions") for p in profiles]
+        xdg = env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
+        if os.path.isdir(os.path.join(xdg, "omp")):
+            roots.append(os.path.join(xdg, "omp", "agent", "sessions"))
+        return roots
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n.endswith(".jsonl"), max_depth=3)
+
+    def resume_command(self, session):
+        return "omp --session %s" % shell_quote(session["path"])
+
+
+@register
+class OpenClaudeParser(ClaudeCodeParser):
+    """OpenClaude (Gitlawb/openclaude), a fork of Claude Code for other model providers: Claude Code's
+    transcripts, under `~/.openclaude/projects/` instead of `~/.claude/projects/`."""
+
+    id, label = "openclaude", "OpenClaude"
+    verified = "the ~/.openclaude/projects layout as its users' tools read it (not its source), 2026-11-25"
+    command = "openclaude"
+    session_env = ()
+
+    def default_roots(self, env):
+        return [os.path.join(_home(env), ".openclaude", "projects")]
+
+    def retention(self, env):
+        """Claude Code's cleanup, with OpenClaude's own settings file."""
+        settings = os.path.join(_home(env), ".openclaude", "settings.json")
+        days = (_read_json(settings) or {}).get("cleanupPeriodDays", 30)
+        if not isinstance(days, (int, float)) or isinstance(days, bool):
+            days = 30
+        return {"days": days, "setting": "cleanupPeriodDays in %s" % settings}
+
+
+# -------------------------------------------------------------------------------------------------
+# Continue (continuedev/continue): ~/.continue/sessions/<sessionId>.json + sessions.json
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class ContinueParser(Parser):
+    """Continue (the VS Code and JetBrains extension, and its `cn` CLI): one JSON file per session,
+    rewritten whole, in `~/.continue/sessions/` (`CONTINUE_GLOBAL_DIR` moves `~/.continue`).
+
+    `{sessionId, title, workspaceDirectory (a file:// URI or path), history: [ChatHistoryItem]}`
+    where an item is `{message: {role, content (text or parts), toolCalls?, toolCallId?},
+    contextItems: [{name, content}], toolCallState?: {toolCallId, toolCall{function{name,
+    arguments}}, status, output: [{content}]}, reasoning?: {text}}` (core/index.d.ts). Roles: user,
+    assistant, thinking, tool (a result joined to its call), system (context). The files attached
+    to a message (`contextItems`) are context. The session files hold no times: the creation time is
+    `dateCreated` (ms) in `sessions.json`, the list of sessions; the last activity is the file's
+    time. `sessions.json` itself is not a session. "New Session" is Continue's placeholder title.
+    """
+
+    id, label, version = "continue", "Continue", 1
+    verified = "core/index.d.ts at continuedev/continue 275e116 (source), 2026-11-25"
+
+    def __init__(self):
+        self._created = {}   # sessions folder -> {sessionId: dateCreated}, read once per run
+
+    def new_run(self):
+        self._created.clear()
+
+    def default_roots(self, env):
+        return [os.path.join(agent_dir(env, "CONTINUE_GLOBAL_DIR", ".continue"), "sessions")]
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n.endswith(".json") and n != "sessions.json", max_depth=0)
+
+    def _dates(self, folder):
+        if folder not in self._created:
+            listing = _load_json_file_quietly(os.path.join(folder, "sessions.json"))
+            self._created[folder] = {e["sessionId"]: e.get("dateCreated") for e in listing or []
+                                     if isinstance(e, dict) and isinstance(e.get("sessionId"), str)} \
+                if isinstance(listing, list) else {}
+        return self._created[folder]
+
+    def parse(self, path, report):
+        data = _load_json_file(path)
+        if not isinstance(data, dict) or not isinstance(data.get("history"), list) \
+                or not isinstance(data.get("sessionId"), str):
+            raise NotASessionFile("no Continue session object")
+        s = Session(self.id, data["sessionId"], path)
+        title = _str(data.get("title"))
+        s.name = title if title and title != "New Session" else None
+        s.cwd = file_uri_path(_str(data.get("workspaceDirectory")))
+        s.touch(norm_time(self._dates(os.path.dirname(path)).get(data["sessionId"])))
+        tools = ToolCalls(s)
+        for item in data["history"]:
+            m = item.get("message") if isinstance(item, dict) else None
+            if not isinstance(m, dict):
+                report.skip("malformed history item")
+                continue
+            role = m.get("role")
+            if role == "user":
+                for c in item.get("contextItems") or []:
+                    if isinstance(c, dict) and isinstance(c.get("content"), str):
+                        s.add("context", "%s\n%s" % (c.get("name") or "", c["content"]), role="user")
+                s.add("user", text_of(m.get("content")), role="user")
+            elif role in ("assistant", "thinking"):
+                reasoning = item.get("reasoning") if isinstance(item.get("reasoning"), dict) else {}
+                s.add("thinking", reasoning.get("text") if isinstance(reasoning.get("text"), str) else "",
+                      role="assistant")
+                s.add("thinking" if role == "thinking" else "assistant", text_of(m.get("content")), role="assistant")
+                state = item.get("toolCallState") if isinstance(item.get("toolCallState"), dict) else {}
+                for call in m.get("toolCalls") or []:
+                    fn = call.get("function") if isinstance(call, dict) else None
+                    if isinstance(fn, dict):
+                        tools.call(call.get("id"), fn.get("name"), _json_arg(fn.get("arguments")))
+                if state.get("toolCallId"):
+                    call = state.get("toolCall") if isinstance(state.get("toolCall"), dict) else {}
+                    fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+                    tools.call(state["toolCallId"], fn.get("name"), _json_arg(fn.get("arguments")))
+                    output = "\n".join(o["content"] for o in state.get("output") or []
+                                       if isinstance(o, dict) and isinstance(o.get("content"), str))
+                    if output or state.get("status") == "errored":
+                        tools.result(state["toolCallId"], output, state.get("status") == "errored")
+            elif role == "tool":
+                tools.result(m.get("toolCallId"), text_of(m.get("content")))
+            elif role == "system":
+                s.add("context", text_of(m.get("content")), role="system")
+            else:
+                report.unrecognized("role " + str(role))
+        if s.chunks:
+            s.touch(_file_mtime(path))
+        _finish_times(s, path)
+        return [s]
+
+
+def _load_json_file_quietly(path):
+    """A whole JSON file, or None when it is absent, unreadable or not JSON."""
+    try:
+        return _load_json_file(path)
+    except OSError:
+        return None
+
+
+# -------------------------------------------------------------------------------------------------
+# VS Code Copilot Chat (microsoft/vscode): <User>/workspaceStorage/<hash>/chatSessions/<id>.json[l]
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class CopilotChatParser(Parser):
+    """GitHub Copilot Chat in VS Code (and Insiders, VSCodium, and forks that keep the same layout):
+    the editor's own chat sessions, one file per session, in `workspaceStorage/<hash>/chatSessions/`
+    (the project is that folder's `workspace.json`) and `globalStorage/emptyWindowChatSessions/`.
+
+    `<id>.json` (until VS Code 1.10x) is the whole ISerializableChatData: `{version, sessionId,
+    creationDate, lastMessageDate, customTitle?, requests: [{requestId, message: {text} | text,
+    timestamp, response: [parts]}]}`. `<id>.jsonl` (newer) is an ObjectMutationLog of the same object
+    (src/vs/workbench/contrib/chat/common/model/objectMutationLog.ts): a first line
+    `{kind: 0, v: state}`, then `{kind: 1, k: path, v}` (set), `{kind: 2, k: path, v: [items], i?}`
+    (truncate the array at i, then push) and `{kind: 3, k: path}` (delete), replayed in order; when
+    both files exist the .jsonl is the live one and the .json is not listed. Response parts: Markdown
+    (`{value}` or `{kind: markdownContent, content: {value}}`), `thinking`, `inlineReference` (a
+    file named inside the answer), `toolInvocationSerialized` (toolId, the invocation message, a
+    terminal command, the result's input/output), `textEditGroup` (an edit to a file); progress and
+    UI parts are skipped. The title is the user's rename (customTitle).
+    """
+
+    id, label, version = "copilot-chat", "VS Code Copilot Chat", 1
+    verified = "chatModel.ts and objectMutationLog.ts at microsoft/vscode 047238f (source), 2026-11-25"
+
+    SKIPPED_PARTS = frozenset({
+        "undoStop", "prepareToolInvocation", "codeblockUri", "progressMessage", "progressTaskSerialized",
+        "confirmation", "command", "warning", "mcpServersStarting", "elicitation", "elicitationSerialized",
+        "treeData", "extensions", "pullRequest", "notebookEditGroup", "multiDiffData", "questionCarousel",
+        "toolInvocation", "progressTask", "clearToPreviousToolInvocation", "references", "codeCitation",
+        "planReview", "workspaceEdit", "hook", "disabledClaudeHooks",
+    })
+
+    def default_roots(self, env):
+        roots = []
+        for user in vscode_user_dirs(env) or [os.path.dirname(_primary_global_storage(env))]:
+            roots.append(os.path.join(user, "workspaceStorage"))
+            roots.append(os.path.join(user, "globalStorage", "emptyWindowChatSessions"))
+        return roots
+
+    def list_files(self, root):
+        if os.path.basename(root.rstrip(os.sep)) == "emptyWindowChatSessions":
+            files = walk_files(root, self._session_name, max_depth=0)
+        else:
+            files = [p for p in walk_files(root, self._session_name, max_depth=2)
+                     if os.path.basename(os.path.dirname(p)) == "chatSessions"]
+        live = set(files)
+        return [p for p in files if not (p.endswith(".json") and p + "l" in live)]
+
+    @staticmethod
+    def _session_name(name):
+        return name.endswith(".json") or name.endswith(".jsonl")
+
+    def sidecars(self, path):
+        folder = os.path.dirname(os.path.dirname(path))
+        return [os.path.join(folder, "workspace.json")] if os.path.basename(os.path.dirname(path)) == "chatSessions" else []
+
+    def parse(self, path, report):
+        data = self._replay(path, report) if path.endswith(".jsonl") else _load_json_file(path)
+        if not isinstance(data, dict) or not isinstance(data.get("requests"), list):
+            raise NotASessionFile("no VS Code chat session")
+        sid = _str(data.get("sessionId")) or os.path.basename(path).rsplit(".", 1)[0]
+        s = Session(self.id, sid, path)
+        s.name = _str(data.get("customTitle"))
+        s.cwd = self._workspace(path)
+        s.touch(norm_time(data.get("creationDate")))
+        s.touch(norm_time(data.get("lastMessageDate")))
+        for r in data["requests"]:
+            if not isinstance(r, dict):
+                report.skip("malformed request")
+                continue
+            ts = norm_time(r.get("timestamp"))
+            s.touch(ts)
+            msg = r.get("message")
+            s.add("user", msg if isinstance(msg, str) else (msg or {}).get("text") if isinstance(msg, dict) else "",
+                  role="user", ts=ts)
+            self._response(s, r.get("response"), ts, report)
+        _finish_times(s, path)
+        return [s]
+
+    @staticmethod
+    def _replay(path, report):
+        """The state an ObjectMutationLog file describes (see the class docstring)."""
+        state = None
+        for _, e in iter_jsonl(path, report):
+            kind, keys = e.get("kind"), e.get("k")
+            if kind == 0:
+                state = e.get("v")
+                continue
+            if state is None or not isinstance(keys, list):
+                report.skip("mutation before the initial state")
+                continue
+            if not keys:
+                if kind == 1:
+                    state = e.get("v")
+                continue
+            parent = state
+            try:
+                for k in keys[:-1]:
+                    parent = parent[k]
+                last = keys[-1]
+                if kind == 1:
+                    parent[last] = e.get("v")
+                elif kind == 3:
+                    if isinstance(parent, dict):
+                        parent.pop(last, None)
+                    else:
+                        parent[last] = None
+                elif kind == 2:
+                    arr = parent.get(last) if isinstance(parent, dict) else parent[last]
+                    arr = arr if isinstance(arr, list) else []
+                    if isinstance(e.get("i"), int):
+                        del arr[e["i"]:]
+                    arr.extend(e.get("v") or [])
+                    parent[last] = arr
+                else:
+                    report.unrecognized("mutation kind %s" % kind)
+            except (KeyError, IndexError, TypeError):
+                report.skip("mutation of a missing path")
+        return state
+
+    def _workspace(self, path):
+        folder = os.path.dirname(os.path.dirname(path))
+        if os.path.basename(os.path.dirname(path)) != "chatSessions":
+            return None
+        ws = _read_json(os.path.join(folder, "workspace.json")) or {}
+        if isinstance(ws.get("folder"), str):
+            return file_uri_path(ws["folder"])
+        workspace = file_uri_path(ws.get("workspace"))   # a .code-workspace file: its folder
+        return os.path.dirname(workspace) if workspace else None
+
+    def _response(self, s, parts, ts, report):
+        text = []
+
+        def flush():
+            s.add("assistant", "".join(text), role="assistant", ts=ts)
+            text.clear()
+
+        for p in parts if isinstance(parts, list) else []:
+            if not isinstance(p, dict):
+                continue
+            kind = p.get("kind")
+            if kind is None or kind == "markdownContent":
+                value = p.get("value") if kind is None else (p.get("content") or {}).get("value") \
+                    if isinstance(p.get("content"), dict) else None
+                if isinstance(value, str):
+                    text.append(value)
+            elif kind == "inlineReference":
+                ref = p.get("inlineReference") if isinstance(p.get("inlineReference"), dict) else {}
+                uri = ref.get("uri") if isinstance(ref.get("uri"), dict) else ref   # a Location or a URI
+                where = uri.get("fsPath") or uri.get("path")
+                name = p.get("name") or ref.get("name") or (os.path.basename(where) if isinstance(where, str) else None)
+                if isinstance(name, str) and name:
+                    text.append("`%s`" % name)
+            elif kind == "thinking":
+                value = p.get("value")
+                value = "".join(v for v in value if isinstance(v, str)) if isinstance(value, list) else value
+                if isinstance(value, str):
+                    flush()
+                    s.add("thinking", value, role="assistant", ts=ts)
+            elif kind == "toolInvocationSerialized":
+                flush()
+                self._tool(s, p, ts)
+            elif kind == "textEditGroup":
+                flush()
+                target = p.get("uri") if isinstance(p.get("uri"), dict) else {}
+                path = target.get("fsPath") or target.get("path")
+                s.add("tool", tool_text("edit", {"path": path}), role="assistant", tool="edit", path=path, ts=ts)
+            elif kind not in self.SKIPPED_PARTS:
+                report.unrecognized("response part %s" % kind)
+        flush()
+
+    @staticmethod
+    def _tool(s, p, ts):
+        name = str(p.get("toolId") or "tool")
+        args = {}
+        message = p.get("invocationMessage")
+        message = message.get("value") if isinstance(message, dict) else message
+        if isinstance(message, str):
+            args["message"] = message
+        data = p.get("toolSpecificData") if isinstance(p.get("toolSpecificData"), dict) else {}
+        line = data.get("commandLine")
+        command = (line.get("toolEdited") or line.get("userEdited") or line.get("original")) \
+            if isinstance(line, dict) else data.get("command")
+        if isinstance(command, str):
+            args["command"] = command
+        details = p.get("resultDetails") if isinstance(p.get("resultDetails"), dict) else {}
+        if isinstance(details.get("input"), str):
+            args["input"] = details["input"]
+        output = "\n".join(o.get("value") for o in details.get("output") or []
+                           if isinstance(o, dict) and o.get("isText", True) and isinstance(o.get("value"), str))
+        output = output or ((data.get("terminalCommandOutput") or {}).get("text")
+                            if isinstance(data.get("terminalCommandOutput"), dict) else None)
+        s.add("tool", tool_text(name, args, output, bool(details.get("isError"))), role="assistant", tool=name,
+              path=tool_path(_json_arg(args.get("input")) if args.get("input") else None), ts=ts)
+
 
 
 # ==================================================================================================

@@ -3387,6 +3387,163 @@ def test_antigravity_user_request_and_ordered_tool_outputs(tmp_path):
     assert [c.path for c in s.chunks if c.kind == "tool"] == ["/tmp/repo", None]
 
 
+# ---------------------------------------------------------------- continue
+
+
+def continue_session(sid="c0ffee00-1111", title="Fix the flaky websocket test", cwd="file:///home/u/chat%20app"):
+    return {"sessionId": sid, "title": title, "workspaceDirectory": cwd, "history": [
+        {"message": {"role": "user", "content": [{"type": "text", "text": "the websocket reconnect test is flaky"}]},
+         "contextItems": [{"name": "ws.test.ts", "description": "file", "content": "describe('reconnect')",
+                           "id": {"providerTitle": "file", "itemId": "1"}}]},
+        {"message": {"role": "assistant", "content": "Let me run it.",
+                     "toolCalls": [{"id": "tc1", "type": "function",
+                                    "function": {"name": "run_terminal_command", "arguments": "{\"command\": \"npm test ws\"}"}}]},
+         "contextItems": [], "reasoning": {"active": False, "text": "a timer race", "startAt": 1},
+         "toolCallState": {"toolCallId": "tc1", "status": "done",
+                           "toolCall": {"id": "tc1", "type": "function",
+                                        "function": {"name": "run_terminal_command", "arguments": "{\"command\": \"npm test ws\"}"}},
+                           "output": [{"name": "Terminal", "description": "", "content": "1 failing: ETIMEDOUT"}]}},
+        {"message": {"role": "assistant", "content": "The fake timers leak between tests."}, "contextItems": []},
+    ]}
+
+
+def test_continue_session_roles_tools_context_name_cwd_and_creation_time(tmp_path):
+    folder = tmp_path / "sessions"
+    p = write_file(folder / "c0ffee00-1111.json", continue_session())
+    write_file(folder / "sessions.json", [{"sessionId": "c0ffee00-1111", "title": "x", "dateCreated": "1767865803494",
+                                           "workspaceDirectory": "file:///home/u/chat%20app"}])
+    assert PARSERS["continue"].list_files(str(folder)) == [str(p)]   # the list of sessions is not one
+    PARSERS["continue"].new_run()
+    [s] = parse_file("continue", p)
+    assert (s.session_id, s.name, s.cwd) == ("c0ffee00-1111", "Fix the flaky websocket test", "/home/u/chat app")
+    assert kinds(s) == ["context", "user", "thinking", "assistant", "tool", "assistant"]
+    assert texts(s, "user") == ["the websocket reconnect test is flaky"]
+    tool = texts(s, "tool")[0]
+    assert "command: npm test ws" in tool and "ETIMEDOUT" in tool
+    assert s.created == "2026-01-08T09:50:03.494Z" and s.modified >= s.created
+
+
+def test_continue_placeholder_title_is_no_name_and_other_json_is_refused(tmp_path):
+    PARSERS["continue"].new_run()
+    [s] = parse_file("continue", write_file(tmp_path / "a.json", continue_session(title="New Session")))
+    assert s.name is None and s.created.endswith("Z")
+    with pytest.raises(NotASessionFile):
+        parse_file("continue", write_file(tmp_path / "config.json", {"models": []}))
+
+
+# ---------------------------------------------------------------- copilot-chat (VS Code)
+
+def vscode_request(rid, ts, text, response):
+    return {"requestId": rid, "timestamp": ts, "message": {"text": text, "parts": []},
+            "variableData": {"variables": []}, "response": response, "modelId": "copilot/gpt-5"}
+
+
+def vscode_chat(sid="0c1d2e3f-aaaa", requests=()):
+    return {"version": 3, "sessionId": sid, "creationDate": 1767865803494, "lastMessageDate": 1767865903494,
+            "requesterUsername": "u", "responderUsername": "GitHub Copilot", "initialLocation": "panel",
+            "requests": list(requests)}
+
+
+def vscode_workspace(user, folder="file:///home/u/shop"):
+    ws = user / "workspaceStorage" / "5f1e0a"
+    write_file(ws / "workspace.json", {"folder": folder})
+    return ws / "chatSessions"
+
+
+def test_copilot_chat_json_session_markdown_tools_thinking_and_workspace(tmp_path):
+    chats = vscode_workspace(tmp_path / "User")
+    data = vscode_chat(requests=[vscode_request("r1", 1767865804000, "why are thumbnails slow on the catalog page?", [
+        {"kind": "thinking", "value": "check the image pipeline"},
+        {"value": "The thumbnails are served as PNG from "},
+        {"kind": "inlineReference", "inlineReference": {"scheme": "file", "path": "/home/u/shop/src/thumbs.ts",
+                                                         "fsPath": "/home/u/shop/src/thumbs.ts"}},
+        {"kind": "markdownContent", "content": {"value": "; switch them to WebP."}},
+        {"kind": "toolInvocationSerialized", "toolId": "run_in_terminal", "toolCallId": "t1",
+         "invocationMessage": "Running a command", "isComplete": True,
+         "toolSpecificData": {"kind": "terminal", "commandLine": {"original": "npx sharp-cli --webp"},
+                              "terminalCommandOutput": {"text": "converted 120 images"}}},
+        {"kind": "undoStop", "id": "x"},
+    ])])
+    data["customTitle"] = "WebP thumbnails"
+    p = write_file(chats / "0c1d2e3f-aaaa.json", data)
+    assert PARSERS["copilot-chat"].list_files(str(tmp_path / "User" / "workspaceStorage")) == [str(p)]
+    report = ParseReport()
+    [s] = PARSERS["copilot-chat"].parse(str(p), report)
+    assert (s.session_id, s.name, s.cwd) == ("0c1d2e3f-aaaa", "WebP thumbnails", "/home/u/shop")
+    assert kinds(s) == ["user", "thinking", "assistant", "tool"]
+    assert texts(s, "assistant") == ["The thumbnails are served as PNG from `thumbs.ts`; switch them to WebP."]
+    assert "command: npx sharp-cli --webp" in texts(s, "tool")[0] and "converted 120 images" in texts(s, "tool")[0]
+    assert (s.created, s.modified) == ("2026-01-08T09:50:03.494Z", "2026-01-08T09:51:43.494Z")
+    assert report.unknown == {}
+
+
+def test_copilot_chat_jsonl_mutation_log_is_replayed_and_wins_over_the_old_json(tmp_path):
+    chats = vscode_workspace(tmp_path / "User")
+    write_file(chats / "0c1d2e3f-bbbb.json", vscode_chat("0c1d2e3f-bbbb"))   # the older form of the same session
+    first = vscode_request("r1", 1767865804000, "rename the payment webhook handler", [])
+    p = write_jsonl(chats / "0c1d2e3f-bbbb.jsonl", [
+        {"kind": 0, "v": vscode_chat("0c1d2e3f-bbbb", [first])},
+        {"kind": 2, "k": ["requests", 0, "response"], "v": [{"value": "Renamed it to handleStripeEvent."}]},
+        {"kind": 2, "k": ["requests"], "v": [vscode_request("r2", 1767865904000, "now add a retry", [])]},
+        {"kind": 2, "k": ["requests", 1, "response"], "v": [{"value": "draft"}]},
+        {"kind": 2, "k": ["requests", 1, "response"], "i": 0, "v": [{"value": "Added exponential backoff."}]},
+        {"kind": 1, "k": ["customTitle"], "v": "Stripe webhook"},
+        {"kind": 3, "k": ["inputState"]},
+        {"kind": 7, "k": ["x"]},
+    ])
+    assert PARSERS["copilot-chat"].list_files(str(tmp_path / "User" / "workspaceStorage")) == [p]
+    report = ParseReport()
+    [s] = PARSERS["copilot-chat"].parse(p, report)
+    assert s.name == "Stripe webhook" and s.cwd == "/home/u/shop"
+    assert texts(s, "user") == ["rename the payment webhook handler", "now add a retry"]
+    assert texts(s, "assistant") == ["Renamed it to handleStripeEvent.", "Added exponential backoff."]
+    assert report.unknown == {"mutation kind 7": 1}
+
+
+def test_copilot_chat_sessions_are_found_where_vscode_keeps_them(env, tmp_path, capsys):
+    os.remove(tmp_path / "config" / "config.jsonc")
+    user = tmp_path / "home" / ".config" / "Code" / "User"
+    os.makedirs(user / "globalStorage")
+    chats = vscode_workspace(user)
+    write_file(chats / "0c1d2e3f-cccc.json", vscode_chat("0c1d2e3f-cccc", [
+        vscode_request("r1", 1767865804000, "the kubernetes ingress returns 502", [{"value": "Check the readiness probe."}])]))
+    write_jsonl(user / "globalStorage" / "emptyWindowChatSessions" / "0c1d2e3f-dddd.jsonl", [
+        {"kind": 0, "v": vscode_chat("0c1d2e3f-dddd", [vscode_request("r1", 1767865805000, "explain the ingress annotation", [])])}])
+    code, out, err = run(capsys, "search", "ingress", "--json", "--agent", "copilot-chat")
+    assert code == 0, err
+    results = json.loads(out)["results"]
+    assert sorted(r["sessionId"] for r in results) == ["0c1d2e3f-cccc", "0c1d2e3f-dddd"]
+    assert {r["sessionId"]: r["cwd"] for r in results}["0c1d2e3f-cccc"] == "/home/u/shop"
+
+
+# ---------------------------------------------------------------- omp, openclaude
+
+
+def test_omp_sessions_in_its_home_and_profiles_are_pi_sessions_of_their_own_agent(env, tmp_path, capsys):
+    os.remove(tmp_path / "config" / "config.jsonc")
+    home = tmp_path / "home"
+    PiWriter(home / ".omp" / "agent" / "sessions", "omp-0001").user("the quokka cache eviction").save()
+    PiWriter(home / ".omp" / "profiles" / "work" / "agent" / "sessions", "omp-0002").user("quokka profile run").save()
+    code, out, err = run(capsys, "search", "quokka", "--json", "--fields", "full")
+    assert code == 0, err
+    results = json.loads(out)["results"]
+    assert sorted((r["sessionId"], r["agent"]) for r in results) == [("omp-0001", "omp"), ("omp-0002", "omp")]
+    assert all(r["resumeCommand"] == "omp --session " + r["path"] for r in results)
+
+
+def test_openclaude_transcripts_are_claude_code_sessions_resumed_with_openclaude(env, tmp_path, capsys):
+    os.remove(tmp_path / "config" / "config.jsonc")
+    write_jsonl(tmp_path / "home" / ".openclaude" / "projects" / "-home-u-proj" / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-21T06:19:38.056Z", "why does the flux capacitor leak?"),
+        cc_cl_asst("a1", "2026-01-21T06:19:40.000Z", "m1", [{"type": "text", "text": "A loose gasket."}]),
+    ])
+    code, out, err = run(capsys, "search", "flux capacitor", "--json")
+    assert code == 0, err
+    [r] = json.loads(out)["results"]
+    assert (r["sessionId"], r["agent"]) == (cc_SID, "openclaude")
+    assert r["resumeCommand"] == "cd /home/u/proj && openclaude --resume " + cc_SID
+
+
 # ---------------------------------------------------------------- samples
 
 ot_SAMPLE_DIRS = [("droid", "factory-droid"), ("qwen", "qwen"), ("kimi", "kimi"), ("openclaw", "openclaw"),
