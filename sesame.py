@@ -1534,6 +1534,36 @@ def file_uri_path(uri):
     return p[1:] if re.match(r"^/[A-Za-z]:", p) else p
 
 
+ZSTD_SECONDS = 30
+
+
+def zstd_decompress(data):
+    """zstd-compressed bytes -> bytes, with what this machine has: the standard library's
+    compression.zstd (Python 3.14+, PEP 784; imported by name so that older Pythons see no missing
+    import), else the `zstd` command. NotASessionFile (the reason) when neither can: the caller
+    reports the file or record as not indexed rather than guessing."""
+    import importlib
+    try:
+        return importlib.import_module("compression.zstd").decompress(data)
+    except ImportError:
+        pass
+    except Exception as e:   # ZstdError: damaged data
+        raise NotASessionFile("damaged zstd data (%s)" % e)
+    import shutil
+    import subprocess
+    exe = shutil.which("zstd")
+    if not exe:
+        raise NotASessionFile("zstd compressed; needs Python 3.14+ or the zstd command")
+    try:
+        done = subprocess.run([exe, "-d", "-c", "-q"], input=data, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, timeout=ZSTD_SECONDS)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise NotASessionFile("zstd failed (%s)" % e)
+    if done.returncode != 0:
+        raise NotASessionFile("damaged zstd data")
+    return done.stdout
+
+
 def _primary_global_storage(env):
     """Where VS Code keeps extension data on this OS (named by `sources` even when absent)."""
     home = _home(env)
@@ -6659,6 +6689,160 @@ class CopilotChatParser(Parser):
                             if isinstance(data.get("terminalCommandOutput"), dict) else None)
         s.add("tool", tool_text(name, args, output, bool(details.get("isError"))), role="assistant", tool=name,
               path=tool_path(_json_arg(args.get("input")) if args.get("input") else None), ts=ts)
+
+
+
+# -------------------------------------------------------------------------------------------------
+# Zed (zed-industries/zed): <data dir>/threads/threads.db, one zstd-compressed JSON thread per row
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class ZedParser(Parser):
+    """Zed's agent panel threads: the SQLite store `threads/threads.db` under Zed's data folder
+    (Linux `$XDG_DATA_HOME/zed`, also the Flatpak's; macOS `~/Library/Application Support/Zed`;
+    Windows `%LOCALAPPDATA%\\Zed`), table `threads(id, summary, updated_at, data_type, data, parent_id,
+    folder_paths, created_at)` (crates/agent/src/db.rs). `data` is the thread as JSON, zstd-compressed
+    when `data_type` is "zstd" (see zstd_decompress: a thread that cannot be decompressed here is
+    counted as skipped). Two JSON shapes: the current DbThread (version 0.3.0) with `messages` of
+    `{"User": {content: [{"Text": ...} | {"Mention": {uri, content}}]}}`, `{"Agent": {content:
+    [{"Text"} | {"Thinking": {text}} | {"ToolUse": {id, name, input}}], tool_results: {id: {is_error,
+    content, output}}}}` and `"Resume"`; and the legacy SerializedThread (0.1/0.2) with `messages` of
+    `{role, segments: [{type: text|thinking, text}], tool_uses, tool_results, context}`. A mention's
+    content (a file it inserted) is context. The project is `folder_paths` (one per line), else the
+    first worktree of the project snapshot; a sub-agent thread names its parent in `parent_id`.
+    """
+
+    id, label, version = "zed", "Zed", 1
+    verified = "crates/agent/src/db.rs, thread.rs, legacy_thread.rs at zed-industries/zed 0642ec7 (source), 2026-11-25"
+
+    def default_roots(self, env):
+        home = _home(env)
+        xdg = env_path(env, "XDG_DATA_HOME") or os.path.join(home, ".local", "share")
+        candidates = [os.path.join(xdg, "zed", "threads"),
+                      os.path.join(home, ".var", "app", "dev.zed.Zed", "data", "zed", "threads"),
+                      os.path.join(home, "Library", "Application Support", "Zed", "threads")]
+        if env.get("LOCALAPPDATA"):
+            candidates.append(os.path.join(env["LOCALAPPDATA"], "Zed", "threads"))
+        found = [c for c in candidates if os.path.isdir(c)]
+        return found or candidates[:1]
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n == "threads.db", max_depth=0)
+
+    def parse(self, path, report):
+        con = open_agent_db(path)
+        try:
+            cols = set(_db_columns(con, "threads"))
+            if not {"id", "summary", "updated_at", "data_type", "data"} <= cols:
+                raise NotASessionFile("unknown schema (no Zed threads table)")
+            extra = ["%s" % c if c in cols else "NULL" for c in ("parent_id", "folder_paths", "created_at")]
+            rows = con.execute("SELECT id, summary, updated_at, data_type, data, %s FROM threads ORDER BY rowid"
+                               % ", ".join(extra)).fetchall()
+        except sqlite3.DatabaseError as e:
+            raise store_failure(e)
+        finally:
+            con.close()
+        sessions = []
+        for tid, summary, updated, data_type, data, parent, folders, created in rows:
+            try:
+                raw = zstd_decompress(bytes(data)) if data_type == "zstd" else data
+            except NotASessionFile as e:
+                report.skip(str(e))
+                continue
+            thread = _json_value(raw)
+            if not isinstance(thread, dict):
+                report.skip("thread that is not JSON")
+                continue
+            s = Session(self.id, str(tid), path)
+            s.name = _str(summary) or _str(thread.get("title")) or _str(thread.get("summary"))
+            s.parent = _str(parent)
+            s.cwd = self._cwd(folders, thread)
+            s.touch(norm_time(created))
+            s.touch(norm_time(updated) or norm_time(thread.get("updated_at")))
+            tools = ToolCalls(s)
+            for m in thread.get("messages") or []:
+                if isinstance(m, dict) and "role" in m:
+                    self._legacy_message(s, tools, m, report)
+                elif isinstance(m, dict) and ("User" in m or "Agent" in m):
+                    self._message(s, tools, m, report)
+                elif m != "Resume":
+                    report.unrecognized("message %s" % (sorted(m)[0] if isinstance(m, dict) and m else type(m).__name__))
+            summary_text = _str(thread.get("detailed_summary"))
+            if summary_text:
+                s.add("summary", summary_text, role="system")
+            _finish_times(s, path)
+            sessions.append(s)
+        return sessions
+
+    @staticmethod
+    def _cwd(folders, thread):
+        if isinstance(folders, str) and folders.strip():
+            return folders.strip().split("\n")[0]
+        snapshot = thread.get("initial_project_snapshot")
+        trees = snapshot.get("worktree_snapshots") if isinstance(snapshot, dict) else None
+        for tree in trees if isinstance(trees, list) else []:
+            if isinstance(tree, dict) and _str(tree.get("worktree_path")):
+                return tree["worktree_path"]
+        return None
+
+    @staticmethod
+    def _result_text(result):
+        content = result.get("content")
+        if isinstance(content, dict):
+            content = content.get("Text")
+        elif isinstance(content, list):
+            content = "\n".join(c if isinstance(c, str) else c.get("Text") or c.get("text") or ""
+                                for c in content if isinstance(c, (str, dict)))
+        return content if isinstance(content, str) else _out_text(result.get("output"))
+
+    def _message(self, s, tools, m, report):
+        if "User" in m:
+            body = m["User"] if isinstance(m["User"], dict) else {}
+            for c in body.get("content") or []:
+                if isinstance(c, dict) and isinstance(c.get("Text"), str):
+                    s.add("user", c["Text"], role="user")
+                elif isinstance(c, dict) and isinstance(c.get("Mention"), dict):
+                    s.add("context", str(c["Mention"].get("content") or ""), role="user")
+                elif not (isinstance(c, dict) and "Image" in c):
+                    report.unrecognized("user content")
+            return
+        body = m["Agent"] if isinstance(m["Agent"], dict) else {}
+        for c in body.get("content") or []:
+            if isinstance(c, dict) and isinstance(c.get("Text"), str):
+                s.add("assistant", c["Text"], role="assistant")
+            elif isinstance(c, dict) and isinstance(c.get("Thinking"), dict):
+                s.add("thinking", str(c["Thinking"].get("text") or ""), role="assistant")
+            elif isinstance(c, dict) and isinstance(c.get("ToolUse"), dict):
+                use = c["ToolUse"]
+                tools.call(use.get("id"), use.get("name"), use.get("input") or _json_arg(use.get("raw_input")))
+            elif not (isinstance(c, dict) and "RedactedThinking" in c):
+                report.unrecognized("agent content")
+        results = body.get("tool_results")
+        for call_id, result in (results.items() if isinstance(results, dict) else []):
+            if isinstance(result, dict):
+                tools.result(result.get("tool_use_id") or call_id, self._result_text(result),
+                             bool(result.get("is_error")), name=result.get("tool_name"))
+
+    def _legacy_message(self, s, tools, m, report):
+        role = m.get("role")
+        kind = {"user": "user", "assistant": "assistant", "system": "context"}.get(role)
+        if kind is None:
+            report.unrecognized("role %s" % role)
+            return
+        if isinstance(m.get("context"), str):
+            s.add("context", m["context"], role=role)
+        for seg in m.get("segments") or []:
+            if isinstance(seg, dict) and seg.get("type") == "text":
+                s.add(kind, str(seg.get("text") or ""), role=role)
+            elif isinstance(seg, dict) and seg.get("type") == "thinking":
+                s.add("thinking", str(seg.get("text") or ""), role=role)
+        for use in m.get("tool_uses") or []:
+            if isinstance(use, dict):
+                tools.call(use.get("id"), use.get("name"), use.get("input"))
+        for result in m.get("tool_results") or []:
+            if isinstance(result, dict):
+                tools.result(result.get("tool_use_id"), self._result_text(result), bool(result.get("is_error")))
 
 
 

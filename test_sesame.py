@@ -3544,6 +3544,91 @@ def test_openclaude_transcripts_are_claude_code_sessions_resumed_with_openclaude
     assert r["resumeCommand"] == "cd /home/u/proj && openclaude --resume " + cc_SID
 
 
+# ---------------------------------------------------------------- zed
+
+
+def zed_store(path, rows):
+    """A Zed threads.db with the columns of crates/agent/src/db.rs; rows: (id, data_type, data, parent, folders)."""
+    import sqlite3
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(str(path))
+    con.execute("CREATE TABLE threads (id TEXT PRIMARY KEY, summary TEXT NOT NULL, updated_at TEXT NOT NULL, "
+                "data_type TEXT NOT NULL, data BLOB NOT NULL, parent_id TEXT, folder_paths TEXT, "
+                "folder_paths_order TEXT, created_at TEXT)")
+    for tid, data_type, data, parent, folders in rows:
+        con.execute("INSERT INTO threads VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+                    (tid, "Title of " + tid, "2026-02-01T10:05:00+00:00", data_type, data, parent, folders,
+                     "2026-02-01T10:00:00+00:00"))
+    con.commit()
+    con.close()
+    return str(path)
+
+
+ZED_THREAD = {"version": "0.3.0", "title": "t", "updated_at": "2026-02-01T10:05:00Z", "messages": [
+    {"User": {"id": "u1", "content": [{"Text": "why is the tokio runtime starving?"},
+                                      {"Mention": {"uri": "file:///p/src/main.rs", "content": "fn main() {}"}}]}},
+    {"Agent": {"content": [{"Thinking": {"text": "blocking call in async", "signature": None}},
+                           {"Text": "A blocking read holds the worker."},
+                           {"ToolUse": {"id": "t1", "name": "grep", "raw_input": "{}", "input": {"regex": "std::fs::read"},
+                                        "is_input_complete": True}}],
+               "tool_results": {"t1": {"tool_use_id": "t1", "tool_name": "grep", "is_error": False,
+                                       "content": {"Text": "src/io.rs:12 std::fs::read"}, "output": None}}}},
+    "Resume",
+]}
+
+ZED_LEGACY = {"version": "0.2.0", "summary": "old", "updated_at": "2026-01-01T10:00:00Z", "messages": [
+    {"id": 0, "role": "user", "segments": [{"type": "text", "text": "port the legacy websocket server"}],
+     "tool_uses": [], "tool_results": [], "context": ""},
+    {"id": 1, "role": "assistant", "segments": [{"type": "text", "text": "Use axum's upgrade."}],
+     "tool_uses": [{"id": "x", "name": "read_file", "input": {"path": "server.rs"}}],
+     "tool_results": [{"tool_use_id": "x", "is_error": False, "content": "mod ws;", "output": None}], "context": ""},
+], "initial_project_snapshot": {"worktree_snapshots": [{"worktree_path": "/home/u/legacy", "git_state": None}]}}
+
+
+def test_zed_threads_current_and_legacy_json_with_tools_mentions_parent_and_project(tmp_path):
+    p = zed_store(tmp_path / "zed" / "threads" / "threads.db", [
+        ("th-1", "json", json.dumps(ZED_THREAD), None, "/home/u/rt\n/home/u/other"),
+        ("th-2", "json", json.dumps(ZED_LEGACY), "th-1", None),
+    ])
+    assert PARSERS["zed"].list_files(str(tmp_path / "zed" / "threads")) == [p]
+    report = ParseReport()
+    one, two = PARSERS["zed"].parse(p, report)
+    assert (one.session_id, one.name, one.cwd, one.parent) == ("th-1", "Title of th-1", "/home/u/rt", None)
+    assert kinds(one) == ["user", "context", "thinking", "assistant", "tool"]
+    assert "regex: std::fs::read" in texts(one, "tool")[0] and "src/io.rs:12" in texts(one, "tool")[0]
+    assert (one.created, one.modified) == ("2026-02-01T10:00:00.000Z", "2026-02-01T10:05:00.000Z")
+    assert (two.cwd, two.parent) == ("/home/u/legacy", "th-1")
+    assert texts(two, "user") == ["port the legacy websocket server"] and "mod ws;" in texts(two, "tool")[0]
+    assert report.unknown == {} and report.skipped == {}
+
+
+def test_zed_zstd_threads_are_read_with_the_zstd_command_or_counted_as_skipped(tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+    exe = shutil.which("zstd")
+    if not exe:
+        pytest.skip("no zstd command to compress the fixture with")
+    packed = subprocess.run([exe, "-c", "-q"], input=json.dumps(ZED_THREAD).encode(), stdout=subprocess.PIPE,
+                            check=True).stdout
+    p = zed_store(tmp_path / "threads.db", [("th-z", "zstd", packed, None, "/home/u/rt"),
+                                            ("th-bad", "zstd", b"not zstd", None, None)])
+    report = ParseReport()
+    [s] = PARSERS["zed"].parse(p, report)
+    assert s.session_id == "th-z" and "A blocking read holds the worker." in texts(s, "assistant")
+    assert sum(report.skipped.values()) == 1          # the damaged thread is counted, the rest read
+    import importlib
+    real_import = importlib.import_module
+
+    def no_zstd_module(name, *a):
+        if name == "compression.zstd":
+            raise ImportError(name)
+        return real_import(name, *a)
+    monkeypatch.setattr(importlib, "import_module", no_zstd_module)   # no decompressor on this machine
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    report = ParseReport()
+    assert PARSERS["zed"].parse(p, report) == [] and sum(report.skipped.values()) == 2
+
+
 # ---------------------------------------------------------------- samples
 
 ot_SAMPLE_DIRS = [("droid", "factory-droid"), ("qwen", "qwen"), ("kimi", "kimi"), ("openclaw", "openclaw"),
