@@ -1534,6 +1534,14 @@ def file_uri_path(uri):
     return p[1:] if re.match(r"^/[A-Za-z]:", p) else p
 
 
+def utc_text(value):
+    """A time SQLite wrote as text without a zone ("2026-04-07 08:55:40", CURRENT_TIMESTAMP and
+    Rust's NaiveDateTime write UTC so) -> the stored ISO form; anything else as norm_time reads it."""
+    if isinstance(value, str) and re.fullmatch(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?", value.strip()):
+        value = value.strip().replace(" ", "T") + "Z"
+    return norm_time(value)
+
+
 ZSTD_SECONDS = 30
 
 
@@ -6843,6 +6851,295 @@ class ZedParser(Parser):
         for result in m.get("tool_results") or []:
             if isinstance(result, dict):
                 tools.result(result.get("tool_use_id"), self._result_text(result), bool(result.get("is_error")))
+
+
+
+# -------------------------------------------------------------------------------------------------
+# Mistral Vibe (mistralai/mistral-vibe): ~/.vibe/logs/session/session_<stamp>_<id>/messages.jsonl + meta.json
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class VibeParser(Parser):
+    """Mistral Vibe sessions: one folder per session with `messages.jsonl`, the conversation as the
+    model saw it, one OpenAI-style message per line (`{role: system|user|assistant|tool, content,
+    reasoning_content?, tool_calls?: [{id, function{name, arguments}}], tool_call_id?, injected?}`),
+    and `meta.json` (`session_id, parent_session_id, start_time, end_time, working_dir` (or
+    `environment.working_directory`), `title`). Injected user messages and the system prompt are
+    context; a tool message is joined to its call. (Layout and fields as agentsview's vibe parser
+    reads them; not checked against Vibe's own source.)
+    """
+
+    id, label, version = "vibe", "Mistral Vibe", 1
+    verified = "as kenn-io/agentsview 538600744 vibe.go reads it (not Vibe's source), 2026-11-25"
+
+    def default_roots(self, env):
+        return [os.path.join(agent_dir(env, "VIBE_HOME", ".vibe"), "logs", "session")]
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n == "messages.jsonl", max_depth=1)
+
+    def sidecars(self, path):
+        return [os.path.join(os.path.dirname(path), "meta.json")]
+
+    def parse(self, path, report):
+        folder = os.path.dirname(path)
+        meta = _read_json(os.path.join(folder, "meta.json")) or {}
+        sid = _str(meta.get("session_id")) or os.path.basename(folder)
+        s = Session(self.id, sid, path)
+        s.name = _str(meta.get("title"))
+        env = meta.get("environment") if isinstance(meta.get("environment"), dict) else {}
+        s.cwd = _str(meta.get("working_dir")) or _str(env.get("working_directory"))
+        s.parent = _str(meta.get("parent_session_id"))
+        s.touch(norm_time(meta.get("start_time")))
+        s.touch(norm_time(meta.get("end_time")))
+        tools = ToolCalls(s)
+        seen = False
+        for _, m in iter_jsonl(path, report):
+            seen = True
+            role = m.get("role")
+            content = text_of(m.get("content"))
+            if role == "user":
+                s.add("context" if m.get("injected") else "user", content, role="user")
+            elif role == "assistant":
+                s.add("thinking", m.get("reasoning_content") if isinstance(m.get("reasoning_content"), str) else "",
+                      role="assistant")
+                s.add("assistant", content, role="assistant")
+                for call in m.get("tool_calls") or []:
+                    fn = call.get("function") if isinstance(call, dict) else None
+                    if isinstance(fn, dict):
+                        tools.call(call.get("id"), fn.get("name"), _json_arg(fn.get("arguments")))
+            elif role == "tool":
+                tools.result(m.get("tool_call_id"), content, name=m.get("name"))
+            elif role == "system":
+                s.add("context", content, role="system")
+            else:
+                report.unrecognized("role %s" % role)
+        if not seen and not meta:
+            raise NotASessionFile("no Vibe messages")
+        _finish_times(s, path)
+        return [s]
+
+
+# -------------------------------------------------------------------------------------------------
+# OpenHands CLI (All-Hands-AI/OpenHands): ~/.openhands/conversations/<id>/base_state.json + events/*.json
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class OpenHandsParser(Parser):
+    """OpenHands conversations (the CLI and the V1 agent SDK): one folder per conversation with
+    `base_state.json` (id, agent.llm.model, workspace) and `events/event-NNNNN-<uuid>.json`, one
+    event per file, written once, in order of their names. Events: `MessageEvent` (`source` user or
+    agent, `llm_message{role, content[{type: text, text}]}`, thinking blocks / reasoning_content),
+    `ActionEvent` (the agent's tool call: `tool_name`, `tool_call_id`, `tool_call{name, arguments}`,
+    `thought`, `action{command, path...}`), `ObservationEvent` (its result: `observation{content,
+    command, metadata{exit_code, working_dir}}`); the system prompt and state updates are skipped,
+    an agent error is the assistant's. The session file is `base_state.json`; the events folder is a
+    sidecar (a new event file changes the folder's time). (Shapes as agentsview's openhands parser
+    reads them.)
+    """
+
+    id, label, version = "openhands", "OpenHands", 1
+    verified = "as kenn-io/agentsview 538600744 openhands.go reads it (not OpenHands' source), 2026-11-25"
+
+    SKIPPED_EVENTS = frozenset({"SystemPromptEvent", "ConversationStateUpdateEvent", "PauseEvent", "TokenEvent",
+                                "CondensationRequest", "Condensation", "UserRejectObservation"})
+
+    def default_roots(self, env):
+        return [agent_dir(env, "OPENHANDS_CONVERSATIONS_DIR", ".openhands", "conversations")]
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n == "base_state.json", max_depth=1)
+
+    def sidecars(self, path):
+        folder = os.path.dirname(path)
+        return [os.path.join(folder, "events"), os.path.join(folder, "TASKS.json")]
+
+    def parse(self, path, report):
+        base = _read_json(path)
+        events_dir = os.path.join(os.path.dirname(path), "events")
+        if base is None or not os.path.isdir(events_dir):
+            raise NotASessionFile("no OpenHands conversation (base_state.json and events/)")
+        s = Session(self.id, _str(base.get("id")) or os.path.basename(os.path.dirname(path)), path)
+        workspace = base.get("workspace") if isinstance(base.get("workspace"), dict) else {}
+        s.cwd = next((workspace[k] for k in ("working_dir", "cwd", "path", "root", "mount_path")
+                      if _str(workspace.get(k))), None)
+        s.name = _str(base.get("title"))
+        tools = ToolCalls(s)
+        names = sorted(n for n in os.listdir(events_dir) if n.endswith(".json"))
+        for name in names:
+            ev = _read_json(os.path.join(events_dir, name))
+            if ev is None:
+                report.skip("unreadable event")
+                continue
+            ts = norm_time(ev.get("timestamp"))
+            s.touch(ts)
+            kind = ev.get("kind")
+            thinking = "\n".join(b["thinking"] for b in ev.get("thinking_blocks") or []
+                                 if isinstance(b, dict) and isinstance(b.get("thinking"), str))
+            thinking = thinking or (ev.get("reasoning_content") if isinstance(ev.get("reasoning_content"), str) else "")
+            if kind == "MessageEvent":
+                m = ev.get("llm_message") if isinstance(ev.get("llm_message"), dict) else {}
+                role = m.get("role") or ev.get("source")
+                s.add("thinking", thinking, role="assistant", ts=ts)
+                s.add("user" if role == "user" else "assistant" if role in ("assistant", "agent") else "context",
+                      text_of(m.get("content")), role=str(role), ts=ts)
+            elif kind == "ActionEvent":
+                s.add("thinking", thinking, role="assistant", ts=ts)
+                s.add("assistant", text_of(ev.get("thought")), role="assistant", ts=ts)
+                call = ev.get("tool_call") if isinstance(ev.get("tool_call"), dict) else {}
+                args = _json_arg(call.get("arguments")) or ev.get("action")
+                tools.call(ev.get("tool_call_id"), ev.get("tool_name") or call.get("name"), args, ts=ts)
+            elif kind == "ObservationEvent":
+                obs = ev.get("observation") if isinstance(ev.get("observation"), dict) else {}
+                meta = obs.get("metadata") if isinstance(obs.get("metadata"), dict) else {}
+                s.cwd = s.cwd or _str(meta.get("working_dir"))
+                content = obs.get("content")
+                output = text_of(content) if isinstance(content, (str, list)) else _out_text(content)
+                failed = bool(obs.get("is_error")) or meta.get("exit_code") not in (None, 0)
+                tools.result(ev.get("tool_call_id"), output, failed, name=ev.get("tool_name"), ts=ts)
+            elif kind == "AgentErrorEvent":
+                s.add("assistant", str(ev.get("error") or ""), role="assistant", ts=ts)
+            elif kind not in self.SKIPPED_EVENTS:
+                report.unrecognized("event %s" % kind)
+        _finish_times(s, path)
+        return [s]
+
+
+# -------------------------------------------------------------------------------------------------
+# Kiro CLI (kirodotdev): ~/.kiro/sessions/cli/<id>.jsonl + <id>.json
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class KiroParser(Parser):
+    """Kiro CLI sessions (closed source): `<id>.jsonl` with one turn per line, `{kind: Prompt |
+    AssistantMessage | ToolResults, data: {content: [{kind: text, data} | {kind: toolUse, data:
+    {toolUseId, name, input}} | {kind: toolResult, data: {toolUseId, content}}]}}`, beside
+    `<id>.json` (`session_id, cwd, title, created_at, updated_at`). (Layout and fields as agentsview's
+    kiro parser reads them.) The older SQLite store (`~/.local/share/kiro-cli/data.sqlite3`,
+    `conversations_v2`) and the IDE's files are not read yet.
+    """
+
+    id, label, version = "kiro", "Kiro CLI", 1
+    verified = "as kenn-io/agentsview 538600744 kiro.go reads it (not Kiro's source), 2026-11-25"
+
+    def default_roots(self, env):
+        return [os.path.join(_home(env), ".kiro", "sessions", "cli")]
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n.endswith(".jsonl"), max_depth=0)
+
+    def sidecars(self, path):
+        return [path[:-len(".jsonl")] + ".json"]
+
+    @staticmethod
+    def _blocks(data, kind):
+        content = data.get("content") if isinstance(data, dict) else None
+        return [b.get("data") for b in content if isinstance(b, dict) and b.get("kind") == kind] \
+            if isinstance(content, list) else []
+
+    def parse(self, path, report):
+        meta = _read_json(path[:-len(".jsonl")] + ".json") or {}
+        s = Session(self.id, _str(meta.get("session_id")) or os.path.basename(path)[:-len(".jsonl")], path)
+        s.name = _str(meta.get("title"))
+        s.cwd = _str(meta.get("cwd"))
+        s.touch(norm_time(meta.get("created_at")))
+        s.touch(norm_time(meta.get("updated_at")))
+        tools = ToolCalls(s)
+        turns = 0
+        for _, rec in iter_jsonl(path, report):
+            kind, data = rec.get("kind"), rec.get("data")
+            if kind == "Prompt":
+                s.add("user", "\n".join(t for t in self._blocks(data, "text") if isinstance(t, str)), role="user")
+            elif kind == "AssistantMessage":
+                s.add("assistant", "\n".join(t for t in self._blocks(data, "text") if isinstance(t, str)),
+                      role="assistant")
+                for use in self._blocks(data, "toolUse"):
+                    if isinstance(use, dict):
+                        tools.call(use.get("toolUseId"), use.get("name"), use.get("input"))
+            elif kind == "ToolResults":
+                for result in self._blocks(data, "toolResult"):
+                    if isinstance(result, dict):
+                        content = result.get("content")
+                        output = "\n".join(str(c.get("data") if isinstance(c, dict) and "data" in c else
+                                               _out_text(c)) for c in content) if isinstance(content, list) \
+                            else _out_text(content)
+                        tools.result(result.get("toolUseId"), output, result.get("status") == "error")
+            else:
+                report.unrecognized(kind)
+                continue
+            turns += 1
+        if not turns and not meta:
+            raise NotASessionFile("no Kiro turns")
+        _finish_times(s, path)
+        return [s]
+
+
+# -------------------------------------------------------------------------------------------------
+# Warp (warpdotdev): warp.sqlite, the prompts of its agent mode (ai_queries)
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class WarpParser(Parser):
+    """Warp's Agent Mode: `warp.sqlite` (Linux `~/.local/state/warp-terminal`, macOS the
+    `dev.warp.Warp-Stable` group container, Windows `AppData/Local/warp/Warp/data`). The local store
+    keeps what the user asked, not the answers: `ai_queries(exchange_id, conversation_id, start_ts,
+    input, working_directory, ...)` with `input` a JSON list whose first item is `{"Query": {"text"}}`;
+    `agent_conversations(conversation_id, conversation_data, last_modified_at)` lists the
+    conversations. One session per conversation, its prompts as user messages; times are UTC without a
+    zone. (Tables as agentsview's warp parser reads them.)
+    """
+
+    id, label, version = "warp", "Warp", 1
+    verified = "as kenn-io/agentsview 538600744 warp.go reads it (not Warp's source), 2026-11-25"
+
+    def default_roots(self, env):
+        home = _home(env)
+        candidates = [os.path.join(env_path(env, "XDG_STATE_HOME") or os.path.join(home, ".local", "state"),
+                                   "warp-terminal"),
+                      os.path.join(home, "Library", "Group Containers", "2BBY89MBSN.dev.warp", "Library",
+                                   "Application Support", "dev.warp.Warp-Stable"),
+                      os.path.join(home, "AppData", "Local", "warp", "Warp", "data")]
+        found = [c for c in candidates if os.path.isdir(c)]
+        return found or candidates[:1]
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n == "warp.sqlite", max_depth=0)
+
+    def parse(self, path, report):
+        con = open_agent_db(path)
+        try:
+            cols = set(_db_columns(con, "ai_queries"))
+            if not {"conversation_id", "start_ts", "input"} <= cols:
+                raise NotASessionFile("unknown schema (no Warp ai_queries table)")
+            cwd_col = "working_directory" if "working_directory" in cols else "NULL"
+            rows = con.execute("SELECT conversation_id, start_ts, input, %s FROM ai_queries "
+                               "ORDER BY start_ts" % cwd_col).fetchall()
+        except sqlite3.DatabaseError as e:
+            raise store_failure(e)
+        finally:
+            con.close()
+        sessions = {}
+        for conv, start, raw, cwd in rows:
+            if not conv:
+                report.skip("query without a conversation")
+                continue
+            s = sessions.get(conv)
+            if s is None:
+                s = sessions[conv] = Session(self.id, str(conv), path)
+            s.cwd = s.cwd or _str(cwd)
+            ts = utc_text(start)
+            s.touch(ts)
+            items = _json_arg(raw, (list,))
+            query = items[0].get("Query") if isinstance(items, list) and items and isinstance(items[0], dict) else None
+            if isinstance(query, dict) and isinstance(query.get("text"), str):
+                s.add("user", query["text"], role="user", ts=ts)
+        for s in sessions.values():
+            _finish_times(s, path)
+        return list(sessions.values())
 
 
 

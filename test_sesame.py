@@ -3629,6 +3629,102 @@ def test_zed_zstd_threads_are_read_with_the_zstd_command_or_counted_as_skipped(t
     assert PARSERS["zed"].parse(p, report) == [] and sum(report.skipped.values()) == 2
 
 
+# ---------------------------------------------------------------- vibe, openhands, kiro, warp
+
+
+def test_vibe_session_folder_messages_meta_tools_and_injected_context(tmp_path):
+    folder = tmp_path / "session_20260201_100000_ab12cd34"
+    write_file(folder / "meta.json", {"session_id": "ab12cd34-full", "parent_session_id": None, "title": "Flaky retry",
+                                      "start_time": "2026-02-01T10:00:00Z", "end_time": "2026-02-01T10:09:00Z",
+                                      "environment": {"working_directory": "/home/u/svc"}})
+    p = write_jsonl(folder / "messages.jsonl", [
+        {"role": "system", "content": "You are Vibe."},
+        {"role": "user", "content": "the payment retry loop never stops", "message_id": "m1"},
+        {"role": "user", "content": "<reminder>plan mode</reminder>", "injected": True},
+        {"role": "assistant", "content": "Let me read it.", "reasoning_content": "check the backoff cap",
+         "tool_calls": [{"id": "c1", "index": 0, "function": {"name": "read_file", "arguments": "{\"path\": \"retry.py\"}"}}]},
+        {"role": "tool", "content": "while True: retry()", "tool_call_id": "c1", "name": "read_file"},
+    ])
+    assert PARSERS["vibe"].list_files(str(tmp_path)) == [p]
+    [s] = parse_file("vibe", p)
+    assert (s.session_id, s.name, s.cwd) == ("ab12cd34-full", "Flaky retry", "/home/u/svc")
+    assert kinds(s) == ["context", "user", "context", "thinking", "assistant", "tool"]
+    assert s.chunks[-1].path == "retry.py" and "while True" in s.chunks[-1].text
+    assert (s.created, s.modified) == ("2026-02-01T10:00:00.000Z", "2026-02-01T10:09:00.000Z")
+
+
+def test_openhands_conversation_folder_events_in_order_with_actions_joined_to_observations(tmp_path):
+    conv = tmp_path / "9f8e7d6c"
+    write_file(conv / "base_state.json", {"id": "9f8e7d6c-full", "agent": {"llm": {"model": "x"}},
+                                          "workspace": {"working_dir": "/home/u/api"}})
+    events = [
+        {"kind": "SystemPromptEvent", "timestamp": "2026-02-01T10:00:00Z", "source": "agent", "system_prompt": {}},
+        {"kind": "MessageEvent", "timestamp": "2026-02-01T10:00:01Z", "source": "user",
+         "llm_message": {"role": "user", "content": [{"type": "text", "text": "the healthcheck endpoint times out"}]}},
+        {"kind": "ActionEvent", "timestamp": "2026-02-01T10:00:05Z", "source": "agent", "tool_name": "terminal",
+         "tool_call_id": "tc1", "thought": [{"type": "text", "text": "Run the probe."}],
+         "tool_call": {"name": "terminal", "arguments": "{\"command\": \"curl -m 2 localhost:8080/health\"}"},
+         "action": {"kind": "TerminalAction", "command": "curl -m 2 localhost:8080/health"}},
+        {"kind": "ObservationEvent", "timestamp": "2026-02-01T10:00:08Z", "source": "environment", "tool_name": "terminal",
+         "tool_call_id": "tc1", "observation": {"content": [{"type": "text", "text": "curl: (28) timed out"}],
+                                                "metadata": {"exit_code": 28, "working_dir": "/home/u/api"}}},
+        {"kind": "MessageEvent", "timestamp": "2026-02-01T10:01:00Z", "source": "agent",
+         "llm_message": {"role": "assistant", "content": [{"type": "text", "text": "The DB pool is exhausted."}]}},
+        {"kind": "BrandNewEvent", "timestamp": "2026-02-01T10:01:01Z"},
+    ]
+    for i, ev in enumerate(events):
+        write_file(conv / "events" / ("event-%05d-x.json" % i), ev)
+    p = str(conv / "base_state.json")
+    assert PARSERS["openhands"].list_files(str(tmp_path)) == [p]
+    report = ParseReport()
+    [s] = PARSERS["openhands"].parse(p, report)
+    assert (s.session_id, s.cwd) == ("9f8e7d6c-full", "/home/u/api")
+    assert kinds(s) == ["user", "assistant", "tool", "assistant"]
+    tool = texts(s, "tool")[0]
+    assert "curl -m 2" in tool and "timed out" in tool and "error:" in tool
+    assert report.unknown == {"event BrandNewEvent": 1}
+    assert (s.created, s.modified) == ("2026-02-01T10:00:00.000Z", "2026-02-01T10:01:01.000Z")
+
+
+def test_kiro_cli_turns_tools_and_companion_metadata(tmp_path):
+    write_file(tmp_path / "k1.json", {"session_id": "k1", "cwd": "/home/u/infra", "title": "Terraform drift",
+                                      "created_at": "2026-02-01T10:00:00Z", "updated_at": "2026-02-01T10:05:00Z"})
+    p = write_jsonl(tmp_path / "k1.jsonl", [
+        {"version": "v1", "kind": "Prompt", "data": {"content": [{"kind": "text", "data": "why does terraform plan show drift?"}]}},
+        {"version": "v1", "kind": "AssistantMessage", "data": {"content": [
+            {"kind": "text", "data": "Checking the state."},
+            {"kind": "toolUse", "data": {"toolUseId": "t1", "name": "shell", "input": {"command": "terraform plan"}}}]}},
+        {"version": "v1", "kind": "ToolResults", "data": {"content": [
+            {"kind": "toolResult", "data": {"toolUseId": "t1", "content": [{"kind": "text", "data": "~ tags changed"}],
+                                            "status": "success"}}]}},
+    ])
+    assert PARSERS["kiro"].list_files(str(tmp_path)) == [p]
+    [s] = parse_file("kiro", p)
+    assert (s.session_id, s.name, s.cwd) == ("k1", "Terraform drift", "/home/u/infra")
+    assert kinds(s) == ["user", "assistant", "tool"]
+    assert "command: terraform plan" in texts(s, "tool")[0] and "tags changed" in texts(s, "tool")[0]
+
+
+def test_warp_prompts_grouped_by_conversation_with_utc_times(tmp_path):
+    import sqlite3
+    db = tmp_path / "warp.sqlite"
+    con = sqlite3.connect(str(db))
+    con.execute("CREATE TABLE ai_queries (id INTEGER PRIMARY KEY, exchange_id TEXT, conversation_id TEXT, "
+                "start_ts DATETIME, input TEXT, working_directory TEXT, output_status TEXT, model_id TEXT)")
+    for i, (conv, ts, text) in enumerate([("c1", "2026-04-07 08:55:40", "why is the docker build cache cold"),
+                                          ("c1", "2026-04-07 09:01:00", "use buildx cache mounts"),
+                                          ("c2", "2026-04-08 10:00:00", "rename the git branch")]):
+        con.execute("INSERT INTO ai_queries VALUES (?, ?, ?, ?, ?, ?, 'Completed', 'auto')",
+                    (i, "e%d" % i, conv, ts, json.dumps([{"Query": {"text": text, "context": []}}]), "/home/u/app"))
+    con.commit()
+    con.close()
+    one, two = parse_file("warp", db)
+    assert (one.session_id, one.cwd, texts(one, "user")) == ("c1", "/home/u/app", ["why is the docker build cache cold",
+                                                                                  "use buildx cache mounts"])
+    assert (one.created, one.modified) == ("2026-04-07T08:55:40.000Z", "2026-04-07T09:01:00.000Z")
+    assert two.session_id == "c2"
+
+
 # ---------------------------------------------------------------- samples
 
 ot_SAMPLE_DIRS = [("droid", "factory-droid"), ("qwen", "qwen"), ("kimi", "kimi"), ("openclaw", "openclaw"),
