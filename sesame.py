@@ -6337,7 +6337,8 @@ class AntigravityParser(Parser):
 
 
 # -------------------------------------------------------------------------------------------------
-# Forks that write another agent's format: omp (Oh My Pi, pi's format) and OpenClaude (Claude Code's)
+# Forks and hosts that write another agent's format: omp (pi's), OpenClaude and Claude Desktop (Claude
+# Code's), TraeX (Codex's)
 # -------------------------------------------------------------------------------------------------
 
 
@@ -6395,6 +6396,78 @@ class OpenClaudeParser(ClaudeCodeParser):
         if not isinstance(days, (int, float)) or isinstance(days, bool):
             days = 30
         return {"days": days, "setting": "cleanupPeriodDays in %s" % settings}
+
+
+@register
+class TraeXParser(CodexParser):
+    """TraeX, the Trae CLI (ByteDance): Codex's rollout format, written to `~/.trae/cli/sessions/` and
+    `~/.trae/cli/archived_sessions/` (Codex's layout under another home). Everything is Codex's parser;
+    the sessions are TraeX's. (Layout as agentsview's traex reader has it.)"""
+
+    id, label = "traex", "TraeX (Trae CLI)"
+    verified = "as kenn-io/agentsview 538600744 traex.go reads it (Codex's format), 2026-11-25"
+    session_env = ()
+
+    def default_roots(self, env):
+        home = os.path.join(_home(env), ".trae", "cli")
+        return [os.path.join(home, "sessions"), os.path.join(home, "archived_sessions")]
+
+    def resume_command(self, session):
+        return None
+
+
+@register
+class ClaudeDesktopParser(ClaudeCodeParser):
+    """Claude Desktop's agent mode ("Cowork"): each task runs Claude Code in a folder of its own,
+    `local-agent-mode-sessions/<org>/<workspace>/local_<uuid>/.claude/projects/<enc>/<id>.jsonl` (and
+    its sub-agents), beside `local_<uuid>.json` (`title`, `userSelectedFolders`, `createdAt`,
+    `lastActivityAt` in ms) under Claude Desktop's data folder (macOS `~/Library/Application
+    Support/Claude`, Linux `~/.config/Claude`, Windows `%APPDATA%\\Claude`). The transcripts are read
+    by Claude Code's parser; the task's title and chosen folder come from the metadata file. (Layout
+    as agentsview's cowork reader has it.)"""
+
+    id, label = "claude-desktop", "Claude Desktop (agent mode)"
+    verified = "as kenn-io/agentsview 538600744 cowork.go reads it (Claude Code's format), 2026-11-25"
+    session_env = ()
+
+    def default_roots(self, env):
+        home = _home(env)
+        bases = [os.path.join(home, "Library", "Application Support", "Claude"),
+                 os.path.join(env_path(env, "XDG_CONFIG_HOME") or os.path.join(home, ".config"), "Claude")]
+        if env.get("APPDATA"):
+            bases.append(os.path.join(env["APPDATA"], "Claude"))
+        roots = [os.path.join(b, "local-agent-mode-sessions") for b in bases]
+        found = [r for r in roots if os.path.isdir(r)]
+        return found or roots[:1]
+
+    def list_files(self, root):
+        return [p for p in walk_files(root, lambda n: n.endswith(".jsonl") and n != "journal.jsonl", max_depth=10,
+                                      skip_dirs=("tool-results", "skills-plugin"))
+                if self._meta_path(p)]
+
+    @staticmethod
+    def _meta_path(path):
+        marker = os.sep + os.path.join(".claude", "projects") + os.sep
+        return path.split(marker)[0] + ".json" if marker in path else None
+
+    def sidecars(self, path):
+        return [self._meta_path(path)] if self._meta_path(path) else []
+
+    def parse(self, path, report, *args, **kw):
+        sessions = super().parse(path, report, *args, **kw)
+        meta = _read_json(self._meta_path(path) or "") or {}
+        folders = [f for f in meta.get("userSelectedFolders") or [] if _str(f)]
+        for s in sessions:
+            if not s.parent:
+                s.name = s.name or _str(meta.get("title"))
+            s.cwd = folders[0] if folders else s.cwd
+        return sessions
+
+    def resume_command(self, session):
+        return None
+
+    def retention(self, env):
+        return None
 
 
 # -------------------------------------------------------------------------------------------------

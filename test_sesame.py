@@ -3387,6 +3387,36 @@ def test_antigravity_user_request_and_ordered_tool_outputs(tmp_path):
     assert [c.path for c in s.chunks if c.kind == "tool"] == ["/tmp/repo", None]
 
 
+def test_traex_rollouts_under_trae_home_are_codex_sessions_of_their_own_agent(env, tmp_path, capsys):
+    os.remove(tmp_path / "config" / "config.jsonc")
+    write_jsonl(cc_rollout(tmp_path / "home" / ".trae" / "cli"), [
+        cc_cx_meta(),
+        cc_cx_msg("2025-11-17T21:30:30.000Z", "user", "migrate the axolotl importer to streaming"),
+        cc_cx_msg("2025-11-17T21:30:31.000Z", "assistant", "Streaming it now."),
+    ])
+    code, out, err = run(capsys, "search", "axolotl importer", "--json")
+    assert code == 0, err
+    [r] = json.loads(out)["results"]
+    assert (r["sessionId"], r["agent"], r["cwd"], r["resumeCommand"]) == (cc_TID, "traex", "/home/u/app", None)
+
+
+def test_claude_desktop_agent_mode_tasks_take_their_title_and_folder_from_the_task_metadata(env, tmp_path, capsys):
+    os.remove(tmp_path / "config" / "config.jsonc")
+    ws = tmp_path / "home" / ".config" / "Claude" / "local-agent-mode-sessions" / "org1" / "ws1"
+    write_file(ws / "local_5000.json", {"sessionId": "local_5000", "cliSessionId": cc_SID, "title": "Quarterly report",
+                                        "userSelectedFolders": ["/home/u/reports"], "createdAt": 1767865803494,
+                                        "lastActivityAt": 1767865903494})
+    write_jsonl(ws / "local_5000" / ".claude" / "projects" / "-sessions-x" / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-21T06:19:38.056Z", "summarise the pangolin sales spreadsheet"),
+        cc_cl_asst("a1", "2026-01-21T06:19:40.000Z", "m1", [{"type": "text", "text": "Sales rose 4%."}]),
+    ])
+    code, out, err = run(capsys, "search", "pangolin", "--json")
+    assert code == 0, err
+    [r] = json.loads(out)["results"]
+    assert (r["agent"], r["name"], r["cwd"]) == ("claude-desktop", "Quarterly report", "/home/u/reports")
+
+
+
 # ---------------------------------------------------------------- continue
 
 
