@@ -7090,22 +7090,25 @@ class KiroParser(Parser):
     """Kiro CLI sessions (closed source): `<id>.jsonl` with one turn per line, `{kind: Prompt |
     AssistantMessage | ToolResults, data: {content: [{kind: text, data} | {kind: toolUse, data:
     {toolUseId, name, input}} | {kind: toolResult, data: {toolUseId, content}}]}}`, beside
-    `<id>.json` (`session_id, cwd, title, created_at, updated_at`). (Layout and fields as agentsview's
-    kiro parser reads them.) The older SQLite store (`~/.local/share/kiro-cli/data.sqlite3`,
-    `conversations_v2`) and the IDE's files are not read yet.
+    `<id>.json` (`session_id, cwd, title, created_at, updated_at`); and the older SQLite store
+    `kiro-cli/data.sqlite3` in the data folder (see _store). (Layouts and fields as agentsview's kiro
+    parser reads them.) The Kiro IDE's files are not read yet.
     """
 
     id, label, version = "kiro", "Kiro CLI", 1
     verified = "as kenn-io/agentsview 538600744 kiro.go reads it (not Kiro's source), 2026-11-25"
 
     def default_roots(self, env):
-        return [os.path.join(_home(env), ".kiro", "sessions", "cli")]
+        home = _home(env)
+        data = env_path(env, "XDG_DATA_HOME") or os.path.join(home, ".local", "share")
+        stores = [os.path.join(data, "kiro-cli"), os.path.join(home, "Library", "Application Support", "kiro-cli")]
+        return [os.path.join(home, ".kiro", "sessions", "cli")] + [d for d in stores if os.path.isdir(d)]
 
     def list_files(self, root):
-        return walk_files(root, lambda n: n.endswith(".jsonl"), max_depth=0)
+        return walk_files(root, lambda n: n.endswith(".jsonl") or n == "data.sqlite3", max_depth=0)
 
     def sidecars(self, path):
-        return [path[:-len(".jsonl")] + ".json"]
+        return [path[:-len(".jsonl")] + ".json"] if path.endswith(".jsonl") else []
 
     @staticmethod
     def _blocks(data, kind):
@@ -7114,6 +7117,8 @@ class KiroParser(Parser):
             if isinstance(content, list) else []
 
     def parse(self, path, report):
+        if path.endswith(".sqlite3"):
+            return self._store(path, report)
         meta = _read_json(path[:-len(".jsonl")] + ".json") or {}
         s = Session(self.id, _str(meta.get("session_id")) or os.path.basename(path)[:-len(".jsonl")], path)
         s.name = _str(meta.get("title"))
@@ -7149,6 +7154,141 @@ class KiroParser(Parser):
         _finish_times(s, path)
         return [s]
 
+    def _store(self, path, report):
+        """The older store: `conversations_v2(key = cwd, conversation_id, value, created_at,
+        updated_at)`, `value` = `{history: [{user: {content: {Prompt: {prompt}} | {ToolUseResults:
+        {tool_use_results: [{tool_use_id, content: [{Text} | {Json}], status}]}}, timestamp},
+        assistant: {Response: {content}} | {ToolUse: {content, tool_uses: [{id, name, args}]}}}]}`."""
+        con = open_agent_db(path)
+        try:
+            if not {"conversation_id", "value"} <= set(_db_columns(con, "conversations_v2")):
+                raise NotASessionFile("unknown schema (no Kiro conversations_v2 table)")
+            rows = con.execute("SELECT key, conversation_id, value, created_at, updated_at FROM conversations_v2 "
+                               "ORDER BY updated_at").fetchall()
+        except sqlite3.DatabaseError as e:
+            raise store_failure(e)
+        finally:
+            con.close()
+        sessions = {}
+        for key, conv, value, created, updated in rows:
+            data = _json_value(value)
+            if not isinstance(data, dict) or not conv:
+                report.skip("conversation that is not JSON")
+                continue
+            s = sessions[conv] = Session(self.id, str(conv), path)   # the newest row of an id wins
+            s.cwd = _str(key)
+            s.touch(norm_time(created))
+            s.touch(norm_time(updated))
+            tools = ToolCalls(s)
+            for turn in data.get("history") or []:
+                user = turn.get("user") if isinstance(turn, dict) and isinstance(turn.get("user"), dict) else {}
+                content = user.get("content") if isinstance(user.get("content"), dict) else {}
+                ts = norm_time(user.get("timestamp"))
+                s.touch(ts)
+                prompt = content.get("Prompt") if isinstance(content.get("Prompt"), dict) else {}
+                s.add("user", prompt.get("prompt") if isinstance(prompt.get("prompt"), str) else "", role="user", ts=ts)
+                results = content.get("ToolUseResults") if isinstance(content.get("ToolUseResults"), dict) else {}
+                for r in results.get("tool_use_results") or []:
+                    if isinstance(r, dict):
+                        out = "\n".join(c["Text"] if isinstance(c, dict) and isinstance(c.get("Text"), str)
+                                         else _out_text(c.get("Json") if isinstance(c, dict) else c)
+                                         for c in r.get("content") or [])
+                        tools.result(r.get("tool_use_id"), out, r.get("status") == "Error", ts=ts)
+                answer = turn.get("assistant") if isinstance(turn, dict) and isinstance(turn.get("assistant"), dict) else {}
+                for kind in ("Response", "ToolUse"):
+                    part = answer.get(kind) if isinstance(answer.get(kind), dict) else {}
+                    s.add("assistant", part.get("content") if isinstance(part.get("content"), str) else "",
+                          role="assistant", ts=ts)
+                    for use in part.get("tool_uses") or []:
+                        if isinstance(use, dict):
+                            tools.call(use.get("id"), use.get("name"), use.get("args"), ts=ts)
+        for s in sessions.values():
+            _finish_times(s, path)
+        return list(sessions.values())
+
+
+# -------------------------------------------------------------------------------------------------
+# Devin CLI (Cognition): <data>/devin/cli/sessions.db
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class DevinParser(Parser):
+    """Devin's CLI: the SQLite store `devin/cli/sessions.db` in the data folder (`~/.local/share`,
+    `~/Library/Application Support`): `sessions(id, title, working_directory, created_at,
+    last_activity_at, hidden)` and `message_nodes(session_id, node_id, parent_node_id, chat_message,
+    created_at)` (times in epoch seconds), `chat_message` an OpenAI-style message (`role, content,
+    thinking?, tool_calls?: [{id, function{name, arguments}}], tool_call_id?`). Every node of the
+    tree is indexed in time order (an abandoned branch is still something the user did); the system
+    prompt is context. (Tables as agentsview's devin parser reads them.)
+    """
+
+    id, label, version = "devin", "Devin CLI", 1
+    verified = "as kenn-io/agentsview 538600744 devin.go reads it (not Devin's source), 2026-11-25"
+
+    def default_roots(self, env):
+        home = _home(env)
+        bases = [env_path(env, "XDG_DATA_HOME") or os.path.join(home, ".local", "share"),
+                 os.path.join(home, "Library", "Application Support")]
+        roots = [os.path.join(b, "devin", "cli") for b in bases]
+        found = [r for r in roots if os.path.isdir(r)]
+        return found or roots[:1]
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n == "sessions.db", max_depth=0)
+
+    def parse(self, path, report):
+        con = open_agent_db(path)
+        try:
+            scols, mcols = set(_db_columns(con, "sessions")), set(_db_columns(con, "message_nodes"))
+            if "id" not in scols or not {"session_id", "chat_message"} <= mcols:
+                raise NotASessionFile("unknown schema (no Devin sessions/message_nodes tables)")
+            pick = lambda c: c if c in scols else "NULL"   # noqa: E731
+            heads = con.execute("SELECT id, %s, %s, %s, %s, %s FROM sessions" % tuple(
+                pick(c) for c in ("title", "working_directory", "created_at", "last_activity_at", "hidden"))).fetchall()
+            nodes = con.execute("SELECT session_id, chat_message, %s FROM message_nodes ORDER BY %s, rowid" % (
+                ("created_at",) * 2 if "created_at" in mcols else ("NULL", "rowid"))).fetchall()
+        except sqlite3.DatabaseError as e:
+            raise store_failure(e)
+        finally:
+            con.close()
+        sessions = {}
+        for sid, title, cwd, created, last, hidden in heads:
+            if hidden == 1:
+                continue
+            s = sessions[str(sid)] = (Session(self.id, str(sid), path), None)
+            s[0].name, s[0].cwd = _str(title), _str(cwd)
+            s[0].touch(norm_time(created))
+            s[0].touch(norm_time(last))
+        sessions = {k: (s, ToolCalls(s)) for k, (s, _) in sessions.items()}
+        for sid, raw, created in nodes:
+            entry = sessions.get(str(sid))
+            m = _json_value(raw)
+            if entry is None or not isinstance(m, dict):
+                report.skip("message of an unknown session" if entry is None else "message that is not JSON")
+                continue
+            s, tools = entry
+            ts = norm_time(created)
+            s.touch(ts)
+            role = m.get("role")
+            if role == "user":
+                s.add("user", text_of(m.get("content")), role="user", ts=ts)
+            elif role in ("assistant", "agent"):
+                s.add("thinking", m["thinking"] if isinstance(m.get("thinking"), str) else "", role="assistant", ts=ts)
+                s.add("assistant", text_of(m.get("content")), role="assistant", ts=ts)
+                for call in m.get("tool_calls") or []:
+                    fn = call.get("function") if isinstance(call, dict) else None
+                    if isinstance(fn, dict):
+                        tools.call(call.get("id"), fn.get("name"), _json_arg(fn.get("arguments")), ts=ts)
+            elif role == "tool":
+                tools.result(m.get("tool_call_id"), _out_text(m.get("content")), ts=ts)
+            elif role == "system":
+                s.add("context", text_of(m.get("content")), role="system", ts=ts)
+            else:
+                report.unrecognized("role %s" % role)
+        for s, _ in sessions.values():
+            _finish_times(s, path)
+        return [s for s, _ in sessions.values()]
 
 # -------------------------------------------------------------------------------------------------
 # Warp (warpdotdev): warp.sqlite, the prompts of its agent mode (ai_queries)

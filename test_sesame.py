@@ -3735,6 +3735,57 @@ def test_kiro_cli_turns_tools_and_companion_metadata(tmp_path):
     assert "command: terraform plan" in texts(s, "tool")[0] and "tags changed" in texts(s, "tool")[0]
 
 
+def test_kiro_older_sqlite_store_conversations_with_prompts_tools_and_cwd(tmp_path):
+    import sqlite3
+    db = tmp_path / "data.sqlite3"
+    con = sqlite3.connect(str(db))
+    con.execute("CREATE TABLE conversations_v2 (key TEXT, conversation_id TEXT, value TEXT, created_at INTEGER, "
+                "updated_at INTEGER, PRIMARY KEY (key, conversation_id))")
+    value = {"history": [
+        {"user": {"content": {"Prompt": {"prompt": "list the s3 buckets without encryption"}}, "timestamp": "2026-02-01T10:00:00Z"},
+         "assistant": {"ToolUse": {"message_id": "m1", "content": "Checking.",
+                                   "tool_uses": [{"id": "t1", "name": "use_aws", "args": {"service_name": "s3"}}]}}},
+        {"user": {"content": {"ToolUseResults": {"tool_use_results": [
+            {"tool_use_id": "t1", "content": [{"Text": "bucket-a: none"}], "status": "Success"}]}}},
+         "assistant": {"Response": {"message_id": "m2", "content": "bucket-a has no encryption."}}},
+    ]}
+    con.execute("INSERT INTO conversations_v2 VALUES ('/home/u/infra', 'conv-9', ?, 1767865803494, 1767865903494)",
+                (json.dumps(value),))
+    con.commit()
+    con.close()
+    assert PARSERS["kiro"].list_files(str(tmp_path)) == [str(db)]
+    [s] = parse_file("kiro", db)
+    assert (s.session_id, s.cwd) == ("conv-9", "/home/u/infra")
+    assert kinds(s) == ["user", "assistant", "tool", "assistant"]
+    assert "service_name: s3" in texts(s, "tool")[0] and "bucket-a: none" in texts(s, "tool")[0]
+
+
+def test_devin_cli_store_sessions_nodes_tools_and_hidden_sessions_left_out(tmp_path):
+    import sqlite3
+    db = tmp_path / "devin" / "cli" / "sessions.db"
+    db.parent.mkdir(parents=True)
+    con = sqlite3.connect(str(db))
+    con.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, title TEXT, working_directory TEXT, model TEXT, "
+                "created_at INTEGER, last_activity_at INTEGER, hidden INTEGER)")
+    con.execute("CREATE TABLE message_nodes (row_id INTEGER PRIMARY KEY, session_id TEXT, node_id TEXT, "
+                "parent_node_id TEXT, chat_message TEXT, created_at INTEGER)")
+    con.execute("INSERT INTO sessions VALUES ('d1', 'Fix the cron parser', '/home/u/sched', 'm', 1767865800, 1767865900, 0)")
+    con.execute("INSERT INTO sessions VALUES ('d2', 'hidden one', '/x', 'm', 1767865800, 1767865900, 1)")
+    for i, m in enumerate([
+            {"role": "system", "content": "You are Devin."},
+            {"role": "user", "content": "the cron parser rejects */15"},
+            {"role": "assistant", "content": "Looking.", "thinking": "step syntax",
+             "tool_calls": [{"id": "c1", "function": {"name": "exec", "arguments": "{\"command\": \"pytest cron\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "1 failed"}]):
+        con.execute("INSERT INTO message_nodes VALUES (?, 'd1', ?, NULL, ?, ?)", (i, "n%d" % i, json.dumps(m), 1767865801 + i))
+    con.commit()
+    con.close()
+    [s] = parse_file("devin", db)
+    assert (s.session_id, s.name, s.cwd) == ("d1", "Fix the cron parser", "/home/u/sched")
+    assert kinds(s) == ["context", "user", "thinking", "assistant", "tool"]
+    assert "command: pytest cron" in texts(s, "tool")[0] and "1 failed" in texts(s, "tool")[0]
+
+
 def test_warp_prompts_grouped_by_conversation_with_utc_times(tmp_path):
     import sqlite3
     db = tmp_path / "warp.sqlite"
