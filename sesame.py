@@ -1523,6 +1523,64 @@ def vscode_global_storage(env):
     return found
 
 
+def vscode_user_dirs(env):
+    """Every `User` folder of every VS Code-like editor on Linux, macOS and Windows that exists (it
+    holds globalStorage/ and workspaceStorage/)."""
+    return [os.path.dirname(d) for d in vscode_global_storage(env)]
+
+
+def file_uri_path(uri):
+    """The local path a `file://` URI names (percent-decoded; `file:///c%3A/x` -> `c:/x` on Windows),
+    a plain path as it is, None for other schemes (remote workspaces: vscode-remote://...)."""
+    if not isinstance(uri, str) or not uri:
+        return None
+    if "://" not in uri:
+        return uri
+    if not uri.startswith("file://"):
+        return None
+    from urllib.parse import unquote, urlparse
+    p = unquote(urlparse(uri).path)
+    return p[1:] if re.match(r"^/[A-Za-z]:", p) else p
+
+
+def utc_text(value):
+    """A time SQLite wrote as text without a zone ("2026-04-07 08:55:40", CURRENT_TIMESTAMP and
+    Rust's NaiveDateTime write UTC so) -> the stored ISO form; anything else as norm_time reads it."""
+    if isinstance(value, str) and re.fullmatch(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?", value.strip()):
+        value = value.strip().replace(" ", "T") + "Z"
+    return norm_time(value)
+
+
+ZSTD_SECONDS = 30
+
+
+def zstd_decompress(data):
+    """zstd-compressed bytes -> bytes, with what this machine has: the standard library's
+    compression.zstd (Python 3.14+, PEP 784; imported by name so that older Pythons see no missing
+    import), else the `zstd` command. NotASessionFile (the reason) when neither can: the caller
+    reports the file or record as not indexed rather than guessing."""
+    import importlib
+    try:
+        return importlib.import_module("compression.zstd").decompress(data)
+    except ImportError:
+        pass
+    except Exception as e:   # ZstdError: damaged data
+        raise NotASessionFile("damaged zstd data (%s)" % e)
+    import shutil
+    import subprocess
+    exe = shutil.which("zstd")
+    if not exe:
+        raise NotASessionFile("zstd compressed; needs Python 3.14+ or the zstd command")
+    try:
+        done = subprocess.run([exe, "-d", "-c", "-q"], input=data, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, timeout=ZSTD_SECONDS)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise NotASessionFile("zstd failed (%s)" % e)
+    if done.returncode != 0:
+        raise NotASessionFile("damaged zstd data")
+    return done.stdout
+
+
 def _primary_global_storage(env):
     """Where VS Code keeps extension data on this OS (named by `sources` even when absent)."""
     home = _home(env)
@@ -1864,6 +1922,7 @@ class ClaudeCodeParser(Parser):
 
     session_env = ("CLAUDE_CODE_SESSION_ID",)  # set by 2.1 for the commands and MCP servers it runs
     id, label, version = "claude", "Claude Code", 1
+    command = "claude"   # the command that resumes a session (OpenClaude, a fork, runs `openclaude`)
 
     def default_roots(self, env):
         config = env.get("CLAUDE_CONFIG_DIR")
@@ -2136,7 +2195,7 @@ class ClaudeCodeParser(Parser):
     def resume_command(self, session):
         if not session.get("session_id") or session["session_id"].startswith("agent-"):
             return None  # sub-agents cannot be resumed on their own
-        cmd = "claude --resume %s" % shell_quote(session["session_id"])
+        cmd = "%s --resume %s" % (self.command, shell_quote(session["session_id"]))
         # Claude Code looks sessions up under the project folder of the current directory, so the
         # command only works when run in the session's cwd.
         if session.get("cwd"):
@@ -6280,6 +6339,1026 @@ class AntigravityParser(Parser):
                     s.add("tool", tool_text(name, None, content), role="tool", tool=name, ts=ts)
         _finish_times(s, path)
         return [s]
+
+
+# -------------------------------------------------------------------------------------------------
+# Forks and hosts that write another agent's format: omp (pi's), OpenClaude and Claude Desktop (Claude
+# Code's), TraeX (Codex's)
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class OmpParser(PiParser):
+    """omp (can1357/oh-my-pi), a fork of pi that writes pi's session format to its own folders.
+
+    `~/.omp/agent/sessions/` (`PI_CONFIG_DIR` renames `.omp`), one more per profile
+    (`~/.omp/profiles/<name>/agent/sessions/`, OMP_PROFILE) and `$XDG_DATA_HOME/omp/agent/sessions/`
+    where the user opted into the XDG layout (packages/utils/src/dirs.ts). omp keeps completed
+    sub-agents' transcripts below their session's folder, so the walk goes deeper than pi's.
+    Everything else is pi's parser.
+    """
+
+    id, label = "omp", "omp (Oh My Pi)"
+    verified = "packages/utils/src/dirs.ts at can1357/oh-my-pi (source; pi's format), 2026-11-25"
+
+    def default_roots(self, env):
+        root = os.path.join(_home(env), env.get("PI_CONFIG_DIR") or ".omp")
+        roots = [os.path.join(root, "agent", "sessions")]
+        try:
+            profiles = sorted(e.path for e in os.scandir(os.path.join(root, "profiles")) if e.is_dir())
+        except OSError:
+            profiles = []
+        roots += [os.path.join(p, "agent", "sessions") for p in profiles]
+        xdg = env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
+        if os.path.isdir(os.path.join(xdg, "omp")):
+            roots.append(os.path.join(xdg, "omp", "agent", "sessions"))
+        return roots
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n.endswith(".jsonl"), max_depth=3)
+
+    def resume_command(self, session):
+        return "omp --session %s" % shell_quote(session["path"])
+
+
+@register
+class OpenClaudeParser(ClaudeCodeParser):
+    """OpenClaude (Gitlawb/openclaude), a fork of Claude Code for other model providers: Claude Code's
+    transcripts, under `~/.openclaude/projects/` instead of `~/.claude/projects/`."""
+
+    id, label = "openclaude", "OpenClaude"
+    verified = "the ~/.openclaude/projects layout as its users' tools read it (not its source), 2026-11-25"
+    command = "openclaude"
+    session_env = ()
+
+    def default_roots(self, env):
+        return [os.path.join(_home(env), ".openclaude", "projects")]
+
+    def retention(self, env):
+        """Claude Code's cleanup, with OpenClaude's own settings file."""
+        settings = os.path.join(_home(env), ".openclaude", "settings.json")
+        days = (_read_json(settings) or {}).get("cleanupPeriodDays", 30)
+        if not isinstance(days, (int, float)) or isinstance(days, bool):
+            days = 30
+        return {"days": days, "setting": "cleanupPeriodDays in %s" % settings}
+
+
+@register
+class TraeXParser(CodexParser):
+    """TraeX, the Trae CLI (ByteDance): Codex's rollout format, written to `~/.trae/cli/sessions/` and
+    `~/.trae/cli/archived_sessions/` (Codex's layout under another home). Everything is Codex's parser;
+    the sessions are TraeX's. (Layout as agentsview's traex reader has it.)"""
+
+    id, label = "traex", "TraeX (Trae CLI)"
+    verified = "as kenn-io/agentsview 538600744 traex.go reads it (Codex's format), 2026-11-25"
+    session_env = ()
+
+    def default_roots(self, env):
+        home = os.path.join(_home(env), ".trae", "cli")
+        return [os.path.join(home, "sessions"), os.path.join(home, "archived_sessions")]
+
+    def resume_command(self, session):
+        return None
+
+
+@register
+class ClaudeDesktopParser(ClaudeCodeParser):
+    """Claude Desktop's agent mode ("Cowork"): each task runs Claude Code in a folder of its own,
+    `local-agent-mode-sessions/<org>/<workspace>/local_<uuid>/.claude/projects/<enc>/<id>.jsonl` (and
+    its sub-agents), beside `local_<uuid>.json` (`title`, `userSelectedFolders`, `createdAt`,
+    `lastActivityAt` in ms) under Claude Desktop's data folder (macOS `~/Library/Application
+    Support/Claude`, Linux `~/.config/Claude`, Windows `%APPDATA%\\Claude`). The transcripts are read
+    by Claude Code's parser; the task's title and chosen folder come from the metadata file. (Layout
+    as agentsview's cowork reader has it.)"""
+
+    id, label = "claude-desktop", "Claude Desktop (agent mode)"
+    verified = "as kenn-io/agentsview 538600744 cowork.go reads it (Claude Code's format), 2026-11-25"
+    session_env = ()
+
+    def default_roots(self, env):
+        home = _home(env)
+        bases = [os.path.join(home, "Library", "Application Support", "Claude"),
+                 os.path.join(env_path(env, "XDG_CONFIG_HOME") or os.path.join(home, ".config"), "Claude")]
+        if env.get("APPDATA"):
+            bases.append(os.path.join(env["APPDATA"], "Claude"))
+        roots = [os.path.join(b, "local-agent-mode-sessions") for b in bases]
+        found = [r for r in roots if os.path.isdir(r)]
+        return found or roots[:1]
+
+    def list_files(self, root):
+        return [p for p in walk_files(root, lambda n: n.endswith(".jsonl") and n != "journal.jsonl", max_depth=10,
+                                      skip_dirs=("tool-results", "skills-plugin"))
+                if self._meta_path(p)]
+
+    @staticmethod
+    def _meta_path(path):
+        marker = os.sep + os.path.join(".claude", "projects") + os.sep
+        return path.split(marker)[0] + ".json" if marker in path else None
+
+    def sidecars(self, path):
+        return [self._meta_path(path)] if self._meta_path(path) else []
+
+    def parse(self, path, report, *args, **kw):
+        sessions = super().parse(path, report, *args, **kw)
+        meta = _read_json(self._meta_path(path) or "") or {}
+        folders = [f for f in meta.get("userSelectedFolders") or [] if _str(f)]
+        for s in sessions:
+            if not s.parent:
+                s.name = s.name or _str(meta.get("title"))
+            s.cwd = folders[0] if folders else s.cwd
+        return sessions
+
+    def resume_command(self, session):
+        return None
+
+    def retention(self, env):
+        return None
+
+
+# -------------------------------------------------------------------------------------------------
+# Continue (continuedev/continue): ~/.continue/sessions/<sessionId>.json + sessions.json
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class ContinueParser(Parser):
+    """Continue (the VS Code and JetBrains extension, and its `cn` CLI): one JSON file per session,
+    rewritten whole, in `~/.continue/sessions/` (`CONTINUE_GLOBAL_DIR` moves `~/.continue`).
+
+    `{sessionId, title, workspaceDirectory (a file:// URI or path), history: [ChatHistoryItem]}`
+    where an item is `{message: {role, content (text or parts), toolCalls?, toolCallId?},
+    contextItems: [{name, content}], toolCallState?: {toolCallId, toolCall{function{name,
+    arguments}}, status, output: [{content}]}, reasoning?: {text}}` (core/index.d.ts). Roles: user,
+    assistant, thinking, tool (a result joined to its call), system (context). The files attached
+    to a message (`contextItems`) are context. The session files hold no times: the creation time is
+    `dateCreated` (ms) in `sessions.json`, the list of sessions; the last activity is the file's
+    time. `sessions.json` itself is not a session. "New Session" is Continue's placeholder title.
+    """
+
+    id, label, version = "continue", "Continue", 1
+    verified = "core/index.d.ts at continuedev/continue 275e116 (source), 2026-11-25"
+
+    def __init__(self):
+        self._created = {}   # sessions folder -> {sessionId: dateCreated}, read once per run
+
+    def new_run(self):
+        self._created.clear()
+
+    def default_roots(self, env):
+        return [os.path.join(agent_dir(env, "CONTINUE_GLOBAL_DIR", ".continue"), "sessions")]
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n.endswith(".json") and n != "sessions.json", max_depth=0)
+
+    def _dates(self, folder):
+        if folder not in self._created:
+            listing = _load_json_file_quietly(os.path.join(folder, "sessions.json"))
+            self._created[folder] = {e["sessionId"]: e.get("dateCreated") for e in listing or []
+                                     if isinstance(e, dict) and isinstance(e.get("sessionId"), str)} \
+                if isinstance(listing, list) else {}
+        return self._created[folder]
+
+    def parse(self, path, report):
+        data = _load_json_file(path)
+        if not isinstance(data, dict) or not isinstance(data.get("history"), list) \
+                or not isinstance(data.get("sessionId"), str):
+            raise NotASessionFile("no Continue session object")
+        s = Session(self.id, data["sessionId"], path)
+        title = _str(data.get("title"))
+        s.name = title if title and title != "New Session" else None
+        s.cwd = file_uri_path(_str(data.get("workspaceDirectory")))
+        s.touch(norm_time(self._dates(os.path.dirname(path)).get(data["sessionId"])))
+        tools = ToolCalls(s)
+        for item in data["history"]:
+            m = item.get("message") if isinstance(item, dict) else None
+            if not isinstance(m, dict):
+                report.skip("malformed history item")
+                continue
+            role = m.get("role")
+            if role == "user":
+                for c in item.get("contextItems") or []:
+                    if isinstance(c, dict) and isinstance(c.get("content"), str):
+                        s.add("context", "%s\n%s" % (c.get("name") or "", c["content"]), role="user")
+                s.add("user", text_of(m.get("content")), role="user")
+            elif role in ("assistant", "thinking"):
+                reasoning = item.get("reasoning") if isinstance(item.get("reasoning"), dict) else {}
+                s.add("thinking", reasoning.get("text") if isinstance(reasoning.get("text"), str) else "",
+                      role="assistant")
+                s.add("thinking" if role == "thinking" else "assistant", text_of(m.get("content")), role="assistant")
+                state = item.get("toolCallState") if isinstance(item.get("toolCallState"), dict) else {}
+                for call in m.get("toolCalls") or []:
+                    fn = call.get("function") if isinstance(call, dict) else None
+                    if isinstance(fn, dict):
+                        tools.call(call.get("id"), fn.get("name"), _json_arg(fn.get("arguments")))
+                if state.get("toolCallId"):
+                    call = state.get("toolCall") if isinstance(state.get("toolCall"), dict) else {}
+                    fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+                    tools.call(state["toolCallId"], fn.get("name"), _json_arg(fn.get("arguments")))
+                    output = "\n".join(o["content"] for o in state.get("output") or []
+                                       if isinstance(o, dict) and isinstance(o.get("content"), str))
+                    if output or state.get("status") == "errored":
+                        tools.result(state["toolCallId"], output, state.get("status") == "errored")
+            elif role == "tool":
+                tools.result(m.get("toolCallId"), text_of(m.get("content")))
+            elif role == "system":
+                s.add("context", text_of(m.get("content")), role="system")
+            else:
+                report.unrecognized("role " + str(role))
+        if s.chunks:
+            s.touch(_file_mtime(path))
+        _finish_times(s, path)
+        return [s]
+
+
+def _load_json_file_quietly(path):
+    """A whole JSON file, or None when it is absent, unreadable or not JSON."""
+    try:
+        return _load_json_file(path)
+    except OSError:
+        return None
+
+
+# -------------------------------------------------------------------------------------------------
+# VS Code Copilot Chat (microsoft/vscode): <User>/workspaceStorage/<hash>/chatSessions/<id>.json[l]
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class CopilotChatParser(Parser):
+    """GitHub Copilot Chat in VS Code (and Insiders, VSCodium, and forks that keep the same layout):
+    the editor's own chat sessions, one file per session, in `workspaceStorage/<hash>/chatSessions/`
+    (the project is that folder's `workspace.json`) and `globalStorage/emptyWindowChatSessions/`.
+
+    `<id>.json` (until VS Code 1.10x) is the whole ISerializableChatData: `{version, sessionId,
+    creationDate, lastMessageDate, customTitle?, requests: [{requestId, message: {text} | text,
+    timestamp, response: [parts]}]}`. `<id>.jsonl` (newer) is an ObjectMutationLog of the same object
+    (src/vs/workbench/contrib/chat/common/model/objectMutationLog.ts): a first line
+    `{kind: 0, v: state}`, then `{kind: 1, k: path, v}` (set), `{kind: 2, k: path, v: [items], i?}`
+    (truncate the array at i, then push) and `{kind: 3, k: path}` (delete), replayed in order; when
+    both files exist the .jsonl is the live one and the .json is not listed. Response parts: Markdown
+    (`{value}` or `{kind: markdownContent, content: {value}}`), `thinking`, `inlineReference` (a
+    file named inside the answer), `toolInvocationSerialized` (toolId, the invocation message, a
+    terminal command, the result's input/output), `textEditGroup` (an edit to a file); progress and
+    UI parts are skipped. The title is the user's rename (customTitle).
+    """
+
+    id, label, version = "copilot-chat", "VS Code Copilot Chat", 1
+    verified = "chatModel.ts and objectMutationLog.ts at microsoft/vscode 047238f (source), 2026-11-25"
+
+    SKIPPED_PARTS = frozenset({
+        "undoStop", "prepareToolInvocation", "codeblockUri", "progressMessage", "progressTaskSerialized",
+        "confirmation", "command", "warning", "mcpServersStarting", "elicitation", "elicitationSerialized",
+        "treeData", "extensions", "pullRequest", "notebookEditGroup", "multiDiffData", "questionCarousel",
+        "toolInvocation", "progressTask", "clearToPreviousToolInvocation", "references", "codeCitation",
+        "planReview", "workspaceEdit", "hook", "disabledClaudeHooks",
+    })
+
+    def default_roots(self, env):
+        roots = []
+        for user in vscode_user_dirs(env) or [os.path.dirname(_primary_global_storage(env))]:
+            roots.append(os.path.join(user, "workspaceStorage"))
+            roots.append(os.path.join(user, "globalStorage", "emptyWindowChatSessions"))
+        return roots
+
+    def list_files(self, root):
+        if os.path.basename(root.rstrip(os.sep)) == "emptyWindowChatSessions":
+            files = walk_files(root, self._session_name, max_depth=0)
+        else:
+            files = [p for p in walk_files(root, self._session_name, max_depth=2)
+                     if os.path.basename(os.path.dirname(p)) == "chatSessions"]
+        live = set(files)
+        return [p for p in files if not (p.endswith(".json") and p + "l" in live)]
+
+    @staticmethod
+    def _session_name(name):
+        return name.endswith(".json") or name.endswith(".jsonl")
+
+    def sidecars(self, path):
+        folder = os.path.dirname(os.path.dirname(path))
+        return [os.path.join(folder, "workspace.json")] if os.path.basename(os.path.dirname(path)) == "chatSessions" else []
+
+    def parse(self, path, report):
+        data = self._replay(path, report) if path.endswith(".jsonl") else _load_json_file(path)
+        if not isinstance(data, dict) or not isinstance(data.get("requests"), list):
+            raise NotASessionFile("no VS Code chat session")
+        sid = _str(data.get("sessionId")) or os.path.basename(path).rsplit(".", 1)[0]
+        s = Session(self.id, sid, path)
+        s.name = _str(data.get("customTitle"))
+        s.cwd = self._workspace(path)
+        s.touch(norm_time(data.get("creationDate")))
+        s.touch(norm_time(data.get("lastMessageDate")))
+        for r in data["requests"]:
+            if not isinstance(r, dict):
+                report.skip("malformed request")
+                continue
+            ts = norm_time(r.get("timestamp"))
+            s.touch(ts)
+            msg = r.get("message")
+            s.add("user", msg if isinstance(msg, str) else (msg or {}).get("text") if isinstance(msg, dict) else "",
+                  role="user", ts=ts)
+            self._response(s, r.get("response"), ts, report)
+        _finish_times(s, path)
+        return [s]
+
+    @staticmethod
+    def _replay(path, report):
+        """The state an ObjectMutationLog file describes (see the class docstring)."""
+        state = None
+        for _, e in iter_jsonl(path, report):
+            kind, keys = e.get("kind"), e.get("k")
+            if kind == 0:
+                state = e.get("v")
+                continue
+            if state is None or not isinstance(keys, list):
+                report.skip("mutation before the initial state")
+                continue
+            if not keys:
+                if kind == 1:
+                    state = e.get("v")
+                continue
+            parent = state
+            try:
+                for k in keys[:-1]:
+                    parent = parent[k]
+                last = keys[-1]
+                if kind == 1:
+                    parent[last] = e.get("v")
+                elif kind == 3:
+                    if isinstance(parent, dict):
+                        parent.pop(last, None)
+                    else:
+                        parent[last] = None
+                elif kind == 2:
+                    arr = parent.get(last) if isinstance(parent, dict) else parent[last]
+                    arr = arr if isinstance(arr, list) else []
+                    if isinstance(e.get("i"), int):
+                        del arr[e["i"]:]
+                    arr.extend(e.get("v") or [])
+                    parent[last] = arr
+                else:
+                    report.unrecognized("mutation kind %s" % kind)
+            except (KeyError, IndexError, TypeError):
+                report.skip("mutation of a missing path")
+        return state
+
+    def _workspace(self, path):
+        folder = os.path.dirname(os.path.dirname(path))
+        if os.path.basename(os.path.dirname(path)) != "chatSessions":
+            return None
+        ws = _read_json(os.path.join(folder, "workspace.json")) or {}
+        if isinstance(ws.get("folder"), str):
+            return file_uri_path(ws["folder"])
+        workspace = file_uri_path(ws.get("workspace"))   # a .code-workspace file: its folder
+        return os.path.dirname(workspace) if workspace else None
+
+    def _response(self, s, parts, ts, report):
+        text = []
+
+        def flush():
+            s.add("assistant", "".join(text), role="assistant", ts=ts)
+            text.clear()
+
+        for p in parts if isinstance(parts, list) else []:
+            if not isinstance(p, dict):
+                continue
+            kind = p.get("kind")
+            if kind is None or kind == "markdownContent":
+                value = p.get("value") if kind is None else (p.get("content") or {}).get("value") \
+                    if isinstance(p.get("content"), dict) else None
+                if isinstance(value, str):
+                    text.append(value)
+            elif kind == "inlineReference":
+                ref = p.get("inlineReference") if isinstance(p.get("inlineReference"), dict) else {}
+                uri = ref.get("uri") if isinstance(ref.get("uri"), dict) else ref   # a Location or a URI
+                where = uri.get("fsPath") or uri.get("path")
+                name = p.get("name") or ref.get("name") or (os.path.basename(where) if isinstance(where, str) else None)
+                if isinstance(name, str) and name:
+                    text.append("`%s`" % name)
+            elif kind == "thinking":
+                value = p.get("value")
+                value = "".join(v for v in value if isinstance(v, str)) if isinstance(value, list) else value
+                if isinstance(value, str):
+                    flush()
+                    s.add("thinking", value, role="assistant", ts=ts)
+            elif kind == "toolInvocationSerialized":
+                flush()
+                self._tool(s, p, ts)
+            elif kind == "textEditGroup":
+                flush()
+                target = p.get("uri") if isinstance(p.get("uri"), dict) else {}
+                path = target.get("fsPath") or target.get("path")
+                s.add("tool", tool_text("edit", {"path": path}), role="assistant", tool="edit", path=path, ts=ts)
+            elif kind not in self.SKIPPED_PARTS:
+                report.unrecognized("response part %s" % kind)
+        flush()
+
+    @staticmethod
+    def _tool(s, p, ts):
+        name = str(p.get("toolId") or "tool")
+        args = {}
+        message = p.get("invocationMessage")
+        message = message.get("value") if isinstance(message, dict) else message
+        if isinstance(message, str):
+            args["message"] = message
+        data = p.get("toolSpecificData") if isinstance(p.get("toolSpecificData"), dict) else {}
+        line = data.get("commandLine")
+        command = (line.get("toolEdited") or line.get("userEdited") or line.get("original")) \
+            if isinstance(line, dict) else data.get("command")
+        if isinstance(command, str):
+            args["command"] = command
+        details = p.get("resultDetails") if isinstance(p.get("resultDetails"), dict) else {}
+        if isinstance(details.get("input"), str):
+            args["input"] = details["input"]
+        output = "\n".join(o.get("value") for o in details.get("output") or []
+                           if isinstance(o, dict) and o.get("isText", True) and isinstance(o.get("value"), str))
+        output = output or ((data.get("terminalCommandOutput") or {}).get("text")
+                            if isinstance(data.get("terminalCommandOutput"), dict) else None)
+        s.add("tool", tool_text(name, args, output, bool(details.get("isError"))), role="assistant", tool=name,
+              path=tool_path(_json_arg(args.get("input")) if args.get("input") else None), ts=ts)
+
+
+
+# -------------------------------------------------------------------------------------------------
+# Zed (zed-industries/zed): <data dir>/threads/threads.db, one zstd-compressed JSON thread per row
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class ZedParser(Parser):
+    """Zed's agent panel threads: the SQLite store `threads/threads.db` under Zed's data folder
+    (Linux `$XDG_DATA_HOME/zed`, also the Flatpak's; macOS `~/Library/Application Support/Zed`;
+    Windows `%LOCALAPPDATA%\\Zed`), table `threads(id, summary, updated_at, data_type, data, parent_id,
+    folder_paths, created_at)` (crates/agent/src/db.rs). `data` is the thread as JSON, zstd-compressed
+    when `data_type` is "zstd" (see zstd_decompress: a thread that cannot be decompressed here is
+    counted as skipped). Two JSON shapes: the current DbThread (version 0.3.0) with `messages` of
+    `{"User": {content: [{"Text": ...} | {"Mention": {uri, content}}]}}`, `{"Agent": {content:
+    [{"Text"} | {"Thinking": {text}} | {"ToolUse": {id, name, input}}], tool_results: {id: {is_error,
+    content, output}}}}` and `"Resume"`; and the legacy SerializedThread (0.1/0.2) with `messages` of
+    `{role, segments: [{type: text|thinking, text}], tool_uses, tool_results, context}`. A mention's
+    content (a file it inserted) is context. The project is `folder_paths` (one per line), else the
+    first worktree of the project snapshot; a sub-agent thread names its parent in `parent_id`.
+    """
+
+    id, label, version = "zed", "Zed", 1
+    verified = "crates/agent/src/db.rs, thread.rs, legacy_thread.rs at zed-industries/zed 0642ec7 (source), 2026-11-25"
+
+    def default_roots(self, env):
+        home = _home(env)
+        xdg = env_path(env, "XDG_DATA_HOME") or os.path.join(home, ".local", "share")
+        candidates = [os.path.join(xdg, "zed", "threads"),
+                      os.path.join(home, ".var", "app", "dev.zed.Zed", "data", "zed", "threads"),
+                      os.path.join(home, "Library", "Application Support", "Zed", "threads")]
+        if env.get("LOCALAPPDATA"):
+            candidates.append(os.path.join(env["LOCALAPPDATA"], "Zed", "threads"))
+        found = [c for c in candidates if os.path.isdir(c)]
+        return found or candidates[:1]
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n == "threads.db", max_depth=0)
+
+    def parse(self, path, report):
+        con = open_agent_db(path)
+        try:
+            cols = set(_db_columns(con, "threads"))
+            if not {"id", "summary", "updated_at", "data_type", "data"} <= cols:
+                raise NotASessionFile("unknown schema (no Zed threads table)")
+            extra = ["%s" % c if c in cols else "NULL" for c in ("parent_id", "folder_paths", "created_at")]
+            rows = con.execute("SELECT id, summary, updated_at, data_type, data, %s FROM threads ORDER BY rowid"
+                               % ", ".join(extra)).fetchall()
+        except sqlite3.DatabaseError as e:
+            raise store_failure(e)
+        finally:
+            con.close()
+        sessions = []
+        for tid, summary, updated, data_type, data, parent, folders, created in rows:
+            try:
+                raw = zstd_decompress(bytes(data)) if data_type == "zstd" else data
+            except NotASessionFile as e:
+                report.skip(str(e))
+                continue
+            thread = _json_value(raw)
+            if not isinstance(thread, dict):
+                report.skip("thread that is not JSON")
+                continue
+            s = Session(self.id, str(tid), path)
+            s.name = _str(summary) or _str(thread.get("title")) or _str(thread.get("summary"))
+            s.parent = _str(parent)
+            s.cwd = self._cwd(folders, thread)
+            s.touch(norm_time(created))
+            s.touch(norm_time(updated) or norm_time(thread.get("updated_at")))
+            tools = ToolCalls(s)
+            for m in thread.get("messages") or []:
+                if isinstance(m, dict) and "role" in m:
+                    self._legacy_message(s, tools, m, report)
+                elif isinstance(m, dict) and ("User" in m or "Agent" in m):
+                    self._message(s, tools, m, report)
+                elif m != "Resume":
+                    report.unrecognized("message %s" % (sorted(m)[0] if isinstance(m, dict) and m else type(m).__name__))
+            summary_text = _str(thread.get("detailed_summary"))
+            if summary_text:
+                s.add("summary", summary_text, role="system")
+            _finish_times(s, path)
+            sessions.append(s)
+        return sessions
+
+    @staticmethod
+    def _cwd(folders, thread):
+        if isinstance(folders, str) and folders.strip():
+            return folders.strip().split("\n")[0]
+        snapshot = thread.get("initial_project_snapshot")
+        trees = snapshot.get("worktree_snapshots") if isinstance(snapshot, dict) else None
+        for tree in trees if isinstance(trees, list) else []:
+            if isinstance(tree, dict) and _str(tree.get("worktree_path")):
+                return tree["worktree_path"]
+        return None
+
+    @staticmethod
+    def _result_text(result):
+        content = result.get("content")
+        if isinstance(content, dict):
+            content = content.get("Text")
+        elif isinstance(content, list):
+            content = "\n".join(c if isinstance(c, str) else c.get("Text") or c.get("text") or ""
+                                for c in content if isinstance(c, (str, dict)))
+        return content if isinstance(content, str) else _out_text(result.get("output"))
+
+    def _message(self, s, tools, m, report):
+        if "User" in m:
+            body = m["User"] if isinstance(m["User"], dict) else {}
+            for c in body.get("content") or []:
+                if isinstance(c, dict) and isinstance(c.get("Text"), str):
+                    s.add("user", c["Text"], role="user")
+                elif isinstance(c, dict) and isinstance(c.get("Mention"), dict):
+                    s.add("context", str(c["Mention"].get("content") or ""), role="user")
+                elif not (isinstance(c, dict) and "Image" in c):
+                    report.unrecognized("user content")
+            return
+        body = m["Agent"] if isinstance(m["Agent"], dict) else {}
+        for c in body.get("content") or []:
+            if isinstance(c, dict) and isinstance(c.get("Text"), str):
+                s.add("assistant", c["Text"], role="assistant")
+            elif isinstance(c, dict) and isinstance(c.get("Thinking"), dict):
+                s.add("thinking", str(c["Thinking"].get("text") or ""), role="assistant")
+            elif isinstance(c, dict) and isinstance(c.get("ToolUse"), dict):
+                use = c["ToolUse"]
+                tools.call(use.get("id"), use.get("name"), use.get("input") or _json_arg(use.get("raw_input")))
+            elif not (isinstance(c, dict) and "RedactedThinking" in c):
+                report.unrecognized("agent content")
+        results = body.get("tool_results")
+        for call_id, result in (results.items() if isinstance(results, dict) else []):
+            if isinstance(result, dict):
+                tools.result(result.get("tool_use_id") or call_id, self._result_text(result),
+                             bool(result.get("is_error")), name=result.get("tool_name"))
+
+    def _legacy_message(self, s, tools, m, report):
+        role = m.get("role")
+        kind = {"user": "user", "assistant": "assistant", "system": "context"}.get(role)
+        if kind is None:
+            report.unrecognized("role %s" % role)
+            return
+        if isinstance(m.get("context"), str):
+            s.add("context", m["context"], role=role)
+        for seg in m.get("segments") or []:
+            if isinstance(seg, dict) and seg.get("type") == "text":
+                s.add(kind, str(seg.get("text") or ""), role=role)
+            elif isinstance(seg, dict) and seg.get("type") == "thinking":
+                s.add("thinking", str(seg.get("text") or ""), role=role)
+        for use in m.get("tool_uses") or []:
+            if isinstance(use, dict):
+                tools.call(use.get("id"), use.get("name"), use.get("input"))
+        for result in m.get("tool_results") or []:
+            if isinstance(result, dict):
+                tools.result(result.get("tool_use_id"), self._result_text(result), bool(result.get("is_error")))
+
+
+
+# -------------------------------------------------------------------------------------------------
+# Mistral Vibe (mistralai/mistral-vibe): ~/.vibe/logs/session/session_<stamp>_<id>/messages.jsonl + meta.json
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class VibeParser(Parser):
+    """Mistral Vibe sessions: one folder per session with `messages.jsonl`, the conversation as the
+    model saw it, one OpenAI-style message per line (`{role: system|user|assistant|tool, content,
+    reasoning_content?, tool_calls?: [{id, function{name, arguments}}], tool_call_id?, injected?}`),
+    and `meta.json` (`session_id, parent_session_id, start_time, end_time, working_dir` (or
+    `environment.working_directory`), `title`). Injected user messages and the system prompt are
+    context; a tool message is joined to its call. (Layout and fields as agentsview's vibe parser
+    reads them; not checked against Vibe's own source.)
+    """
+
+    id, label, version = "vibe", "Mistral Vibe", 1
+    verified = "as kenn-io/agentsview 538600744 vibe.go reads it (not Vibe's source), 2026-11-25"
+
+    def default_roots(self, env):
+        return [os.path.join(agent_dir(env, "VIBE_HOME", ".vibe"), "logs", "session")]
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n == "messages.jsonl", max_depth=1)
+
+    def sidecars(self, path):
+        return [os.path.join(os.path.dirname(path), "meta.json")]
+
+    def parse(self, path, report):
+        folder = os.path.dirname(path)
+        meta = _read_json(os.path.join(folder, "meta.json")) or {}
+        sid = _str(meta.get("session_id")) or os.path.basename(folder)
+        s = Session(self.id, sid, path)
+        s.name = _str(meta.get("title"))
+        env = meta.get("environment") if isinstance(meta.get("environment"), dict) else {}
+        s.cwd = _str(meta.get("working_dir")) or _str(env.get("working_directory"))
+        s.parent = _str(meta.get("parent_session_id"))
+        s.touch(norm_time(meta.get("start_time")))
+        s.touch(norm_time(meta.get("end_time")))
+        tools = ToolCalls(s)
+        seen = False
+        for _, m in iter_jsonl(path, report):
+            seen = True
+            role = m.get("role")
+            content = text_of(m.get("content"))
+            if role == "user":
+                s.add("context" if m.get("injected") else "user", content, role="user")
+            elif role == "assistant":
+                s.add("thinking", m.get("reasoning_content") if isinstance(m.get("reasoning_content"), str) else "",
+                      role="assistant")
+                s.add("assistant", content, role="assistant")
+                for call in m.get("tool_calls") or []:
+                    fn = call.get("function") if isinstance(call, dict) else None
+                    if isinstance(fn, dict):
+                        tools.call(call.get("id"), fn.get("name"), _json_arg(fn.get("arguments")))
+            elif role == "tool":
+                tools.result(m.get("tool_call_id"), content, name=m.get("name"))
+            elif role == "system":
+                s.add("context", content, role="system")
+            else:
+                report.unrecognized("role %s" % role)
+        if not seen and not meta:
+            raise NotASessionFile("no Vibe messages")
+        _finish_times(s, path)
+        return [s]
+
+
+# -------------------------------------------------------------------------------------------------
+# OpenHands CLI (All-Hands-AI/OpenHands): ~/.openhands/conversations/<id>/base_state.json + events/*.json
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class OpenHandsParser(Parser):
+    """OpenHands conversations (the CLI and the V1 agent SDK): one folder per conversation with
+    `base_state.json` (id, agent.llm.model, workspace) and `events/event-NNNNN-<uuid>.json`, one
+    event per file, written once, in order of their names. Events: `MessageEvent` (`source` user or
+    agent, `llm_message{role, content[{type: text, text}]}`, thinking blocks / reasoning_content),
+    `ActionEvent` (the agent's tool call: `tool_name`, `tool_call_id`, `tool_call{name, arguments}`,
+    `thought`, `action{command, path...}`), `ObservationEvent` (its result: `observation{content,
+    command, metadata{exit_code, working_dir}}`); the system prompt and state updates are skipped,
+    an agent error is the assistant's. The session file is `base_state.json`; the events folder is a
+    sidecar (a new event file changes the folder's time). (Shapes as agentsview's openhands parser
+    reads them.)
+    """
+
+    id, label, version = "openhands", "OpenHands", 1
+    verified = "as kenn-io/agentsview 538600744 openhands.go reads it (not OpenHands' source), 2026-11-25"
+
+    SKIPPED_EVENTS = frozenset({"SystemPromptEvent", "ConversationStateUpdateEvent", "PauseEvent", "TokenEvent",
+                                "CondensationRequest", "Condensation", "UserRejectObservation"})
+
+    def default_roots(self, env):
+        return [agent_dir(env, "OPENHANDS_CONVERSATIONS_DIR", ".openhands", "conversations")]
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n == "base_state.json", max_depth=1)
+
+    def sidecars(self, path):
+        folder = os.path.dirname(path)
+        return [os.path.join(folder, "events"), os.path.join(folder, "TASKS.json")]
+
+    def parse(self, path, report):
+        base = _read_json(path)
+        events_dir = os.path.join(os.path.dirname(path), "events")
+        if base is None or not os.path.isdir(events_dir):
+            raise NotASessionFile("no OpenHands conversation (base_state.json and events/)")
+        s = Session(self.id, _str(base.get("id")) or os.path.basename(os.path.dirname(path)), path)
+        workspace = base.get("workspace") if isinstance(base.get("workspace"), dict) else {}
+        s.cwd = next((workspace[k] for k in ("working_dir", "cwd", "path", "root", "mount_path")
+                      if _str(workspace.get(k))), None)
+        s.name = _str(base.get("title"))
+        tools = ToolCalls(s)
+        names = sorted(n for n in os.listdir(events_dir) if n.endswith(".json"))
+        for name in names:
+            ev = _read_json(os.path.join(events_dir, name))
+            if ev is None:
+                report.skip("unreadable event")
+                continue
+            ts = norm_time(ev.get("timestamp"))
+            s.touch(ts)
+            kind = ev.get("kind")
+            thinking = "\n".join(b["thinking"] for b in ev.get("thinking_blocks") or []
+                                 if isinstance(b, dict) and isinstance(b.get("thinking"), str))
+            thinking = thinking or (ev.get("reasoning_content") if isinstance(ev.get("reasoning_content"), str) else "")
+            if kind == "MessageEvent":
+                m = ev.get("llm_message") if isinstance(ev.get("llm_message"), dict) else {}
+                role = m.get("role") or ev.get("source")
+                s.add("thinking", thinking, role="assistant", ts=ts)
+                s.add("user" if role == "user" else "assistant" if role in ("assistant", "agent") else "context",
+                      text_of(m.get("content")), role=str(role), ts=ts)
+            elif kind == "ActionEvent":
+                s.add("thinking", thinking, role="assistant", ts=ts)
+                s.add("assistant", text_of(ev.get("thought")), role="assistant", ts=ts)
+                call = ev.get("tool_call") if isinstance(ev.get("tool_call"), dict) else {}
+                args = _json_arg(call.get("arguments")) or ev.get("action")
+                tools.call(ev.get("tool_call_id"), ev.get("tool_name") or call.get("name"), args, ts=ts)
+            elif kind == "ObservationEvent":
+                obs = ev.get("observation") if isinstance(ev.get("observation"), dict) else {}
+                meta = obs.get("metadata") if isinstance(obs.get("metadata"), dict) else {}
+                s.cwd = s.cwd or _str(meta.get("working_dir"))
+                content = obs.get("content")
+                output = text_of(content) if isinstance(content, (str, list)) else _out_text(content)
+                failed = bool(obs.get("is_error")) or meta.get("exit_code") not in (None, 0)
+                tools.result(ev.get("tool_call_id"), output, failed, name=ev.get("tool_name"), ts=ts)
+            elif kind == "AgentErrorEvent":
+                s.add("assistant", str(ev.get("error") or ""), role="assistant", ts=ts)
+            elif kind not in self.SKIPPED_EVENTS:
+                report.unrecognized("event %s" % kind)
+        _finish_times(s, path)
+        return [s]
+
+
+# -------------------------------------------------------------------------------------------------
+# Kiro CLI (kirodotdev): ~/.kiro/sessions/cli/<id>.jsonl + <id>.json
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class KiroParser(Parser):
+    """Kiro CLI sessions (closed source): `<id>.jsonl` with one turn per line, `{kind: Prompt |
+    AssistantMessage | ToolResults, data: {content: [{kind: text, data} | {kind: toolUse, data:
+    {toolUseId, name, input}} | {kind: toolResult, data: {toolUseId, content}}]}}`, beside
+    `<id>.json` (`session_id, cwd, title, created_at, updated_at`); and the older SQLite store
+    `kiro-cli/data.sqlite3` in the data folder (see _store). (Layouts and fields as agentsview's kiro
+    parser reads them.) The Kiro IDE's files are not read yet.
+    """
+
+    id, label, version = "kiro", "Kiro CLI", 1
+    verified = "as kenn-io/agentsview 538600744 kiro.go reads it (not Kiro's source), 2026-11-25"
+
+    def default_roots(self, env):
+        home = _home(env)
+        data = env_path(env, "XDG_DATA_HOME") or os.path.join(home, ".local", "share")
+        stores = [os.path.join(data, "kiro-cli"), os.path.join(home, "Library", "Application Support", "kiro-cli")]
+        return [os.path.join(home, ".kiro", "sessions", "cli")] + [d for d in stores if os.path.isdir(d)]
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n.endswith(".jsonl") or n == "data.sqlite3", max_depth=0)
+
+    def sidecars(self, path):
+        return [path[:-len(".jsonl")] + ".json"] if path.endswith(".jsonl") else []
+
+    @staticmethod
+    def _blocks(data, kind):
+        content = data.get("content") if isinstance(data, dict) else None
+        return [b.get("data") for b in content if isinstance(b, dict) and b.get("kind") == kind] \
+            if isinstance(content, list) else []
+
+    def parse(self, path, report):
+        if path.endswith(".sqlite3"):
+            return self._store(path, report)
+        meta = _read_json(path[:-len(".jsonl")] + ".json") or {}
+        s = Session(self.id, _str(meta.get("session_id")) or os.path.basename(path)[:-len(".jsonl")], path)
+        s.name = _str(meta.get("title"))
+        s.cwd = _str(meta.get("cwd"))
+        s.touch(norm_time(meta.get("created_at")))
+        s.touch(norm_time(meta.get("updated_at")))
+        tools = ToolCalls(s)
+        turns = 0
+        for _, rec in iter_jsonl(path, report):
+            kind, data = rec.get("kind"), rec.get("data")
+            if kind == "Prompt":
+                s.add("user", "\n".join(t for t in self._blocks(data, "text") if isinstance(t, str)), role="user")
+            elif kind == "AssistantMessage":
+                s.add("assistant", "\n".join(t for t in self._blocks(data, "text") if isinstance(t, str)),
+                      role="assistant")
+                for use in self._blocks(data, "toolUse"):
+                    if isinstance(use, dict):
+                        tools.call(use.get("toolUseId"), use.get("name"), use.get("input"))
+            elif kind == "ToolResults":
+                for result in self._blocks(data, "toolResult"):
+                    if isinstance(result, dict):
+                        content = result.get("content")
+                        output = "\n".join(str(c.get("data") if isinstance(c, dict) and "data" in c else
+                                               _out_text(c)) for c in content) if isinstance(content, list) \
+                            else _out_text(content)
+                        tools.result(result.get("toolUseId"), output, result.get("status") == "error")
+            else:
+                report.unrecognized(kind)
+                continue
+            turns += 1
+        if not turns and not meta:
+            raise NotASessionFile("no Kiro turns")
+        _finish_times(s, path)
+        return [s]
+
+    def _store(self, path, report):
+        """The older store: `conversations_v2(key = cwd, conversation_id, value, created_at,
+        updated_at)`, `value` = `{history: [{user: {content: {Prompt: {prompt}} | {ToolUseResults:
+        {tool_use_results: [{tool_use_id, content: [{Text} | {Json}], status}]}}, timestamp},
+        assistant: {Response: {content}} | {ToolUse: {content, tool_uses: [{id, name, args}]}}}]}`."""
+        con = open_agent_db(path)
+        try:
+            if not {"conversation_id", "value"} <= set(_db_columns(con, "conversations_v2")):
+                raise NotASessionFile("unknown schema (no Kiro conversations_v2 table)")
+            rows = con.execute("SELECT key, conversation_id, value, created_at, updated_at FROM conversations_v2 "
+                               "ORDER BY updated_at").fetchall()
+        except sqlite3.DatabaseError as e:
+            raise store_failure(e)
+        finally:
+            con.close()
+        sessions = {}
+        for key, conv, value, created, updated in rows:
+            data = _json_value(value)
+            if not isinstance(data, dict) or not conv:
+                report.skip("conversation that is not JSON")
+                continue
+            s = sessions[conv] = Session(self.id, str(conv), path)   # the newest row of an id wins
+            s.cwd = _str(key)
+            s.touch(norm_time(created))
+            s.touch(norm_time(updated))
+            tools = ToolCalls(s)
+            for turn in data.get("history") or []:
+                user = turn.get("user") if isinstance(turn, dict) and isinstance(turn.get("user"), dict) else {}
+                content = user.get("content") if isinstance(user.get("content"), dict) else {}
+                ts = norm_time(user.get("timestamp"))
+                s.touch(ts)
+                prompt = content.get("Prompt") if isinstance(content.get("Prompt"), dict) else {}
+                s.add("user", prompt.get("prompt") if isinstance(prompt.get("prompt"), str) else "", role="user", ts=ts)
+                results = content.get("ToolUseResults") if isinstance(content.get("ToolUseResults"), dict) else {}
+                for r in results.get("tool_use_results") or []:
+                    if isinstance(r, dict):
+                        out = "\n".join(c["Text"] if isinstance(c, dict) and isinstance(c.get("Text"), str)
+                                         else _out_text(c.get("Json") if isinstance(c, dict) else c)
+                                         for c in r.get("content") or [])
+                        tools.result(r.get("tool_use_id"), out, r.get("status") == "Error", ts=ts)
+                answer = turn.get("assistant") if isinstance(turn, dict) and isinstance(turn.get("assistant"), dict) else {}
+                for kind in ("Response", "ToolUse"):
+                    part = answer.get(kind) if isinstance(answer.get(kind), dict) else {}
+                    s.add("assistant", part.get("content") if isinstance(part.get("content"), str) else "",
+                          role="assistant", ts=ts)
+                    for use in part.get("tool_uses") or []:
+                        if isinstance(use, dict):
+                            tools.call(use.get("id"), use.get("name"), use.get("args"), ts=ts)
+        for s in sessions.values():
+            _finish_times(s, path)
+        return list(sessions.values())
+
+
+# -------------------------------------------------------------------------------------------------
+# Devin CLI (Cognition): <data>/devin/cli/sessions.db
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class DevinParser(Parser):
+    """Devin's CLI: the SQLite store `devin/cli/sessions.db` in the data folder (`~/.local/share`,
+    `~/Library/Application Support`): `sessions(id, title, working_directory, created_at,
+    last_activity_at, hidden)` and `message_nodes(session_id, node_id, parent_node_id, chat_message,
+    created_at)` (times in epoch seconds), `chat_message` an OpenAI-style message (`role, content,
+    thinking?, tool_calls?: [{id, function{name, arguments}}], tool_call_id?`). Every node of the
+    tree is indexed in time order (an abandoned branch is still something the user did); the system
+    prompt is context. (Tables as agentsview's devin parser reads them.)
+    """
+
+    id, label, version = "devin", "Devin CLI", 1
+    verified = "as kenn-io/agentsview 538600744 devin.go reads it (not Devin's source), 2026-11-25"
+
+    def default_roots(self, env):
+        home = _home(env)
+        bases = [env_path(env, "XDG_DATA_HOME") or os.path.join(home, ".local", "share"),
+                 os.path.join(home, "Library", "Application Support")]
+        roots = [os.path.join(b, "devin", "cli") for b in bases]
+        found = [r for r in roots if os.path.isdir(r)]
+        return found or roots[:1]
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n == "sessions.db", max_depth=0)
+
+    def parse(self, path, report):
+        con = open_agent_db(path)
+        try:
+            scols, mcols = set(_db_columns(con, "sessions")), set(_db_columns(con, "message_nodes"))
+            if "id" not in scols or not {"session_id", "chat_message"} <= mcols:
+                raise NotASessionFile("unknown schema (no Devin sessions/message_nodes tables)")
+            pick = lambda c: c if c in scols else "NULL"   # noqa: E731
+            heads = con.execute("SELECT id, %s, %s, %s, %s, %s FROM sessions" % tuple(
+                pick(c) for c in ("title", "working_directory", "created_at", "last_activity_at", "hidden"))).fetchall()
+            nodes = con.execute("SELECT session_id, chat_message, %s FROM message_nodes ORDER BY %s, rowid" % (
+                ("created_at",) * 2 if "created_at" in mcols else ("NULL", "rowid"))).fetchall()
+        except sqlite3.DatabaseError as e:
+            raise store_failure(e)
+        finally:
+            con.close()
+        sessions = {}
+        for sid, title, cwd, created, last, hidden in heads:
+            if hidden == 1:
+                continue
+            s = sessions[str(sid)] = (Session(self.id, str(sid), path), None)
+            s[0].name, s[0].cwd = _str(title), _str(cwd)
+            s[0].touch(norm_time(created))
+            s[0].touch(norm_time(last))
+        sessions = {k: (s, ToolCalls(s)) for k, (s, _) in sessions.items()}
+        for sid, raw, created in nodes:
+            entry = sessions.get(str(sid))
+            m = _json_value(raw)
+            if entry is None or not isinstance(m, dict):
+                report.skip("message of an unknown session" if entry is None else "message that is not JSON")
+                continue
+            s, tools = entry
+            ts = norm_time(created)
+            s.touch(ts)
+            role = m.get("role")
+            if role == "user":
+                s.add("user", text_of(m.get("content")), role="user", ts=ts)
+            elif role in ("assistant", "agent"):
+                s.add("thinking", m["thinking"] if isinstance(m.get("thinking"), str) else "", role="assistant", ts=ts)
+                s.add("assistant", text_of(m.get("content")), role="assistant", ts=ts)
+                for call in m.get("tool_calls") or []:
+                    fn = call.get("function") if isinstance(call, dict) else None
+                    if isinstance(fn, dict):
+                        tools.call(call.get("id"), fn.get("name"), _json_arg(fn.get("arguments")), ts=ts)
+            elif role == "tool":
+                tools.result(m.get("tool_call_id"), _out_text(m.get("content")), ts=ts)
+            elif role == "system":
+                s.add("context", text_of(m.get("content")), role="system", ts=ts)
+            else:
+                report.unrecognized("role %s" % role)
+        for s, _ in sessions.values():
+            _finish_times(s, path)
+        return [s for s, _ in sessions.values()]
+
+# -------------------------------------------------------------------------------------------------
+# Warp (warpdotdev): warp.sqlite, the prompts of its agent mode (ai_queries)
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class WarpParser(Parser):
+    """Warp's Agent Mode: `warp.sqlite` (Linux `~/.local/state/warp-terminal`, macOS the
+    `dev.warp.Warp-Stable` group container, Windows `AppData/Local/warp/Warp/data`). The local store
+    keeps what the user asked, not the answers: `ai_queries(exchange_id, conversation_id, start_ts,
+    input, working_directory, ...)` with `input` a JSON list whose first item is `{"Query": {"text"}}`;
+    `agent_conversations(conversation_id, conversation_data, last_modified_at)` lists the
+    conversations. One session per conversation, its prompts as user messages; times are UTC without a
+    zone. (Tables as agentsview's warp parser reads them.)
+    """
+
+    id, label, version = "warp", "Warp", 1
+    verified = "as kenn-io/agentsview 538600744 warp.go reads it (not Warp's source), 2026-11-25"
+
+    def default_roots(self, env):
+        home = _home(env)
+        candidates = [os.path.join(env_path(env, "XDG_STATE_HOME") or os.path.join(home, ".local", "state"),
+                                   "warp-terminal"),
+                      os.path.join(home, "Library", "Group Containers", "2BBY89MBSN.dev.warp", "Library",
+                                   "Application Support", "dev.warp.Warp-Stable"),
+                      os.path.join(home, "AppData", "Local", "warp", "Warp", "data")]
+        found = [c for c in candidates if os.path.isdir(c)]
+        return found or candidates[:1]
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n == "warp.sqlite", max_depth=0)
+
+    def parse(self, path, report):
+        con = open_agent_db(path)
+        try:
+            cols = set(_db_columns(con, "ai_queries"))
+            if not {"conversation_id", "start_ts", "input"} <= cols:
+                raise NotASessionFile("unknown schema (no Warp ai_queries table)")
+            cwd_col = "working_directory" if "working_directory" in cols else "NULL"
+            rows = con.execute("SELECT conversation_id, start_ts, input, %s FROM ai_queries "
+                               "ORDER BY start_ts" % cwd_col).fetchall()
+        except sqlite3.DatabaseError as e:
+            raise store_failure(e)
+        finally:
+            con.close()
+        sessions = {}
+        for conv, start, raw, cwd in rows:
+            if not conv:
+                report.skip("query without a conversation")
+                continue
+            s = sessions.get(conv)
+            if s is None:
+                s = sessions[conv] = Session(self.id, str(conv), path)
+            s.cwd = s.cwd or _str(cwd)
+            ts = utc_text(start)
+            s.touch(ts)
+            items = _json_arg(raw, (list,))
+            query = items[0].get("Query") if isinstance(items, list) and items and isinstance(items[0], dict) else None
+            if isinstance(query, dict) and isinstance(query.get("text"), str):
+                s.add("user", query["text"], role="user", ts=ts)
+        for s in sessions.values():
+            _finish_times(s, path)
+        return list(sessions.values())
+
 
 
 # ==================================================================================================

@@ -3397,6 +3397,425 @@ def test_antigravity_user_request_and_ordered_tool_outputs(tmp_path):
     assert [c.path for c in s.chunks if c.kind == "tool"] == ["/tmp/repo", None]
 
 
+def test_traex_rollouts_under_trae_home_are_codex_sessions_of_their_own_agent(env, tmp_path, capsys):
+    os.remove(tmp_path / "config" / "config.jsonc")
+    write_jsonl(cc_rollout(tmp_path / "home" / ".trae" / "cli"), [
+        cc_cx_meta(),
+        cc_cx_msg("2025-11-17T21:30:30.000Z", "user", "migrate the axolotl importer to streaming"),
+        cc_cx_msg("2025-11-17T21:30:31.000Z", "assistant", "Streaming it now."),
+    ])
+    code, out, err = run(capsys, "search", "axolotl importer", "--json")
+    assert code == 0, err
+    [r] = json.loads(out)["results"]
+    assert (r["sessionId"], r["agent"], r["cwd"], r["resumeCommand"]) == (cc_TID, "traex", "/home/u/app", None)
+
+
+def test_claude_desktop_agent_mode_tasks_take_their_title_and_folder_from_the_task_metadata(env, tmp_path, capsys):
+    os.remove(tmp_path / "config" / "config.jsonc")
+    ws = tmp_path / "home" / ".config" / "Claude" / "local-agent-mode-sessions" / "org1" / "ws1"
+    write_file(ws / "local_5000.json", {"sessionId": "local_5000", "cliSessionId": cc_SID, "title": "Quarterly report",
+                                        "userSelectedFolders": ["/home/u/reports"], "createdAt": 1767865803494,
+                                        "lastActivityAt": 1767865903494})
+    write_jsonl(ws / "local_5000" / ".claude" / "projects" / "-sessions-x" / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-21T06:19:38.056Z", "summarise the pangolin sales spreadsheet"),
+        cc_cl_asst("a1", "2026-01-21T06:19:40.000Z", "m1", [{"type": "text", "text": "Sales rose 4%."}]),
+    ])
+    code, out, err = run(capsys, "search", "pangolin", "--json")
+    assert code == 0, err
+    [r] = json.loads(out)["results"]
+    assert (r["agent"], r["name"], r["cwd"]) == ("claude-desktop", "Quarterly report", "/home/u/reports")
+
+
+
+# ---------------------------------------------------------------- continue
+
+
+def continue_session(sid="c0ffee00-1111", title="Fix the flaky websocket test", cwd="file:///home/u/chat%20app"):
+    return {"sessionId": sid, "title": title, "workspaceDirectory": cwd, "history": [
+        {"message": {"role": "user", "content": [{"type": "text", "text": "the websocket reconnect test is flaky"}]},
+         "contextItems": [{"name": "ws.test.ts", "description": "file", "content": "describe('reconnect')",
+                           "id": {"providerTitle": "file", "itemId": "1"}}]},
+        {"message": {"role": "assistant", "content": "Let me run it.",
+                     "toolCalls": [{"id": "tc1", "type": "function",
+                                    "function": {"name": "run_terminal_command", "arguments": "{\"command\": \"npm test ws\"}"}}]},
+         "contextItems": [], "reasoning": {"active": False, "text": "a timer race", "startAt": 1},
+         "toolCallState": {"toolCallId": "tc1", "status": "done",
+                           "toolCall": {"id": "tc1", "type": "function",
+                                        "function": {"name": "run_terminal_command", "arguments": "{\"command\": \"npm test ws\"}"}},
+                           "output": [{"name": "Terminal", "description": "", "content": "1 failing: ETIMEDOUT"}]}},
+        {"message": {"role": "assistant", "content": "The fake timers leak between tests."}, "contextItems": []},
+    ]}
+
+
+def test_continue_session_roles_tools_context_name_cwd_and_creation_time(tmp_path):
+    folder = tmp_path / "sessions"
+    p = write_file(folder / "c0ffee00-1111.json", continue_session())
+    write_file(folder / "sessions.json", [{"sessionId": "c0ffee00-1111", "title": "x", "dateCreated": "1767865803494",
+                                           "workspaceDirectory": "file:///home/u/chat%20app"}])
+    assert PARSERS["continue"].list_files(str(folder)) == [str(p)]   # the list of sessions is not one
+    PARSERS["continue"].new_run()
+    [s] = parse_file("continue", p)
+    assert (s.session_id, s.name, s.cwd) == ("c0ffee00-1111", "Fix the flaky websocket test", "/home/u/chat app")
+    assert kinds(s) == ["context", "user", "thinking", "assistant", "tool", "assistant"]
+    assert texts(s, "user") == ["the websocket reconnect test is flaky"]
+    tool = texts(s, "tool")[0]
+    assert "command: npm test ws" in tool and "ETIMEDOUT" in tool
+    assert s.created == "2026-01-08T09:50:03.494Z" and s.modified >= s.created
+
+
+def test_continue_placeholder_title_is_no_name_and_other_json_is_refused(tmp_path):
+    PARSERS["continue"].new_run()
+    [s] = parse_file("continue", write_file(tmp_path / "a.json", continue_session(title="New Session")))
+    assert s.name is None and s.created.endswith("Z")
+    with pytest.raises(NotASessionFile):
+        parse_file("continue", write_file(tmp_path / "config.json", {"models": []}))
+
+
+# ---------------------------------------------------------------- copilot-chat (VS Code)
+
+def vscode_request(rid, ts, text, response):
+    return {"requestId": rid, "timestamp": ts, "message": {"text": text, "parts": []},
+            "variableData": {"variables": []}, "response": response, "modelId": "copilot/gpt-5"}
+
+
+def vscode_chat(sid="0c1d2e3f-aaaa", requests=()):
+    return {"version": 3, "sessionId": sid, "creationDate": 1767865803494, "lastMessageDate": 1767865903494,
+            "requesterUsername": "u", "responderUsername": "GitHub Copilot", "initialLocation": "panel",
+            "requests": list(requests)}
+
+
+def vscode_workspace(user, folder="file:///home/u/shop"):
+    ws = user / "workspaceStorage" / "5f1e0a"
+    write_file(ws / "workspace.json", {"folder": folder})
+    return ws / "chatSessions"
+
+
+def test_copilot_chat_json_session_markdown_tools_thinking_and_workspace(tmp_path):
+    chats = vscode_workspace(tmp_path / "User")
+    data = vscode_chat(requests=[vscode_request("r1", 1767865804000, "why are thumbnails slow on the catalog page?", [
+        {"kind": "thinking", "value": "check the image pipeline"},
+        {"value": "The thumbnails are served as PNG from "},
+        {"kind": "inlineReference", "inlineReference": {"scheme": "file", "path": "/home/u/shop/src/thumbs.ts",
+                                                         "fsPath": "/home/u/shop/src/thumbs.ts"}},
+        {"kind": "markdownContent", "content": {"value": "; switch them to WebP."}},
+        {"kind": "toolInvocationSerialized", "toolId": "run_in_terminal", "toolCallId": "t1",
+         "invocationMessage": "Running a command", "isComplete": True,
+         "toolSpecificData": {"kind": "terminal", "commandLine": {"original": "npx sharp-cli --webp"},
+                              "terminalCommandOutput": {"text": "converted 120 images"}}},
+        {"kind": "undoStop", "id": "x"},
+    ])])
+    data["customTitle"] = "WebP thumbnails"
+    p = write_file(chats / "0c1d2e3f-aaaa.json", data)
+    assert PARSERS["copilot-chat"].list_files(str(tmp_path / "User" / "workspaceStorage")) == [str(p)]
+    report = ParseReport()
+    [s] = PARSERS["copilot-chat"].parse(str(p), report)
+    assert (s.session_id, s.name, s.cwd) == ("0c1d2e3f-aaaa", "WebP thumbnails", "/home/u/shop")
+    assert kinds(s) == ["user", "thinking", "assistant", "tool"]
+    assert texts(s, "assistant") == ["The thumbnails are served as PNG from `thumbs.ts`; switch them to WebP."]
+    assert "command: npx sharp-cli --webp" in texts(s, "tool")[0] and "converted 120 images" in texts(s, "tool")[0]
+    assert (s.created, s.modified) == ("2026-01-08T09:50:03.494Z", "2026-01-08T09:51:43.494Z")
+    assert report.unknown == {}
+
+
+def test_copilot_chat_jsonl_mutation_log_is_replayed_and_wins_over_the_old_json(tmp_path):
+    chats = vscode_workspace(tmp_path / "User")
+    write_file(chats / "0c1d2e3f-bbbb.json", vscode_chat("0c1d2e3f-bbbb"))   # the older form of the same session
+    first = vscode_request("r1", 1767865804000, "rename the payment webhook handler", [])
+    p = write_jsonl(chats / "0c1d2e3f-bbbb.jsonl", [
+        {"kind": 0, "v": vscode_chat("0c1d2e3f-bbbb", [first])},
+        {"kind": 2, "k": ["requests", 0, "response"], "v": [{"value": "Renamed it to handleStripeEvent."}]},
+        {"kind": 2, "k": ["requests"], "v": [vscode_request("r2", 1767865904000, "now add a retry", [])]},
+        {"kind": 2, "k": ["requests", 1, "response"], "v": [{"value": "draft"}]},
+        {"kind": 2, "k": ["requests", 1, "response"], "i": 0, "v": [{"value": "Added exponential backoff."}]},
+        {"kind": 1, "k": ["customTitle"], "v": "Stripe webhook"},
+        {"kind": 3, "k": ["inputState"]},
+        {"kind": 7, "k": ["x"]},
+    ])
+    assert PARSERS["copilot-chat"].list_files(str(tmp_path / "User" / "workspaceStorage")) == [p]
+    report = ParseReport()
+    [s] = PARSERS["copilot-chat"].parse(p, report)
+    assert s.name == "Stripe webhook" and s.cwd == "/home/u/shop"
+    assert texts(s, "user") == ["rename the payment webhook handler", "now add a retry"]
+    assert texts(s, "assistant") == ["Renamed it to handleStripeEvent.", "Added exponential backoff."]
+    assert report.unknown == {"mutation kind 7": 1}
+
+
+def test_copilot_chat_sessions_are_found_where_vscode_keeps_them(env, tmp_path, capsys):
+    os.remove(tmp_path / "config" / "config.jsonc")
+    user = tmp_path / "home" / ".config" / "Code" / "User"
+    os.makedirs(user / "globalStorage")
+    chats = vscode_workspace(user)
+    write_file(chats / "0c1d2e3f-cccc.json", vscode_chat("0c1d2e3f-cccc", [
+        vscode_request("r1", 1767865804000, "the kubernetes ingress returns 502", [{"value": "Check the readiness probe."}])]))
+    write_jsonl(user / "globalStorage" / "emptyWindowChatSessions" / "0c1d2e3f-dddd.jsonl", [
+        {"kind": 0, "v": vscode_chat("0c1d2e3f-dddd", [vscode_request("r1", 1767865805000, "explain the ingress annotation", [])])}])
+    code, out, err = run(capsys, "search", "ingress", "--json", "--agent", "copilot-chat")
+    assert code == 0, err
+    results = json.loads(out)["results"]
+    assert sorted(r["sessionId"] for r in results) == ["0c1d2e3f-cccc", "0c1d2e3f-dddd"]
+    assert {r["sessionId"]: r["cwd"] for r in results}["0c1d2e3f-cccc"] == "/home/u/shop"
+
+
+# ---------------------------------------------------------------- omp, openclaude
+
+
+def test_omp_sessions_in_its_home_and_profiles_are_pi_sessions_of_their_own_agent(env, tmp_path, capsys):
+    os.remove(tmp_path / "config" / "config.jsonc")
+    home = tmp_path / "home"
+    PiWriter(home / ".omp" / "agent" / "sessions", "omp-0001").user("the quokka cache eviction").save()
+    PiWriter(home / ".omp" / "profiles" / "work" / "agent" / "sessions", "omp-0002").user("quokka profile run").save()
+    code, out, err = run(capsys, "search", "quokka", "--json", "--fields", "full")
+    assert code == 0, err
+    results = json.loads(out)["results"]
+    assert sorted((r["sessionId"], r["agent"]) for r in results) == [("omp-0001", "omp"), ("omp-0002", "omp")]
+    assert all(r["resumeCommand"] == "omp --session " + r["path"] for r in results)
+
+
+def test_openclaude_transcripts_are_claude_code_sessions_resumed_with_openclaude(env, tmp_path, capsys):
+    os.remove(tmp_path / "config" / "config.jsonc")
+    write_jsonl(tmp_path / "home" / ".openclaude" / "projects" / "-home-u-proj" / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-21T06:19:38.056Z", "why does the flux capacitor leak?"),
+        cc_cl_asst("a1", "2026-01-21T06:19:40.000Z", "m1", [{"type": "text", "text": "A loose gasket."}]),
+    ])
+    code, out, err = run(capsys, "search", "flux capacitor", "--json")
+    assert code == 0, err
+    [r] = json.loads(out)["results"]
+    assert (r["sessionId"], r["agent"]) == (cc_SID, "openclaude")
+    assert r["resumeCommand"] == "cd /home/u/proj && openclaude --resume " + cc_SID
+
+
+# ---------------------------------------------------------------- zed
+
+
+def zed_store(path, rows):
+    """A Zed threads.db with the columns of crates/agent/src/db.rs; rows: (id, data_type, data, parent, folders)."""
+    import sqlite3
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(str(path))
+    con.execute("CREATE TABLE threads (id TEXT PRIMARY KEY, summary TEXT NOT NULL, updated_at TEXT NOT NULL, "
+                "data_type TEXT NOT NULL, data BLOB NOT NULL, parent_id TEXT, folder_paths TEXT, "
+                "folder_paths_order TEXT, created_at TEXT)")
+    for tid, data_type, data, parent, folders in rows:
+        con.execute("INSERT INTO threads VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+                    (tid, "Title of " + tid, "2026-02-01T10:05:00+00:00", data_type, data, parent, folders,
+                     "2026-02-01T10:00:00+00:00"))
+    con.commit()
+    con.close()
+    return str(path)
+
+
+ZED_THREAD = {"version": "0.3.0", "title": "t", "updated_at": "2026-02-01T10:05:00Z", "messages": [
+    {"User": {"id": "u1", "content": [{"Text": "why is the tokio runtime starving?"},
+                                      {"Mention": {"uri": "file:///p/src/main.rs", "content": "fn main() {}"}}]}},
+    {"Agent": {"content": [{"Thinking": {"text": "blocking call in async", "signature": None}},
+                           {"Text": "A blocking read holds the worker."},
+                           {"ToolUse": {"id": "t1", "name": "grep", "raw_input": "{}", "input": {"regex": "std::fs::read"},
+                                        "is_input_complete": True}}],
+               "tool_results": {"t1": {"tool_use_id": "t1", "tool_name": "grep", "is_error": False,
+                                       "content": {"Text": "src/io.rs:12 std::fs::read"}, "output": None}}}},
+    "Resume",
+]}
+
+ZED_LEGACY = {"version": "0.2.0", "summary": "old", "updated_at": "2026-01-01T10:00:00Z", "messages": [
+    {"id": 0, "role": "user", "segments": [{"type": "text", "text": "port the legacy websocket server"}],
+     "tool_uses": [], "tool_results": [], "context": ""},
+    {"id": 1, "role": "assistant", "segments": [{"type": "text", "text": "Use axum's upgrade."}],
+     "tool_uses": [{"id": "x", "name": "read_file", "input": {"path": "server.rs"}}],
+     "tool_results": [{"tool_use_id": "x", "is_error": False, "content": "mod ws;", "output": None}], "context": ""},
+], "initial_project_snapshot": {"worktree_snapshots": [{"worktree_path": "/home/u/legacy", "git_state": None}]}}
+
+
+def test_zed_threads_current_and_legacy_json_with_tools_mentions_parent_and_project(tmp_path):
+    p = zed_store(tmp_path / "zed" / "threads" / "threads.db", [
+        ("th-1", "json", json.dumps(ZED_THREAD), None, "/home/u/rt\n/home/u/other"),
+        ("th-2", "json", json.dumps(ZED_LEGACY), "th-1", None),
+    ])
+    assert PARSERS["zed"].list_files(str(tmp_path / "zed" / "threads")) == [p]
+    report = ParseReport()
+    one, two = PARSERS["zed"].parse(p, report)
+    assert (one.session_id, one.name, one.cwd, one.parent) == ("th-1", "Title of th-1", "/home/u/rt", None)
+    assert kinds(one) == ["user", "context", "thinking", "assistant", "tool"]
+    assert "regex: std::fs::read" in texts(one, "tool")[0] and "src/io.rs:12" in texts(one, "tool")[0]
+    assert (one.created, one.modified) == ("2026-02-01T10:00:00.000Z", "2026-02-01T10:05:00.000Z")
+    assert (two.cwd, two.parent) == ("/home/u/legacy", "th-1")
+    assert texts(two, "user") == ["port the legacy websocket server"] and "mod ws;" in texts(two, "tool")[0]
+    assert report.unknown == {} and report.skipped == {}
+
+
+def test_zed_zstd_threads_are_read_with_the_zstd_command_or_counted_as_skipped(tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+    exe = shutil.which("zstd")
+    if not exe:
+        pytest.skip("no zstd command to compress the fixture with")
+    packed = subprocess.run([exe, "-c", "-q"], input=json.dumps(ZED_THREAD).encode(), stdout=subprocess.PIPE,
+                            check=True).stdout
+    p = zed_store(tmp_path / "threads.db", [("th-z", "zstd", packed, None, "/home/u/rt"),
+                                            ("th-bad", "zstd", b"not zstd", None, None)])
+    report = ParseReport()
+    [s] = PARSERS["zed"].parse(p, report)
+    assert s.session_id == "th-z" and "A blocking read holds the worker." in texts(s, "assistant")
+    assert sum(report.skipped.values()) == 1          # the damaged thread is counted, the rest read
+    import importlib
+    real_import = importlib.import_module
+
+    def no_zstd_module(name, *a):
+        if name == "compression.zstd":
+            raise ImportError(name)
+        return real_import(name, *a)
+    monkeypatch.setattr(importlib, "import_module", no_zstd_module)   # no decompressor on this machine
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    report = ParseReport()
+    assert PARSERS["zed"].parse(p, report) == [] and sum(report.skipped.values()) == 2
+
+
+# ---------------------------------------------------------------- vibe, openhands, kiro, warp
+
+
+def test_vibe_session_folder_messages_meta_tools_and_injected_context(tmp_path):
+    folder = tmp_path / "session_20260201_100000_ab12cd34"
+    write_file(folder / "meta.json", {"session_id": "ab12cd34-full", "parent_session_id": None, "title": "Flaky retry",
+                                      "start_time": "2026-02-01T10:00:00Z", "end_time": "2026-02-01T10:09:00Z",
+                                      "environment": {"working_directory": "/home/u/svc"}})
+    p = write_jsonl(folder / "messages.jsonl", [
+        {"role": "system", "content": "You are Vibe."},
+        {"role": "user", "content": "the payment retry loop never stops", "message_id": "m1"},
+        {"role": "user", "content": "<reminder>plan mode</reminder>", "injected": True},
+        {"role": "assistant", "content": "Let me read it.", "reasoning_content": "check the backoff cap",
+         "tool_calls": [{"id": "c1", "index": 0, "function": {"name": "read_file", "arguments": "{\"path\": \"retry.py\"}"}}]},
+        {"role": "tool", "content": "while True: retry()", "tool_call_id": "c1", "name": "read_file"},
+    ])
+    assert PARSERS["vibe"].list_files(str(tmp_path)) == [p]
+    [s] = parse_file("vibe", p)
+    assert (s.session_id, s.name, s.cwd) == ("ab12cd34-full", "Flaky retry", "/home/u/svc")
+    assert kinds(s) == ["context", "user", "context", "thinking", "assistant", "tool"]
+    assert s.chunks[-1].path == "retry.py" and "while True" in s.chunks[-1].text
+    assert (s.created, s.modified) == ("2026-02-01T10:00:00.000Z", "2026-02-01T10:09:00.000Z")
+
+
+def test_openhands_conversation_folder_events_in_order_with_actions_joined_to_observations(tmp_path):
+    conv = tmp_path / "9f8e7d6c"
+    write_file(conv / "base_state.json", {"id": "9f8e7d6c-full", "agent": {"llm": {"model": "x"}},
+                                          "workspace": {"working_dir": "/home/u/api"}})
+    events = [
+        {"kind": "SystemPromptEvent", "timestamp": "2026-02-01T10:00:00Z", "source": "agent", "system_prompt": {}},
+        {"kind": "MessageEvent", "timestamp": "2026-02-01T10:00:01Z", "source": "user",
+         "llm_message": {"role": "user", "content": [{"type": "text", "text": "the healthcheck endpoint times out"}]}},
+        {"kind": "ActionEvent", "timestamp": "2026-02-01T10:00:05Z", "source": "agent", "tool_name": "terminal",
+         "tool_call_id": "tc1", "thought": [{"type": "text", "text": "Run the probe."}],
+         "tool_call": {"name": "terminal", "arguments": "{\"command\": \"curl -m 2 localhost:8080/health\"}"},
+         "action": {"kind": "TerminalAction", "command": "curl -m 2 localhost:8080/health"}},
+        {"kind": "ObservationEvent", "timestamp": "2026-02-01T10:00:08Z", "source": "environment", "tool_name": "terminal",
+         "tool_call_id": "tc1", "observation": {"content": [{"type": "text", "text": "curl: (28) timed out"}],
+                                                "metadata": {"exit_code": 28, "working_dir": "/home/u/api"}}},
+        {"kind": "MessageEvent", "timestamp": "2026-02-01T10:01:00Z", "source": "agent",
+         "llm_message": {"role": "assistant", "content": [{"type": "text", "text": "The DB pool is exhausted."}]}},
+        {"kind": "BrandNewEvent", "timestamp": "2026-02-01T10:01:01Z"},
+    ]
+    for i, ev in enumerate(events):
+        write_file(conv / "events" / ("event-%05d-x.json" % i), ev)
+    p = str(conv / "base_state.json")
+    assert PARSERS["openhands"].list_files(str(tmp_path)) == [p]
+    report = ParseReport()
+    [s] = PARSERS["openhands"].parse(p, report)
+    assert (s.session_id, s.cwd) == ("9f8e7d6c-full", "/home/u/api")
+    assert kinds(s) == ["user", "assistant", "tool", "assistant"]
+    tool = texts(s, "tool")[0]
+    assert "curl -m 2" in tool and "timed out" in tool and "error:" in tool
+    assert report.unknown == {"event BrandNewEvent": 1}
+    assert (s.created, s.modified) == ("2026-02-01T10:00:00.000Z", "2026-02-01T10:01:01.000Z")
+
+
+def test_kiro_cli_turns_tools_and_companion_metadata(tmp_path):
+    write_file(tmp_path / "k1.json", {"session_id": "k1", "cwd": "/home/u/infra", "title": "Terraform drift",
+                                      "created_at": "2026-02-01T10:00:00Z", "updated_at": "2026-02-01T10:05:00Z"})
+    p = write_jsonl(tmp_path / "k1.jsonl", [
+        {"version": "v1", "kind": "Prompt", "data": {"content": [{"kind": "text", "data": "why does terraform plan show drift?"}]}},
+        {"version": "v1", "kind": "AssistantMessage", "data": {"content": [
+            {"kind": "text", "data": "Checking the state."},
+            {"kind": "toolUse", "data": {"toolUseId": "t1", "name": "shell", "input": {"command": "terraform plan"}}}]}},
+        {"version": "v1", "kind": "ToolResults", "data": {"content": [
+            {"kind": "toolResult", "data": {"toolUseId": "t1", "content": [{"kind": "text", "data": "~ tags changed"}],
+                                            "status": "success"}}]}},
+    ])
+    assert PARSERS["kiro"].list_files(str(tmp_path)) == [p]
+    [s] = parse_file("kiro", p)
+    assert (s.session_id, s.name, s.cwd) == ("k1", "Terraform drift", "/home/u/infra")
+    assert kinds(s) == ["user", "assistant", "tool"]
+    assert "command: terraform plan" in texts(s, "tool")[0] and "tags changed" in texts(s, "tool")[0]
+
+
+def test_kiro_older_sqlite_store_conversations_with_prompts_tools_and_cwd(tmp_path):
+    import sqlite3
+    db = tmp_path / "data.sqlite3"
+    con = sqlite3.connect(str(db))
+    con.execute("CREATE TABLE conversations_v2 (key TEXT, conversation_id TEXT, value TEXT, created_at INTEGER, "
+                "updated_at INTEGER, PRIMARY KEY (key, conversation_id))")
+    value = {"history": [
+        {"user": {"content": {"Prompt": {"prompt": "list the s3 buckets without encryption"}}, "timestamp": "2026-02-01T10:00:00Z"},
+         "assistant": {"ToolUse": {"message_id": "m1", "content": "Checking.",
+                                   "tool_uses": [{"id": "t1", "name": "use_aws", "args": {"service_name": "s3"}}]}}},
+        {"user": {"content": {"ToolUseResults": {"tool_use_results": [
+            {"tool_use_id": "t1", "content": [{"Text": "bucket-a: none"}], "status": "Success"}]}}},
+         "assistant": {"Response": {"message_id": "m2", "content": "bucket-a has no encryption."}}},
+    ]}
+    con.execute("INSERT INTO conversations_v2 VALUES ('/home/u/infra', 'conv-9', ?, 1767865803494, 1767865903494)",
+                (json.dumps(value),))
+    con.commit()
+    con.close()
+    assert PARSERS["kiro"].list_files(str(tmp_path)) == [str(db)]
+    [s] = parse_file("kiro", db)
+    assert (s.session_id, s.cwd) == ("conv-9", "/home/u/infra")
+    assert kinds(s) == ["user", "assistant", "tool", "assistant"]
+    assert "service_name: s3" in texts(s, "tool")[0] and "bucket-a: none" in texts(s, "tool")[0]
+
+
+def test_devin_cli_store_sessions_nodes_tools_and_hidden_sessions_left_out(tmp_path):
+    import sqlite3
+    db = tmp_path / "devin" / "cli" / "sessions.db"
+    db.parent.mkdir(parents=True)
+    con = sqlite3.connect(str(db))
+    con.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, title TEXT, working_directory TEXT, model TEXT, "
+                "created_at INTEGER, last_activity_at INTEGER, hidden INTEGER)")
+    con.execute("CREATE TABLE message_nodes (row_id INTEGER PRIMARY KEY, session_id TEXT, node_id TEXT, "
+                "parent_node_id TEXT, chat_message TEXT, created_at INTEGER)")
+    con.execute("INSERT INTO sessions VALUES ('d1', 'Fix the cron parser', '/home/u/sched', 'm', 1767865800, 1767865900, 0)")
+    con.execute("INSERT INTO sessions VALUES ('d2', 'hidden one', '/x', 'm', 1767865800, 1767865900, 1)")
+    for i, m in enumerate([
+            {"role": "system", "content": "You are Devin."},
+            {"role": "user", "content": "the cron parser rejects */15"},
+            {"role": "assistant", "content": "Looking.", "thinking": "step syntax",
+             "tool_calls": [{"id": "c1", "function": {"name": "exec", "arguments": "{\"command\": \"pytest cron\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "1 failed"}]):
+        con.execute("INSERT INTO message_nodes VALUES (?, 'd1', ?, NULL, ?, ?)", (i, "n%d" % i, json.dumps(m), 1767865801 + i))
+    con.commit()
+    con.close()
+    [s] = parse_file("devin", db)
+    assert (s.session_id, s.name, s.cwd) == ("d1", "Fix the cron parser", "/home/u/sched")
+    assert kinds(s) == ["context", "user", "thinking", "assistant", "tool"]
+    assert "command: pytest cron" in texts(s, "tool")[0] and "1 failed" in texts(s, "tool")[0]
+
+
+def test_warp_prompts_grouped_by_conversation_with_utc_times(tmp_path):
+    import sqlite3
+    db = tmp_path / "warp.sqlite"
+    con = sqlite3.connect(str(db))
+    con.execute("CREATE TABLE ai_queries (id INTEGER PRIMARY KEY, exchange_id TEXT, conversation_id TEXT, "
+                "start_ts DATETIME, input TEXT, working_directory TEXT, output_status TEXT, model_id TEXT)")
+    for i, (conv, ts, text) in enumerate([("c1", "2026-04-07 08:55:40", "why is the docker build cache cold"),
+                                          ("c1", "2026-04-07 09:01:00", "use buildx cache mounts"),
+                                          ("c2", "2026-04-08 10:00:00", "rename the git branch")]):
+        con.execute("INSERT INTO ai_queries VALUES (?, ?, ?, ?, ?, ?, 'Completed', 'auto')",
+                    (i, "e%d" % i, conv, ts, json.dumps([{"Query": {"text": text, "context": []}}]), "/home/u/app"))
+    con.commit()
+    con.close()
+    one, two = parse_file("warp", db)
+    assert (one.session_id, one.cwd, texts(one, "user")) == ("c1", "/home/u/app", ["why is the docker build cache cold",
+                                                                                  "use buildx cache mounts"])
+    assert (one.created, one.modified) == ("2026-04-07T08:55:40.000Z", "2026-04-07T09:01:00.000Z")
+    assert two.session_id == "c2"
+
+
 # ---------------------------------------------------------------- samples
 
 ot_SAMPLE_DIRS = [("droid", "factory-droid"), ("qwen", "qwen"), ("kimi", "kimi"), ("openclaw", "openclaw"),
