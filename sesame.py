@@ -4335,7 +4335,7 @@ class ClineParser(Parser):
     session is listed in data/db/sessions.db, which adds nothing to search.
     """
 
-    id, label, version = "cline", "Cline / Roo Code / Kilo Code", 2
+    id, label, version = "cline", "Cline / Roo Code / Kilo Code", 3
     verified = "3.0.65, 2026-11-24"   # the Cline CLI (SDK layout)
     # ui_messages records (say or ask types) with nothing to search: progress, costs, retries, checkpoints,
     # approvals, hooks, screenshots, state snapshots (Cline, Roo Code and Kilo Code alike).
@@ -4434,6 +4434,7 @@ class ClineParser(Parser):
         tools = ToolCalls(s)
         last_tool = None       # the command / MCP call whose output the next *_output record is
         last_text = None       # Cline repeats a completion as say and then ask: index it once
+        requested = False      # whether the model has been asked anything yet (an api_req_started seen)
         for m in messages:
             if not isinstance(m, dict):
                 report.skip("malformed message")
@@ -4442,7 +4443,10 @@ class ClineParser(Parser):
             s.touch(ts)
             what = m.get("say") or m.get("ask")
             text = m.get("text") if isinstance(m.get("text"), str) else ""
-            if what in ("task", "user_feedback"):
+            if what in ("task", "user_feedback") or (what == "text" and not requested):
+                # Cline and Roo Code open a task with say("text", task, images) (cline/cline
+                # src/core/task/index.ts startTask): a text before the first request to the model
+                # can only be what the user typed.
                 s.add("user", text, role="user", ts=ts)
             elif what in ("text", "completion_result", "followup", "plan_mode_respond", "act_mode_respond", "qna_respond"):
                 if what in ("followup", "plan_mode_respond", "act_mode_respond", "qna_respond"):
@@ -4459,9 +4463,13 @@ class ClineParser(Parser):
                     name, args = "execute_command", {"command": text}
                 else:
                     args = _json_arg(text)
-                    name = (args.get("tool") or args.get("toolName") or what) if isinstance(args, dict) else what
-                    if isinstance(args, dict) and isinstance(args.get("arguments"), str):
-                        args = dict(args, arguments=_json_arg(args["arguments"]))
+                    name = what
+                    if isinstance(args, dict):
+                        # {"tool": "readFile", "path": ...}, {"toolName": ..., "arguments": "{...}"}:
+                        # the key that names the tool is the name, not one of its arguments.
+                        named_by = "tool" if args.get("tool") else "toolName" if args.get("toolName") else None
+                        name = args[named_by] if named_by else what
+                        args = {k: (_json_arg(v) if k == "arguments" else v) for k, v in args.items() if k != named_by}
                 key = "%s\x00%s" % (what, text)
                 if key == last_tool:
                     continue   # the approval request (ask) and the record of the run (say)
@@ -4477,6 +4485,7 @@ class ClineParser(Parser):
             elif what in ("error", "api_req_failed", "mistake_limit_reached", "diff_error"):
                 s.add("context", text, role="system", ts=ts)
             elif what == "api_req_started":
+                requested = True
                 req = _json_arg(text)
                 hit = CLINE_CWD_RE.search(req.get("request") or "") if isinstance(req, dict) and isinstance(req.get("request"), str) else None
                 if hit and not s.cwd:

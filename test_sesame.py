@@ -2513,6 +2513,29 @@ def test_cline_ui_messages_kinds_cwd_times_and_dedupe(tmp_path):
     assert not any("environment_details" in c.text for c in s.chunks)
 
 
+def test_cline_task_opened_as_say_text_is_the_users_and_tool_lines_name_the_file(tmp_path):
+    # Cline and Roo Code write the task as say "text" before the first request (not say "task").
+    records = [
+        {"ts": 1735000000000, "type": "say", "say": "text", "text": "Why does the invoice parser drop VAT?",
+         "images": [], "files": []},
+        {"ts": 1735000000500, "type": "say", "say": "checkpoint_created"},
+        {"ts": 1735000001000, "type": "say", "say": "api_req_started", "text": json.dumps({"request": "<task>..."})},
+        {"ts": 1735000002000, "type": "say", "say": "text", "text": "Reading the parser."},
+        {"ts": 1735000003000, "type": "say", "say": "tool",
+         "text": json.dumps({"tool": "readFile", "path": "lib/invoice.dart", "content": "/w/lib/invoice.dart"})},
+        {"ts": 1735000004000, "type": "ask", "ask": "use_mcp_server",
+         "text": json.dumps({"type": "use_mcp_tool", "serverName": "gh", "toolName": "get_issue", "arguments": "{\"n\": 7}"})},
+    ]
+    s = parse_file("cline", write_file(tmp_path / "tasks" / "1" / "ui_messages.json", records))[0]
+    assert texts(s, "user") == ["Why does the invoice parser drop VAT?"]
+    assert texts(s, "assistant") == ["Reading the parser."]
+    read, mcp = [c for c in s.chunks if c.kind == "tool"]
+    assert read.tool == "readFile" and read.path == "lib/invoice.dart"
+    assert sesame.collapse("tool", read.text) == "lib/invoice.dart"   # what `show` prints after the name
+    assert "tool: readFile" not in read.text.split("\n", 1)[1]
+    assert mcp.tool == "get_issue" and '"n": 7' in mcp.text and "toolName" not in mcp.text
+
+
 def test_cline_api_history_only_task_wrapper_is_not_user_text(tmp_path):
     history = [
         {"role": "user", "content": [{"type": "text", "text": "<task>\nRename the config loader\n</task>"},
