@@ -4662,6 +4662,100 @@ class KiloParser(OpenCodeParser):
 # -------------------------------------------------------------------------------------------------
 
 COPILOT_TRUST_RE = LazyPattern(r"^Folder (.+) has been added to trusted folders")
+# What Copilot appends to the text the user typed in a `user.message` content (seen in VS Code's agent
+# writing this format, producer "copilot-agent", 2026-03): a <reminder>, the <attachments> (repository,
+# branch, pull request), then the typed text again inside <userRequest>.
+COPILOT_BLOCK_RE = LazyPattern(r"<(reminder|attachments|userRequest|current_datetime)\b[^>]*>(.*?)</\1>\s*", re.S)
+_YAML_ESCAPES = {"0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n", "v": "\v", "f": "\f",
+                 "r": "\r", "e": "\x1b", " ": " ", '"': '"', "/": "/", "\\": "\\", "N": "\x85", "_": "\xa0",
+                 "L": "\u2028", "P": "\u2029"}
+
+
+def _copilot_user(text):
+    """A user.message content -> (what the user typed, what Copilot injected around it)."""
+    requests, injected = [], []
+    for m in COPILOT_BLOCK_RE.finditer(text):
+        if m.group(1) == "userRequest":
+            requests.append(m.group(2).strip())
+        else:
+            injected.append(m.group(0).strip())
+    rest = COPILOT_BLOCK_RE.sub("", text).strip()
+    typed = "\n\n".join(requests)
+    if rest and _text_key(rest) != _text_key(typed):   # the typed text before the blocks is the request again
+        typed = (rest + "\n\n" + typed).strip()
+    return typed, "\n".join(injected)
+
+
+def _yaml_fold(lines):
+    """YAML line folding of a multi-line flow scalar: a break between two lines is a space, each
+    empty line a newline; the lines' surrounding blanks are not content."""
+    out = lines[0].rstrip(" \t")
+    blank = 0
+    for line in lines[1:]:
+        line = line.strip(" \t")
+        if not line:
+            blank += 1
+            continue
+        if out.endswith("\\") and (len(out) - len(out.rstrip("\\"))) % 2:   # an escaped line break
+            out = out[:-1] + "\n" * blank + line
+        else:
+            out += ("\n" * blank if blank else " ") + line
+        blank = 0
+    return out + "\n" * blank
+
+
+def _yaml_scalar(first, more):
+    """The value of a YAML scalar that starts with `first` (after "key:") and goes on over the
+    indented lines `more`: plain, single- or double-quoted (folded, escapes decoded) or a | / >
+    block. Enough for the flat files agents write (stdlib has no YAML parser)."""
+    first = first.strip()
+    if first[:1] in ("|", ">"):
+        body = list(more)
+        while body and not body[-1].strip():
+            body.pop()   # (trailing line breaks: what chomping decides, nothing a name needs)
+        indent = min((len(l) - len(l.lstrip(" ")) for l in body if l.strip()), default=0)
+        body = [l[indent:] for l in body]
+        return "\n".join(body) if first[0] == "|" else _yaml_fold(body) if body else ""
+    if first[:1] in ("'", '"'):
+        q, raw = first[0], "\n".join([first[1:]] + more)
+        i = 0
+        while i < len(raw):   # the closing quote: '' is a quote in '...', \" is one in "..."
+            if q == '"' and raw[i] == "\\":
+                i += 2
+                continue
+            if raw[i] == q:
+                if q == "'" and raw[i + 1:i + 2] == "'":
+                    i += 2
+                    continue
+                break
+            i += 1
+        value = _yaml_fold(raw[:i].split("\n"))
+        if q == "'":
+            return value.replace("''", "'")
+        return re.sub(r"\\(x[0-9A-Fa-f]{2}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|.)",
+                      lambda m: chr(int(m.group(1)[1:], 16)) if len(m.group(1)) > 1
+                      else _YAML_ESCAPES.get(m.group(1), m.group(0)), value)
+    return _yaml_fold([first.split(" #")[0]] + more)
+
+
+def _yaml_top_level(path, keys):
+    """{key: string value} of the top-level keys wanted in a small YAML file ({} when unreadable)."""
+    try:
+        with open_regular(path, text=True) as f:
+            lines = f.read(1 << 20).split("\n")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    found = {}
+    for i, line in enumerate(lines):
+        m = re.match(r"([A-Za-z_][\w-]*):(?:[ \t]+(.*))?\r?$", line)
+        if m and m.group(1) in keys:
+            more = []
+            for nxt in lines[i + 1:]:
+                if nxt.strip() and not nxt[:1].isspace():
+                    break   # the next top-level key
+                more.append(nxt.rstrip("\r"))
+            found[m.group(1)] = _yaml_scalar(m.group(2) or "", more)
+    return found
 
 
 @register
@@ -4676,7 +4770,7 @@ class CopilotParser(Parser):
     The system prompt (`system.message`) and encrypted reasoning are never indexed.
     """
 
-    id, label, version = "copilot", "GitHub Copilot CLI", 1
+    id, label, version = "copilot", "GitHub Copilot CLI", 2
 
     def default_roots(self, env):
         home = env_path(env, "COPILOT_HOME") or os.path.join(_home(env), ".copilot")
@@ -4702,7 +4796,7 @@ class CopilotParser(Parser):
         sessions = {None: top}
         tools = {None: ToolCalls(top)}
         subagent_names = {}
-        thinking_seen = set()
+        thinking_seen, injected_seen = set(), set()
         for _, e in iter_jsonl(path, report):
             etype, data = e.get("type"), e.get("data")
             if not isinstance(data, dict):
@@ -4735,7 +4829,11 @@ class CopilotParser(Parser):
                          "tool.execution_complete", "system.notification") or "compaction" in etype:
                 s.touch(ts)
             if etype == "user.message":
-                s.add("user", data.get("content") if isinstance(data.get("content"), str) else "", role="user", ts=ts)
+                typed, injected = _copilot_user(data.get("content") if isinstance(data.get("content"), str) else "")
+                s.add("user", typed, role="user", ts=ts)
+                if _text_key(injected) not in injected_seen:   # the same reminder and attachments each turn
+                    injected_seen.add(_text_key(injected))
+                    s.add("context", injected, role="user", ts=ts)
             elif etype == "assistant.reasoning":
                 text = data.get("content") if isinstance(data.get("content"), str) else ""
                 if text and text not in thinking_seen:
@@ -4782,21 +4880,16 @@ class CopilotParser(Parser):
             _finish_times(s, path)
         return out
 
+    def sidecars(self, path):
+        return [os.path.join(os.path.dirname(path), "workspace.yaml")] if os.path.basename(path) == "events.jsonl" else []
+
     @staticmethod
     def _workspace_name(folder):
-        """`name:` at the top level of workspace.yaml (written by /rename), without a YAML parser."""
-        try:
-            with open_regular(os.path.join(folder, "workspace.yaml"), text=True) as f:
-                for line in f:
-                    m = re.match(r"^name:\s*(.*?)\s*$", line)
-                    if m:
-                        value = m.group(1)
-                        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-                            value = value[1:-1]
-                        return value or None
-        except OSError:
-            pass
-        return None
+        """The session's name in workspace.yaml: `name:` (set by /rename), else the `summary:` Copilot
+        writes for its session list (often the first prompt, up to 500 characters over many lines:
+        its first line, as a list shows it)."""
+        meta = _yaml_top_level(os.path.join(folder, "workspace.yaml"), ("name", "summary"))
+        return " ".join((meta.get("name") or "").split()) or _one_line(meta.get("summary"))
 
     def _legacy_history(self, path):
         data = _load_json_file(path)

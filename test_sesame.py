@@ -2707,6 +2707,42 @@ def test_copilot_events_merge_tool_call_and_index_each_text_once(tmp_path):
     assert "Scanning migrations folder" not in texts(main, "assistant")
 
 
+def test_copilot_injected_blocks_are_context_once_and_the_typed_text_is_the_users_once(tmp_path):
+    # VS Code's agent writing this format appends a reminder, the attachments and the request again.
+    def turn(i, typed):
+        content = (typed + "\n <reminder>\nIMPORTANT: this context may or may not be relevant\n</reminder>\n"
+                   "<attachments>\n<attachment id=\"acme/shop\">\nRepository name: shop\nCurrent branch: main\n"
+                   "</attachment>\n\n</attachments>\n<userRequest>\n" + typed + "\n</userRequest>\n")
+        return {"type": "user.message", "data": {"content": content, "transformedContent": "<x>" + content},
+                "id": "e%d" % i, "timestamp": "2026-03-29T22:35:0%d.000Z" % i}
+    path = write_jsonl(tmp_path / "sid" / "events.jsonl", [
+        {"type": "session.start", "data": {"sessionId": "sid"}, "id": "e0", "timestamp": "2026-03-29T22:35:00.000Z"},
+        turn(1, "Rename the checkout button"), turn(2, "Now make it green")])
+    s = parse_file("copilot", path)[0]
+    assert texts(s, "user") == ["Rename the checkout button", "Now make it green"]
+    context = texts(s, "context")
+    assert len(context) == 1 and "<attachments>" in context[0] and "Current branch: main" in context[0]
+    assert not any("userRequest" in c.text or "IMPORTANT" in c.text for c in s.chunks if c.kind == "user")
+
+
+@pytest.mark.parametrize("yaml_text, name", [
+    ('summary: "Fix the login\\r\n\n  \\r\n\n  redirect loop \\"now\\"\n  please"\nsummary_count: 0\n',
+     "Fix the login"),
+    ('summary: "Fix the \\"login\\"\n    redirect\\u00e9 loop"\n', 'Fix the "login" redirect\u00e9 loop'),
+    ("id: x\nsummary: |-\n  Fix the following issues.\n\n  - Verify each finding\ncreated_at: 2026-04-02\n",
+     "Fix the following issues."),
+    ("summary: 'It''s the flaky\n  upload test'\n", "It's the flaky upload test"),
+    ("summary: plain words here\nname: Renamed by the user\n", "Renamed by the user"),
+])
+def test_copilot_workspace_summary_names_the_session_and_a_rename_wins(tmp_path, yaml_text, name):
+    folder = tmp_path / "session-state" / "sid"
+    path = write_jsonl(folder / "events.jsonl", [
+        {"type": "user.message", "data": {"content": "hello"}, "id": "e1", "timestamp": "2026-03-29T22:35:00.000Z"}])
+    write_file(folder / "workspace.yaml", yaml_text)
+    assert parse_file("copilot", path)[0].name == name
+    assert PARSERS["copilot"].sidecars(path) == [str(folder / "workspace.yaml")]
+
+
 def test_copilot_subagent_events_form_a_child_session(tmp_path):
     sessions = parse_file("copilot", write_jsonl(tmp_path / "sid-1.jsonl", am_copilot_events()))
     assert len(sessions) == 2
