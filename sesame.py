@@ -5271,7 +5271,7 @@ class DroidParser(Parser):
     text; those are indexed as context.
     """
 
-    id, label, version = "droid", "Factory Droid", 1
+    id, label, version = "droid", "Factory Droid", 2
     STREAM_TYPES = ("system", "message", "tool_call", "tool_result", "completion", "error")
 
     def default_roots(self, env):
@@ -5291,10 +5291,16 @@ class DroidParser(Parser):
             raise NotASessionFile("empty or not JSONL")
         if any(o.get("type") == "session_start" or (o.get("type") == "message" and isinstance(o.get("message"), dict))
                for o in head):
-            return [self._store(path, report)]
-        if any(o.get("type") in self.STREAM_TYPES and (o.get("session_id") or o.get("sessionId")) for o in head):
-            return [self._stream(path, report)]
-        raise NotASessionFile("no Droid session_start or stream-json events")
+            s = self._store(path, report)
+        elif any(o.get("type") in self.STREAM_TYPES and (o.get("session_id") or o.get("sessionId")) for o in head):
+            s = self._stream(path, report)
+        else:
+            raise NotASessionFile("no Droid session_start or stream-json events")
+        if not s.chunks:
+            # Droid writes session_start when a session opens (title "New Session"): one left before
+            # anything was said holds nothing to find. Listed with this reason, read again when it grows.
+            raise NotASessionFile("nothing said in it (a session opened and left)")
+        return [s]
 
     def _store(self, path, report):
         s = Session(self.id, os.path.splitext(os.path.basename(path))[0], path)

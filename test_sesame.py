@@ -3015,6 +3015,26 @@ def test_droid_stream_json_final_text_not_doubled(tmp_path):
     assert s.created == "2026-01-07T19:04:00.310Z"
 
 
+def test_droid_session_opened_and_left_is_listed_not_indexed_until_something_is_said(env, tmp_path, capsys):
+    root = tmp_path / "factory" / "sessions"
+    write_config({"sources": [{"parser": "droid", "path": str(root)}]}, tmp_path)
+    empty = write_jsonl(root / "-w" / "e1.jsonl", [
+        {"type": "session_start", "id": "e1", "title": "New Session", "sessionTitle": "New Session", "cwd": "/w"}])
+    write_jsonl(root / "-w" / "d1.jsonl", [
+        {"type": "session_start", "id": "d1", "title": "New Session", "sessionTitle": "Fix session cookies", "cwd": "/w"},
+        {"type": "message", "id": "m1", "timestamp": "2025-12-26T00:00:00Z",
+         "message": {"role": "user", "content": [{"type": "text", "text": "the session cookie expires early"}]}}])
+    summary = json.loads(run(capsys, "index", "--json")[1])
+    assert [p["path"] for p in summary["skipped"]] == [empty] and "nothing said" in summary["skipped"][0]["reason"]
+    assert search_ids(capsys, "session") == ["d1"]
+    status = json.loads(run(capsys, "status", "--json")[1])
+    assert [f["path"] for f in status["notIndexed"]] == [empty]
+    with open(empty, "a") as f:   # the user comes back and types
+        f.write(json.dumps({"type": "message", "id": "m1", "timestamp": "2025-12-27T00:00:00Z", "message": {
+            "role": "user", "content": [{"type": "text", "text": "rotate the session keys"}]}}) + "\n")
+    assert search_ids(capsys, "rotate") == ["e1"]
+
+
 def test_droid_rejects_other_jsonl(tmp_path):
     p = write_jsonl(tmp_path / "o.jsonl", [{"foo": 1}])
     with pytest.raises(NotASessionFile):
