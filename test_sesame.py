@@ -4268,6 +4268,223 @@ def test_each_append_is_read_from_the_last_stop_and_a_later_rewrite_is_still_not
     assert sum("about a trellis" in c["text"] for c in json.loads(out)["chunks"]) == 3
 
 
+def _iso(i):
+    return "2026-05-01T10:%02d:%02d.000Z" % (i // 60, i % 60)
+
+
+def _copilot_turn(i, word):
+    def ev(k, etype, data):
+        return {"type": etype, "data": data, "id": "e%d-%d" % (i, k), "timestamp": _iso(4 * i + k)}
+    call = {"toolCallId": "c%d" % i, "toolName": "bash", "arguments": {"command": "grep -r %s" % word}}
+    return [ev(0, "user.message", {"content": "question about the %s" % word}),
+            ev(1, "assistant.message", {"content": "answer about the %s" % word, "reasoningText": "think %s" % word,
+                                        "toolRequests": [{"toolCallId": "c%d" % i, "name": "bash",
+                                                          "arguments": json.dumps(call["arguments"])}]}),
+            ev(2, "tool.execution_start", call),
+            ev(3, "tool.execution_complete", {"toolCallId": "c%d" % i, "success": True,
+                                              "result": {"content": "found the %s" % word}})]
+
+
+def _droid_turn(i, word):
+    def msg(k, role, content):
+        return {"type": "message", "id": "m%d-%d" % (i, k), "timestamp": _iso(3 * i + k),
+                "message": {"role": role, "content": content}}
+    return [msg(0, "user", [{"type": "text", "text": "question about the %s" % word}]),
+            msg(1, "assistant", [{"type": "text", "text": "answer about the %s" % word},
+                                 {"type": "tool_use", "id": "t%d" % i, "name": "Execute", "input": {"command": "grep %s" % word}}]),
+            msg(2, "user", [{"type": "tool_result", "tool_use_id": "t%d" % i, "content": "found the %s" % word}])]
+
+
+def _kimi_code_turn(i, word):
+    def op(k, etype, **kw):
+        return dict(type=etype, time=1777629600000 + (5 * i + k) * 1000, **kw)
+    def loop(k, event):
+        return op(k, "context.append_loop_event", event=event)
+    return [op(0, "context.append_message", message={"role": "user", "content": [{"type": "text", "text": "question about the %s" % word}],
+                                                     "origin": {"kind": "user"}}),
+            loop(1, {"type": "content.part", "stepUuid": "s%d" % i, "part": {"type": "text", "text": "answer about the %s" % word}}),
+            loop(2, {"type": "tool.call", "toolCallId": "k%d" % i, "name": "Bash", "args": {"command": "grep %s" % word}}),
+            loop(3, {"type": "tool.result", "toolCallId": "k%d" % i, "result": {"output": "found the %s" % word}}),
+            loop(4, {"type": "step.end"})]
+
+
+def _kimi_cli_turn(i, word):
+    def ev(k, mtype, payload):
+        return {"timestamp": 1777629600 + 5 * i + k, "message": {"type": mtype, "payload": payload}}
+    return [ev(0, "TurnBegin", {"user_input": "question about the %s" % word}),
+            ev(1, "ContentPart", {"type": "text", "text": "answer about the %s" % word}),
+            ev(2, "ToolCall", {"id": "w%d" % i, "function": {"name": "Shell", "arguments": json.dumps({"command": "grep %s" % word})}}),
+            ev(3, "ToolResult", {"tool_call_id": "w%d" % i, "return_value": {"output": "found the %s" % word, "is_error": False}}),
+            ev(4, "TurnEnd", {})]
+
+
+def _openclaw_turn(i, word):
+    def entry(k, message):
+        return {"type": "message", "id": "o%d-%d" % (i, k), "timestamp": _iso(3 * i + k), "message": message}
+    return [entry(0, {"role": "user", "content": "question about the %s" % word}),
+            entry(1, {"role": "assistant", "content": [{"type": "text", "text": "answer about the %s" % word},
+                                                       {"type": "toolCall", "id": "x%d" % i, "name": "bash",
+                                                        "arguments": {"command": "grep %s" % word}}]}),
+            entry(2, {"role": "toolResult", "toolCallId": "x%d" % i, "toolName": "bash",
+                      "content": [{"type": "text", "text": "found the %s" % word}]})]
+
+
+# agent -> (parser, folder configured, file under it, session id, header lines, one turn)
+APPEND_FORMATS = {
+    "copilot": ("copilot", "session-state", "sid-c/events.jsonl", "sid-c",
+                [{"type": "session.start", "data": {"sessionId": "sid-c", "context": {"cwd": "/w"}}, "id": "e0",
+                  "timestamp": _iso(0)}], _copilot_turn),
+    "droid": ("droid", "sessions", "-w/sid-d.jsonl", "sid-d",
+              [{"type": "session_start", "id": "sid-d", "sessionTitle": "Droid work", "cwd": "/w"}], _droid_turn),
+    "kimi-code": ("kimi", "kimi-code", "wd_w/sid-k/agents/main/wire.jsonl", "sid-k",
+                  [{"type": "metadata", "protocol_version": "1.0", "created_at": 1777629600000}], _kimi_code_turn),
+    "kimi-cli": ("kimi", "kimi-sessions", "0123abcd/sid-w/wire.jsonl", "sid-w",
+                 [{"type": "metadata", "protocol_version": "1.9"}], _kimi_cli_turn),
+    "openclaw": ("openclaw", "agents", "main/sid-o.jsonl", "sid-o",
+                 [{"type": "session", "version": 3, "id": "sid-o", "timestamp": _iso(0), "cwd": "/w"}], _openclaw_turn),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(APPEND_FORMATS))
+def test_appends_to_each_agents_journal_are_read_from_the_last_stop_as_a_full_read_gives_them(fmt, env, tmp_path, capsys,
+                                                                                             monkeypatch):
+    parser, folder, name, sid, head, turn = APPEND_FORMATS[fmt]
+    root = tmp_path / folder
+    path = str(root / name)
+    write_config({"sources": [{"parser": parser, "path": str(root)}]}, tmp_path)
+    write_jsonl(path, head + turn(0, "gazebo"))
+
+    def append(records, raw_tail=""):
+        with open(path, "a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in records) + raw_tail)
+
+    def show():
+        code, out, err = run(capsys, "show", sid, "--json", "--max-chars", "0", "--no-refresh")
+        data = json.loads(out)
+        head = {k: data["session"][k] for k in ("sessionId", "name", "cwd", "created", "modified", "chunkCount")}
+        return head, [(c["kind"], c["tool"], c["text"]) for c in data["chunks"]]
+
+    run(capsys, "index")
+    starts = read_starts(monkeypatch)
+    size = os.path.getsize(path)
+    append(turn(1, "trellis"))                                      # an append: read from where the last read stopped
+    run(capsys, "index")
+    assert starts == [(os.path.basename(path), size)]
+    assert search_ids(capsys, "trellis", "--no-refresh") == [sid]
+
+    size = os.path.getsize(path)
+    lines = [json.dumps(r) for r in turn(2, "wisteria")]
+    append([], "\n".join(lines[:2]) + "\n" + lines[2][:15])          # ends in the middle of a line
+    run(capsys, "index")
+    assert search_ids(capsys, "question wisteria", "--no-refresh") == [sid]
+    del starts[:]
+    append([], lines[2][15:] + "\n" + "".join(l + "\n" for l in lines[3:]))   # the next append completes it
+    append(turn(3, "pergola"))
+    run(capsys, "index")
+    assert len(starts) == 1 and size <= starts[0][1] < os.path.getsize(path)
+    assert search_ids(capsys, "found wisteria", "--no-refresh") == [sid]
+    incremental = show()
+    assert sum("question about the wisteria" in text for _, _, text in incremental[1]) == 1
+    run(capsys, "index", "--full")
+    assert show() == incremental                                  # what a full read of the file gives
+
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:                                     # rewritten (the first words changed): read whole
+        f.write(text.replace("gazebo", "belvedere"))
+    del starts[:]
+    run(capsys, "index")
+    assert starts and all(start == 0 for _, start in starts)
+    assert search_ids(capsys, "belvedere", "--no-refresh") == [sid] and search_ids(capsys, "gazebo", "--no-refresh") == []
+
+
+def _extra_lines(fmt):
+    """Lines whose reading depends on earlier ones (repeats indexed once, streamed parts joined)."""
+    if fmt == "copilot":
+        return [{"type": "assistant.reasoning", "data": {"content": "weigh the options"}, "id": "r1", "timestamp": _iso(90)},
+                {"type": "assistant.message", "data": {"content": "done", "reasoningText": "weigh the options"},
+                 "id": "r2", "timestamp": _iso(91)},
+                {"type": "user.message", "data": {"content": "again\n<reminder>be brief</reminder>\n<userRequest>again</userRequest>"},
+                 "id": "r3", "timestamp": _iso(92)},
+                {"type": "user.message", "data": {"content": "more\n<reminder>be brief</reminder>\n<userRequest>more</userRequest>"},
+                 "id": "r4", "timestamp": _iso(93)}]
+    if fmt == "kimi-code":
+        return [{"type": "turn.steer", "input": "also check the logs", "time": 1777629700000},
+                {"type": "context.append_loop_event", "time": 1777629701000,
+                 "event": {"type": "content.part", "stepUuid": "z", "part": {"type": "text", "text": "part one, "}}},
+                {"type": "context.append_loop_event", "time": 1777629702000,
+                 "event": {"type": "content.part", "stepUuid": "z", "part": {"type": "text", "text": "part two"}}},
+                {"type": "context.append_message", "time": 1777629703000,
+                 "message": {"role": "user", "content": [{"type": "text", "text": "also check the logs"}], "origin": {"kind": "user"}}},
+                {"type": "context.append_message", "time": 1777629704000,
+                 "message": {"role": "assistant", "content": [{"type": "text", "text": "part one, part two"}]}}]
+    if fmt == "kimi-cli":
+        return [{"timestamp": 1777629700, "message": {"type": "ContentPart", "payload": {"type": "think", "think": "a "}}},
+                {"timestamp": 1777629701, "message": {"type": "ContentPart", "payload": {"type": "think", "think": "thought"}}},
+                {"timestamp": 1777629702, "message": {"type": "StepBegin", "payload": {}}},
+                {"timestamp": 1777629703, "message": {"type": "ContentPart", "payload": {"type": "text", "text": "the end"}}}]
+    if fmt == "openclaw":
+        return [{"type": "session_info", "name": "Named later", "timestamp": _iso(90)}]
+    return []
+
+
+DROID_STREAM = [
+    {"type": "system", "session_id": "sx", "timestamp": 1767812640310, "cwd": "/d"},
+    {"type": "message", "session_id": "sx", "timestamp": 1767812641000, "role": "user", "text": "List files"},
+    {"type": "message", "session_id": "sx", "timestamp": 1767812641500, "role": "assistant", "id": "a1", "text": "Look"},
+    {"type": "message", "session_id": "sx", "timestamp": 1767812641600, "role": "assistant", "id": "a1", "subtype": "delta",
+     "text": "ing now"},
+    {"type": "tool_call", "session_id": "sx", "timestamp": 1767812642000, "id": "c1", "toolName": "Execute",
+     "parameters": {"command": "ls"}},
+    {"type": "tool_result", "session_id": "sx", "timestamp": 1767812643000, "id": "c1", "value": {"stdout": "a.txt"}},
+    {"type": "message", "session_id": "sx", "timestamp": 1767812643500, "role": "assistant", "id": "a2", "text": "Done"},
+    {"type": "completion", "session_id": "sx", "timestamp": 1767812644000, "finalText": "Done"},
+]
+
+
+@pytest.mark.parametrize("fmt", sorted(APPEND_FORMATS) + ["droid-stream"])
+def test_a_journal_read_in_slices_stopping_at_every_clean_line_gives_what_one_read_gives(fmt, tmp_path):
+    if fmt == "droid-stream":
+        parser, path, records = "droid", str(tmp_path / "x.jsonl"), DROID_STREAM
+    else:
+        parser, folder, name, sid, head, turn = APPEND_FORMATS[fmt]
+        path = str(tmp_path / folder / name)
+        records = head + turn(0, "gazebo") + turn(1, "trellis") + _extra_lines(fmt) + turn(2, "pergola")
+    write_jsonl(path, records)
+    whole = PARSERS[parser].parse(path, ParseReport())[0]
+    chunks, resume, reads = [], None, 0
+    while True:   # as the indexer reads a large file: a slice at a time, each going on from the last checkpoint
+        s = PARSERS[parser].parse(path, ParseReport(), resume=resume, limit=1)[0]
+        chunks = chunks[:resume["seq"] if resume else 0] + [(c.kind, c.tool, c.text) for c in s.chunks]
+        reads += 1
+        if s.complete:
+            break
+        resume = s.checkpoint
+    assert reads >= 3
+    assert chunks == [(c.kind, c.tool, c.text) for c in whole.chunks]
+    meta = ("session_id", "name", "cwd", "created", "modified", "parent")
+    assert [getattr(s, k) for k in meta] == [getattr(whole, k) for k in meta]
+
+
+def test_a_copilot_sub_agent_appearing_in_an_append_makes_the_file_read_whole(env, tmp_path, capsys, monkeypatch):
+    root = tmp_path / "session-state"
+    path = str(root / "sid-c" / "events.jsonl")
+    write_config({"sources": [{"parser": "copilot", "path": str(root)}]}, tmp_path)
+    write_jsonl(path, APPEND_FORMATS["copilot"][4] + _copilot_turn(0, "gazebo"))
+    run(capsys, "index")
+    starts = read_starts(monkeypatch)
+    size = os.path.getsize(path)
+    with open(path, "a") as f:
+        f.write(json.dumps({"type": "subagent.started", "data": {"toolCallId": "task-1", "agentDisplayName": "Explorer"},
+                            "id": "s1", "timestamp": _iso(50)}) + "\n")
+        f.write(json.dumps({"type": "assistant.message", "data": {"parentToolCallId": "task-1", "content": "scanning the orangery"},
+                            "id": "s2", "timestamp": _iso(51)}) + "\n")
+    run(capsys, "index")
+    assert starts == [("events.jsonl", size), ("events.jsonl", 0)]   # tried from the checkpoint, then whole
+    assert search_ids(capsys, "orangery", "--no-refresh") == ["sid-c/task-1"]
+    assert search_ids(capsys, "gazebo", "--no-refresh") == ["sid-c"]
+
+
 def test_a_tool_call_waiting_for_its_result_is_completed_when_the_result_is_appended(env, capsys, monkeypatch):
     w = PiWriter(env, "wait-1")
     w.user("run the migrations").assistant("Running.", calls=[("c9", "bash", {"command": "alembic upgrade head"})])
