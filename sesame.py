@@ -5982,7 +5982,7 @@ class KimiParser(Parser):
                 text = text_of(e.get("input"))
                 if text.strip():
                     s.add("user", text, role="user", ts=ts)
-                    r.state["steered"] = r.state["steered"] + [text_digest(text.strip())]
+                    r.state["steered"] = (r.state["steered"] + [text_digest(text.strip())])[-50:]
             elif isinstance(etype, str) and etype not in self.IGNORED and not etype.startswith(("llm.", "tools.")) \
                     and etype != "context.append_loop_event":
                 report.unrecognized(etype)
