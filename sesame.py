@@ -1603,6 +1603,7 @@ class ToolCalls:
 
     def __init__(self, session):
         self.session, self.calls = session, {}
+        self.waiting = set()   # ids of the calls whose result has not come yet (see Resumption)
 
     def call(self, call_id, name, args, ts=None, role="assistant"):
         name = str(name or "tool")
@@ -1617,8 +1618,17 @@ class ToolCalls:
         s.add("tool", tool_text(name, args), role=role, tool=name, path=tool_path(args), ts=ts)
         if call_id and len(s.chunks) > before:
             self.calls[call_id] = {"idx": len(s.chunks) - 1, "name": name, "args": args, "output": None, "error": False}
+            self.waiting.add(call_id)
+
+    def give_up(self):
+        """Forget the calls still waiting for their result: they keep their chunk, without output, and
+        a result that comes later is a chunk of its own (as pi does with PENDING_CALL_LINES)."""
+        for call_id in self.waiting:
+            self.calls.pop(call_id, None)
+        self.waiting.clear()
 
     def result(self, call_id, output, is_error=False, name=None, ts=None):
+        self.waiting.discard(call_id)
         entry = self.calls.get(call_id) if call_id else None
         if entry is None:
             if output or is_error:
@@ -1700,6 +1710,76 @@ def _finish_times(s, path):
     """A session whose records name no time at all is dated by its file."""
     if s.created is None:
         s.created = s.modified = _file_mtime(path)
+
+
+# Resumable parsing of append-only JSONL (see Parser.resumable).
+
+def text_digest(text):
+    """A short stand-in for a text in a checkpoint's state (stored with the file row: the digest keeps
+    the text itself, and any secret in it, out of there)."""
+    return "%08x" % zlib.crc32((text or "").encode("utf-8", "surrogatepass"))
+
+
+class ReadFromStart(Exception):
+    """Raised by a resumable parser when the lines after its checkpoint cannot be joined to what it read
+    before (they start a second session in the file): the indexer then reads the file whole."""
+
+
+class Resumption:
+    """The bookkeeping of one resumable parse of a JSONL file: where it starts (0, or the checkpoint
+    of the last read), the state carried over, the last clean line seen, and the byte limit.
+
+    `state` holds what the parser keeps across lines (ids, names, digests of recent texts); its values
+    are replaced, never changed in place (each clean line takes a shallow copy). The session's
+    created/modified travel in it too, and `tail`, the (kind, digest) of the last chunks written
+    before the checkpoint, so that a parser can recognise a repeat of one of them (`recent`).
+    """
+
+    TAIL = 3
+
+    def __init__(self, s, resume, limit, **state):
+        self.s, self.limit = s, limit
+        self.start = resume["offset"] if resume else 0
+        self.seq = resume["seq"] if resume else 0
+        self.state = dict(resume["state"]) if resume else dict(state, created=None, modified=None, tail=[])
+        s.created, s.modified, s.complete = self.state["created"], self.state["modified"], True
+        self.lines, self.waiting_since = 0, None
+        self.mark = (self.start, 0, dict(self.state))
+
+    def recent(self):
+        """(kind, digest) of the session's last TAIL chunks, those read before the checkpoint included."""
+        own = [(c.kind, text_digest(c.text)) for c in self.s.chunks[-self.TAIL:]]
+        return ([tuple(t) for t in self.state["tail"]] + own)[-self.TAIL:]
+
+    def line_done(self, offset, waiting=False, give_up=None, settled=True):
+        """Called after each line (ending at byte `offset`). The line is clean when no tool call waits
+        for its result (`waiting`; a wait of more than PENDING_CALL_LINES lines is given up through
+        give_up(), as a full read gives it up) and nothing else is open (`settled`: e.g. a chunk that
+        streamed parts still extend). Returns True when the parse stops here: a clean line at or past
+        the byte limit (never before the first chunk: a slice that gives nothing only costs a read)."""
+        self.lines += 1
+        if waiting:
+            if self.waiting_since is None:
+                self.waiting_since = self.lines
+            if give_up is None or self.lines - self.waiting_since <= PENDING_CALL_LINES:
+                return False
+            give_up()
+        self.waiting_since = None
+        if not settled:
+            return False
+        self.state["created"], self.state["modified"] = self.s.created, self.s.modified
+        self.mark = (offset, len(self.s.chunks), dict(self.state))
+        if self.limit and offset - self.start >= self.limit and (self.s.chunks or self.seq):
+            self.s.complete = False
+            return True
+        return False
+
+    def finish(self):
+        """Put the last clean line's checkpoint on the session (the next read goes on from there)."""
+        offset, n, state = self.mark
+        own = [[c.kind, text_digest(c.text)] for c in self.s.chunks[max(0, n - self.TAIL):n]]
+        state["tail"] = ([list(t) for t in state["tail"]] + own)[-self.TAIL:]
+        self.s.checkpoint = {"offset": offset, "seq": self.seq + n, "state": state}
 
 
 # -------------------------------------------------------------------------------------------------
@@ -4374,6 +4454,130 @@ class _AiderSession:
 
 
 # -------------------------------------------------------------------------------------------------
+# SpecStory (specstoryai): <project>/.specstory/history/<time>-<slug>.md, exports of Cursor, Claude Code...
+# -------------------------------------------------------------------------------------------------
+
+# A turn starts with `_**User**_`, `_**Assistant**_` (2025 exports), or with a model and a time
+# `_**User (2026-07-13 13:40:49Z)**_`, `_**Agent (claude-opus-4-8 2026-07-13 13:40:56Z)**_`
+# (" - sidechain" marks a sub-agent's turn, kept with the session that ran it).
+SPECSTORY_TURN_RE = LazyPattern(r"^_\*\*(User|Assistant|Agent)\b[^(*]*(?:\((.*)\))?\*\*_\s*$")
+SPECSTORY_TIME_RE = LazyPattern(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d(?:\.\d+)?)?Z?")
+SPECSTORY_TITLE_RE = LazyPattern(r"^# (.*?)\s*(?:\((\d{4}-\d\d-\d\d[^)]*)\))?\s*$")
+SPECSTORY_FILE_TIME_RE = LazyPattern(r"^(\d{4}-\d\d-\d\d)_(\d\d)-(\d\d)(?:-(\d\d))?Z?")
+# Inside a turn: the model's reasoning, a tool use (name and kind in attributes, a <summary> saying
+# what it did, then its output), and in older exports a bare <details> block (a listing, a search).
+SPECSTORY_BLOCK_RE = LazyPattern(r"<think>(.*?)</think>|<tool-use\b([^>]*)>(.*?)</tool-use>|<details>(.*?)</details>",
+                                 re.S)
+SPECSTORY_SUMMARY_RE = LazyPattern(r"^\s*(?:<details>)?\s*<summary>(.*?)</summary>(.*?)(?:</details>\s*)?$", re.S)
+
+
+@register
+class SpecStoryParser(Parser):
+    """SpecStory exports: one Markdown file per conversation, written into the project it was held in.
+
+    The extension (Cursor, VS Code Copilot) and the CLI (wrapping Claude Code, Codex, Gemini...) save
+    each conversation as `.specstory/history/<UTC time>-<slug>.md`: `<!-- Generated by SpecStory -->`,
+    `# <title> (<time>)`, then turns under `_**User**_` / `_**Assistant**_` / `_**Agent**_` headers
+    (newer exports put the model and the time in the header), pieces of a turn separated by `---`
+    lines. The model's reasoning is a `<think>` block and tool calls `<tool-use data-tool-name=...>`
+    blocks (older exports: bare `<details>` blocks). Like Aider's files they sit inside projects, so
+    they are found under configured folders only; the cwd is the project the file is in.
+    """
+
+    id, label, version = "specstory", "SpecStory", 1
+
+    def default_roots(self, env):
+        return []  # no global location: SpecStory writes into each project; configure folders holding projects
+
+    def list_files(self, root):
+        if os.path.isfile(root):
+            return [root]
+        return [f for f in walk_projects(root, lambda n: n.endswith(".md"), allow_hidden=(".specstory",))
+                if f.split(os.sep)[-3:-1] == [".specstory", "history"]]
+
+    def parse(self, path, report):
+        head = read_head(path, 65536)
+        if b"Generated by SpecStory" not in head and not re.search(rb"(?m)^_\*\*User\b", head):
+            raise NotASessionFile("no SpecStory header or _**User**_ turn")
+        abspath = os.path.abspath(path)
+        import hashlib   # no ids in the file (the agent's own id only in newer ones): its path is the id
+        s = Session(self.id, hashlib.sha1(abspath.encode("utf-8")).hexdigest()[:32], path)
+        parts = abspath.split(os.sep)
+        s.cwd = os.sep.join(parts[:-3]) if parts[-3:-1] == [".specstory", "history"] else os.path.dirname(abspath)
+        # The file name's time is UTC (newer names end in Z); the title's time in older exports is the
+        # user's local time without a zone (a 2025 export: name 21-16, title 18:16:34): the name wins.
+        m = SPECSTORY_FILE_TIME_RE.match(os.path.basename(path))
+        start = norm_time("%s %s:%s:%sZ" % (m.group(1), m.group(2), m.group(3), m.group(4) or "00")) if m else None
+        role, ts, lines, fence = None, None, [], None
+        with open_regular(path, text=True) as f:
+            for line in f:
+                line = line.rstrip("\r\n")
+                # A turn header is one wherever it is: a prompt with an unclosed ``` (pasted code
+                # often has one) must not swallow the turns after it. A `---` inside a fence is code.
+                turn = SPECSTORY_TURN_RE.match(line) if line.startswith("_**") else None
+                marker = line.lstrip()[:3]
+                if fence and not turn:
+                    lines.append(line)
+                    if marker == fence and not line.strip().strip(fence[0]):
+                        fence = None
+                    continue
+                if marker in ("```", "~~~"):
+                    fence = marker
+                    lines.append(line)
+                    continue
+                if turn or line.strip() == "---":
+                    fence = None
+                    self._piece(s, role, "\n".join(lines), ts or start)
+                    lines = []
+                    if turn:
+                        role = "user" if turn.group(1) == "User" else "assistant"
+                        when = SPECSTORY_TIME_RE.search(turn.group(2) or "")
+                        ts = norm_time(when.group(0)) if when else ts
+                        s.touch(ts)
+                    continue
+                if role is None:   # the file's header: the title (or just a time, in newer exports)
+                    title = SPECSTORY_TITLE_RE.match(line)
+                    if title and not s.name:
+                        s.name = title.group(1) if not SPECSTORY_TIME_RE.fullmatch(title.group(1)) else None
+                        start = start or norm_time(title.group(2))
+                    continue
+                lines.append(line)
+        self._piece(s, role, "\n".join(lines), ts or start)
+        if not any(c.kind == "user" for c in s.chunks):
+            raise NotASessionFile("no user turn")
+        s.touch(start)
+        if s.modified == start:   # no turn times (older exports): SpecStory rewrites the file as the chat goes on
+            s.touch(max(start, _file_mtime(path)) if start else None)
+        _finish_times(s, path)
+        return [s]
+
+    @staticmethod
+    def _piece(s, role, text, ts):
+        """One `---`-separated piece of a turn: its text, reasoning and tool uses in their order."""
+        if role is None or not text.strip():
+            return
+        at = 0
+        for m in SPECSTORY_BLOCK_RE.finditer(text):
+            s.add(role, text[at:m.start()], role=role, ts=ts)
+            at = m.end()
+            think, attrs, use, details = m.groups()
+            if think is not None:
+                inner = SPECSTORY_SUMMARY_RE.match(think)
+                s.add("thinking", inner.group(2) if inner else think, role="assistant", ts=ts)
+                continue
+            name = re.search(r'data-tool-name="([^"]*)"', attrs or "")
+            name = name.group(1) if name and name.group(1) else "tool"
+            inner = SPECSTORY_SUMMARY_RE.match(use if use is not None else details)
+            summary, output = (inner.group(1), inner.group(2)) if inner else ("", use or details)
+            # "Tool use: **read_file** • Read file: src/app.py": what it did, without the name again
+            summary = re.sub(r"^Tool use: \*\*[^*]*\*\*\s*(?:•\s*)?", "", summary.strip())
+            path = re.search(r"\bfile: `?([^`•\n]+?)`?\s*(?:•|$)", summary)
+            s.add("tool", tool_text(name, {"summary": summary} if summary else None, output.strip()), role=role,
+                  tool=name, path=path.group(1) if path else None, ts=ts)
+        s.add(role, text[at:], role=role, ts=ts)
+
+
+# -------------------------------------------------------------------------------------------------
 # Cline / Roo Code / Kilo Code (cline/cline, RooCodeInc/Roo-Code): globalStorage/<extension>/tasks/<taskId>/, ~/.cline/data
 # -------------------------------------------------------------------------------------------------
 
@@ -4403,7 +4607,7 @@ class ClineParser(Parser):
     session is listed in data/db/sessions.db, which adds nothing to search.
     """
 
-    id, label, version = "cline", "Cline / Roo Code / Kilo Code", 2
+    id, label, version = "cline", "Cline / Roo Code / Kilo Code", 3
     verified = "3.0.65, 2026-11-24"   # the Cline CLI (SDK layout)
     # ui_messages records (say or ask types) with nothing to search: progress, costs, retries, checkpoints,
     # approvals, hooks, screenshots, state snapshots (Cline, Roo Code and Kilo Code alike).
@@ -4502,6 +4706,7 @@ class ClineParser(Parser):
         tools = ToolCalls(s)
         last_tool = None       # the command / MCP call whose output the next *_output record is
         last_text = None       # Cline repeats a completion as say and then ask: index it once
+        requested = False      # whether the model has been asked anything yet (an api_req_started seen)
         for m in messages:
             if not isinstance(m, dict):
                 report.skip("malformed message")
@@ -4510,7 +4715,10 @@ class ClineParser(Parser):
             s.touch(ts)
             what = m.get("say") or m.get("ask")
             text = m.get("text") if isinstance(m.get("text"), str) else ""
-            if what in ("task", "user_feedback"):
+            if what in ("task", "user_feedback") or (what == "text" and not requested):
+                # Cline and Roo Code open a task with say("text", task, images) (cline/cline
+                # src/core/task/index.ts startTask): a text before the first request to the model
+                # can only be what the user typed.
                 s.add("user", text, role="user", ts=ts)
             elif what in ("text", "completion_result", "followup", "plan_mode_respond", "act_mode_respond", "qna_respond"):
                 if what in ("followup", "plan_mode_respond", "act_mode_respond", "qna_respond"):
@@ -4527,9 +4735,13 @@ class ClineParser(Parser):
                     name, args = "execute_command", {"command": text}
                 else:
                     args = _json_arg(text)
-                    name = (args.get("tool") or args.get("toolName") or what) if isinstance(args, dict) else what
-                    if isinstance(args, dict) and isinstance(args.get("arguments"), str):
-                        args = dict(args, arguments=_json_arg(args["arguments"]))
+                    name = what
+                    if isinstance(args, dict):
+                        # {"tool": "readFile", "path": ...}, {"toolName": ..., "arguments": "{...}"}:
+                        # the key that names the tool is the name, not one of its arguments.
+                        named_by = "tool" if args.get("tool") else "toolName" if args.get("toolName") else None
+                        name = args[named_by] if named_by else what
+                        args = {k: (_json_arg(v) if k == "arguments" else v) for k, v in args.items() if k != named_by}
                 key = "%s\x00%s" % (what, text)
                 if key == last_tool:
                     continue   # the approval request (ask) and the record of the run (say)
@@ -4545,6 +4757,7 @@ class ClineParser(Parser):
             elif what in ("error", "api_req_failed", "mistake_limit_reached", "diff_error"):
                 s.add("context", text, role="system", ts=ts)
             elif what == "api_req_started":
+                requested = True
                 req = _json_arg(text)
                 hit = CLINE_CWD_RE.search(req.get("request") or "") if isinstance(req, dict) and isinstance(req.get("request"), str) else None
                 if hit and not s.cwd:
@@ -4721,6 +4934,100 @@ class KiloParser(OpenCodeParser):
 # -------------------------------------------------------------------------------------------------
 
 COPILOT_TRUST_RE = LazyPattern(r"^Folder (.+) has been added to trusted folders")
+# What Copilot appends to the text the user typed in a `user.message` content (seen in VS Code's agent
+# writing this format, producer "copilot-agent", 2026-03): a <reminder>, the <attachments> (repository,
+# branch, pull request), then the typed text again inside <userRequest>.
+COPILOT_BLOCK_RE = LazyPattern(r"<(reminder|attachments|userRequest|current_datetime)\b[^>]*>(.*?)</\1>\s*", re.S)
+_YAML_ESCAPES = {"0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n", "v": "\v", "f": "\f",
+                 "r": "\r", "e": "\x1b", " ": " ", '"': '"', "/": "/", "\\": "\\", "N": "\x85", "_": "\xa0",
+                 "L": "\u2028", "P": "\u2029"}
+
+
+def _copilot_user(text):
+    """A user.message content -> (what the user typed, what Copilot injected around it)."""
+    requests, injected = [], []
+    for m in COPILOT_BLOCK_RE.finditer(text):
+        if m.group(1) == "userRequest":
+            requests.append(m.group(2).strip())
+        else:
+            injected.append(m.group(0).strip())
+    rest = COPILOT_BLOCK_RE.sub("", text).strip()
+    typed = "\n\n".join(requests)
+    if rest and _text_key(rest) != _text_key(typed):   # the typed text before the blocks is the request again
+        typed = (rest + "\n\n" + typed).strip()
+    return typed, "\n".join(injected)
+
+
+def _yaml_fold(lines):
+    """YAML line folding of a multi-line flow scalar: a break between two lines is a space, each
+    empty line a newline; the lines' surrounding blanks are not content."""
+    out = lines[0].rstrip(" \t")
+    blank = 0
+    for line in lines[1:]:
+        line = line.strip(" \t")
+        if not line:
+            blank += 1
+            continue
+        if out.endswith("\\") and (len(out) - len(out.rstrip("\\"))) % 2:   # an escaped line break
+            out = out[:-1] + "\n" * blank + line
+        else:
+            out += ("\n" * blank if blank else " ") + line
+        blank = 0
+    return out + "\n" * blank
+
+
+def _yaml_scalar(first, more):
+    """The value of a YAML scalar that starts with `first` (after "key:") and goes on over the
+    indented lines `more`: plain, single- or double-quoted (folded, escapes decoded) or a | / >
+    block. Enough for the flat files agents write (stdlib has no YAML parser)."""
+    first = first.strip()
+    if first[:1] in ("|", ">"):
+        body = list(more)
+        while body and not body[-1].strip():
+            body.pop()   # (trailing line breaks: what chomping decides, nothing a name needs)
+        indent = min((len(l) - len(l.lstrip(" ")) for l in body if l.strip()), default=0)
+        body = [l[indent:] for l in body]
+        return "\n".join(body) if first[0] == "|" else _yaml_fold(body) if body else ""
+    if first[:1] in ("'", '"'):
+        q, raw = first[0], "\n".join([first[1:]] + more)
+        i = 0
+        while i < len(raw):   # the closing quote: '' is a quote in '...', \" is one in "..."
+            if q == '"' and raw[i] == "\\":
+                i += 2
+                continue
+            if raw[i] == q:
+                if q == "'" and raw[i + 1:i + 2] == "'":
+                    i += 2
+                    continue
+                break
+            i += 1
+        value = _yaml_fold(raw[:i].split("\n"))
+        if q == "'":
+            return value.replace("''", "'")
+        return re.sub(r"\\(x[0-9A-Fa-f]{2}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|.)",
+                      lambda m: chr(int(m.group(1)[1:], 16)) if len(m.group(1)) > 1
+                      else _YAML_ESCAPES.get(m.group(1), m.group(0)), value)
+    return _yaml_fold([first.split(" #")[0]] + more)
+
+
+def _yaml_top_level(path, keys):
+    """{key: string value} of the top-level keys wanted in a small YAML file ({} when unreadable)."""
+    try:
+        with open_regular(path, text=True) as f:
+            lines = f.read(1 << 20).split("\n")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    found = {}
+    for i, line in enumerate(lines):
+        m = re.match(r"([A-Za-z_][\w-]*):(?:[ \t]+(.*))?\r?$", line)
+        if m and m.group(1) in keys:
+            more = []
+            for nxt in lines[i + 1:]:
+                if nxt.strip() and not nxt[:1].isspace():
+                    break   # the next top-level key
+                more.append(nxt.rstrip("\r"))
+            found[m.group(1)] = _yaml_scalar(m.group(2) or "", more)
+    return found
 
 
 @register
@@ -4735,7 +5042,7 @@ class CopilotParser(Parser):
     The system prompt (`system.message`) and encrypted reasoning are never indexed.
     """
 
-    id, label, version = "copilot", "GitHub Copilot CLI", 1
+    id, label, version = "copilot", "GitHub Copilot CLI", 3
 
     def default_roots(self, env):
         home = env_path(env, "COPILOT_HOME") or os.path.join(_home(env), ".copilot")
@@ -4749,113 +5056,134 @@ class CopilotParser(Parser):
         return [f for f in files if os.path.basename(f) == "events.jsonl"
                 or os.path.dirname(os.path.abspath(f)) == top]
 
-    def parse(self, path, report):
+    resumable = True
+    SEEN = 50   # texts remembered to index each once: the last thoughts, the distinct injected blocks
+
+    def parse(self, path, report, resume=None, limit=None):
         if path.endswith(".json"):
-            return self._legacy_history(path)
+            return self._legacy_history(path)   # one JSON document: read whole, no checkpoint
         head = first_json_line(path)
         if not head or not isinstance(head.get("type"), str) or "data" not in head:
             raise NotASessionFile("no Copilot event envelope")
         folder_id = os.path.basename(os.path.dirname(path)) if os.path.basename(path) == "events.jsonl" \
             else os.path.splitext(os.path.basename(path))[0]
         top = Session(self.id, folder_id, path)
+        r = Resumption(top, resume, limit, session_id=None, cwd=None, subagents={}, thoughts=[], injected=[])
+        state = r.state
         sessions = {None: top}
         tools = {None: ToolCalls(top)}
-        subagent_names = {}
-        thinking_seen = set()
-        for _, e in iter_jsonl(path, report):
+        for offset, e in iter_jsonl(path, report, r.start):
             etype, data = e.get("type"), e.get("data")
-            if not isinstance(data, dict):
-                report.skip("malformed event")
-                continue
-            ts = norm_time(e.get("timestamp"))
-            if etype in ("session.start", "session.resume"):
-                if etype == "session.start" and isinstance(data.get("sessionId"), str) and data["sessionId"]:
-                    top.session_id = data["sessionId"]
-                ctx = data.get("context")
-                if isinstance(ctx, dict) and isinstance(ctx.get("cwd"), str) and not top.cwd:
-                    top.cwd = ctx["cwd"]
-                top.touch(norm_time(data.get("startTime")) or ts)
-                continue
-            if etype == "session.info":
-                hit = COPILOT_TRUST_RE.match(str(data.get("message") or ""))
-                if hit and not top.cwd:
-                    top.cwd = hit.group(1)
-                continue
-            if etype == "subagent.started" and data.get("toolCallId"):
-                subagent_names[data["toolCallId"]] = data.get("agentDisplayName") or data.get("agentName")
-                continue
-            sub = data.get("parentToolCallId")
+            sub = data.get("parentToolCallId") if isinstance(data, dict) else None
             if sub not in sessions:
+                if resume:   # a sub-agent's first event: a second session in the file (see ReadFromStart)
+                    raise ReadFromStart()
                 child = Session(self.id, None, path)   # id set once the parent's id is known
                 sessions[sub] = child
                 tools[sub] = ToolCalls(child)
-            s, calls = sessions[sub], tools[sub]
-            if etype in ("user.message", "assistant.message", "assistant.reasoning", "tool.execution_start",
-                         "tool.execution_complete", "system.notification") or "compaction" in etype:
-                s.touch(ts)
-            if etype == "user.message":
-                s.add("user", data.get("content") if isinstance(data.get("content"), str) else "", role="user", ts=ts)
-            elif etype == "assistant.reasoning":
-                text = data.get("content") if isinstance(data.get("content"), str) else ""
-                if text and text not in thinking_seen:
-                    thinking_seen.add(text)
-                    s.add("thinking", text, role="assistant", ts=ts)
-            elif etype == "assistant.message":
-                text = data.get("reasoningText")
-                if isinstance(text, str) and text and text not in thinking_seen:
-                    thinking_seen.add(text)
-                    s.add("thinking", text, role="assistant", ts=ts)
-                s.add("assistant", data.get("content") if isinstance(data.get("content"), str) else "",
-                      role="assistant", ts=ts)
-                for req in data.get("toolRequests") or []:
-                    if isinstance(req, dict):
-                        calls.call(req.get("toolCallId"), str(req.get("name") or "tool"), _json_arg(req.get("arguments")), ts=ts)
-            elif etype == "tool.execution_start":
-                calls.call(data.get("toolCallId"), str(data.get("toolName") or "tool"), _json_arg(data.get("arguments")), ts=ts)
-            elif etype == "tool.execution_complete":
-                result = data.get("result")
-                output = result.get("content") if isinstance(result, dict) else result
-                if not isinstance(output, str):
-                    output = text_of(output)
-                error = data.get("error")
-                if not output and isinstance(error, dict):
-                    output = str(error.get("message") or "")
-                calls.result(data.get("toolCallId"), output, data.get("success") is False, ts=ts)
-            elif etype == "system.notification":
-                s.add("context", data.get("content") if isinstance(data.get("content"), str) else "", role="system", ts=ts)
-            elif "compaction" in etype:
-                summary = data.get("summaryContent") or data.get("summary")
-                if isinstance(summary, str):
-                    s.add("summary", summary, role="system", ts=ts)
-            # model changes, turns, hooks, usage, shutdown, the system prompt: not conversation
+            self._event(e, etype, data, sessions[sub], tools[sub], state, report)
+            if r.line_done(offset, tools[None].waiting, tools[None].give_up) and len(sessions) == 1:
+                break
+        top.session_id = state["session_id"] or folder_id
+        top.cwd = state["cwd"]
         top.name = self._workspace_name(os.path.dirname(path)) if os.path.basename(path) == "events.jsonl" else None
         out = [top]
+        if len(sessions) == 1:
+            r.finish()
+        else:   # sub-agents' sessions: the file is read whole each time (the indexer resumes one session)
+            top.complete = True
         for key, child in sessions.items():
             if key is None or not child.chunks:
                 continue
             child.session_id = "%s/%s" % (top.session_id, key)
             child.parent, child.cwd = top.session_id, top.cwd
-            child.name = subagent_names.get(key)
+            child.name = state["subagents"].get(key)
             out.append(child)
         for s in out:
             _finish_times(s, path)
         return out
 
+    def _event(self, e, etype, data, s, calls, state, report):
+        """One event of the log, into its session `s` (the top one or a sub-agent's)."""
+        if not isinstance(data, dict):
+            report.skip("malformed event")
+            return
+        ts = norm_time(e.get("timestamp"))
+        if etype in ("session.start", "session.resume"):
+            if etype == "session.start" and isinstance(data.get("sessionId"), str) and data["sessionId"]:
+                state["session_id"] = data["sessionId"]
+            ctx = data.get("context")
+            if isinstance(ctx, dict) and isinstance(ctx.get("cwd"), str) and not state["cwd"]:
+                state["cwd"] = ctx["cwd"]
+            s.touch(norm_time(data.get("startTime")) or ts)
+            return
+        if etype == "session.info":
+            hit = COPILOT_TRUST_RE.match(str(data.get("message") or ""))
+            if hit and not state["cwd"]:
+                state["cwd"] = hit.group(1)
+            return
+        if etype == "subagent.started" and data.get("toolCallId"):
+            state["subagents"] = dict(state["subagents"], **{
+                str(data["toolCallId"]): data.get("agentDisplayName") or data.get("agentName")})
+            return
+        if etype in ("user.message", "assistant.message", "assistant.reasoning", "tool.execution_start",
+                     "tool.execution_complete", "system.notification") or "compaction" in str(etype):
+            s.touch(ts)
+        if etype == "user.message":
+            typed, injected = _copilot_user(data.get("content") if isinstance(data.get("content"), str) else "")
+            s.add("user", typed, role="user", ts=ts)
+            if self._first_time(state, "injected", injected):   # the same reminder and attachments each turn
+                s.add("context", injected, role="user", ts=ts)
+        elif etype == "assistant.reasoning":
+            text = data.get("content") if isinstance(data.get("content"), str) else ""
+            if text and self._first_time(state, "thoughts", text):
+                s.add("thinking", text, role="assistant", ts=ts)
+        elif etype == "assistant.message":
+            text = data.get("reasoningText")
+            if isinstance(text, str) and text and self._first_time(state, "thoughts", text):
+                s.add("thinking", text, role="assistant", ts=ts)
+            s.add("assistant", data.get("content") if isinstance(data.get("content"), str) else "",
+                  role="assistant", ts=ts)
+            for req in data.get("toolRequests") or []:
+                if isinstance(req, dict):
+                    calls.call(req.get("toolCallId"), str(req.get("name") or "tool"), _json_arg(req.get("arguments")), ts=ts)
+        elif etype == "tool.execution_start":
+            calls.call(data.get("toolCallId"), str(data.get("toolName") or "tool"), _json_arg(data.get("arguments")), ts=ts)
+        elif etype == "tool.execution_complete":
+            result = data.get("result")
+            output = result.get("content") if isinstance(result, dict) else result
+            if not isinstance(output, str):
+                output = text_of(output)
+            error = data.get("error")
+            if not output and isinstance(error, dict):
+                output = str(error.get("message") or "")
+            calls.result(data.get("toolCallId"), output, data.get("success") is False, ts=ts)
+        elif etype == "system.notification":
+            s.add("context", data.get("content") if isinstance(data.get("content"), str) else "", role="system", ts=ts)
+        elif "compaction" in str(etype):
+            summary = data.get("summaryContent") or data.get("summary")
+            if isinstance(summary, str):
+                s.add("summary", summary, role="system", ts=ts)
+        # model changes, turns, hooks, usage, shutdown, the system prompt: not conversation
+
+    def _first_time(self, state, key, text):
+        """Whether `text` is not among the last SEEN texts of state[key] (then it is remembered)."""
+        digest = text_digest(_text_key(text))
+        if not text.strip() or digest in state[key]:
+            return False
+        state[key] = (state[key] + [digest])[-self.SEEN:]
+        return True
+
+    def sidecars(self, path):
+        return [os.path.join(os.path.dirname(path), "workspace.yaml")] if os.path.basename(path) == "events.jsonl" else []
+
     @staticmethod
     def _workspace_name(folder):
-        """`name:` at the top level of workspace.yaml (written by /rename), without a YAML parser."""
-        try:
-            with open_regular(os.path.join(folder, "workspace.yaml"), text=True) as f:
-                for line in f:
-                    m = re.match(r"^name:\s*(.*?)\s*$", line)
-                    if m:
-                        value = m.group(1)
-                        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-                            value = value[1:-1]
-                        return value or None
-        except OSError:
-            pass
-        return None
+        """The session's name in workspace.yaml: `name:` (set by /rename), else the `summary:` Copilot
+        writes for its session list (often the first prompt, up to 500 characters over many lines:
+        its first line, as a list shows it)."""
+        meta = _yaml_top_level(os.path.join(folder, "workspace.yaml"), ("name", "summary"))
+        return " ".join((meta.get("name") or "").split()) or _one_line(meta.get("summary"))
 
     def _legacy_history(self, path):
         data = _load_json_file(path)
@@ -5237,7 +5565,7 @@ class DroidParser(Parser):
     text; those are indexed as context.
     """
 
-    id, label, version = "droid", "Factory Droid", 1
+    id, label, version = "droid", "Factory Droid", 3
     STREAM_TYPES = ("system", "message", "tool_call", "tool_result", "completion", "error")
 
     def default_roots(self, env):
@@ -5247,92 +5575,106 @@ class DroidParser(Parser):
     def list_files(self, root):
         return walk_files(root, lambda n: n.endswith(".jsonl"), max_depth=4)
 
-    def parse(self, path, report):
-        head = []
-        for _, obj in iter_jsonl(path, ParseReport()):
-            head.append(obj)
-            if len(head) >= 5:
-                break
-        if not head:
-            raise NotASessionFile("empty or not JSONL")
-        if any(o.get("type") == "session_start" or (o.get("type") == "message" and isinstance(o.get("message"), dict))
-               for o in head):
-            return [self._store(path, report)]
-        if any(o.get("type") in self.STREAM_TYPES and (o.get("session_id") or o.get("sessionId")) for o in head):
-            return [self._stream(path, report)]
-        raise NotASessionFile("no Droid session_start or stream-json events")
+    resumable = True
 
-    def _store(self, path, report):
-        s = Session(self.id, os.path.splitext(os.path.basename(path))[0], path)
-        calls = ToolCalls(s)
-        for _, e in iter_jsonl(path, report):
-            etype = e.get("type")
-            if etype == "session_start":
-                s.session_id = _str(e.get("id")) or s.session_id
-                s.name = _str(e.get("sessionTitle")) or _str(e.get("title")) or s.name
-                s.cwd = _str(e.get("cwd")) or s.cwd
-                continue
-            if etype != "message":
-                continue  # settings/todo/compaction bookkeeping: nothing to search
-            m = e.get("message")
-            if not isinstance(m, dict):
-                report.skip("malformed message")
-                continue
-            ts = norm_time(e.get("timestamp"))
-            s.touch(ts)
-            role, content = m.get("role"), m.get("content")
-            if isinstance(content, str):
-                content = [{"type": "text", "text": content}]
-            if not isinstance(content, list):
-                continue
-            texts, thinking, uses = [], [], []
-            for b in content:
-                if not isinstance(b, dict):
-                    continue
-                bt = b.get("type")
-                if bt == "text" and isinstance(b.get("text"), str):
-                    texts.append(b["text"])
-                elif bt == "thinking" and isinstance(b.get("thinking"), str):
-                    thinking.append(b["thinking"])
-                elif bt == "tool_use":
-                    uses.append(b)
-                elif bt == "tool_result":
-                    calls.result(b.get("tool_use_id"), _out_text(b.get("content")), bool(b.get("is_error")), ts=ts)
-            if role == "user":
-                _add_user(s, "\n".join(texts), ts)
+    def parse(self, path, report, resume=None, limit=None):
+        dialect = resume["state"].get("dialect") if resume else None
+        if dialect is None:
+            head = []
+            for _, obj in iter_jsonl(path, ParseReport()):
+                head.append(obj)
+                if len(head) >= 5:
+                    break
+            if not head:
+                raise NotASessionFile("empty or not JSONL")
+            if any(o.get("type") == "session_start" or (o.get("type") == "message" and isinstance(o.get("message"), dict))
+                   for o in head):
+                dialect = "store"
+            elif any(o.get("type") in self.STREAM_TYPES and (o.get("session_id") or o.get("sessionId")) for o in head):
+                dialect = "stream"
             else:
-                s.add("thinking", "\n".join(thinking), role="assistant", ts=ts)
-                s.add("assistant", "\n".join(texts), role="assistant", ts=ts)
-            for b in uses:
-                args = b.get("input")
-                calls.call(b.get("id"), b.get("name"), args, ts)
-        _finish_times(s, path)
-        return s
-
-    def _stream(self, path, report):
+                raise NotASessionFile("no Droid session_start or stream-json events")
         s = Session(self.id, None, path)
-        calls = ToolCalls(s)
-        last_assistant = None
-        for _, e in iter_jsonl(path, report):
+        r = Resumption(s, resume, limit, dialect=dialect, session_id=None, name=None, cwd=None, last_id=None)
+        (self._store if dialect == "store" else self._stream)(s, r, path, report)
+        r.finish()
+        s.session_id = r.state["session_id"] or os.path.splitext(os.path.basename(path))[0]
+        s.name, s.cwd = r.state["name"], r.state["cwd"]
+        if not s.chunks and not resume:
+            # Droid writes session_start when a session opens (title "New Session"): one left before
+            # anything was said holds nothing to find. Listed with this reason, read again when it grows.
+            raise NotASessionFile("nothing said in it (a session opened and left)")
+        _finish_times(s, path)
+        return [s]
+
+    def _store(self, s, r, path, report):
+        state, calls = r.state, ToolCalls(s)
+        for offset, e in iter_jsonl(path, report, r.start):
+            etype, m = e.get("type"), e.get("message")
+            if etype == "session_start":
+                state["session_id"] = _str(e.get("id")) or state["session_id"]
+                state["name"] = _str(e.get("sessionTitle")) or _str(e.get("title")) or state["name"]
+                state["cwd"] = _str(e.get("cwd")) or state["cwd"]
+            elif etype != "message":
+                pass  # settings/todo/compaction bookkeeping: nothing to search
+            elif not isinstance(m, dict):
+                report.skip("malformed message")
+            else:
+                self._message(s, m, norm_time(e.get("timestamp")), calls)
+            if r.line_done(offset, calls.waiting, calls.give_up):
+                break
+
+    @staticmethod
+    def _message(s, m, ts, calls):
+        s.touch(ts)
+        role, content = m.get("role"), m.get("content")
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        if not isinstance(content, list):
+            return
+        texts, thinking, uses = [], [], []
+        for b in content:
+            if not isinstance(b, dict):
+                continue
+            bt = b.get("type")
+            if bt == "text" and isinstance(b.get("text"), str):
+                texts.append(b["text"])
+            elif bt == "thinking" and isinstance(b.get("thinking"), str):
+                thinking.append(b["thinking"])
+            elif bt == "tool_use":
+                uses.append(b)
+            elif bt == "tool_result":
+                calls.result(b.get("tool_use_id"), _out_text(b.get("content")), bool(b.get("is_error")), ts=ts)
+        if role == "user":
+            _add_user(s, "\n".join(texts), ts)
+        else:
+            s.add("thinking", "\n".join(thinking), role="assistant", ts=ts)
+            s.add("assistant", "\n".join(texts), role="assistant", ts=ts)
+        for b in uses:
+            calls.call(b.get("id"), b.get("name"), b.get("input"), ts)
+
+    def _stream(self, s, r, path, report):
+        state, calls = r.state, ToolCalls(s)
+        for offset, e in iter_jsonl(path, report, r.start):
             etype = e.get("type")
-            if s.session_id is None:
-                s.session_id = _str(e.get("session_id")) or _str(e.get("sessionId"))
+            if state["session_id"] is None:
+                state["session_id"] = _str(e.get("session_id")) or _str(e.get("sessionId"))
             ts = norm_time(e.get("timestamp"))
             s.touch(ts)
             if etype == "system":
-                s.cwd = s.cwd or _str(e.get("cwd")) or _str(e.get("workingDirectory"))
+                state["cwd"] = state["cwd"] or _str(e.get("cwd")) or _str(e.get("workingDirectory"))
             elif etype == "message":
                 text = e.get("text") if isinstance(e.get("text"), str) else e.get("content")
                 if not isinstance(text, str):
-                    continue
-                if e.get("role") == "user":
+                    pass
+                elif e.get("role") == "user":
                     _add_user(s, text, ts)
                 elif e.get("subtype") == "delta" and s.chunks and s.chunks[-1].kind == "assistant" \
-                        and last_assistant == e.get("id"):
+                        and state["last_id"] == e.get("id"):
                     s.chunks[-1].text += text  # streamed fragments of one message: one chunk
                 else:
                     s.add("assistant", text, role="assistant", ts=ts)
-                    last_assistant = e.get("id")
+                    state["last_id"] = e.get("id")
             elif etype == "tool_call":
                 cid = e.get("toolCallId") or e.get("tool_call_id") or e.get("id")
                 args = e.get("parameters") if "parameters" in e else e.get("input")
@@ -5347,12 +5689,11 @@ class DroidParser(Parser):
             elif etype == "completion":
                 final = e.get("finalText")
                 # The final text usually repeats the last assistant message: index it once.
-                if isinstance(final, str) and not any(c.kind == "assistant" and c.text == final.strip() for c in s.chunks[-3:]):
+                if isinstance(final, str) and ("assistant", text_digest(final.strip())) not in r.recent():
                     s.add("assistant", final, role="assistant", ts=ts)
-        if not s.session_id:
-            s.session_id = os.path.splitext(os.path.basename(path))[0]
-        _finish_times(s, path)
-        return s
+            # A message that streamed deltas may still extend is not settled.
+            if r.line_done(offset, calls.waiting, calls.give_up, settled=not (s.chunks and s.chunks[-1].kind == "assistant")):
+                break
 
 
 # -------------------------------------------------------------------------------------------------
@@ -5596,7 +5937,7 @@ class KimiParser(Parser):
     lines, without timestamps.
     """
 
-    id, label, version = "kimi", "Kimi", 2
+    id, label, version = "kimi", "Kimi", 3
     verified = "1.52.0, 2026-11-24"   # kimi-cli (also 1.40.0 and 0.50); Kimi Code not run
     # Records read for nothing on purpose: the op log's settings, snapshots and LLM bookkeeping, and
     # kimi-cli's progress, status, approvals and hooks (the sub-agent's own wire holds its events).
@@ -5619,12 +5960,14 @@ class KimiParser(Parser):
     def list_files(self, root):
         return walk_files(root, lambda n: n == "wire.jsonl" or _KIMI_SESSION_FILE.match(n), max_depth=5)
 
-    def parse(self, path, report):
+    resumable = True   # the wire.jsonl journals; a 0.x context file is read whole (no checkpoint)
+
+    def parse(self, path, report, resume=None, limit=None):
         head = first_json_line(path)
         if head and head.get("type") == "metadata" and "protocol_version" in head:
             if self._is_cli_wire(path):
-                return [self._parse_wire(path, report)]
-            return [self._parse_kimi_code(path, head, report)]
+                return [self._parse_wire(path, report, resume, limit)]
+            return [self._parse_kimi_code(path, head, report, resume, limit)]
         if head and isinstance(head.get("role"), str) and _KIMI_SESSION_FILE.match(os.path.basename(path)):
             return [self._parse_context(path, report)]
         raise NotASessionFile("no Kimi wire metadata line")
@@ -5645,7 +5988,7 @@ class KimiParser(Parser):
 
     # -- Kimi Code op log --------------------------------------------------------------------------
 
-    def _parse_kimi_code(self, path, head, report):
+    def _parse_kimi_code(self, path, head, report, resume, limit):
         agent_folder = os.path.dirname(path)
         agents_dir = os.path.dirname(agent_folder)
         state = None
@@ -5668,88 +6011,99 @@ class KimiParser(Parser):
                 s.name = state["customTitle"].strip()
             else:
                 s.name = _str(state.get("title"))
-        s.cwd = _str(state.get("workDir"))
         created = norm_time(state.get("createdAt")) or norm_time(head.get("created_at"))
+        # Carried across reads: the cwd the ops named, and (digests of) the steering input indexed
+        # from turn.steer, which the context may repeat as a user message.
+        r = Resumption(s, resume, limit, cwd=None, steered=[])
         calls = ToolCalls(s)
         last_part = None  # (step, part type) of the chunk that streamed parts extend
-        steered = []      # steering input indexed from turn.steer, which the context may repeat
-        for _, e in iter_jsonl(path, report):
+        for offset, e in iter_jsonl(path, report, r.start):
             etype = e.get("type")
             ts = norm_time(e.get("time"))
+            m, ev = e.get("message"), e.get("event")
             if etype == "config.update" or etype == "profile.bind":
                 disclosed = e.get("environmentDisclosure")
                 cwd = _str(e.get("cwd")) or (_str(disclosed.get("cwd")) if isinstance(disclosed, dict) else None)
-                s.cwd = s.cwd or cwd
-                continue
-            if etype == "context.append_message":
-                m = e.get("message")
-                if not isinstance(m, dict):
-                    report.skip("malformed message")
-                    continue
+                r.state["cwd"] = r.state["cwd"] or cwd
+            elif etype == "context.append_message" and not isinstance(m, dict):
+                report.skip("malformed message")
+            elif etype == "context.append_message":
                 s.touch(ts)
                 last_part = None
-                if m.get("role") == "user" and text_of(m.get("content")).strip() in steered:
-                    steered.remove(text_of(m.get("content")).strip())   # the steer, indexed already
-                    continue
-                self._message(s, m, ts, calls)
-            elif etype == "context.append_loop_event":
-                ev = e.get("event")
-                if not isinstance(ev, dict):
-                    continue
+                steer = text_digest(text_of(m.get("content")).strip())
+                if m.get("role") == "user" and steer in r.state["steered"]:
+                    steered = list(r.state["steered"])   # the steer, indexed already
+                    steered.remove(steer)
+                    r.state["steered"] = steered
+                else:
+                    self._message(s, m, ts, calls, r)
+            elif etype == "context.append_loop_event" and isinstance(ev, dict):
                 s.touch(ts)
-                et = ev.get("type")
-                if et == "content.part" and isinstance(ev.get("part"), dict):
-                    part = ev["part"]
-                    kind, text = None, None
-                    if part.get("type") == "think":
-                        kind, text = "thinking", part.get("think")
-                    elif part.get("type") == "text":
-                        kind, text = "assistant", part.get("text")
-                    if not kind or not isinstance(text, str):
-                        continue
-                    key = (ev.get("stepUuid"), kind)
-                    if last_part == key and s.chunks and s.chunks[-1].kind == kind:
-                        s.chunks[-1].text += text  # consecutive parts of one step: one chunk
-                    else:
-                        s.add(kind, text, role="assistant", ts=ts)
-                        last_part = key
-                elif et == "tool.call":
-                    last_part = None
-                    cid = ev.get("toolCallId") or ev.get("uuid")
-                    if cid not in calls.calls:
-                        calls.call(cid, ev.get("name"), _json_arg(ev.get("args")), ts)
-                elif et == "tool.result":
-                    last_part = None
-                    res = ev.get("result")
-                    out = res.get("output") if isinstance(res, dict) else res
-                    err = bool(res.get("isError")) if isinstance(res, dict) else False
-                    calls.result(ev.get("toolCallId") or ev.get("parentUuid"), _out_text(out), err, ts=ts)
-                elif et not in self.IGNORED_LOOP_EVENTS and isinstance(et, str):
-                    report.unrecognized("loop event " + et)
+                last_part = self._loop_event(s, ev, ts, calls, last_part, report)
             elif etype == "context.apply_compaction":
                 s.add("summary", e.get("summary") if isinstance(e.get("summary"), str) else "", role="compaction", ts=ts)
             elif etype == "turn.steer":   # typed while a turn runs; appended to the context only if it goes on
                 text = text_of(e.get("input"))
                 if text.strip():
                     s.add("user", text, role="user", ts=ts)
-                    steered.append(text.strip())
-            elif isinstance(etype, str) and etype not in self.IGNORED and not etype.startswith(("llm.", "tools.")):
+                    r.state["steered"] = (r.state["steered"] + [text_digest(text.strip())])[-50:]
+            elif isinstance(etype, str) and etype not in self.IGNORED and not etype.startswith(("llm.", "tools.")) \
+                    and etype != "context.append_loop_event":
                 report.unrecognized(etype)
+            # A chunk that streamed parts may still extend is not settled (see Resumption.line_done).
+            if r.line_done(offset, calls.waiting, calls.give_up, settled=last_part is None):
+                break
+        r.finish()
+        s.cwd = _str(state.get("workDir")) or r.state["cwd"]
         if created and (s.created is None or created < s.created):
             s.created = created
         s.modified = s.modified or norm_time(state.get("updatedAt")) or created
         _finish_times(s, path)
         return s
 
+    def _loop_event(self, s, ev, ts, calls, last_part, report):
+        """One `context.append_loop_event` (thinking and text parts, tool calls and results); returns
+        the (step, kind) of the chunk that the next streamed part of that step extends, or None."""
+        et = ev.get("type")
+        if et == "content.part" and isinstance(ev.get("part"), dict):
+            part = ev["part"]
+            kind, text = None, None
+            if part.get("type") == "think":
+                kind, text = "thinking", part.get("think")
+            elif part.get("type") == "text":
+                kind, text = "assistant", part.get("text")
+            if not kind or not isinstance(text, str):
+                return last_part
+            key = (ev.get("stepUuid"), kind)
+            if last_part == key and s.chunks and s.chunks[-1].kind == kind:
+                s.chunks[-1].text += text  # consecutive parts of one step: one chunk
+                return last_part
+            s.add(kind, text, role="assistant", ts=ts)
+            return key
+        if et == "tool.call":
+            cid = ev.get("toolCallId") or ev.get("uuid")
+            if cid not in calls.calls:
+                calls.call(cid, ev.get("name"), _json_arg(ev.get("args")), ts)
+            return None
+        if et == "tool.result":
+            res = ev.get("result")
+            out = res.get("output") if isinstance(res, dict) else res
+            err = bool(res.get("isError")) if isinstance(res, dict) else False
+            calls.result(ev.get("toolCallId") or ev.get("parentUuid"), _out_text(out), err, ts=ts)
+            return None
+        if et not in self.IGNORED_LOOP_EVENTS and isinstance(et, str):
+            report.unrecognized("loop event " + et)
+        return last_part
+
     @staticmethod
-    def _message(s, m, ts, calls):
+    def _message(s, m, ts, calls, r):
         role, origin = m.get("role"), m.get("origin") if isinstance(m.get("origin"), dict) else {}
         text = text_of(m.get("content"))
         if role == "user":
             # Plan-mode and todo reminders, sub-agent task briefs: written by Kimi, not the human.
             s.add("user" if origin.get("kind", "user") == "user" else "context", text, role="user", ts=ts)
         elif role == "assistant":
-            if not any(c.kind == "assistant" and c.text == text.strip() for c in s.chunks[-3:]):
+            if ("assistant", text_digest(text.strip())) not in r.recent():   # what the loop events streamed
                 s.add("assistant", text, role="assistant", ts=ts)
             for c in m.get("toolCalls") or []:
                 if isinstance(c, dict) and c.get("id") not in calls.calls:
@@ -5781,7 +6135,7 @@ class KimiParser(Parser):
                     return p
         return None
 
-    def _parse_wire(self, path, report):
+    def _parse_wire(self, path, report, resume, limit):
         folder = os.path.dirname(os.path.abspath(path))
         if os.path.basename(os.path.dirname(folder)) == "subagents":   # <session>/subagents/<agentId>/
             session_dir = os.path.dirname(os.path.dirname(folder))
@@ -5799,62 +6153,70 @@ class KimiParser(Parser):
             if title and title != "Untitled" and (state.get("title_generated") or legacy.get("title_generated")):
                 s.name = title
         s.cwd = self._work_dir(path, os.path.basename(os.path.dirname(session_dir)))
+        r = Resumption(s, resume, limit)
         calls = ToolCalls(s)
         last = None   # the chunk kind streamed content parts extend
-        for _, e in iter_jsonl(path, report):
+        for offset, e in iter_jsonl(path, report, r.start):
             m = e.get("message")
-            if not isinstance(m, dict):
-                if e.get("type") != "metadata":
-                    report.skip("unknown line")
-                continue
-            mtype, p = m.get("type"), m.get("payload") if isinstance(m.get("payload"), dict) else {}
-            ts = norm_time(e.get("timestamp"))
-            s.touch(ts)
-            if mtype in ("TurnBegin", "SteerInput"):
-                last = None
-                u = p.get("user_input")
-                _add_user(s, u if isinstance(u, str) else text_of(u), ts)
-            elif mtype == "ContentPart":
-                kind = {"text": "assistant", "think": "thinking"}.get(p.get("type"))
-                text = p.get("text") if kind == "assistant" else p.get("think")
-                if kind is None:
-                    if p.get("type") not in ("image_url", "audio_url", "video_url"):
-                        report.unrecognized("ContentPart " + str(p.get("type")))
-                    continue
-                if last == kind and s.chunks and s.chunks[-1].kind == kind and isinstance(text, str):
-                    s.chunks[-1].text += text
-                else:
-                    s.add(kind, text if isinstance(text, str) else "", role="assistant", ts=ts)
-                    last = kind
-            elif mtype == "ToolCall":
-                last = None
-                fn = p.get("function") if isinstance(p.get("function"), dict) else {}
-                calls.call(p.get("id"), fn.get("name"), _json_arg(fn.get("arguments")), ts)
-            elif mtype == "ToolResult":
-                last = None
-                rv = p.get("return_value") if isinstance(p.get("return_value"), dict) else {}
-                out = _out_text(rv.get("output"))
-                if rv.get("is_error") and isinstance(rv.get("message"), str) and rv["message"] not in out:
-                    out = (rv["message"] + "\n" + out).strip()   # "Command failed with exit code: 3."
-                calls.result(p.get("tool_call_id"), out, bool(rv.get("is_error")), ts=ts)
-            elif mtype in ("BtwBegin", "BtwEnd"):   # a side question asked during a turn, and its answer
-                last = None
-                if mtype == "BtwBegin":
-                    s.add("user", p.get("question") if isinstance(p.get("question"), str) else "", role="user", ts=ts)
-                else:
-                    s.add("assistant", p.get("response") if isinstance(p.get("response"), str) else "",
-                          role="assistant", ts=ts)
-            elif mtype == "PlanDisplay":
-                s.add("assistant", p.get("content") if isinstance(p.get("content"), str) else "", role="assistant", ts=ts)
-            elif mtype == "QuestionRequest":
-                qs = p.get("questions") if isinstance(p.get("questions"), list) else []
-                s.add("assistant", "\n".join(q["question"] for q in qs if isinstance(q, dict)
-                                             and isinstance(q.get("question"), str)), role="assistant", ts=ts)
-            elif mtype not in self.IGNORED:
-                report.unrecognized(str(mtype))
-        if s.modified is None:
-            s.created = s.modified = _file_mtime(path)
+            if isinstance(m, dict):
+                ts = norm_time(e.get("timestamp"))
+                s.touch(ts)
+                last = self._wire_event(s, m, ts, calls, last, report)
+            elif e.get("type") != "metadata":
+                report.skip("unknown line")
+            # A chunk that streamed parts may still extend is not settled (see Resumption.line_done).
+            if r.line_done(offset, calls.waiting, calls.give_up, settled=last is None):
+                break
+        r.finish()
+        _finish_times(s, path)
         return s
+
+    def _wire_event(self, s, m, ts, calls, last, report):
+        """One kimi-cli wire event; returns the chunk kind that the next streamed ContentPart extends."""
+        mtype, p = m.get("type"), m.get("payload") if isinstance(m.get("payload"), dict) else {}
+        if mtype in ("TurnBegin", "SteerInput"):
+            u = p.get("user_input")
+            _add_user(s, u if isinstance(u, str) else text_of(u), ts)
+            return None
+        if mtype == "ContentPart":
+            kind = {"text": "assistant", "think": "thinking"}.get(p.get("type"))
+            text = p.get("text") if kind == "assistant" else p.get("think")
+            if kind is None:
+                if p.get("type") not in ("image_url", "audio_url", "video_url"):
+                    report.unrecognized("ContentPart " + str(p.get("type")))
+                return last
+            if last == kind and s.chunks and s.chunks[-1].kind == kind and isinstance(text, str):
+                s.chunks[-1].text += text
+                return last
+            s.add(kind, text if isinstance(text, str) else "", role="assistant", ts=ts)
+            return kind
+        if mtype == "ToolCall":
+            fn = p.get("function") if isinstance(p.get("function"), dict) else {}
+            calls.call(p.get("id"), fn.get("name"), _json_arg(fn.get("arguments")), ts)
+            return None
+        if mtype == "ToolResult":
+            rv = p.get("return_value") if isinstance(p.get("return_value"), dict) else {}
+            out = _out_text(rv.get("output"))
+            if rv.get("is_error") and isinstance(rv.get("message"), str) and rv["message"] not in out:
+                out = (rv["message"] + "\n" + out).strip()   # "Command failed with exit code: 3."
+            calls.result(p.get("tool_call_id"), out, bool(rv.get("is_error")), ts=ts)
+            return None
+        if mtype in ("BtwBegin", "BtwEnd"):   # a side question asked during a turn, and its answer
+            if mtype == "BtwBegin":
+                s.add("user", p.get("question") if isinstance(p.get("question"), str) else "", role="user", ts=ts)
+            else:
+                s.add("assistant", p.get("response") if isinstance(p.get("response"), str) else "",
+                      role="assistant", ts=ts)
+            return None
+        if mtype == "PlanDisplay":
+            s.add("assistant", p.get("content") if isinstance(p.get("content"), str) else "", role="assistant", ts=ts)
+        elif mtype == "QuestionRequest":
+            qs = p.get("questions") if isinstance(p.get("questions"), list) else []
+            s.add("assistant", "\n".join(q["question"] for q in qs if isinstance(q, dict)
+                                         and isinstance(q.get("question"), str)), role="assistant", ts=ts)
+        elif mtype not in self.IGNORED:
+            report.unrecognized(str(mtype))
+        return last
 
     def _parse_context(self, path, report):
         """kimi-cli 0.x: the context file is the whole session (no times: the file's mtime stands in)."""
@@ -5914,7 +6276,7 @@ class OpenClawParser(Parser):
     `*.jsonl.deleted.*` / `*.jsonl.reset.*` archives are not listed.
     """
 
-    id, label, version = "openclaw", "OpenClaw", 1
+    id, label, version = "openclaw", "OpenClaw", 2
 
     def default_roots(self, env):
         state = env_path(env, "OPENCLAW_STATE_DIR")
@@ -5933,23 +6295,25 @@ class OpenClawParser(Parser):
             return True
         return "a new session was started via /new" in low or "via /new or /reset" in low
 
-    def parse(self, path, report):
+    resumable = True
+
+    def parse(self, path, report, resume=None, limit=None):
         header = first_json_line(path)
         if not header or header.get("type") != "session" or not isinstance(header.get("id"), str):
             raise NotASessionFile("no OpenClaw/pi session header")
         s = Session(self.id, header["id"], path)
         s.cwd = _str(header.get("cwd"))
         s.parent = header.get("parentSession") or header.get("branchedFrom")
+        r = Resumption(s, resume, limit, name=None)
         s.touch(norm_time(header.get("timestamp")))
-        calls = {}
-        for _, e in iter_jsonl(path, report):
+        calls = {}   # tool call id -> (chunk index, name, args) until its result (read_pi_message)
+        for offset, e in iter_jsonl(path, report, r.start):
             etype = e.get("type")
             ts = norm_time(e.get("timestamp"))
-            if etype == "message":
-                m = e.get("message")
-                if not isinstance(m, dict):
-                    report.skip("malformed entry")
-                    continue
+            m = e.get("message")
+            if etype == "message" and not isinstance(m, dict):
+                report.skip("malformed entry")
+            elif etype == "message":
                 mts = norm_time(m.get("timestamp")) or ts
                 s.touch(mts)
                 role = m.get("role")
@@ -5966,7 +6330,11 @@ class OpenClawParser(Parser):
                 kind = "context" if e.get("display") is False else "custom"
                 s.add(kind, text_of(e.get("content")), role="custom", ts=ts)
             elif etype == "session_info" and _str(e.get("name")):
-                s.name = e["name"].strip()
+                r.state["name"] = e["name"].strip()
+            if r.line_done(offset, calls, calls.clear):
+                break
+        r.finish()
+        s.name = r.state["name"]
         _finish_times(s, path)
         return [s]
 
@@ -8868,7 +9236,8 @@ def _resume_point(con, job):
 
 
 # What a worker hands back for one file (or one slice of it): status is "ok", "skipped" (not a
-# session file) or "error" (not readable now: left for the next run); payload is the Prepared
+# session file), "error" (not readable now: left for the next run) or "restart" (the parser cannot
+# go on from the checkpoint it was given: ReadFromStart); payload is the Prepared
 # sessions or the reason; the parser's report: skipped lines, unrecognised record types, versions.
 ParseResult = collections.namedtuple("ParseResult", "status payload skipped checkpoint unknown versions")
 
@@ -8890,6 +9259,8 @@ def parse_file(path, parser_id, resume, limit, redact_secrets=True):
             sessions = parser.parse(path, report)
     except NotASessionFile as e:
         return result("skipped", "not a %s session file (%s)" % (parser.label, e))
+    except ReadFromStart:
+        return result("restart", None)
     except OSError as e:
         return result("error", "cannot read: %s" % (e.strerror or e))
     except Exception as e:  # a parser bug must not stop the run; the file is reported instead
@@ -8994,6 +9365,10 @@ def index_file(batch, job, result, summary, policy):
     fresh = resume is None
     skipped_lines, unknown, versions, written, kept = 0, collections.Counter(), set(), [], 0
     while True:
+        if result.status == "restart":   # the parser cannot go on from its checkpoint: the whole file, at once
+            resume, existing, fresh = None, None, True
+            skipped_lines, unknown, versions = 0, collections.Counter(), set()
+            result = parse_file(job.path, job.parser.id, None, None, policy.redact)
         skipped_lines += sum(result.skipped.values())
         unknown.update(result.unknown)
         versions.update(result.versions)
