@@ -135,7 +135,7 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 # Bump TEXT_VERSION when what is stored for a text changes (redaction rules, identifier parts): the
 # next run rebuilds the index from the session files and keeps the sessions whose files are gone.
-TEXT_VERSION = 4
+TEXT_VERSION = 5
 # Bump SCHEMA_VERSION when the tables change: an older index is then rebuilt from the session files
 # (they are the source of truth), a newer one is refused rather than damaged. From schema 4 on the
 # index also keeps sessions whose files are gone: a later migration must carry those over (their
@@ -6327,6 +6327,71 @@ def fts_tokens(text):
     return [t for t in (fold_token(t) for t in TOKEN_RE.findall(text)) if t]
 
 
+# Chinese and Japanese put no spaces between words, so unicode61 makes one token of a whole run of
+# ideographs and kana ("无登录降级": "登录" inside it is never found), and of the Latin letters that
+# touch it ("用React写"). As Lucene's CJKAnalyzer does, the text given to FTS5 has each such run set
+# apart from its neighbours and written as its overlapping pairs of characters ("无登 登录 录降 降级";
+# a run of one character as itself), and a query's run is the phrase of its pairs: any word of two
+# characters or more inside a run is found, by the pairs it is made of. Hangul is paired too (Korean
+# glues particles to its words: "서버에서"). Only the text given to FTS5 changes: chunks are stored
+# as written, and the Matcher finds a CJK word in them as written (cjk_pattern). Measured against a
+# separate trigram table (tokenize='trigram'): that finds no word of two characters, the commonest
+# Chinese word length, needs SQLite 3.34 and ranks apart from docs_fts (README: How it works).
+# The ranges are the Han, kana, bopomofo and hangul letters of Unicode 6.1, the tables SQLite's
+# unicode61 uses (a later letter is a separator there: no pair may hold one).
+_CJK = ("\u1100-\u11ff\u3005-\u3007\u3021-\u3029\u3031-\u3035\u3038-\u303c\u3041-\u3096\u309d-\u309f"
+        "\u30a1-\u30fa\u30fc-\u30ff\u3105-\u312d\u3131-\u318e\u31a0-\u31ba\u31f0-\u31ff\u3400-\u4db5"
+        "\u4e00-\u9fcb\ua960-\ua97c\uac00-\ud7a3\ud7b0-\ud7c6\ud7cb-\ud7fb\uf900-\ufad9\uff66-\uff9f"
+        "\U00020000-\U0002fa1d")
+_CJK_RUN = LazyPattern("(?:[%s](?<=[^\\W_]))+" % _CJK)
+
+
+def _bigrams(run):
+    return run if len(run) == 1 else " ".join([run[i:i + 2] for i in range(len(run) - 1)])
+
+
+def cjk_bigrams(text):
+    """Text as FTS5 is given it: each run of CJK letters set apart and written as its bigrams."""
+    if text.isascii():
+        return text
+    return _CJK_RUN.sub(lambda m: " %s " % _bigrams(m.group()), text)
+
+
+def fts_phrase(text, prefix=False):
+    """text as a quoted FTS5 string, matching what the index has for it (CJK runs as bigrams). A CJK
+    character alone at its end is a prefix: the character starts the bigrams it was indexed in."""
+    if not text.isascii():
+        runs = list(_CJK_RUN.finditer(text))
+        if runs and len(runs[-1].group()) == 1 and not TOKEN_RE.search(text, runs[-1].end()):
+            prefix = True
+        text = cjk_bigrams(text)
+    return '"%s"%s' % (text.replace('"', '""'), "*" if prefix else "")
+
+
+def cjk_blanked(text):
+    """text with its CJK letters made spaces: the other tokens FTS5 is given, at their places in text."""
+    if text.isascii() or not _CJK_RUN.search(text):
+        return text
+    return _CJK_RUN.sub(lambda m: " " * len(m.group()), text)
+
+
+def cjk_pattern(text):
+    """A regular expression finding text in stored (unpaired) chunk text as the index finds its CJK
+    runs: each run as written, anywhere (inside a longer run too), its other tokens as written,
+    with anything but letters between them; None if text has no CJK letter."""
+    if text.isascii() or not _CJK_RUN.search(text):
+        return None
+    pieces = []
+    for token in TOKEN_RE.findall(text):
+        pos = 0
+        for m in _CJK_RUN.finditer(token):
+            pieces += [p for p in (token[pos:m.start()], m.group()) if p]
+            pos = m.end()
+        if token[pos:]:
+            pieces.append(token[pos:])
+    return re.compile(r"[\W_]*".join(map(re.escape, pieces)), re.IGNORECASE)
+
+
 def _vowel(c, y_is_vowel):
     return c in "aeiou" or (y_is_vowel and c == "y")
 
@@ -6936,8 +7001,9 @@ def doc_columns(name, chunk_rows):
             parts.append(identifier_parts(text))
         elif column == "tools":
             parts.append(identifier_parts(_TOOL_OUTPUT_RE.split(text, 1)[0]))
-    return (name or "", DOC_BREAK.join(cols["talk"]), DOC_BREAK.join(cols["tools"]), DOC_BREAK.join(cols["aside"]),
-            DOC_BREAK.join(p for p in parts if p))
+    # CJK runs as bigrams (see cjk_bigrams): the stored chunks keep the text as written.
+    return tuple(cjk_bigrams(c) for c in (name or "", DOC_BREAK.join(cols["talk"]), DOC_BREAK.join(cols["tools"]),
+                                          DOC_BREAK.join(cols["aside"]), DOC_BREAK.join(p for p in parts if p)))
 
 
 def _part_rows(con, sid, first, last):
@@ -8091,6 +8157,7 @@ class QueryWord:
     def __init__(self, text, phrase=False, prefix=False):
         self.text, self.phrase, self.prefix = text, phrase, prefix
         self.tokens = fts_tokens(text)
+        self.cjk = cjk_pattern(text)  # where it has CJK letters, how the matcher finds it (as written)
         self.stop = not phrase and not prefix and all(t in STOPWORDS for t in self.tokens)
         self.expansions = []     # (kind, text): "abbreviation", "spelling", "parts"
         self.df = None           # in how many ranking documents it occurs (counted up to half of them)
@@ -8100,7 +8167,7 @@ class QueryWord:
     def fts(self, text=None, prefix=None):
         text = self.text if text is None else text
         prefix = self.prefix if prefix is None else prefix
-        return '"%s"%s' % (text.replace('"', '""'), "*" if prefix else "")
+        return fts_phrase(text, prefix)
 
     def alternatives(self, double=True):
         own = [] if self.dropped or (self.df == 0 and self.expansions) else [self.fts()] * (2 if double else 1)
@@ -8115,7 +8182,7 @@ class QueryWord:
     def match_forms(self):
         """[(stems, is_prefix)] the matcher looks for: the word itself and each expansion."""
         forms = []
-        if not self.dropped:
+        if not self.dropped and self.cjk is None:  # (a word with CJK letters is found by self.cjk)
             forms.append(([porter_stem(t) for t in self.tokens[:-1]] +
                           ([self.tokens[-1]] if self.prefix else [porter_stem(self.tokens[-1])]), self.prefix))
         for kind, text in self.expansions:
@@ -8161,7 +8228,7 @@ class Query:
                 continue
             seen.add(key)
             if neg:
-                self.excluded.append('"%s"' % core.replace('"', '""'))
+                self.excluded.append(fts_phrase(core))
             else:
                 self.words.append(QueryWord(core, phrase=phrase, prefix=prefix))
         self.words = self.words[:MAX_QUERY_TERMS]
@@ -8248,7 +8315,7 @@ class Query:
         variants = [[]]
         for t in typed:
             variants = [v + [c] for v in variants for c in corrections.get(t.lower()) or [t]][:PHRASE_VARIANTS]
-        phrases = ['"%s"' % " ".join(v).replace('"', '""') for v in variants]
+        phrases = [fts_phrase(" ".join(v)) for v in variants]
         return phrases[0] if len(phrases) == 1 else "(%s)" % " OR ".join(phrases)
 
     def notes(self):
@@ -8337,8 +8404,8 @@ def expand_query(con, query):
 def near_words(con, word, min_count=1):
     """Vocabulary words within edit distance 1 (words of 4-7 letters) or 2 (longer) of word, the
     closest first, then the most frequent; only those in at least min_count ranking documents."""
-    if not 4 <= len(word) <= 30 or not word.isalnum():
-        return []
+    if not 4 <= len(word) <= 30 or not word.isalnum() or _CJK_RUN.search(word):
+        return []  # (the vocabulary is Latin words: a CJK word is found by its bigrams or not at all)
     limit = 1 if len(word) <= 7 else 2
     letters, found = set(word), set()
     for first in dict.fromkeys(word[:2]):
@@ -8446,6 +8513,7 @@ class Matcher:
         # each one-token word as typed: a match of that very form says more than one of its stem
         self.typed = {i: w.tokens[0] for i, w in enumerate(words) if len(w.tokens) == 1 and not w.prefix}
         content = {i for i, w in enumerate(words) if not w.stop and not w.dropped}
+        self.cjk = [(i, w.cjk) for i, w in enumerate(words) if w.cjk and not w.dropped and (i in content or not content)]
         for i, w in enumerate(words):
             if content and i not in content:
                 continue  # stop words are not marked when the query has other words
@@ -8480,9 +8548,10 @@ class Matcher:
 
     def spans(self, text):
         """[(start, end, word index)] of every match, in order."""
+        out = [(m.start(), m.end(), i) for i, rx in self.cjk for m in rx.finditer(text)]
         if self.pattern is None:
-            return []
-        out = []
+            return out
+        text = cjk_blanked(text)  # other words as FTS5 has them: "React" in "用React写"
         by_stem, prefixes, cache = self.by_stem, self.prefixes, self._stems
         low = text.lower()
         if self.part_needles:
@@ -8590,15 +8659,15 @@ class Matcher:
         ~100 chunks: the scans cost less than a hundred calls). A common word can match hundreds of
         times in a chunk; each distinct token of a chunk is looked at once. A word of several tokens
         (a phrase, `node-v20`) needs positions: spans() then, for that chunk."""
+        found = [{i for i, rx in self.cjk if rx.search(t)} for t in texts]
         if self.pattern is None:
-            return [set() for _ in texts]
-        text = "\n".join(texts)  # a line break: no token, part or name runs across it
+            return found
+        text = cjk_blanked("\n".join(texts))  # a line break: no token, part or name runs across it
         low = text.lower()
         if len(low) != len(text) and len(texts) > 1:  # (a letter whose lower case is longer: İ)
             return [self.words_in(t) for t in texts]
         ends = list(itertools.accumulate(len(t) + 1 for t in texts))
         where = bisect.bisect_right  # the chunk of a position: the first whose end is after it
-        found = [set() for _ in texts]
         if self.joined:
             for at, _, i in self._joined_spans(text, low):
                 found[where(ends, at)].add(i)
@@ -8626,7 +8695,7 @@ class Matcher:
                 if folded.startswith(stems[0]):
                     found[k].add(i)
         for k in by_spans:
-            found[k] = {i for _, _, i in self.spans(texts[k])}
+            found[k] |= {i for _, _, i in self.spans(texts[k])}
         return found
 
     @staticmethod
