@@ -6369,6 +6369,15 @@ def fts_phrase(text, prefix=False):
     return '"%s"%s' % (text.replace('"', '""'), "*" if prefix else "")
 
 
+def written_together(words):
+    """Words as one text, a space between them, but none between two CJK ones: Chinese and Japanese
+    write words without spaces, so "登录 降级" typed is "登录降级" written (its bigrams)."""
+    out = words[0] if words else ""
+    for w in words[1:]:
+        out += ("" if out and w and _CJK_CHAR.match(out[-1]) and _CJK_CHAR.match(w[0]) else " ") + w
+    return out
+
+
 def cjk_blanked(text):
     """text with its CJK letters made spaces: the other tokens FTS5 is given, at their places in text."""
     if text.isascii() or not _CJK_CHAR.search(text):
@@ -8316,7 +8325,7 @@ class Query:
         variants = [[]]
         for t in typed:
             variants = [v + [c] for v in variants for c in corrections.get(t.lower()) or [t]][:PHRASE_VARIANTS]
-        phrases = [fts_phrase(" ".join(v)) for v in variants]
+        phrases = [fts_phrase(written_together(v)) for v in variants]
         return phrases[0] if len(phrases) == 1 else "(%s)" % " OR ".join(phrases)
 
     def notes(self):

@@ -4423,6 +4423,7 @@ def cjk_corpus(env, capsys):
             ("zh-fallback", "帮我补充状态命令的无登录降级体验", "已完成：未登录时显示本地缓存的隧道状态。"),
             ("zh-login", "登录页面需要重新设计", "我用React写了新的登录组件。"),
             ("zh-degrade", "服务降级策略怎么配置", "可以在网关上配置熔断和降级规则。"),
+            ("zh-both", "登录失败以后要降级吗？", "登录和降级是两回事：先修登录，降级以后再说。"),
             ("ja-voice", "ローカル音声アシスタントのバックエンドを作成したい", "FastAPIで音声認識サービスを実装しました。"),
             ("ja-branch", "ブランチを作成してコミットしてください", "mainブランチにコミットしました。"),
             ("en-react", "Write the React login component", "Done: React component with hooks.")):
@@ -4444,6 +4445,12 @@ def test_a_chinese_or_japanese_word_inside_a_run_finds_its_session_and_is_marked
     top = search_json(capsys, query)["results"]
     assert top[0]["sessionId"] == expected, (query, [r["sessionId"] for r in top])
     assert any(marked in m["snippet"] for m in top[0]["matches"]), top[0]["matches"]
+
+
+def test_cjk_words_typed_apart_rank_first_where_they_are_written_together(cjk_corpus, capsys):
+    # Chinese puts no space between words: "登录 降级" typed is "登录降级" written, not a session
+    # that says each word more often, apart.
+    assert search_ids(capsys, "登录 降级")[:2] == ["zh-fallback", "zh-both"]
 
 
 def test_a_query_mixing_cjk_and_latin_words_finds_latin_words_glued_to_cjk(cjk_corpus, capsys):
