@@ -8168,6 +8168,7 @@ class QueryWord:
         self.text, self.phrase, self.prefix = text, phrase, prefix
         self.tokens = fts_tokens(text)
         self.cjk = cjk_pattern(text)  # where it has CJK letters, how the matcher finds it (as written)
+        self.pair_of = None      # the CJK word typed that this bigram was cut from (see expand_query)
         self.stop = not phrase and not prefix and all(t in STOPWORDS for t in self.tokens)
         self.expansions = []     # (kind, text): "abbreviation", "spelling", "parts"
         self.df = None           # in how many ranking documents it occurs (counted up to half of them)
@@ -8188,6 +8189,16 @@ class QueryWord:
     def group(self, double=True):
         alts = self.alternatives(double)
         return alts[0] if len(alts) == 1 else "(%s)" % " OR ".join(alts) if alts else None
+
+    def cjk_pairs(self):
+        """The bigrams of a word of CJK letters alone (at least two of them), else []."""
+        if self.cjk is None or self.phrase or self.prefix:
+            return []
+        tokens = TOKEN_RE.findall(self.text)
+        if not all(_CJK_RUN.fullmatch(t) for t in tokens):
+            return []
+        pairs = list(dict.fromkeys(p for t in tokens for p in _bigrams(t).split()))
+        return pairs if len(pairs) > 1 else []
 
     def match_forms(self):
         """[(stems, is_prefix)] the matcher looks for: the word itself and each expansion."""
@@ -8214,6 +8225,7 @@ class Query:
     def __init__(self, text):
         self.text = text
         self.words, self.excluded = [], []
+        self.pairs = {}  # a CJK word not in the index as written -> the bigrams searched instead
         self.typed = []  # the words in the order typed, repeats kept (for the phrase stage)
         clean = re.sub(r"[\x00-\x1f\x7f]", " ", text)
         seen = set()
@@ -8330,8 +8342,10 @@ class Query:
 
     def notes(self):
         """What was searched besides the words as typed: [{"word", "searched", "why"}]."""
-        out = []
+        out = [{"word": text, "searched": pairs, "why": "bigrams"} for text, pairs in self.pairs.items()]
         for w in self.words:
+            if w.pair_of:
+                continue
             if w.dropped:
                 out.append({"word": w.text, "searched": [], "why": "not found anywhere"})
             elif w.expansions and (w.df == 0 or any(k != "parts" for k, _ in w.expansions)):
@@ -8355,6 +8369,21 @@ def expand_query(con, query):
     """Find out which words occur and how often, and add expansions: abbreviations (both ways),
     camelCase parts, and for a word the index does not have, the nearest words it has (a typo)."""
     abbreviations = _abbreviation_table()
+    # A CJK word the index does not have as written (a sentence typed whole, words not side by side
+    # there) is searched as its bigrams, each a word: the stages then find the sessions with all of
+    # them, all but one, or some, as they do for the words of a question in English.
+    words = []
+    for w in query.words:
+        pairs = w.cjk_pairs()
+        if pairs and _df(con, w.fts()) == 0:
+            query.pairs[w.text] = pairs
+            for p in pairs:
+                if all(p != x.text for x in words + query.words):
+                    words.append(QueryWord(p))
+                    words[-1].pair_of = w.text
+        else:
+            words.append(w)
+    query.words = words[:MAX_QUERY_TERMS]
     half = None  # half the ranking documents, counted when a word needs it (~1 ms at 1 GB)
     function_words = []  # frequent function words, counted only if they rank (below)
     for w in query.words:
@@ -8560,7 +8589,7 @@ class Matcher:
         """[(start, end, word index)] of every match, in order."""
         out = [(m.start(), m.end(), i) for i, rx in self.cjk for m in rx.finditer(text)]
         if self.pattern is None:
-            return out
+            return sorted(out)
         text = cjk_blanked(text)  # other words as FTS5 has them: "React" in "用React写"
         by_stem, prefixes, cache = self.by_stem, self.prefixes, self._stems
         low = text.lower()

@@ -4453,6 +4453,15 @@ def test_cjk_words_typed_apart_rank_first_where_they_are_written_together(cjk_co
     assert search_ids(capsys, "登录 降级")[:2] == ["zh-fallback", "zh-both"]
 
 
+def test_a_cjk_sentence_not_written_so_is_searched_by_its_bigrams(cjk_corpus, capsys):
+    # A sentence typed whole is one run: as a phrase it found nothing unless written so, word for word.
+    data = search_json(capsys, "怎么配置服务降级策略")
+    assert data["results"][0]["sessionId"] == "zh-degrade"
+    assert any("**服务降级策略怎么配置**" in m["snippet"] for m in data["results"][0]["matches"]), [m["snippet"] for m in data["results"][0]["matches"]]
+    assert [n["why"] for n in data["alsoSearched"]] == ["bigrams"]
+    assert search_json(capsys, "服务降级策略")["alsoSearched"] == []   # written so: one phrase
+
+
 def test_a_query_mixing_cjk_and_latin_words_finds_latin_words_glued_to_cjk(cjk_corpus, capsys):
     # "用React写": unicode61 made one token of the three scripts, so React was not found there.
     assert search_ids(capsys, "React 组件")[0] == "zh-login"
