@@ -6332,7 +6332,8 @@ def fts_tokens(text):
 # touch it ("用React写"). As Lucene's CJKAnalyzer does, the text given to FTS5 has each such run set
 # apart from its neighbours and written as its overlapping pairs of characters ("无登 登录 录降 降级";
 # a run of one character as itself), and a query's run is the phrase of its pairs: any word of two
-# characters or more inside a run is found, by the pairs it is made of. Hangul is paired too (Korean
+# characters or more inside a run is found, by the pairs it is made of (a run the index does not
+# have as written is searched as its pairs, each a word: see expand_query). Hangul is paired too (Korean
 # glues particles to its words: "서버에서"). Only the text given to FTS5 changes: chunks are stored
 # as written, and the Matcher finds a CJK word in them as written (cjk_pattern). Measured against a
 # separate trigram table (tokenize='trigram'): that finds no word of two characters, the commonest
