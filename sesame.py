@@ -7779,6 +7779,82 @@ def fts_tokens(text):
     return [t for t in (fold_token(t) for t in TOKEN_RE.findall(text)) if t]
 
 
+# Chinese and Japanese put no spaces between words, so unicode61 makes one token of a whole run of
+# ideographs and kana ("无登录降级": "登录" inside it is never found), and of the Latin letters that
+# touch it ("用React写"). As Lucene's CJKAnalyzer does, the text given to FTS5 has each such run set
+# apart from its neighbours and written as its overlapping pairs of characters ("无登 登录 录降 降级";
+# a run of one character as itself), and a query's run is the phrase of its pairs: any word of two
+# characters or more inside a run is found, by the pairs it is made of (a run the index does not
+# have as written is searched as its pairs, each a word: see expand_query). Hangul is paired too (Korean
+# glues particles to its words: "서버에서"). Only the text given to FTS5 changes: chunks are stored
+# as written, and the Matcher finds a CJK word in them as written (cjk_pattern). Measured against a
+# separate trigram table (tokenize='trigram'): that finds no word of two characters, the commonest
+# Chinese word length, needs SQLite 3.34 and ranks apart from docs_fts (README: How it works).
+# The ranges are the Han, kana, bopomofo and hangul letters of Unicode 6.1, the tables SQLite's
+# unicode61 uses (a later letter is a separator there: no pair may hold one).
+_CJK = ("\u1100-\u11ff\u3005-\u3007\u3021-\u3029\u3031-\u3035\u3038-\u303c\u3041-\u3096\u309d-\u309f"
+        "\u30a1-\u30fa\u30fc-\u30ff\u3105-\u312d\u3131-\u318e\u31a0-\u31ba\u31f0-\u31ff\u3400-\u4db5"
+        "\u4e00-\u9fcb\ua960-\ua97c\uac00-\ud7a3\ud7b0-\ud7c6\ud7cb-\ud7fb\uf900-\ufa6d\ufa70-\ufad9"
+        "\uff66-\uff9f\U00020000-\U0002a6d6\U0002a700-\U0002b734\U0002b740-\U0002b81d\U0002f800-\U0002fa1d")
+_CJK_RUN = LazyPattern("[%s]+" % _CJK)
+_CJK_CHAR = LazyPattern("[%s]" % _CJK)  # a quick first look (3 ms a MB): most text has none
+
+
+def _bigrams(run):
+    return run if len(run) == 1 else " ".join([run[i:i + 2] for i in range(len(run) - 1)])
+
+
+def cjk_bigrams(text):
+    """Text as FTS5 is given it: each run of CJK letters set apart and written as its bigrams."""
+    if text.isascii() or not _CJK_CHAR.search(text):
+        return text
+    return _CJK_RUN.sub(lambda m: " %s " % _bigrams(m.group()), text)
+
+
+def fts_phrase(text, prefix=False):
+    """text as a quoted FTS5 string, matching what the index has for it (CJK runs as bigrams). A CJK
+    character alone at its end is a prefix: the character starts the bigrams it was indexed in."""
+    if not text.isascii() and _CJK_CHAR.search(text):
+        runs = list(_CJK_RUN.finditer(text))
+        if runs and len(runs[-1].group()) == 1 and not TOKEN_RE.search(text, runs[-1].end()):
+            prefix = True
+        text = cjk_bigrams(text)
+    return '"%s"%s' % (text.replace('"', '""'), "*" if prefix else "")
+
+
+def written_together(words):
+    """Words as one text, a space between them, but none between two CJK ones: Chinese and Japanese
+    write words without spaces, so "登录 降级" typed is "登录降级" written (its bigrams)."""
+    out = words[0] if words else ""
+    for w in words[1:]:
+        out += ("" if out and w and _CJK_CHAR.match(out[-1]) and _CJK_CHAR.match(w[0]) else " ") + w
+    return out
+
+
+def cjk_blanked(text):
+    """text with its CJK letters made spaces: the other tokens FTS5 is given, at their places in text."""
+    if text.isascii() or not _CJK_CHAR.search(text):
+        return text
+    return _CJK_RUN.sub(lambda m: " " * len(m.group()), text)
+
+
+def cjk_pattern(text):
+    """A regular expression finding text in stored (unpaired) chunk text as the index finds its CJK
+    runs: each run as written, anywhere (inside a longer run too), its other tokens as written,
+    with anything but letters between them; None if text has no CJK letter."""
+    if text.isascii() or not _CJK_RUN.search(text):
+        return None
+    pieces = []
+    for token in TOKEN_RE.findall(text):
+        pos = 0
+        for m in _CJK_RUN.finditer(token):
+            pieces += [p for p in (token[pos:m.start()], m.group()) if p]
+            pos = m.end()
+        if token[pos:]:
+            pieces.append(token[pos:])
+    return re.compile(r"[\W_]*".join(map(re.escape, pieces)), re.IGNORECASE)
+
+
 def _vowel(c, y_is_vowel):
     return c in "aeiou" or (y_is_vowel and c == "y")
 
@@ -8388,8 +8464,9 @@ def doc_columns(name, chunk_rows):
             parts.append(identifier_parts(text))
         elif column == "tools":
             parts.append(identifier_parts(_TOOL_OUTPUT_RE.split(text, 1)[0]))
-    return (name or "", DOC_BREAK.join(cols["talk"]), DOC_BREAK.join(cols["tools"]), DOC_BREAK.join(cols["aside"]),
-            DOC_BREAK.join(p for p in parts if p))
+    # CJK runs as bigrams (see cjk_bigrams): the stored chunks keep the text as written.
+    return tuple(cjk_bigrams(c) for c in (name or "", DOC_BREAK.join(cols["talk"]), DOC_BREAK.join(cols["tools"]),
+                                          DOC_BREAK.join(cols["aside"]), DOC_BREAK.join(p for p in parts if p)))
 
 
 def _part_rows(con, sid, first, last):
@@ -9602,6 +9679,8 @@ class QueryWord:
     def __init__(self, text, phrase=False, prefix=False):
         self.text, self.phrase, self.prefix = text, phrase, prefix
         self.tokens = fts_tokens(text)
+        self.cjk = cjk_pattern(text)  # where it has CJK letters, how the matcher finds it (as written)
+        self.pair_of = None      # the CJK word typed that this bigram was cut from (see expand_query)
         self.stop = not phrase and not prefix and all(t in STOPWORDS for t in self.tokens)
         self.expansions = []     # (kind, text): "abbreviation", "spelling", "parts"
         self.df = None           # in how many ranking documents it occurs (counted up to half of them)
@@ -9611,7 +9690,7 @@ class QueryWord:
     def fts(self, text=None, prefix=None):
         text = self.text if text is None else text
         prefix = self.prefix if prefix is None else prefix
-        return '"%s"%s' % (text.replace('"', '""'), "*" if prefix else "")
+        return fts_phrase(text, prefix)
 
     def alternatives(self, double=True):
         own = [] if self.dropped or (self.df == 0 and self.expansions) else [self.fts()] * (2 if double else 1)
@@ -9623,10 +9702,20 @@ class QueryWord:
         alts = self.alternatives(double)
         return alts[0] if len(alts) == 1 else "(%s)" % " OR ".join(alts) if alts else None
 
+    def cjk_pairs(self):
+        """The bigrams of a word of CJK letters alone (at least two of them), else []."""
+        if self.cjk is None or self.phrase or self.prefix:
+            return []
+        tokens = TOKEN_RE.findall(self.text)
+        if not all(_CJK_RUN.fullmatch(t) for t in tokens):
+            return []
+        pairs = list(dict.fromkeys(p for t in tokens for p in _bigrams(t).split()))
+        return pairs if len(pairs) > 1 else []
+
     def match_forms(self):
         """[(stems, is_prefix)] the matcher looks for: the word itself and each expansion."""
         forms = []
-        if not self.dropped:
+        if not self.dropped and self.cjk is None:  # (a word with CJK letters is found by self.cjk)
             forms.append(([porter_stem(t) for t in self.tokens[:-1]] +
                           ([self.tokens[-1]] if self.prefix else [porter_stem(self.tokens[-1])]), self.prefix))
         for kind, text in self.expansions:
@@ -9648,6 +9737,7 @@ class Query:
     def __init__(self, text):
         self.text = text
         self.words, self.excluded = [], []
+        self.pairs = {}  # a CJK word not in the index as written -> the bigrams searched instead
         self.typed = []  # the words in the order typed, repeats kept (for the phrase stage)
         clean = re.sub(r"[\x00-\x1f\x7f]", " ", text)
         seen = set()
@@ -9672,7 +9762,7 @@ class Query:
                 continue
             seen.add(key)
             if neg:
-                self.excluded.append('"%s"' % core.replace('"', '""'))
+                self.excluded.append(fts_phrase(core))
             else:
                 self.words.append(QueryWord(core, phrase=phrase, prefix=prefix))
         self.words = self.words[:MAX_QUERY_TERMS]
@@ -9759,13 +9849,15 @@ class Query:
         variants = [[]]
         for t in typed:
             variants = [v + [c] for v in variants for c in corrections.get(t.lower()) or [t]][:PHRASE_VARIANTS]
-        phrases = ['"%s"' % " ".join(v).replace('"', '""') for v in variants]
+        phrases = [fts_phrase(written_together(v)) for v in variants]
         return phrases[0] if len(phrases) == 1 else "(%s)" % " OR ".join(phrases)
 
     def notes(self):
         """What was searched besides the words as typed: [{"word", "searched", "why"}]."""
-        out = []
+        out = [{"word": text, "searched": pairs, "why": "bigrams"} for text, pairs in self.pairs.items()]
         for w in self.words:
+            if w.pair_of:
+                continue
             if w.dropped:
                 out.append({"word": w.text, "searched": [], "why": "not found anywhere"})
             elif w.expansions and (w.df == 0 or any(k != "parts" for k, _ in w.expansions)):
@@ -9789,6 +9881,21 @@ def expand_query(con, query):
     """Find out which words occur and how often, and add expansions: abbreviations (both ways),
     camelCase parts, and for a word the index does not have, the nearest words it has (a typo)."""
     abbreviations = _abbreviation_table()
+    # A CJK word the index does not have as written (a sentence typed whole, words not side by side
+    # there) is searched as its bigrams, each a word: the stages then find the sessions with all of
+    # them, all but one, or some, as they do for the words of a question in English.
+    words = []
+    for w in query.words:
+        pairs = w.cjk_pairs()
+        if pairs and _df(con, w.fts()) == 0:
+            query.pairs[w.text] = pairs
+            for p in pairs:
+                if all(p != x.text for x in words + query.words):
+                    words.append(QueryWord(p))
+                    words[-1].pair_of = w.text
+        else:
+            words.append(w)
+    query.words = words[:MAX_QUERY_TERMS]
     half = None  # half the ranking documents, counted when a word needs it (~1 ms at 1 GB)
     function_words = []  # frequent function words, counted only if they rank (below)
     for w in query.words:
@@ -9848,8 +9955,8 @@ def expand_query(con, query):
 def near_words(con, word, min_count=1):
     """Vocabulary words within edit distance 1 (words of 4-7 letters) or 2 (longer) of word, the
     closest first, then the most frequent; only those in at least min_count ranking documents."""
-    if not 4 <= len(word) <= 30 or not word.isalnum():
-        return []
+    if not 4 <= len(word) <= 30 or not word.isalnum() or _CJK_CHAR.search(word):
+        return []  # (the vocabulary is Latin words: a CJK word is found by its bigrams or not at all)
     limit = 1 if len(word) <= 7 else 2
     letters, found = set(word), set()
     for first in dict.fromkeys(word[:2]):
@@ -9957,6 +10064,7 @@ class Matcher:
         # each one-token word as typed: a match of that very form says more than one of its stem
         self.typed = {i: w.tokens[0] for i, w in enumerate(words) if len(w.tokens) == 1 and not w.prefix}
         content = {i for i, w in enumerate(words) if not w.stop and not w.dropped}
+        self.cjk = [(i, w.cjk) for i, w in enumerate(words) if w.cjk and not w.dropped and (i in content or not content)]
         for i, w in enumerate(words):
             if content and i not in content:
                 continue  # stop words are not marked when the query has other words
@@ -9991,9 +10099,10 @@ class Matcher:
 
     def spans(self, text):
         """[(start, end, word index)] of every match, in order."""
+        out = [(m.start(), m.end(), i) for i, rx in self.cjk for m in rx.finditer(text)]
         if self.pattern is None:
-            return []
-        out = []
+            return sorted(out)
+        text = cjk_blanked(text)  # other words as FTS5 has them: "React" in "用React写"
         by_stem, prefixes, cache = self.by_stem, self.prefixes, self._stems
         low = text.lower()
         if self.part_needles:
@@ -10101,15 +10210,15 @@ class Matcher:
         ~100 chunks: the scans cost less than a hundred calls). A common word can match hundreds of
         times in a chunk; each distinct token of a chunk is looked at once. A word of several tokens
         (a phrase, `node-v20`) needs positions: spans() then, for that chunk."""
+        found = [{i for i, rx in self.cjk if rx.search(t)} for t in texts]
         if self.pattern is None:
-            return [set() for _ in texts]
-        text = "\n".join(texts)  # a line break: no token, part or name runs across it
+            return found
+        text = cjk_blanked("\n".join(texts))  # a line break: no token, part or name runs across it
         low = text.lower()
         if len(low) != len(text) and len(texts) > 1:  # (a letter whose lower case is longer: İ)
             return [self.words_in(t) for t in texts]
         ends = list(itertools.accumulate(len(t) + 1 for t in texts))
         where = bisect.bisect_right  # the chunk of a position: the first whose end is after it
-        found = [set() for _ in texts]
         if self.joined:
             for at, _, i in self._joined_spans(text, low):
                 found[where(ends, at)].add(i)
@@ -10137,7 +10246,7 @@ class Matcher:
                 if folded.startswith(stems[0]):
                     found[k].add(i)
         for k in by_spans:
-            found[k] = {i for _, _, i in self.spans(texts[k])}
+            found[k] |= {i for _, _, i in self.spans(texts[k])}
         return found
 
     @staticmethod

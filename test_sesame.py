@@ -5237,6 +5237,18 @@ def test_terms_are_tokens_stemmed_as_the_index_stores_them():
     assert sesame.fts_terms(text) == sqlite_terms([text], "porter unicode61 remove_diacritics 2")[0]
 
 
+def test_every_cjk_letter_is_indexed_in_pairs_that_sqlite_keeps_whole():
+    # A CJK run is given to FTS5 as its bigrams: a pair holding a character unicode61 takes for a
+    # separator (a letter newer than its tables) would be cut, and the query's pair never found.
+    letters = "".join(chr(c) for c in range(0x1100, 0x30000) if sesame._CJK_RUN.fullmatch(chr(c)))
+    assert len(letters) > 80000
+    text = "用React写 " + letters + " café"
+    indexed = sesame.cjk_bigrams(text)
+    want = ["用", "react", "写"] + [letters[i:i + 2] for i in range(len(letters) - 1)] + ["cafe"]
+    assert sqlite_terms([indexed], "porter unicode61 remove_diacritics 2")[0] == want
+    assert sesame.cjk_bigrams("plain English, naïve café") == "plain English, naïve café"
+
+
 @pytest.mark.parametrize("word,parts", [
     ("handlePaymentIntentWebhook", ["handle", "payment", "intent", "webhook"]),
     ("HTTPServerError", ["http", "server", "error"]),
@@ -5303,6 +5315,70 @@ def test_query_escaping_makes_every_word_a_literal():
 ])
 def test_the_right_session_ranks_first(corpus, capsys, query, expected):
     assert search_ids(capsys, query)[0] == expected
+
+
+@pytest.fixture
+def cjk_corpus(env, capsys):
+    """Chinese and Japanese sessions whose words share characters, and an English one."""
+    for sid, user, reply in (
+            ("zh-fallback", "帮我补充状态命令的无登录降级体验", "已完成：未登录时显示本地缓存的隧道状态。"),
+            ("zh-login", "登录页面需要重新设计", "我用React写了新的登录组件。"),
+            ("zh-degrade", "服务降级策略怎么配置", "可以在网关上配置熔断和降级规则。"),
+            ("zh-both", "登录失败以后要降级吗？", "登录和降级是两回事：先修登录，降级以后再说。"),
+            ("ja-voice", "ローカル音声アシスタントのバックエンドを作成したい", "FastAPIで音声認識サービスを実装しました。"),
+            ("ja-branch", "ブランチを作成してコミットしてください", "mainブランチにコミットしました。"),
+            ("en-react", "Write the React login component", "Done: React component with hooks.")):
+        PiWriter(env, sid).user(user).assistant(reply).save()
+    assert run(capsys, "index")[0] == 0
+    return env
+
+
+@pytest.mark.parametrize("query,expected,marked", [
+    ("登录降级", "zh-fallback", "**登录降级**"),        # four characters inside a run
+    ("状态命令", "zh-fallback", "**状态命令**"),
+    ("隧道", "zh-fallback", "**隧道**"),                # two, in the reply
+    ("音声アシスタント", "ja-voice", "**音声アシスタント**"),  # kanji and katakana
+    ("認識", "ja-voice", "**認識**"),
+    ("作成したい", "ja-voice", "**作成したい**"),       # kanji and hiragana
+])
+def test_a_chinese_or_japanese_word_inside_a_run_finds_its_session_and_is_marked(cjk_corpus, capsys, query, expected, marked):
+    # unicode61 keeps a run of CJK characters as one token: a word inside it was never found.
+    top = search_json(capsys, query)["results"]
+    assert top[0]["sessionId"] == expected, (query, [r["sessionId"] for r in top])
+    assert any(marked in m["snippet"] for m in top[0]["matches"]), top[0]["matches"]
+
+
+def test_cjk_words_typed_apart_rank_first_where_they_are_written_together(cjk_corpus, capsys):
+    # Chinese puts no space between words: "登录 降级" typed is "登录降级" written, not a session
+    # that says each word more often, apart.
+    assert search_ids(capsys, "登录 降级")[:2] == ["zh-fallback", "zh-both"]
+
+
+def test_a_cjk_sentence_not_written_so_is_searched_by_its_bigrams(cjk_corpus, capsys):
+    # A sentence typed whole is one run: as a phrase it found nothing unless written so, word for word.
+    data = search_json(capsys, "怎么配置服务降级策略")
+    assert data["results"][0]["sessionId"] == "zh-degrade"
+    assert any("**服务降级策略怎么配置**" in m["snippet"] for m in data["results"][0]["matches"]), [m["snippet"] for m in data["results"][0]["matches"]]
+    assert [n["why"] for n in data["alsoSearched"]] == ["bigrams"]
+    assert search_json(capsys, "服务降级策略")["alsoSearched"] == []   # written so: one phrase
+
+
+def test_a_query_mixing_cjk_and_latin_words_finds_latin_words_glued_to_cjk(cjk_corpus, capsys):
+    # "用React写": unicode61 made one token of the three scripts, so React was not found there.
+    assert search_ids(capsys, "React 组件")[0] == "zh-login"
+    ids = search_ids(capsys, "React")
+    assert set(ids[:2]) == {"zh-login", "en-react"}
+    top = search_json(capsys, "React 登录")["results"][0]
+    assert top["sessionId"] == "zh-login" and any("用**React**写" in m["snippet"] for m in top["matches"])
+    assert search_ids(capsys, "React component")[0] == "en-react"  # English as before
+
+
+def test_a_cjk_word_is_not_spelling_corrected_into_a_latin_one(cjk_corpus, capsys):
+    PiWriter(cjk_corpus, "en-commit").user("Commits need signing").assistant("commits are signed now").save()
+    assert run(capsys, "index")[0] == 0
+    data = search_json(capsys, "commit组")   # absent: "commits" is one edit away in the vocabulary
+    assert [n for n in data.get("alsoSearched", []) if n["why"] == "spelling"] == []
+    assert "en-commit" not in [r["sessionId"] for r in data["results"]]
 
 
 def test_thinking_does_not_outrank_what_was_said(corpus, capsys):
