@@ -1322,6 +1322,12 @@ class Parser:
     def sidecars(self, path):
         return []
 
+    # The agent's change journal, when it keeps one: (file name beside the source folder, the keys
+    # that hold a session id in its lines). The agent appends a line naming the session on every
+    # prompt, whatever folder it runs in; each search reads the lines added since the last one and
+    # checks the files of the sessions they name (see read_journals).
+    journal = None
+
 
 # The registry: parser id -> the one instance of its class, in the order the classes are registered
 # below. That order is discovery priority: when two sources list the same file, the first source
@@ -1855,6 +1861,9 @@ class ClaudeCodeParser(Parser):
 
     session_env = ("CLAUDE_CODE_SESSION_ID",)  # set by 2.1 for the commands and MCP servers it runs
     id, label, version = "claude", "Claude Code", 1
+    # <config dir>/history.jsonl, the prompt history behind the up arrow: {display, pastedContents,
+    # timestamp (ms), project, sessionId} per prompt (sessionId since 1.0; older lines lack it).
+    journal = ("history.jsonl", ("sessionId",))
 
     def default_roots(self, env):
         config = env.get("CLAUDE_CONFIG_DIR")
@@ -2247,6 +2256,10 @@ class CodexParser(Parser):
 
     session_env = ("CODEX_THREAD_ID",)  # set for the commands it runs (0.169); a thread is a session
     id, label, version = "codex", "Codex", 1
+    # $CODEX_HOME/history.jsonl: {session_id, ts (s), text} per prompt (codex-rs/core/src/
+    # message_history.rs; `conversation_id` in some 0.2x releases). Trimmed from the front when it
+    # outgrows history.max_bytes (a rewrite: read again from its tail).
+    journal = ("history.jsonl", ("session_id", "conversation_id"))
 
     def __init__(self):
         self._title_cache = {}   # session_index.jsonl path -> (size, mtime_ns, {thread id: name})
@@ -7293,6 +7306,8 @@ def _inside(path, folders):
 #     files holding several sessions (agent databases: few, and any session may change in them), and
 #     the files of sessions run in the caller's folder or above it (a resumed old session: agents
 #     resume sessions of the folder they run in, and people and agents search from there);
+#   - the files of the sessions the agents' change journals named since the last refresh (a
+#     session resumed after months, from any folder: see read_journals);
 #   - the rest in turn: each search checks at least SWEEP_MIN_FILES more files (as many as fit in
 #     SWEEP_SECONDS), going on from where the last search stopped, so that an old file changed by
 #     something else is seen within ceil(files / SWEEP_MIN_FILES) searches.
@@ -7313,6 +7328,7 @@ class Plan:
         self.gone = []        # FileRows of files no longer listed
         self.listings = {}    # source path -> [(folder, mtime_ns)]: sources listed again
         self.sweep = None     # where the next search's sweep starts (a file id)
+        self.journals = None  # where each change journal was read up to, when that moved
         self.checked = 0      # files whose size and time were compared
 
     def __bool__(self):
@@ -7446,6 +7462,8 @@ def plan_quick(store, sources, summary, policy, cwd=None):
         check[row.id] = row
     for row in _cwd_rows(con, cwd):
         check[row.id] = row
+    for row in _journal_rows(con, read_journals(store, sources, plan)):
+        check[row.id] = row
     parsers = {src.path: src.parser for src in sources}
     gone = {row.id for row in plan.gone}
     for row in check.values():
@@ -7471,6 +7489,104 @@ def _cwd_rows(con, cwd):
         return []
     return file_rows(con, "status != 'deleted' AND id IN (SELECT file_id FROM sessions WHERE cwd IN (%s)) "
                           "ORDER BY mtime_ns DESC LIMIT %d" % (",".join("?" * len(folders)), CWD_MAX_FILES), folders)
+
+
+# Change journals. Claude Code and Codex append a line naming the session to a history file of
+# their own on every prompt (Parser.journal), in whatever folder the session runs: a session resumed
+# after months in project A is named there before the user searches from project B. Each refresh
+# reads what the journals gained since the last one (a few hundred bytes; a stat when nothing did)
+# and checks the files of the sessions they name. Where each journal was read up to is kept beside
+# the index (like the sweep's place: a search writes nothing to the index when nothing changed),
+# with the journal's device and inode: a journal read for the first time, replaced or shorter than
+# before (Codex trims its history from the front) is read again, from its last JOURNAL_MAX_BYTES
+# only, as is a tail grown longer than that: the newest prompts name the sessions that matter.
+JOURNAL_MAX_BYTES = 64 * 1024
+
+
+def _journals_file(store):
+    return os.path.join(os.path.dirname(store.path), "journals")
+
+
+def read_journals(store, sources, plan):
+    """{agent: {session id}}: the sessions the change journals of the sources' agents named since the
+    last refresh. Where each was read up to goes to plan.journals when it moved (_save_journals)."""
+    journals = {}
+    for src in sources:
+        if src.parser.journal:
+            name, keys = src.parser.journal
+            journals.setdefault(os.path.join(os.path.dirname(src.path.rstrip(os.sep)), name), (src.parser.id, keys))
+    if not journals:
+        return {}
+    try:
+        with open_regular(_journals_file(store)) as f:
+            known = json.loads(f.read())
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    named, places, moved = collections.defaultdict(set), {}, False
+    for path, (agent, keys) in journals.items():
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # no journal (an older release, history turned off): the other rules hold
+        ident = [st.st_dev, st.st_ino]
+        was = known.get(path)
+        start = was[2] if isinstance(was, list) and len(was) == 3 and was[:2] == ident and was[2] <= st.st_size else None
+        if start == st.st_size:
+            places[path] = was
+            continue
+        begin = max(start or 0, st.st_size - JOURNAL_MAX_BYTES)
+        try:
+            with open_regular(path) as f:
+                f.seek(begin)
+                block = f.read(st.st_size - begin)
+        except OSError:
+            continue
+        first = block.find(b"\n") + 1 if begin != start and begin > 0 else 0  # begun inside a line: skip it
+        end = block.rfind(b"\n") + 1  # a line still being written is read next time, whole
+        for raw in block[first:end].split(b"\n"):
+            raw = raw.strip(LINE_START)
+            if not raw.startswith(b"{"):
+                continue
+            try:
+                rec = json.loads(raw)
+            except BAD_JSON:
+                continue
+            for key in keys:
+                if isinstance(rec, dict) and isinstance(rec.get(key), str) and rec[key]:
+                    named[agent].add(rec[key])
+                    break
+        places[path] = ident + [begin + max(end, first)]
+        moved = True
+    if moved:
+        plan.journals = places
+    return named
+
+
+def _journal_rows(con, named):
+    """The indexed files holding the named sessions ({agent: {session id}})."""
+    rows = []
+    for agent, ids in named.items():
+        ids = sorted(ids)
+        for i in range(0, len(ids), 500):  # (older SQLite takes at most 999 parameters)
+            batch = ids[i:i + 500]
+            rows += file_rows(con, "status != 'deleted' AND id IN (SELECT file_id FROM sessions WHERE agent = ? "
+                                   "AND session_id IN (%s))" % ",".join("?" * len(batch)), [agent] + batch)
+    return rows
+
+
+def _save_journals(store, plan):
+    """Remember where each change journal was read up to (see read_journals)."""
+    if plan.journals is None:
+        return
+    tmp = "%s.%d.tmp" % (_journals_file(store), os.getpid())
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(json.dumps(plan.journals))
+        os.replace(tmp, _journals_file(store))
+    except OSError:
+        pass
 
 
 def _check_row(plan, row, parsers, summary):
@@ -7637,6 +7753,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
         # or every later search would look at every file again.)
         if not plan and not (plan.full and store.meta("sources") != sources_key(sources)):
             _save_sweep(store, plan)
+            _save_journals(store, plan)
             summary.seconds = time.monotonic() - t0
             return summary
     batch = Batch(store, one_transaction=full)
@@ -7685,6 +7802,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
         if results is not None:
             results.close()  # stops the worker processes, also when interrupted
     _save_sweep(store, plan)
+    _save_journals(store, plan)
     summary.seconds = time.monotonic() - t0
     return summary
 

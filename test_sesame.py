@@ -3929,6 +3929,68 @@ def test_an_append_to_an_old_idle_session_elsewhere_is_found_within_the_sweep(hi
     assert ["old-13"] in found
 
 
+def _journal_home(tmp_path, agent, n=6):
+    """n old sessions of `agent` in its own layout under tmp_path/home, run in /home/dev/a (not the
+    caller's folder), with the agent's prompt history; configured as the only source. Returns
+    (source folder, journal, {session id: path}, the journal line for a session id)."""
+    home = tmp_path / "home"
+    paths = {}
+    for i in range(n):
+        sid = "%08d-2222-4333-8444-555555555555" % i
+        if agent == "claude":
+            root, journal = home / ".claude" / "projects", home / ".claude" / "history.jsonl"
+            paths[sid] = write_jsonl(root / "-home-dev-a" / (sid + ".jsonl"), [
+                dict(cc_cl_user("u%d" % i, "2026-01-0%dT10:00:00.000Z" % (i + 1), "routine question %d" % i),
+                     sessionId=sid, cwd="/home/dev/a")])
+        else:
+            root, journal = home / ".codex" / "sessions", home / ".codex" / "history.jsonl"
+            paths[sid] = write_jsonl(root / "2026" / "01" / "01" / ("rollout-2026-01-01T10-00-00-%s.jsonl" % sid), [
+                cc_cx_meta(sid, "2026-01-01T10:00:00.000Z", cwd="/home/dev/a"),
+                cc_cx_msg("2026-01-01T10:00:01.000Z", "user", "routine question %d" % i)])
+
+    def entry(sid):
+        if agent == "claude":
+            return line({"display": "a prompt", "pastedContents": {}, "timestamp": 1767261600000,
+                         "project": "/home/dev/a", "sessionId": sid})
+        return line({"session_id": sid, "ts": 1767261600, "text": "a prompt"})
+    with open(str(journal), "w") as f:
+        f.writelines(entry(sid) for sid in paths)
+    write_config({"sources": [{"parser": agent, "path": str(root)}]}, tmp_path)
+    return root, journal, paths, entry
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex"])
+def test_a_resumed_old_session_is_found_by_the_next_search_from_any_folder(env, capsys, monkeypatch, tmp_path, agent):
+    root, journal, paths, entry = _journal_home(tmp_path, agent)
+    age(tmp_path / "home")
+    assert run(capsys, "index")[0] == 0
+    assert search_ids(capsys, "routine") != []
+    monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)   # the sweep reaches nothing
+    monkeypatch.chdir(tmp_path)                                       # a folder of no session
+    for n, sid in enumerate(list(paths)[2:5]):
+        with open(str(paths[sid]), "a") as f:   # the agent resumes it: its transcript grows...
+            f.write(line(dict(cc_cl_user("r%d" % n, "2026-06-01T10:00:00.000Z", "resumed: the narwhal%d plan" % n),
+                              sessionId=sid, cwd="/home/dev/a") if agent == "claude" else
+                         cc_cx_msg("2026-06-01T10:00:00.000Z", "user", "resumed: the narwhal%d plan" % n)))
+        with open(str(journal), "a") as f:      # ...and its prompt history names it
+            f.write(entry(sid))
+        assert search_ids(capsys, "narwhal%d" % n) == [sid]
+
+
+def test_a_journal_trimmed_or_replaced_is_read_again_from_its_tail(env, capsys, monkeypatch, tmp_path):
+    root, journal, paths, entry = _journal_home(tmp_path, "codex")
+    age(tmp_path / "home")
+    assert run(capsys, "index")[0] == 0
+    assert search_ids(capsys, "routine") != []
+    monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)
+    sid = list(paths)[3]
+    with open(str(paths[sid]), "a") as f:
+        f.write(line(cc_cx_msg("2026-06-01T10:00:00.000Z", "user", "resumed: the beluga plan")))
+    with open(str(journal), "w") as f:          # Codex trims its history: a shorter file, newest last
+        f.write(entry(sid))
+    assert search_ids(capsys, "beluga") == [sid]
+
+
 def test_a_deleted_session_file_is_seen_by_the_next_search(history, capsys):
     os.remove(history[21])
     code, out, _ = run(capsys, "search", "number 21", "--json")
