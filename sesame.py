@@ -7303,6 +7303,10 @@ def _inside(path, folders):
 #     changes the folder's time, so a changed folder means that source is listed again (new and
 #     removed sessions are seen at once) and every file in that folder is checked;
 #   - the files written in the last ACTIVE_SECONDS (agents append to the sessions they run), the
+#     ACTIVE_MAX_FILES newest of them: a history copied or restored (every file dated now) or a day
+#     of thousands of sub-agent files would otherwise be compared file by file on every search for
+#     two days; a file an agent is writing was indexed last, so it is among the newest, and the
+#     older ones are left to the journals, the caller's folder and the sweep; the
 #     files holding several sessions (agent databases: few, and any session may change in them), and
 #     the files of sessions run in the caller's folder or above it (a resumed old session: agents
 #     resume sessions of the folder they run in, and people and agents search from there);
@@ -7314,6 +7318,7 @@ def _inside(path, folders):
 # Anything that makes these records untrustworthy (first use, other sources, another parser version,
 # changed exclude/redact settings) makes the refresh check everything, as `sesame index` does.
 ACTIVE_SECONDS = 2 * 24 * 3600
+ACTIVE_MAX_FILES = 200
 SWEEP_MIN_FILES = 200
 SWEEP_SECONDS = 0.0015
 CWD_MAX_FILES = 1000
@@ -7454,7 +7459,8 @@ def plan_quick(store, sources, summary, policy, cwd=None):
                       and not _inside(fs_path(key), unreadable)]
     # Files written lately, files holding several sessions, and the caller's folder.
     since = time.time_ns() - ACTIVE_SECONDS * 10 ** 9
-    for row in file_rows(con, "mtime_ns >= ? AND status != 'deleted'", (since,)):
+    for row in file_rows(con, "mtime_ns >= ? AND status != 'deleted' ORDER BY mtime_ns DESC LIMIT ?",
+                         (since, ACTIVE_MAX_FILES)):
         check[row.id] = row
     for row in file_rows(con, "sessions > 1 AND status != 'deleted'"):
         check[row.id] = row

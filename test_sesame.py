@@ -3897,6 +3897,25 @@ def test_a_search_compares_a_bounded_number_of_old_files_not_all(history, capsys
         assert len(counted_stats) == 5   # the sweep's share; nothing else is active or in this folder
 
 
+def test_a_history_dated_now_is_not_compared_file_by_file_on_every_search(env, capsys, monkeypatch, counted_stats):
+    monkeypatch.setattr(sesame, "SWEEP_MIN_FILES", 5)
+    monkeypatch.setattr(sesame, "SWEEP_SECONDS", 0)
+    monkeypatch.setattr(sesame, "ACTIVE_MAX_FILES", 3, raising=False)
+    paths = [PiWriter(env, "copy-%02d" % i, cwd="/home/dev/p%d" % (i % 3)).user("restored session %d" % i).save()
+             for i in range(30)]
+    age(env, days=0.01)   # a history copied a quarter of an hour ago: every file looks recent
+    os.utime(paths[17], (time.time() - 60,) * 2)   # and one session an agent has written since
+    assert run(capsys, "index")[0] == 0
+    for _ in range(3):
+        del counted_stats[:]
+        assert search_ids(capsys, "restored") != []
+        assert len(counted_stats) == 3 + 5   # the newest few, and the sweep's share
+    append_user(paths[17], "the agent goes on: the tapir step")   # the newest file is checked by every search
+    assert search_ids(capsys, "tapir") == ["copy-17"]
+    append_user(paths[17], "and the kinkajou step")
+    assert search_ids(capsys, "kinkajou") == ["copy-17"]
+
+
 def test_the_sweep_checks_every_file_within_files_over_share_searches(history, capsys, counted_stats):
     for _ in range(8):
         search_ids(capsys, "routine")
