@@ -7408,8 +7408,9 @@ def plan_full(store, sources, summary, policy):
     return plan
 
 
-def plan_quick(store, sources, summary, policy, cwd=None):
-    """The freshness rules above: folders, active files, the caller's folder, then a sweep."""
+def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
+    """The freshness rules above: folders, active files, the caller's folder, the journals, then a
+    sweep (unless `sweep` is false: the MCP server compares every file in the background)."""
     con = store.con
     plan = Plan(full=False)
     known_dirs = collections.defaultdict(list)
@@ -7475,7 +7476,8 @@ def plan_quick(store, sources, summary, policy, cwd=None):
     for row in check.values():
         if row.id not in gone:
             _check_row(plan, row, parsers, summary)
-    _sweep(store, plan, parsers, summary, skip=set(check) | gone)
+    if sweep:
+        _sweep(store, plan, parsers, summary, skip=set(check) | gone)
     plan.gone = list({row.id: row for row in plan.gone}.values())
     return plan
 
@@ -7727,15 +7729,15 @@ class Batch:
             pass
 
 
-def plan_index(store, sources, summary, policy, quick=False, cwd=None):
+def plan_index(store, sources, summary, policy, quick=False, cwd=None, sweep=True):
     """What to read and what is gone: every file compared (full), or by the freshness rules (quick),
     which only hold when the records were made for the same sources, parsers and settings."""
     if quick and store.meta("sources") == sources_key(sources) and store.meta("policy") == policy.fingerprint():
-        return plan_quick(store, sources, summary, policy, cwd)
+        return plan_quick(store, sources, summary, policy, cwd, sweep)
     return plan_full(store, sources, summary, policy)
 
 
-def run_index(store, sources, full=False, progress=None, policy=None, quick=False, cwd=None):
+def run_index(store, sources, full=False, progress=None, policy=None, quick=False, cwd=None, sweep=True):
     """Bring the index up to date with the sources. Files whose size and time are unchanged are not
     read; files that only grew are read from where the last run stopped; other changed files are
     read again; files gone keep their sessions, marked deleted (unless the policy says otherwise).
@@ -7752,7 +7754,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
     if not full and known is not None:
         # The common case (every search starts with it): look without taking the write lock, and
         # leave at once when nothing changed. (Callers hold the index lock, so the plan stays true.)
-        plan = plan_index(store, sources, summary, policy, quick, cwd)
+        plan = plan_index(store, sources, summary, policy, quick, cwd, sweep)
         _count(summary, plan)
         # Nothing to read, and the freshness records hold: leave. (After an upgrade that changed a
         # parser's version, a full look that finds nothing must still record the new sources key,
@@ -9722,8 +9724,13 @@ class Context:
         if not isinstance(keep_deleted, bool):
             raise ConfigError('%s: "keepDeletedSessions" must be true or false' % self.cfg_path)
         self.policy = Policy(exclude, redact_secrets, load_forgotten(self.env), keep_deleted)
+        # Set by the MCP server for its calls (see WarmIndex): the index it keeps open, and whether
+        # a search's refresh sweeps a share of the old files (the server compares them all instead).
+        self.kept, self.sweep = None, True
 
     def store(self, create=True):
+        if self.kept is not None:
+            return self.kept
         return Store.open(self.index_path, create=create)
 
 
@@ -9791,7 +9798,7 @@ def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=Fal
         return None
     try:
         return run_index(store, ctx.sources, full=full, progress=progress, policy=ctx.policy, quick=quick,
-                         cwd=_cwd() if quick else None)
+                         cwd=_cwd() if quick else None, sweep=ctx.sweep)
     finally:
         lock.release()
 
@@ -10101,7 +10108,8 @@ def _did_you_mean(message, parser):
 # One JSON message per line on stdin, one per line on stdout; stdout carries protocol messages only,
 # logs go to stderr. Tool failures are results with isError (the model sees them and can retry);
 # protocol failures (bad JSON, unknown method or tool) are JSON-RPC errors. Every call builds a fresh
-# Context, so a config edited while the server runs is used by the next call.
+# Context, so a config edited while the server runs is used by the next call; the index stays open
+# across calls (WarmIndex).
 
 MCP_PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 MCP_DEFAULT_PROTOCOL = "2025-06-18"
@@ -10233,7 +10241,54 @@ def _quiet(message):
     """A warn() that says nothing: the message is still in Context.warnings (status shows it)."""
 
 
-def call_tool(params):
+class _KeptStore:
+    """The MCP server's open index as a call sees it: the commands close the store they are given
+    when they are done; this one stays open for the next call."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def close(self):
+        pass
+
+
+class WarmIndex:
+    """What the MCP server keeps from call to call: the index open, so that a call pays neither for
+    opening it (~0.4 ms) nor for an empty page cache (SQLite's cache belongs to the connection: a
+    new one reads every page it needs again). A call's own refresh is the cheap part of a search's
+    (new and deleted sessions, active files, the caller's folder, the journals) without the sweep:
+    the server's background refresh compares every file (_keep_fresh). An index file replaced or
+    removed meanwhile (a rebuild of a damaged one) is opened again."""
+
+    def __init__(self):
+        self.store = self.ident = None
+
+    def lend(self, ctx):
+        """Make `ctx` use the kept index (opened when there is one to open and it is not yet)."""
+        ctx.sweep = False
+        try:
+            st = os.stat(ctx.index_path)
+            ident = (st.st_dev, st.st_ino)
+        except OSError:
+            ident = None
+        if ident != self.ident:
+            self.close()
+            if ident is None:
+                return  # no index yet: this call builds it, and says so, as a search does
+            self.store = Store.open(ctx.index_path)
+            self.ident = ident
+        ctx.kept = _KeptStore(self.store)
+
+    def close(self):
+        if self.store is not None:
+            self.store.close()
+        self.store = self.ident = None
+
+
+def call_tool(params, warm=None):
     name, args = params.get("name"), params.get("arguments")
     if name not in MCP_TOOLS:
         raise RpcError(INVALID_PARAMS, "no tool named %r: the tools are %s" % (name, ", ".join(MCP_TOOLS))
@@ -10244,7 +10299,10 @@ def call_tool(params):
         raise RpcError(INVALID_PARAMS, "arguments must be an object")
     run = MCP_TOOLS[name][0]
     try:
-        text, data = run(Context(warn=_quiet), args)  # config warnings: once at start, and in status
+        ctx = Context(warn=_quiet)  # config warnings: once at start, and in status
+        if warm is not None:
+            warm.lend(ctx)
+        text, data = run(ctx, args)
     except SesameError as e:
         msg = "sesame: %s%s" % (e.message.replace("(see: sesame search --help)", "").replace(
             "(see: sesame show --help)", "").strip(), " (%s)" % e.hint if e.hint else "")
@@ -10264,10 +10322,10 @@ def _initialize(params):
                             "`show` (session=sessionId, around=matches[].seq), then give the user resumeCommand."}
 
 
-MCP_METHODS = {
-    "initialize": _initialize,
-    "ping": lambda params: {},
-    "tools/list": lambda params: {"tools": _tool_list()},
+MCP_METHODS = {  # each takes the request's params and the server's WarmIndex (None: nothing kept)
+    "initialize": lambda params, warm: _initialize(params),
+    "ping": lambda params, warm: {},
+    "tools/list": lambda params, warm: {"tools": _tool_list()},
     "tools/call": call_tool,
 }
 
@@ -10276,7 +10334,7 @@ def _rpc_error(id_, code, message):
     return {"jsonrpc": "2.0", "id": id_, "error": {"code": code, "message": message}}
 
 
-def handle_message(msg):
+def handle_message(msg, warm=None):
     """One decoded JSON-RPC message -> the response object, or None (notifications and responses get none)."""
     if isinstance(msg, dict) and "method" not in msg and ("result" in msg or "error" in msg):
         return None  # a response to a request of ours: we send none, so there is nothing to match
@@ -10292,7 +10350,7 @@ def handle_message(msg):
     if method is None:
         return _rpc_error(id_, METHOD_NOT_FOUND, "Method not found: %s" % msg["method"])
     try:
-        return {"jsonrpc": "2.0", "id": id_, "result": method(msg.get("params") or {})}
+        return {"jsonrpc": "2.0", "id": id_, "result": method(msg.get("params") or {}, warm)}
     except RpcError as e:
         return _rpc_error(id_, e.code, e.message)
     except Exception as e:  # noqa: BLE001
@@ -10312,16 +10370,16 @@ def _clean_json(value):
     return value
 
 
-def handle_line(line):
+def handle_line(line, warm=None):
     """One line of input -> the response object (or list, for a batch), or None."""
     try:
         msg = _clean_json(json.loads(line.decode("utf-8") if isinstance(line, bytes) else line))
     except BAD_JSON:  # also bad UTF-8, and nesting too deep to decode
         return _rpc_error(None, PARSE_ERROR, "Parse error")
     if isinstance(msg, list):  # a JSON-RPC batch (protocol 2025-03-26 allowed them)
-        replies = [r for r in map(handle_message, msg) if r is not None]
+        replies = [r for r in (handle_message(m, warm) for m in msg) if r is not None]
         return (replies or None) if msg else _rpc_error(None, INVALID_REQUEST, "Invalid Request")
-    return handle_message(msg)
+    return handle_message(msg, warm)
 
 
 MCP_REFRESH_SECONDS = 30.0
@@ -10338,14 +10396,14 @@ def serve_mcp(inp=None, out=None):
     except SesameError:
         pass
     import threading
-    stop = threading.Event()
+    stop, warm = threading.Event(), WarmIndex()
     threading.Thread(target=_keep_fresh, args=(stop, MCP_REFRESH_SECONDS), daemon=True).start()
     try:
         for line in iter(inp.readline, b""):
             if not line.strip():
                 continue
             try:
-                reply = handle_line(line)
+                reply = handle_line(line, warm)
             except Exception:  # noqa: BLE001  (whatever one message does, the server answers the next)
                 _stderr("sesame mcp: a message failed:\n%s" % _traceback())
                 reply = _rpc_error(None, INTERNAL_ERROR, "Internal error")
@@ -10356,6 +10414,7 @@ def serve_mcp(inp=None, out=None):
         pass  # the client went away: nothing left to answer
     finally:
         stop.set()
+        warm.close()
         sys.stdout = real_stdout
     return EXIT_OK
 

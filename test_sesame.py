@@ -5589,6 +5589,50 @@ def test_mcp_errors_are_one_readable_sentence(corpus, capsys):
     assert r["isError"] and "unknown argument 'colour'" in r["content"][0]["text"]
 
 
+def test_the_mcp_server_keeps_the_index_open_across_calls_and_reopens_a_replaced_one(corpus, capsys, monkeypatch,
+                                                                                      tmp_path):
+    opened, real_open = [], sesame.Store.open
+    monkeypatch.setattr(sesame.Store, "open", lambda path, create=True: opened.append(path) or real_open(path, create))
+    warm = sesame.WarmIndex()
+
+    def found(query):
+        reply = sesame.handle_line(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "search", "arguments": {"query": query}}}), warm)
+        return [r["sessionId"] for r in reply["result"]["structuredContent"]["results"]]
+    try:
+        first = found("carousel landing")
+        assert first and found("billing") != [] and len(opened) == 1   # one open index for every call
+        for name in os.listdir(str(tmp_path / "data")):        # the index is removed and built anew
+            if name.startswith("index.sqlite"):
+                os.remove(str(tmp_path / "data" / name))
+        monkeypatch.setattr(sesame.Store, "open", real_open)
+        assert run(capsys, "index")[0] == 0
+        monkeypatch.setattr(sesame.Store, "open", lambda path, create=True: opened.append(path) or real_open(path, create))
+        assert found("carousel landing") == first and len(opened) == 2
+    finally:
+        warm.close()
+
+
+def test_an_mcp_call_refreshes_active_files_and_leaves_the_old_ones_to_the_background(history, env, capsys,
+                                                                                      counted_stats):
+    warm = sesame.WarmIndex()
+
+    def found(query):
+        return [r["sessionId"] for r in sesame.call_tool({"name": "search", "arguments": {"query": query}},
+                                                         warm)["structuredContent"]["results"]]
+    try:
+        path = PiWriter(env, "active", cwd="/home/dev/p2").user("working on the quokka feature").save()
+        assert found("quokka") == ["active"]
+        append_user(path, "and now the wallaby part")
+        del counted_stats[:]
+        assert found("wallaby") == ["active"]
+        # its folder changed (listed again) and nothing else: no sweep, _keep_fresh compares the old
+        # files in the background
+        assert path in counted_stats and {os.path.dirname(p) for p in counted_stats} == {os.path.dirname(path)}
+    finally:
+        warm.close()
+
+
 @pytest.mark.skipif(sys.version_info < (3, 10), reason="the MCP Python SDK needs Python 3.10+")
 def test_the_official_mcp_python_sdk_client_uses_every_tool(corpus, tmp_path):
     mcp = pytest.importorskip("mcp", reason="the MCP Python SDK is not installed (pip install mcp)")
