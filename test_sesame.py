@@ -3996,6 +3996,26 @@ def test_a_resumed_old_session_is_found_by_the_next_search_from_any_folder(env, 
         assert search_ids(capsys, "narwhal%d" % n) == [sid]
 
 
+def test_a_journal_line_still_being_written_is_read_once_complete(env, capsys, monkeypatch, tmp_path):
+    root, journal, paths, entry = _journal_home(tmp_path, "claude")
+    age(tmp_path / "home")
+    assert run(capsys, "index")[0] == 0
+    assert search_ids(capsys, "routine") != []
+    monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)
+    monkeypatch.chdir(tmp_path)
+    sid = list(paths)[4]
+    half = len(entry(sid)) // 2
+    with open(str(journal), "a") as f:
+        f.write(entry(sid)[:half])              # the agent is writing its line
+    assert search_ids(capsys, "routine") != []
+    with open(str(paths[sid]), "a") as f:
+        f.write(line(dict(cc_cl_user("r1", "2026-06-01T10:00:00.000Z", "resumed: the axolotl plan"), sessionId=sid,
+                          cwd="/home/dev/a")))
+    with open(str(journal), "a") as f:
+        f.write(entry(sid)[half:])
+    assert search_ids(capsys, "axolotl") == [sid]
+
+
 def test_a_journal_trimmed_or_replaced_is_read_again_from_its_tail(env, capsys, monkeypatch, tmp_path):
     root, journal, paths, entry = _journal_home(tmp_path, "codex")
     age(tmp_path / "home")
