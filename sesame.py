@@ -1331,6 +1331,12 @@ class Parser:
     def sidecars(self, path):
         return []
 
+    # The agent's change journal, when it keeps one: (file name beside the source folder, the keys
+    # that hold a session id in its lines). The agent appends a line naming the session on every
+    # prompt, whatever folder it runs in; each search reads the lines added since the last one and
+    # checks the files of the sessions they name (see read_journals).
+    journal = None
+
 
 # The registry: parser id -> the one instance of its class, in the order the classes are registered
 # below. That order is discovery priority: when two sources list the same file, the first source
@@ -2003,6 +2009,9 @@ class ClaudeCodeParser(Parser):
     session_env = ("CLAUDE_CODE_SESSION_ID",)  # set by 2.1 for the commands and MCP servers it runs
     id, label, version = "claude", "Claude Code", 1
     command = "claude"   # the command that resumes a session (OpenClaude, a fork, runs `openclaude`)
+    # <config dir>/history.jsonl, the prompt history behind the up arrow: {display, pastedContents,
+    # timestamp (ms), project, sessionId} per prompt (sessionId since 1.0; older lines lack it).
+    journal = ("history.jsonl", ("sessionId",))
 
     def default_roots(self, env):
         config = env.get("CLAUDE_CONFIG_DIR")
@@ -2395,6 +2404,10 @@ class CodexParser(Parser):
 
     session_env = ("CODEX_THREAD_ID",)  # set for the commands it runs (0.169); a thread is a session
     id, label, version = "codex", "Codex", 1
+    # $CODEX_HOME/history.jsonl: {session_id, ts (s), text} per prompt (codex-rs/core/src/
+    # message_history.rs; `conversation_id` in some 0.2x releases). Trimmed from the front when it
+    # outgrows history.max_bytes (a rewrite: read again from its tail).
+    journal = ("history.jsonl", ("session_id", "conversation_id"))
 
     def __init__(self):
         self._title_cache = {}   # session_index.jsonl path -> (size, mtime_ns, {thread id: name})
@@ -8862,15 +8875,22 @@ def _add_listing(listings, src, dirs):
 #     changes the folder's time, so a changed folder means that source is listed again (new and
 #     removed sessions are seen at once) and every file in that folder is checked;
 #   - the files written in the last ACTIVE_SECONDS (agents append to the sessions they run), the
+#     ACTIVE_MAX_FILES newest of them: a history copied or restored (every file dated now) or a day
+#     of thousands of sub-agent files would otherwise be compared file by file on every search for
+#     two days; a file an agent is writing was indexed last, so it is among the newest, and the
+#     older ones are left to the journals, the caller's folder and the sweep; the
 #     files holding several sessions (agent databases: few, and any session may change in them), and
 #     the files of sessions run in the caller's folder or above it (a resumed old session: agents
 #     resume sessions of the folder they run in, and people and agents search from there);
+#   - the files of the sessions the agents' change journals named since the last refresh (a
+#     session resumed after months, from any folder: see read_journals);
 #   - the rest in turn: each search checks at least SWEEP_MIN_FILES more files (as many as fit in
 #     SWEEP_SECONDS), going on from where the last search stopped, so that an old file changed by
 #     something else is seen within ceil(files / SWEEP_MIN_FILES) searches.
 # Anything that makes these records untrustworthy (first use, other sources, another parser version,
 # changed exclude/redact settings) makes the refresh check everything, as `sesame index` does.
 ACTIVE_SECONDS = 2 * 24 * 3600
+ACTIVE_MAX_FILES = 200
 SWEEP_MIN_FILES = 200
 SWEEP_SECONDS = 0.0015
 CWD_MAX_FILES = 1000
@@ -8886,6 +8906,7 @@ class Plan:
         self.listings = {}    # source path -> [(folder, mtime_ns)]: sources listed again
         self.sweep = None     # where the next search's sweep starts (a file id)
         self.moved = []       # (source, path) of unchanged files now listed first by another source
+        self.journals = None  # where each change journal was read up to, when that moved
         self.checked = 0      # files whose size and time were compared
 
     def __bool__(self):
@@ -8964,8 +8985,9 @@ def plan_full(store, sources, summary, policy):
     return plan
 
 
-def plan_quick(store, sources, summary, policy, cwd=None):
-    """The freshness rules above: folders, active files, the caller's folder, then a sweep."""
+def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
+    """The freshness rules above: folders, active files, the caller's folder, the journals, then a
+    sweep (unless `sweep` is false: the MCP server compares every file in the background)."""
     con = store.con
     plan = Plan(full=False)
     known_dirs = collections.defaultdict(list)
@@ -9015,7 +9037,8 @@ def plan_quick(store, sources, summary, policy, cwd=None):
                       and not _inside(fs_path(key), unreadable)]
     # Files written lately, files holding several sessions, and the caller's folder.
     since = time.time_ns() - ACTIVE_SECONDS * 10 ** 9
-    for row in file_rows(con, "mtime_ns >= ? AND status != 'deleted'", (since,)):
+    for row in file_rows(con, "mtime_ns >= ? AND status != 'deleted' ORDER BY mtime_ns DESC LIMIT ?",
+                         (since, ACTIVE_MAX_FILES)):
         check[row.id] = row
     for row in file_rows(con, "sessions > 1 AND status != 'deleted'"):
         check[row.id] = row
@@ -9023,12 +9046,15 @@ def plan_quick(store, sources, summary, policy, cwd=None):
         check[row.id] = row
     for row in _cwd_rows(con, cwd):
         check[row.id] = row
+    for row in _journal_rows(con, read_journals(store, sources, plan)):
+        check[row.id] = row
     parsers = {_owner(src): src.parser for src in sources}
     gone = {row.id for row in plan.gone}
     for row in check.values():
         if row.id not in gone:
             _check_row(plan, row, parsers, summary)
-    _sweep(store, plan, parsers, summary, skip=set(check) | gone)
+    if sweep:
+        _sweep(store, plan, parsers, summary, skip=set(check) | gone)
     plan.gone = list({row.id: row for row in plan.gone}.values())
     return plan
 
@@ -9048,6 +9074,104 @@ def _cwd_rows(con, cwd):
         return []
     return file_rows(con, "status != 'deleted' AND id IN (SELECT file_id FROM sessions WHERE cwd IN (%s)) "
                           "ORDER BY mtime_ns DESC LIMIT %d" % (",".join("?" * len(folders)), CWD_MAX_FILES), folders)
+
+
+# Change journals. Claude Code and Codex append a line naming the session to a history file of
+# their own on every prompt (Parser.journal), in whatever folder the session runs: a session resumed
+# after months in project A is named there before the user searches from project B. Each refresh
+# reads what the journals gained since the last one (a few hundred bytes; a stat when nothing did)
+# and checks the files of the sessions they name. Where each journal was read up to is kept beside
+# the index (like the sweep's place: a search writes nothing to the index when nothing changed),
+# with the journal's device and inode: a journal read for the first time, replaced or shorter than
+# before (Codex trims its history from the front) is read again, from its last JOURNAL_MAX_BYTES
+# only, as is a tail grown longer than that: the newest prompts name the sessions that matter.
+JOURNAL_MAX_BYTES = 64 * 1024
+
+
+def _journals_file(store):
+    return os.path.join(os.path.dirname(store.path), "journals")
+
+
+def read_journals(store, sources, plan):
+    """{agent: {session id}}: the sessions the change journals of the sources' agents named since the
+    last refresh. Where each was read up to goes to plan.journals when it moved (_save_journals)."""
+    journals = {}
+    for src in sources:
+        if src.parser.journal:
+            name, keys = src.parser.journal
+            journals.setdefault(os.path.join(os.path.dirname(src.path.rstrip(os.sep)), name), (src.parser.id, keys))
+    if not journals:
+        return {}
+    try:
+        with open_regular(_journals_file(store)) as f:
+            known = json.loads(f.read())
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    named, places, moved = collections.defaultdict(set), {}, False
+    for path, (agent, keys) in journals.items():
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # no journal (an older release, history turned off): the other rules hold
+        ident = [st.st_dev, st.st_ino]
+        was = known.get(path)
+        start = was[2] if isinstance(was, list) and len(was) == 3 and was[:2] == ident and was[2] <= st.st_size else None
+        if start == st.st_size:
+            places[path] = was
+            continue
+        begin = max(start or 0, st.st_size - JOURNAL_MAX_BYTES)
+        try:
+            with open_regular(path) as f:
+                f.seek(begin)
+                block = f.read(st.st_size - begin)
+        except OSError:
+            continue
+        first = block.find(b"\n") + 1 if begin != start and begin > 0 else 0  # begun inside a line: skip it
+        end = block.rfind(b"\n") + 1  # a line still being written is read next time, whole
+        for raw in block[first:end].split(b"\n"):
+            raw = raw.strip(LINE_START)
+            if not raw.startswith(b"{"):
+                continue
+            try:
+                rec = json.loads(raw)
+            except BAD_JSON:
+                continue
+            for key in keys:
+                if isinstance(rec, dict) and isinstance(rec.get(key), str) and rec[key]:
+                    named[agent].add(rec[key])
+                    break
+        places[path] = ident + [begin + max(end, first)]
+        moved = True
+    if moved:
+        plan.journals = places
+    return named
+
+
+def _journal_rows(con, named):
+    """The indexed files holding the named sessions ({agent: {session id}})."""
+    rows = []
+    for agent, ids in named.items():
+        ids = sorted(ids)
+        for i in range(0, len(ids), 500):  # (older SQLite takes at most 999 parameters)
+            batch = ids[i:i + 500]
+            rows += file_rows(con, "status != 'deleted' AND id IN (SELECT file_id FROM sessions WHERE agent = ? "
+                                   "AND session_id IN (%s))" % ",".join("?" * len(batch)), [agent] + batch)
+    return rows
+
+
+def _save_journals(store, plan):
+    """Remember where each change journal was read up to (see read_journals)."""
+    if plan.journals is None:
+        return
+    tmp = "%s.%d.tmp" % (_journals_file(store), os.getpid())
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(json.dumps(plan.journals))
+        os.replace(tmp, _journals_file(store))
+    except OSError:
+        pass
 
 
 def _check_row(plan, row, parsers, summary):
@@ -9182,15 +9306,15 @@ class Batch:
             pass
 
 
-def plan_index(store, sources, summary, policy, quick=False, cwd=None):
+def plan_index(store, sources, summary, policy, quick=False, cwd=None, sweep=True):
     """What to read and what is gone: every file compared (full), or by the freshness rules (quick),
     which only hold when the records were made for the same sources, parsers and settings."""
     if quick and store.meta("sources") == sources_key(sources) and store.meta("policy") == policy.fingerprint():
-        return plan_quick(store, sources, summary, policy, cwd)
+        return plan_quick(store, sources, summary, policy, cwd, sweep)
     return plan_full(store, sources, summary, policy)
 
 
-def run_index(store, sources, full=False, progress=None, policy=None, quick=False, cwd=None):
+def run_index(store, sources, full=False, progress=None, policy=None, quick=False, cwd=None, sweep=True):
     """Bring the index up to date with the sources. Files whose size and time are unchanged are not
     read; files that only grew are read from where the last run stopped; other changed files are
     read again; files gone keep their sessions, marked deleted (unless the policy says otherwise).
@@ -9207,13 +9331,14 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
     if not full and known is not None:
         # The common case (every search starts with it): look without taking the write lock, and
         # leave at once when nothing changed. (Callers hold the index lock, so the plan stays true.)
-        plan = plan_index(store, sources, summary, policy, quick, cwd)
+        plan = plan_index(store, sources, summary, policy, quick, cwd, sweep)
         _count(summary, plan)
         # Nothing to read, and the freshness records hold: leave. (After an upgrade that changed a
         # parser's version, a full look that finds nothing must still record the new sources key,
         # or every later search would look at every file again.)
         if not plan and not (plan.full and store.meta("sources") != sources_key(sources)):
             _save_sweep(store, plan)
+            _save_journals(store, plan)
             summary.seconds = time.monotonic() - t0
             return summary
     batch = Batch(store, one_transaction=full)
@@ -9263,6 +9388,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
         if results is not None:
             results.close()  # stops the worker processes, also when interrupted
     _save_sweep(store, plan)
+    _save_journals(store, plan)
     summary.seconds = time.monotonic() - t0
     return summary
 
@@ -11223,8 +11349,13 @@ class Context:
         if not isinstance(keep_deleted, bool):
             raise ConfigError('%s: "keepDeletedSessions" must be true or false' % self.cfg_path)
         self.policy = Policy(exclude, redact_secrets, load_forgotten(self.env), keep_deleted)
+        # Set by the MCP server for its calls (see WarmIndex): the index it keeps open, and whether
+        # a search's refresh sweeps a share of the old files (the server compares them all instead).
+        self.kept, self.sweep = None, True
 
     def store(self, create=True):
+        if self.kept is not None:
+            return self.kept
         return Store.open(self.index_path, create=create)
 
 
@@ -11292,7 +11423,7 @@ def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=Fal
         return None
     try:
         return run_index(store, ctx.sources, full=full, progress=progress, policy=ctx.policy, quick=quick,
-                         cwd=_cwd() if quick else None)
+                         cwd=_cwd() if quick else None, sweep=ctx.sweep)
     finally:
         lock.release()
 
@@ -11602,7 +11733,8 @@ def _did_you_mean(message, parser):
 # One JSON message per line on stdin, one per line on stdout; stdout carries protocol messages only,
 # logs go to stderr. Tool failures are results with isError (the model sees them and can retry);
 # protocol failures (bad JSON, unknown method or tool) are JSON-RPC errors. Every call builds a fresh
-# Context, so a config edited while the server runs is used by the next call.
+# Context, so a config edited while the server runs is used by the next call; the index stays open
+# across calls (WarmIndex).
 
 MCP_PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 MCP_DEFAULT_PROTOCOL = "2025-06-18"
@@ -11738,7 +11870,54 @@ def _quiet(message):
     """A warn() that says nothing: the message is still in Context.warnings (status shows it)."""
 
 
-def call_tool(params):
+class _KeptStore:
+    """The MCP server's open index as a call sees it: the commands close the store they are given
+    when they are done; this one stays open for the next call."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def close(self):
+        pass
+
+
+class WarmIndex:
+    """What the MCP server keeps from call to call: the index open, so that a call pays neither for
+    opening it (~0.4 ms) nor for an empty page cache (SQLite's cache belongs to the connection: a
+    new one reads every page it needs again). A call's own refresh is the cheap part of a search's
+    (new and deleted sessions, active files, the caller's folder, the journals) without the sweep:
+    the server's background refresh compares every file (_keep_fresh). An index file replaced or
+    removed meanwhile (a rebuild of a damaged one) is opened again."""
+
+    def __init__(self):
+        self.store = self.ident = None
+
+    def lend(self, ctx):
+        """Make `ctx` use the kept index (opened when there is one to open and it is not yet)."""
+        ctx.sweep = False
+        try:
+            st = os.stat(ctx.index_path)
+            ident = (st.st_dev, st.st_ino)
+        except OSError:
+            ident = None
+        if ident != self.ident:
+            self.close()
+            if ident is None:
+                return  # no index yet: this call builds it, and says so, as a search does
+            self.store = Store.open(ctx.index_path)
+            self.ident = ident
+        ctx.kept = _KeptStore(self.store)
+
+    def close(self):
+        if self.store is not None:
+            self.store.close()
+        self.store = self.ident = None
+
+
+def call_tool(params, warm=None):
     name, args = params.get("name"), params.get("arguments")
     if name not in MCP_TOOLS:
         raise RpcError(INVALID_PARAMS, "no tool named %r: the tools are %s" % (name, ", ".join(MCP_TOOLS))
@@ -11749,7 +11928,10 @@ def call_tool(params):
         raise RpcError(INVALID_PARAMS, "arguments must be an object")
     run = MCP_TOOLS[name][0]
     try:
-        text, data = run(Context(warn=_quiet), args)  # config warnings: once at start, and in status
+        ctx = Context(warn=_quiet)  # config warnings: once at start, and in status
+        if warm is not None:
+            warm.lend(ctx)
+        text, data = run(ctx, args)
     except SesameError as e:
         msg = "sesame: %s%s" % (e.message.replace("(see: sesame search --help)", "").replace(
             "(see: sesame show --help)", "").strip(), " (%s)" % e.hint if e.hint else "")
@@ -11769,10 +11951,10 @@ def _initialize(params):
                             "`show` (session=sessionId, around=matches[].seq), then give the user resumeCommand."}
 
 
-MCP_METHODS = {
-    "initialize": _initialize,
-    "ping": lambda params: {},
-    "tools/list": lambda params: {"tools": _tool_list()},
+MCP_METHODS = {  # each takes the request's params and the server's WarmIndex (None: nothing kept)
+    "initialize": lambda params, warm: _initialize(params),
+    "ping": lambda params, warm: {},
+    "tools/list": lambda params, warm: {"tools": _tool_list()},
     "tools/call": call_tool,
 }
 
@@ -11781,7 +11963,7 @@ def _rpc_error(id_, code, message):
     return {"jsonrpc": "2.0", "id": id_, "error": {"code": code, "message": message}}
 
 
-def handle_message(msg):
+def handle_message(msg, warm=None):
     """One decoded JSON-RPC message -> the response object, or None (notifications and responses get none)."""
     if isinstance(msg, dict) and "method" not in msg and ("result" in msg or "error" in msg):
         return None  # a response to a request of ours: we send none, so there is nothing to match
@@ -11797,7 +11979,7 @@ def handle_message(msg):
     if method is None:
         return _rpc_error(id_, METHOD_NOT_FOUND, "Method not found: %s" % msg["method"])
     try:
-        return {"jsonrpc": "2.0", "id": id_, "result": method(msg.get("params") or {})}
+        return {"jsonrpc": "2.0", "id": id_, "result": method(msg.get("params") or {}, warm)}
     except RpcError as e:
         return _rpc_error(id_, e.code, e.message)
     except Exception as e:  # noqa: BLE001
@@ -11817,16 +11999,16 @@ def _clean_json(value):
     return value
 
 
-def handle_line(line):
+def handle_line(line, warm=None):
     """One line of input -> the response object (or list, for a batch), or None."""
     try:
         msg = _clean_json(json.loads(line.decode("utf-8") if isinstance(line, bytes) else line))
     except BAD_JSON:  # also bad UTF-8, and nesting too deep to decode
         return _rpc_error(None, PARSE_ERROR, "Parse error")
     if isinstance(msg, list):  # a JSON-RPC batch (protocol 2025-03-26 allowed them)
-        replies = [r for r in map(handle_message, msg) if r is not None]
+        replies = [r for r in (handle_message(m, warm) for m in msg) if r is not None]
         return (replies or None) if msg else _rpc_error(None, INVALID_REQUEST, "Invalid Request")
-    return handle_message(msg)
+    return handle_message(msg, warm)
 
 
 MCP_REFRESH_SECONDS = 30.0
@@ -11843,14 +12025,14 @@ def serve_mcp(inp=None, out=None):
     except SesameError:
         pass
     import threading
-    stop = threading.Event()
+    stop, warm = threading.Event(), WarmIndex()
     threading.Thread(target=_keep_fresh, args=(stop, MCP_REFRESH_SECONDS), daemon=True).start()
     try:
         for line in iter(inp.readline, b""):
             if not line.strip():
                 continue
             try:
-                reply = handle_line(line)
+                reply = handle_line(line, warm)
             except Exception:  # noqa: BLE001  (whatever one message does, the server answers the next)
                 _stderr("sesame mcp: a message failed:\n%s" % _traceback())
                 reply = _rpc_error(None, INTERNAL_ERROR, "Internal error")
@@ -11861,6 +12043,7 @@ def serve_mcp(inp=None, out=None):
         pass  # the client went away: nothing left to answer
     finally:
         stop.set()
+        warm.close()
         sys.stdout = real_stdout
     return EXIT_OK
 

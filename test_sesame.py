@@ -4543,6 +4543,25 @@ def test_a_search_compares_a_bounded_number_of_old_files_not_all(history, capsys
         assert len(counted_stats) == 5   # the sweep's share; nothing else is active or in this folder
 
 
+def test_a_history_dated_now_is_not_compared_file_by_file_on_every_search(env, capsys, monkeypatch, counted_stats):
+    monkeypatch.setattr(sesame, "SWEEP_MIN_FILES", 5)
+    monkeypatch.setattr(sesame, "SWEEP_SECONDS", 0)
+    monkeypatch.setattr(sesame, "ACTIVE_MAX_FILES", 3, raising=False)
+    paths = [PiWriter(env, "copy-%02d" % i, cwd="/home/dev/p%d" % (i % 3)).user("restored session %d" % i).save()
+             for i in range(30)]
+    age(env, days=0.01)   # a history copied a quarter of an hour ago: every file looks recent
+    os.utime(paths[17], (time.time() - 60,) * 2)   # and one session an agent has written since
+    assert run(capsys, "index")[0] == 0
+    for _ in range(3):
+        del counted_stats[:]
+        assert search_ids(capsys, "restored") != []
+        assert len(counted_stats) == 3 + 5   # the newest few, and the sweep's share
+    append_user(paths[17], "the agent goes on: the tapir step")   # the newest file is checked by every search
+    assert search_ids(capsys, "tapir") == ["copy-17"]
+    append_user(paths[17], "and the kinkajou step")
+    assert search_ids(capsys, "kinkajou") == ["copy-17"]
+
+
 def test_the_sweep_checks_every_file_within_files_over_share_searches(history, capsys, counted_stats):
     for _ in range(8):
         search_ids(capsys, "routine")
@@ -4573,6 +4592,88 @@ def test_an_append_to_an_old_idle_session_elsewhere_is_found_within_the_sweep(hi
     append_user(history[13], "resumed elsewhere: the dugong report")
     found = [search_ids(capsys, "dugong") for _ in range(9)]
     assert ["old-13"] in found
+
+
+def _journal_home(tmp_path, agent, n=6):
+    """n old sessions of `agent` in its own layout under tmp_path/home, run in /home/dev/a (not the
+    caller's folder), with the agent's prompt history; configured as the only source. Returns
+    (source folder, journal, {session id: path}, the journal line for a session id)."""
+    home = tmp_path / "home"
+    paths = {}
+    for i in range(n):
+        sid = "%08d-2222-4333-8444-555555555555" % i
+        if agent == "claude":
+            root, journal = home / ".claude" / "projects", home / ".claude" / "history.jsonl"
+            paths[sid] = write_jsonl(root / "-home-dev-a" / (sid + ".jsonl"), [
+                dict(cc_cl_user("u%d" % i, "2026-01-0%dT10:00:00.000Z" % (i + 1), "routine question %d" % i),
+                     sessionId=sid, cwd="/home/dev/a")])
+        else:
+            root, journal = home / ".codex" / "sessions", home / ".codex" / "history.jsonl"
+            paths[sid] = write_jsonl(root / "2026" / "01" / "01" / ("rollout-2026-01-01T10-00-00-%s.jsonl" % sid), [
+                cc_cx_meta(sid, "2026-01-01T10:00:00.000Z", cwd="/home/dev/a"),
+                cc_cx_msg("2026-01-01T10:00:01.000Z", "user", "routine question %d" % i)])
+
+    def entry(sid):
+        if agent == "claude":
+            return line({"display": "a prompt", "pastedContents": {}, "timestamp": 1767261600000,
+                         "project": "/home/dev/a", "sessionId": sid})
+        return line({"session_id": sid, "ts": 1767261600, "text": "a prompt"})
+    with open(str(journal), "w") as f:
+        f.writelines(entry(sid) for sid in paths)
+    write_config({"sources": [{"parser": agent, "path": str(root)}]}, tmp_path)
+    return root, journal, paths, entry
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex"])
+def test_a_resumed_old_session_is_found_by_the_next_search_from_any_folder(env, capsys, monkeypatch, tmp_path, agent):
+    root, journal, paths, entry = _journal_home(tmp_path, agent)
+    age(tmp_path / "home")
+    assert run(capsys, "index")[0] == 0
+    assert search_ids(capsys, "routine") != []
+    monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)   # the sweep reaches nothing
+    monkeypatch.chdir(tmp_path)                                       # a folder of no session
+    for n, sid in enumerate(list(paths)[2:5]):
+        with open(str(paths[sid]), "a") as f:   # the agent resumes it: its transcript grows...
+            f.write(line(dict(cc_cl_user("r%d" % n, "2026-06-01T10:00:00.000Z", "resumed: the narwhal%d plan" % n),
+                              sessionId=sid, cwd="/home/dev/a") if agent == "claude" else
+                         cc_cx_msg("2026-06-01T10:00:00.000Z", "user", "resumed: the narwhal%d plan" % n)))
+        with open(str(journal), "a") as f:      # ...and its prompt history names it
+            f.write(entry(sid))
+        assert search_ids(capsys, "narwhal%d" % n) == [sid]
+
+
+def test_a_journal_line_still_being_written_is_read_once_complete(env, capsys, monkeypatch, tmp_path):
+    root, journal, paths, entry = _journal_home(tmp_path, "claude")
+    age(tmp_path / "home")
+    assert run(capsys, "index")[0] == 0
+    assert search_ids(capsys, "routine") != []
+    monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)
+    monkeypatch.chdir(tmp_path)
+    sid = list(paths)[4]
+    half = len(entry(sid)) // 2
+    with open(str(journal), "a") as f:
+        f.write(entry(sid)[:half])              # the agent is writing its line
+    assert search_ids(capsys, "routine") != []
+    with open(str(paths[sid]), "a") as f:
+        f.write(line(dict(cc_cl_user("r1", "2026-06-01T10:00:00.000Z", "resumed: the axolotl plan"), sessionId=sid,
+                          cwd="/home/dev/a")))
+    with open(str(journal), "a") as f:
+        f.write(entry(sid)[half:])
+    assert search_ids(capsys, "axolotl") == [sid]
+
+
+def test_a_journal_trimmed_or_replaced_is_read_again_from_its_tail(env, capsys, monkeypatch, tmp_path):
+    root, journal, paths, entry = _journal_home(tmp_path, "codex")
+    age(tmp_path / "home")
+    assert run(capsys, "index")[0] == 0
+    assert search_ids(capsys, "routine") != []
+    monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)
+    sid = list(paths)[3]
+    with open(str(paths[sid]), "a") as f:
+        f.write(line(cc_cx_msg("2026-06-01T10:00:00.000Z", "user", "resumed: the beluga plan")))
+    with open(str(journal), "w") as f:          # Codex trims its history: a shorter file, newest last
+        f.write(entry(sid))
+    assert search_ids(capsys, "beluga") == [sid]
 
 
 def test_a_deleted_session_file_is_seen_by_the_next_search(history, capsys):
@@ -6512,6 +6613,50 @@ def test_mcp_errors_are_one_readable_sentence(corpus, capsys):
     assert "needs a tool name" in reply["error"]["message"] and "None" not in reply["error"]["message"]
     r = mcp_call("search", {"query": "x", "colour": True})
     assert r["isError"] and "unknown argument 'colour'" in r["content"][0]["text"]
+
+
+def test_the_mcp_server_keeps_the_index_open_across_calls_and_reopens_a_replaced_one(corpus, capsys, monkeypatch,
+                                                                                      tmp_path):
+    opened, real_open = [], sesame.Store.open
+    monkeypatch.setattr(sesame.Store, "open", lambda path, create=True: opened.append(path) or real_open(path, create))
+    warm = sesame.WarmIndex()
+
+    def found(query):
+        reply = sesame.handle_line(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "search", "arguments": {"query": query}}}), warm)
+        return [r["sessionId"] for r in reply["result"]["structuredContent"]["results"]]
+    try:
+        first = found("carousel landing")
+        assert first and found("billing") != [] and len(opened) == 1   # one open index for every call
+        for name in os.listdir(str(tmp_path / "data")):        # the index is removed and built anew
+            if name.startswith("index.sqlite"):
+                os.remove(str(tmp_path / "data" / name))
+        monkeypatch.setattr(sesame.Store, "open", real_open)
+        assert run(capsys, "index")[0] == 0
+        monkeypatch.setattr(sesame.Store, "open", lambda path, create=True: opened.append(path) or real_open(path, create))
+        assert found("carousel landing") == first and len(opened) == 2
+    finally:
+        warm.close()
+
+
+def test_an_mcp_call_refreshes_active_files_and_leaves_the_old_ones_to_the_background(history, env, capsys,
+                                                                                      counted_stats):
+    warm = sesame.WarmIndex()
+
+    def found(query):
+        return [r["sessionId"] for r in sesame.call_tool({"name": "search", "arguments": {"query": query}},
+                                                         warm)["structuredContent"]["results"]]
+    try:
+        path = PiWriter(env, "active", cwd="/home/dev/p2").user("working on the quokka feature").save()
+        assert found("quokka") == ["active"]
+        append_user(path, "and now the wallaby part")
+        del counted_stats[:]
+        assert found("wallaby") == ["active"]
+        # its folder changed (listed again) and nothing else: no sweep, _keep_fresh compares the old
+        # files in the background
+        assert path in counted_stats and {os.path.dirname(p) for p in counted_stats} == {os.path.dirname(path)}
+    finally:
+        warm.close()
 
 
 @pytest.mark.skipif(sys.version_info < (3, 10), reason="the MCP Python SDK needs Python 3.10+")
@@ -9123,37 +9268,49 @@ def test_relevance_v2_robustness_report(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Benchmark (opt-in): SESAME_BENCH=1 python3 -m pytest -q -s -k benchmark
 # It measures what a user runs: sesame.py installed the README's way (copied onto PATH as `sesame`,
-# run by name, whole process, its code cache warm), on pi-layout corpora of 100 MB and 1 GB.
-# Options: SESAME_BENCH_SIZES (search corpora in MB, default "100,1000"), SESAME_BENCH_INDEX_MB
-# (the full-index corpus, default 500), SESAME_BENCH_EXE (another sesame.py to measure, e.g. an
-# older version), SESAME_BENCH_DIR (keep generated corpora there between runs). It prints a
-# table; it asserts nothing about time.
+# run by name, whole process, its code cache warm), on corpora of 100 MB and 1 GB in each agent
+# layout asked for (pi, Claude Code, Codex: ../shared/bench/gen_corpus.py --format).
+# Options: SESAME_BENCH_LAYOUTS (default "pi,claude,codex"), SESAME_BENCH_SIZES (search corpora in
+# MB, default "100,1000"), SESAME_BENCH_INDEX_MB (the full-index corpus, default 500 or the largest
+# size below it), SESAME_BENCH_FILES (small sessions added beside it, default 10000; 500 beside a
+# smaller main corpus), SESAME_BENCH_EXE (another
+# sesame.py to measure, e.g. an older version), SESAME_BENCH_DIR (keep generated corpora there
+# between runs). It prints a table; it asserts nothing about time.
 # ---------------------------------------------------------------------------------------------
 
 # The TypeScript original on the same 100 MB corpus (medians, ms), as measured in the speed issue.
 ORIGINAL_MEDIAN_MS = {"rare word": 35, "concept, 2-5 words": 59, "relaxed (no session has all)": 38,
                       "common words": 315}
 
+# Per layout: gen_corpus.py's folder of the sessions (the source to configure), and where a session
+# the benchmark writes itself goes under it.
+BENCH_LAYOUTS = {"pi": ("sessions", "--home-dev-code-bench--/2026-03-10T09-00-00-000Z_%s.jsonl"),
+                 "claude": ("projects", "-home-dev-code-bench/%s.jsonl"),
+                 "codex": ("sessions", "2026/03/10/rollout-2026-03-10T09-00-00-%s.jsonl")}
+BENCH_CWD = "/home/dev/code/bench"
 
-def _bench_corpus(out, mb, seed):
-    """A pi-layout corpus of about `mb` MB: ../shared/bench/gen_corpus.py when present, else a small
-    generator of our own made of this Python's standard-library docstrings and code. Kept in
-    SESAME_BENCH_DIR when that is set. File times are set to each session's last entry, as an
-    agent's writes leave them on a real disk (a freshly generated file says "written just now")."""
+
+def _bench_corpus(out, mb, seed, layout="pi"):
+    """A corpus of about `mb` MB in `layout`: ../shared/bench/gen_corpus.py when present, else (pi
+    only) a small generator of our own made of this Python's standard-library docstrings and code.
+    Kept in SESAME_BENCH_DIR when that is set. File times are set to each session's last entry, as
+    an agent's writes leave them on a real disk (a freshly generated file says "written just now")."""
     keep = os.environ.get("SESAME_BENCH_DIR")
+    folder = BENCH_LAYOUTS[layout][0]
     if keep:
-        out = os.path.join(keep, "corpus-%d-%d" % (mb, seed))
+        out = os.path.join(keep, "corpus-%s-%d-%d" % (layout, mb, seed))
         if os.path.exists(os.path.join(out, "done")):
-            return os.path.join(out, "sessions")
+            return os.path.join(out, folder)
         shutil.rmtree(out, ignore_errors=True)
     out = str(out)
     gen = os.path.join(HERE, "..", "shared", "bench", "gen_corpus.py")
-    root = os.path.join(out, "sessions")
+    root = os.path.join(out, folder)
     if os.path.exists(gen):
-        subprocess.run([sys.executable, gen, out, "--mb", str(mb), "--seed", str(seed), "--format", "pi"],
+        subprocess.run([sys.executable, gen, out, "--mb", str(mb), "--seed", str(seed), "--format", layout],
                        check=True, stdout=subprocess.DEVNULL)
+    elif layout != "pi":
+        pytest.skip("the %s layout needs ../shared/bench/gen_corpus.py" % layout)
     else:
-        import random
         import sysconfig
         rnd = random.Random(seed)
         pool = []
@@ -9191,12 +9348,75 @@ def _bench_corpus(out, mb, seed):
     return root
 
 
+def _bench_lines(layout, sid, turns, first=0, header=True):
+    """The records of a session in `layout`, as the agent writes them: each turn (prompt, tool output,
+    reply) is a prompt, a shell call with its output and a reply. `first` numbers the records (an
+    append goes on from the records before it); header: the session's first record (pi, Codex)."""
+    def ts(i):
+        return "2026-03-10T%02d:%02d:%02d.000Z" % (9 + i // 3600 % 12, i // 60 % 60, i % 60)
+    recs = []
+    if header and layout == "pi":
+        recs.append({"type": "session", "version": 3, "id": sid, "timestamp": ts(first), "cwd": BENCH_CWD})
+    if header and layout == "codex":
+        recs.append({"timestamp": ts(first), "type": "session_meta", "payload": {
+            "id": sid, "timestamp": ts(first), "cwd": BENCH_CWD, "originator": "codex_cli_rs", "cli_version": "0.58.0"}})
+    for k, (prompt, output, reply) in enumerate(turns):
+        i = first + 4 * k
+        cid = "call_%d" % i
+        if layout == "pi":
+            msgs = [{"role": "user", "content": [{"type": "text", "text": prompt}]},
+                    {"role": "assistant", "content": [{"type": "toolCall", "id": cid, "name": "bash",
+                                                       "arguments": {"command": "make step"}}], "stopReason": "toolUse"},
+                    {"role": "toolResult", "toolCallId": cid, "toolName": "bash", "content": [{"type": "text", "text": output}],
+                     "isError": False},
+                    {"role": "assistant", "content": [{"type": "text", "text": reply}], "stopReason": "stop"}]
+            recs += [{"type": "message", "id": "%s-%d" % (sid, i + j), "parentId": "%s-%d" % (sid, i + j - 1) if i + j > first else None,
+                      "timestamp": ts(i + j), "message": m} for j, m in enumerate(msgs)]
+        elif layout == "claude":
+            msgs = [("user", {"role": "user", "content": prompt}),
+                    ("assistant", {"id": "msg_%d" % i, "role": "assistant", "content": [
+                        {"type": "tool_use", "id": cid, "name": "Bash", "input": {"command": "make step"}}]}),
+                    ("user", {"role": "user", "content": [{"type": "tool_result", "tool_use_id": cid, "content": output}]}),
+                    ("assistant", {"id": "msg_%d_r" % i, "role": "assistant", "content": [{"type": "text", "text": reply}]})]
+            recs += [{"type": kind, "uuid": "%s-%d" % (sid, i + j), "parentUuid": "%s-%d" % (sid, i + j - 1) if i + j > first else None,
+                      "sessionId": sid, "cwd": BENCH_CWD, "isSidechain": False, "timestamp": ts(i + j), "message": m}
+                     for j, (kind, m) in enumerate(msgs)]
+        else:
+            payloads = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]},
+                        {"type": "function_call", "name": "shell", "call_id": cid,
+                         "arguments": json.dumps({"command": ["bash", "-lc", "make step"]})},
+                        {"type": "function_call_output", "call_id": cid,
+                         "output": json.dumps({"output": output, "metadata": {"exit_code": 0}})},
+                        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": reply}]}]
+            recs += [{"timestamp": ts(i + j), "type": "response_item", "payload": p} for j, p in enumerate(payloads)]
+    return recs
+
+
+def _bench_session(layout, root, sid, turns):
+    """Write a session of `layout` under root (the layout's sessions folder); returns its path."""
+    path = os.path.join(str(root), BENCH_LAYOUTS[layout][1] % sid)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.writelines(line(r) for r in _bench_lines(layout, sid, turns))
+    return path
+
+
+def _bench_journal(layout, root, sid, text):
+    """The line the agent writes to its change journal for a prompt in session `sid` (pi keeps none)."""
+    if layout == "pi":
+        return
+    rec = ({"display": text, "pastedContents": {}, "timestamp": int(time.time() * 1000), "project": BENCH_CWD,
+            "sessionId": sid} if layout == "claude" else {"session_id": sid, "ts": int(time.time()), "text": text})
+    with open(os.path.join(os.path.dirname(str(root)), "history.jsonl"), "a") as f:
+        f.write(line(rec))
+
+
 class _Installed:
     """sesame installed as the README says: the file copied into a folder on PATH as `sesame` and
     run by name, as a whole process, with its own (throwaway) cache, data and config folders."""
 
-    def __init__(self, tmp_path, source):
-        self.bin = str(tmp_path / "bin")
+    def __init__(self, tmp_path, source, layout="pi"):
+        self.bin, self.layout = str(tmp_path / "bin"), layout
         os.makedirs(self.bin, exist_ok=True)
         shutil.copy(source, os.path.join(self.bin, "sesame"))
         os.chmod(os.path.join(self.bin, "sesame"), 0o755)
@@ -9207,7 +9427,7 @@ class _Installed:
 
     def configure(self, *roots):
         with open(os.path.join(self.env["SESAME_CONFIG_DIR"], "config.jsonc"), "w") as f:
-            json.dump({"sources": [{"parser": "pi", "path": str(r)} for r in roots]}, f)
+            json.dump({"sources": [{"parser": self.layout, "path": str(r)} for r in roots]}, f)
 
     def run(self, *argv):
         """(seconds, stdout) of one whole `sesame ARGV...` process."""
@@ -9217,9 +9437,40 @@ class _Installed:
         assert r.returncode == 0, r.stderr
         return elapsed, r.stdout
 
+    def found(self, word):
+        """(seconds, session ids) of `sesame search WORD --json`."""
+        secs, out = self.run("search", word, "--json")
+        return secs, [r["sessionId"] for r in json.loads(out)["results"]]
+
     def index_bytes(self):
         d = self.env["SESAME_DATA_DIR"]
         return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.startswith("index.sqlite"))
+
+
+class _McpClient:
+    """A client of `sesame mcp` (as installed) over stdio: JSON-RPC requests written to its stdin, the
+    time taken until the response is read from its stdout."""
+
+    def __init__(self, cmd):
+        self.proc = subprocess.Popen(["sesame", "mcp"], env=cmd.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL)
+        self.n = 0
+        self.ask("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                "clientInfo": {"name": "sesame-benchmark", "version": "1"}})
+        self.proc.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+
+    def ask(self, method, params):
+        self.n += 1
+        t = time.perf_counter()
+        self.proc.stdin.write((json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method, "params": params})
+                               + "\n").encode())
+        self.proc.stdin.flush()
+        reply = json.loads(self.proc.stdout.readline())
+        return time.perf_counter() - t, reply
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
 def _du(root):
@@ -9231,6 +9482,10 @@ def _stats(times):
     import statistics
     times = sorted(times)
     return statistics.median(times), times[int(0.95 * (len(times) - 1))]
+
+
+def _ms(times):
+    return "median %.0f ms, p95 %.0f ms" % tuple(1000 * t for t in _stats(times))
 
 
 def _bench_queries(data_dir, rnd):
@@ -9256,97 +9511,169 @@ def _bench_queries(data_dir, rnd):
     }
 
 
-def _bench_searches(sesame_cmd, label, rows, rnd):
-    medians = {}
-    for name, queries in _bench_queries(sesame_cmd.env["SESAME_DATA_DIR"], rnd).items():
-        extra = ["--cwd", "/home/dev/code/api", "--after", "2000-01-01"] if name.startswith("filtered") else []
-        times = [sesame_cmd.run("search", q, "--json", *extra)[0] for q in queries]
-        med, p95 = _stats(times)
-        medians[name] = med
+def _filters(name):
+    return ["--cwd", "/home/dev/code/api", "--after", "2000-01-01"] if name.startswith("filtered") else []
+
+
+def _bench_searches(sesame_cmd, label, rows, rnd, classes=None, extra=()):
+    queries = _bench_queries(sesame_cmd.env["SESAME_DATA_DIR"], rnd)
+    for name in classes or queries:
+        times = [sesame_cmd.run("search", q, "--json", *(_filters(name) + list(extra)))[0] for q in queries[name]]
         orig = ORIGINAL_MEDIAN_MS.get(name)
-        rows.append(("search, %s: %s (%d queries)" % (label, name, len(queries)),
-                     "median %.0f ms, p95 %.0f ms%s" % (1000 * med, 1000 * p95,
-                                                       "; original %d ms" % orig if orig and "100 MB" in label else "")))
-    return medians
+        rows.append(("search, %s: %s (%d queries)" % (label, name, len(queries[name])),
+                     _ms(times) + ("; original %d ms" % orig if orig and label == "pi 100 MB" else "")))
 
 
-@pytest.mark.skipif(not os.environ.get("SESAME_BENCH"), reason="benchmark: set SESAME_BENCH=1")
-def test_benchmark(tmp_path):
-    import platform
-    import random
+def _bench_mcp(cmd, label, rows, rnd):
+    """Warm searches: the same classes as tool calls to one `sesame mcp` server."""
+    client = _McpClient(cmd)
+    try:
+        for name, queries in _bench_queries(cmd.env["SESAME_DATA_DIR"], rnd).items():
+            args = {"cwd": "/home/dev/code/api", "after": "2000-01-01"} if name.startswith("filtered") else {}
+            times = []
+            for q in queries:
+                secs, reply = client.ask("tools/call", {"name": "search", "arguments": dict(args, query=q)})
+                assert not reply["result"]["isError"], reply
+                times.append(secs)
+            rows.append(("MCP tool call, %s: %s" % (label, name), _ms(times)))
+    finally:
+        client.close()
+
+
+def _bench_resumed(cmd, label, layout, root, rows, rnd):
+    """20 old sessions chosen at random are resumed (a message appended; the agent's journal line
+    written, where it keeps one), each then searched for from another folder: found by the first
+    search or not."""
+    con = sqlite3.connect(os.path.join(cmd.env["SESAME_DATA_DIR"], "index.sqlite"))
+    old = time.time_ns() - 30 * 86400 * 10 ** 9
+    files = con.execute("SELECT s.session_id, f.path FROM files f JOIN sessions s ON s.file_id = f.id WHERE f.source = ? "
+                        "AND f.mtime_ns < ? AND s.parent IS NULL ORDER BY f.path", (str(root), old)).fetchall()
+    con.close()
+    found, times = 0, []
+    for n, (sid, path) in enumerate(rnd.sample(files, min(20, len(files)))):
+        word = "resumedword%s" % "".join(chr(97 + int(c)) for c in "%04d" % n)
+        with open(path, "a") as f:
+            f.writelines(line(r) for r in _bench_lines(layout, sid, [(word + " again", "ok", "done")], 10 ** 6, False))
+        _bench_journal(layout, root, sid, word + " again")
+        secs, ids = cmd.found(word)
+        found += ids == [sid]
+        times.append(secs)
+    rows.append(("resumed old session, %s: found by the first search from another folder" % label,
+                 "%d of %d; %s" % (found, len(times), _ms(times))))
+
+
+def _bench_dated_now(cmd, label, roots, rows, rnd):
+    """Every file and folder dated now (a copied or restored history): searches with and without
+    the refresh, once the index has caught up."""
+    now = time.time() - 60
+    for root in roots:
+        for d, _, fs in os.walk(str(root)):
+            for f in fs:
+                os.utime(os.path.join(d, f), (now, now))
+            os.utime(d, (now, now))
+    cmd.run("index")
+    for extra in ((), ("--no-refresh",)):
+        _bench_searches(cmd, "%s, every file dated now%s" % (label, " " + extra[0] if extra else ""), rows, rnd,
+                        classes=("rare word", "concept, 2-5 words", "common words"), extra=extra)
+
+
+def _bench_layout(tmp_path, layout, sizes, index_mb, nsmall, source, rows, rnd):
+    """Everything measured for one agent's layout (see the benchmark's header)."""
     import resource
-    sizes = [int(x) for x in os.environ.get("SESAME_BENCH_SIZES", "100,1000").split(",") if x.strip()]
-    index_mb = int(os.environ.get("SESAME_BENCH_INDEX_MB", "500"))
-    source = os.environ.get("SESAME_BENCH_EXE") or os.path.join(HERE, "sesame.py")
-    rows, rnd = [], random.Random(5)
 
     def installed(name):
-        return _Installed(tmp_path / name, source)
+        return _Installed(tmp_path / name, source, layout)
 
-    # 1. Start-up alone, as installed (the second run: the first one fills the code cache).
-    cmd = installed("startup")
-    cmd.run("--version")
-    med, p95 = _stats([cmd.run("--version")[0] for _ in range(11)])
-    rows.append(("start-up: `sesame --version`", "median %.0f ms, p95 %.0f ms" % (1000 * med, 1000 * p95)))
-
-    # 2. Search on the smaller corpus (the original's figures are for 100 MB).
+    # 1. Search on the smaller corpora (the original's figures are for pi at 100 MB).
     for mb in [m for m in sizes if m < index_mb]:
         cmd = installed("s%d" % mb)
-        root = _bench_corpus(tmp_path / ("c%d" % mb), mb, seed=7)
+        root = _bench_corpus(tmp_path / ("c%d" % mb), mb, seed=7, layout=layout)
         cmd.configure(root)
         secs, _ = cmd.run("index")
-        rows.append(("full index, %d MB" % (_du(root) / 1e6), "%.1f s = %.1f MB/s" % (secs, _du(root) / 1e6 / secs)))
-        _bench_searches(cmd, "%d MB" % mb, rows, rnd)
+        rows.append(("full index, %s %d MB" % (layout, _du(root) / 1e6), "%.1f s = %.1f MB/s" % (secs, _du(root) / 1e6 / secs)))
+        _bench_searches(cmd, "%s %d MB" % (layout, mb), rows, rnd)
+        _bench_mcp(cmd, "%s %d MB" % (layout, mb), rows, rnd)
+        _bench_resumed(cmd, "%s %d MB" % (layout, mb), layout, root, rows, rnd)
 
-    # 3. Full index of the main corpus: speed, memory, size; no-op index.
+    # 2. Full index of the main corpus: speed, memory, size.
     cmd = installed("main")
-    root = _bench_corpus(tmp_path / "corpus", index_mb, seed=7)
+    root = _bench_corpus(tmp_path / "corpus", index_mb, seed=7, layout=layout)
     corpus_bytes = _du(root)
     cmd.configure(root)
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     secs, _ = cmd.run("index")
     rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    rows += [("full index, %d MB pi corpus" % (corpus_bytes / 1e6), "%.1f s = %.1f MB/s" % (secs, corpus_bytes / 1e6 / secs)),
-             ("peak resident memory (largest process)", "%.0f MB%s" % (rss / 1024.0, "" if rss > before else " (or less)")),
-             ("index size / corpus size", "%.2f (%.0f MB)" % (cmd.index_bytes() / corpus_bytes, cmd.index_bytes() / 1e6))]
+    rows += [("full index, %s %d MB" % (layout, corpus_bytes / 1e6), "%.1f s = %.1f MB/s" % (secs, corpus_bytes / 1e6 / secs)),
+             ("peak resident memory (largest process so far)", "%.0f MB%s" % (rss / 1024.0, "" if rss > before else " (or less)")),
+             ("index size / corpus size, %s" % layout, "%.2f (%.0f MB)" % (cmd.index_bytes() / corpus_bytes, cmd.index_bytes() / 1e6))]
 
-    # 4. No-op index over 10,000 more files, and one message appended to a 20 MB session.
-    small = tmp_path / "small"
-    template = PiWriter(small, "t").user("a small session about nothing").assistant("ok")
-    for i in range(10000):
-        template.sid = template.lines[0]["id"] = "small-%05d" % i
-        template.path = os.path.join(os.path.dirname(template.path), "s_%05d.jsonl" % i)
-        os.utime(template.save(), (1.7e9, 1.7e9))
-    big = PiWriter(tmp_path / "big", "big-session")
+    # 3. No-op index over many more small sessions, and one message appended to a 20 MB session:
+    #    `index`, and the first search after it (what a user notices).
+    small, big_root = tmp_path / "small" / layout, tmp_path / "big" / layout
+    for i in range(nsmall):
+        os.utime(_bench_session(layout, small, "%08d-0000-4000-8000-000000000000" % i,
+                                [("a small session about nothing", "ok", "done")]), (1.7e9, 1.7e9))
     brnd = random.Random(1)
-    while big.n < 40000:
-        big.user("step %d of the long migration %s" % (big.n, brnd.random()))
-        big.tool("bash", {"command": "make step"}, "output line %s\n" % brnd.random() * 20)
-    big_path = big.save()
-    cmd.configure(root, small, tmp_path / "big")
+    big_sid = "99999999-0000-4000-8000-000000000000"
+    big_path = _bench_session(layout, big_root, big_sid, [
+        ("step %d of the long migration %s" % (n, brnd.random()), "output line %s\n" % brnd.random() * 20, "next")
+        for n in range(10000)])
+    roots = [root, small, big_root]
+    cmd.configure(*roots)
     cmd.run("index")
-    nfiles = sum(1 for r in (root, small, tmp_path / "big") for _, _, fs in os.walk(r) for _ in fs)
-    med, p95 = _stats([cmd.run("index")[0] for _ in range(5)])
-    rows.append(("no-op index, %d files" % nfiles, "median %.3f s" % med))
-    appends = []
-    for i in range(5):
+    nfiles = sum(1 for r in roots for _, _, fs in os.walk(str(r)) for _ in fs)
+    rows.append(("no-op index, %s, %d files" % (layout, nfiles), "median %.3f s" % _stats([cmd.run("index")[0] for _ in range(5)])[0]))
+    appends, first, found = [], [], 0
+    for i in range(10):
+        word = "appendedword%s" % chr(97 + i)
         with open(big_path, "a") as f:
-            f.write(line({"type": "message", "id": "app%d" % i, "parentId": None, "timestamp": "2026-03-11T00:00:00.000Z",
-                          "message": {"role": "user", "content": "appended note %d about axolotls" % i}}))
-        appends.append(cmd.run("index")[0])
-    rows.append(("index one message appended to a %d MB session" % (os.path.getsize(big_path) / 1e6),
-                 "median %.3f s (whole process, %d files)" % (_stats(appends)[0], nfiles)))
+            f.writelines(line(r) for r in _bench_lines(layout, big_sid, [(word + " about axolotls", "ok", "done")],
+                                                       10 ** 6 + 4 * i, False))
+        if i < 5:
+            appends.append(cmd.run("index")[0])
+        else:
+            secs, ids = cmd.found(word)
+            first.append(secs)
+            found += ids == [big_sid]
+    big_mb = os.path.getsize(big_path) / 1e6
+    rows += [("one message appended to a %d MB session, %s: `index`" % (big_mb, layout), "median %.3f s (%d files)" % (_stats(appends)[0], nfiles)),
+             ("one message appended to a %d MB session, %s: the first search" % (big_mb, layout),
+              "%s; found %d of %d" % (_ms(first), found, len(first)))]
 
-    # 5. Search on the larger corpora: the main corpus plus more sessions.
-    for mb in [m for m in sizes if m >= index_mb]:
-        roots = [root, small, tmp_path / "big"]
+    # 4. Search on the larger corpora: the main corpus plus more sessions; warm (MCP) searches;
+    #    resumed old sessions; then, at the largest, every file dated now.
+    big_sizes = [m for m in sizes if m >= index_mb]
+    for mb in big_sizes:
         if mb > index_mb:
-            more = _bench_corpus(tmp_path / ("more%d" % mb), mb - index_mb, seed=11)
+            more = _bench_corpus(tmp_path / ("more%d" % mb), mb - index_mb, seed=11, layout=layout)
             roots.append(more)
             cmd.configure(*roots)
             secs2, _ = cmd.run("index")
-            rows.append(("index %d MB more (incremental)" % (_du(more) / 1e6), "%.1f s" % secs2))
-        _bench_searches(cmd, "%d MB" % mb, rows, rnd)
+            rows.append(("index %s %d MB more (incremental)" % (layout, _du(more) / 1e6), "%.1f s" % secs2))
+        label = "%s %d MB" % (layout, mb)
+        _bench_searches(cmd, label, rows, rnd)
+        _bench_mcp(cmd, label, rows, rnd)
+        _bench_resumed(cmd, label, layout, root, rows, rnd)
+        if mb == big_sizes[-1]:
+            _bench_dated_now(cmd, label, roots, rows, rnd)
+
+
+@pytest.mark.skipif(not os.environ.get("SESAME_BENCH"), reason="benchmark: set SESAME_BENCH=1")
+def test_benchmark(tmp_path):
+    import platform
+    sizes = [int(x) for x in os.environ.get("SESAME_BENCH_SIZES", "100,1000").split(",") if x.strip()]
+    index_mb = int(os.environ.get("SESAME_BENCH_INDEX_MB") or min(500, max(sizes)))
+    layouts = [x.strip() for x in os.environ.get("SESAME_BENCH_LAYOUTS", "pi,claude,codex").split(",") if x.strip()]
+    nsmall = int(os.environ.get("SESAME_BENCH_FILES") or (10000 if index_mb >= 500 else 500))
+    source = os.environ.get("SESAME_BENCH_EXE") or os.path.join(HERE, "sesame.py")
+    rows, rnd = [], random.Random(5)
+
+    # Start-up alone, as installed (the second run: the first one fills the code cache).
+    cmd = _Installed(tmp_path / "startup", source)
+    cmd.run("--version")
+    rows.append(("start-up: `sesame --version`", _ms([cmd.run("--version")[0] for _ in range(11)])))
+    for layout in layouts:
+        _bench_layout(tmp_path / layout, layout, sizes, index_mb, nsmall, source, rows, rnd)
 
     print("\n\nSesame benchmark (%s): %s, %d cores, Python %s, SQLite %s"
           % (os.path.basename(source), platform.processor() or platform.machine(), os.cpu_count(),
