@@ -647,6 +647,10 @@ class Session:
         self.complete = True     # False when a resumable parse stopped at its byte limit
 
     def add(self, kind, text, **kw):
+        """Append a chunk of one of the kinds of KIND_COLUMN (another is a parser's bug: raised, so
+        that a typo never files text silently in the wrong column)."""
+        if kind not in KIND_COLUMN:
+            raise ValueError("unknown chunk kind %r" % (kind,))
         text = cap_text(text.strip(), CHUNK_CAP) if text else ""
         if text:
             self.chunks.append(Chunk(kind, text, **kw))
@@ -1237,7 +1241,9 @@ def open_agent_db(path, attempts=5):
     With a -wal file beside it the newest rows live there, so it is opened `mode=ro` (which reads the
     WAL); without one, `immutable=1` reads the file without taking locks or creating a -shm file in
     the agent's folder. A store that is locked (the agent is writing) is retried briefly; after that
-    the OSError raised here makes the indexer skip the file with a warning and retry next run.
+    the OSError raised here makes the indexer skip the file with a warning and retry next run. A file
+    that is no SQLite database at all (another agent's file under a shared folder) is NotASessionFile:
+    nothing to retry.
     """
     from urllib.parse import quote
     open_regular(path).close()  # what is not a regular file is refused here: SQLite would wait on a FIFO
@@ -1254,6 +1260,8 @@ def open_agent_db(path, attempts=5):
             if "locked" not in str(e) and "busy" not in str(e):
                 break
             time.sleep(0.2 * (attempt + 1))
+    if "not a database" in str(last):
+        raise NotASessionFile("not an SQLite store")
     raise OSError(errno.EIO, "cannot read SQLite store (%s)" % last)
 
 
@@ -1266,26 +1274,81 @@ def store_failure(exc):
 
 
 class Parser:
-    """What every agent's parser provides. Subclasses set `id`, `label` and `version`.
+    """What every agent's parser provides: a subclass in its own section, registered with @register.
 
-    id            parser id used in the config, in --agent and in the JSON
-    version       bump when the parser changes what it produces: its files are then re-indexed
-    default_roots where the agent keeps sessions when nothing is configured
-    list_files    the session files under one root
-    parse         one file -> Sessions (raise NotASessionFile for a file of another format)
+    Identity (class attributes, all required):
+    id            parser id used in the config, in --agent and in the JSON (`agent`, also `source`)
+    label         the agent's name as people write it
+    version       bump when the parser changes what it produces: its files are then re-read
+    verified      the newest agent release whose files were checked against this parser, and when
+                  ("2.1.197, 2026-11-24"); the README's Sources table is tested against it
+    a docstring   what the agent writes and where, which record types are read, what is skipped
+
+    Drift (class attributes, required: the parser-contract test fails without them):
+    records, skipped_records   the record types the parser reads, and those it skips on purpose
+                  (state, telemetry: nothing to search); an empty `records` says the format has no
+                  typed records (Aider's Markdown)
+    blocks, skipped_blocks     the same for content blocks inside messages, when the format has them
+    version_field the record field naming the agent release that wrote it ("version", "cli_version")
+    The parse loop takes every record's type through record_type() and every block's through
+    block_type(): a type in neither set is counted in the report (`status` shows it as drift), and
+    the version a record names is noted (a version kept outside the records, in a session row or a
+    header, goes to report.saw_version). Only what has no type name (the protobuf fields of Cursor's
+    store) is counted where it is read.
+
+    Hooks:
+    default_roots(env)  where the agent keeps sessions when nothing is configured, from `env` only
+                  (agent_dir, env_path, expand_home; never the process's own HOME)
+    list_files(root)    the session files under one root, always through walk_files (it records the
+                  folders read: a search re-lists a source only when one of their times changed)
+    parse(path, report) one file -> [Session]; NotASessionFile for a file of another format (never
+                  any other exception for bad content); bad lines are counted in `report`; only
+                  the chunk kinds of KIND_COLUMN; times through norm_time (UTC, "...Z")
+    sidecars(path)      other files whose change changes what `path` yields (titles, metadata): a
+                  file is re-read when it or a sidecar changed
+    SQLITE_SUFFIXES     an agent's SQLite store has one of these name endings, so that a change in
+                  its -wal file (where a running agent's newest rows are) counts as the store changing
+    resumable     True for append-only files read from a checkpoint: parse(path, report,
+                  resume=, limit=) sets `session.checkpoint` at each clean line (see below)
+    new_run()     called at the start of every index run: drop what was cached about the disk
+    resume_command(row)  the shell command that resumes a stored session, or None
+    retention(env)      how long the agent keeps transcripts, as its settings say, or None
+    session_env, current_sessions(env)  how the agent tells a command which session it runs in
     """
 
     id = label = ""
     version = 1
-    # The newest release of the agent whose files were checked against this parser, and when
-    # ("2.1.197, 2026-11-24"); status compares it with the versions the records name.
-    verified = ""
+    verified = ""   # status shows it beside the versions the records name
+    records = None  # not declared: the parser-contract test fails
+    skipped_records = ()
+    blocks = skipped_blocks = ()
+    version_field = None
     # A resumable parser reads append-only files and can stop and restart at a "clean" line (one
     # after which no chunk is waiting for more lines, e.g. a tool call for its result):
     # parse(path, report, resume=checkpoint, limit=bytes) -> sessions whose `checkpoint` says where
     # to go on. The indexer uses it both to read only the bytes appended since the last run and to
     # read a huge file in slices of bounded memory; both give exactly what one full parse gives.
     resumable = False
+
+    @classmethod
+    def record_type(cls, report, record, key="type", family=""):
+        """The type of one record, which the parse loop then dispatches on. A type the parser neither
+        reads nor skips on purpose is counted as drift (`family` names the kind of record in the
+        count, e.g. "event "); the agent version the record names is noted."""
+        rtype = record.get(key) if isinstance(record, dict) else None
+        if cls.version_field and isinstance(record, dict):
+            report.saw_version(record.get(cls.version_field))
+        if not _declared(rtype, cls.records or (), cls.skipped_records):
+            report.unrecognized(family + str(rtype))
+        return rtype
+
+    @classmethod
+    def block_type(cls, report, block, key="type"):
+        """The type of one content block of a message, counted as drift like record_type's."""
+        btype = block.get(key) if isinstance(block, dict) else None
+        if not _declared(btype, cls.blocks, cls.skipped_blocks):
+            report.unrecognized("block " + str(btype))
+        return btype
 
     def default_roots(self, env):
         return []
@@ -1321,6 +1384,17 @@ class Parser:
 
     def sidecars(self, path):
         return []
+
+
+def _declared(value, *sets):
+    """Whether a record or block type is named in one of the sets; an entry ending in "*" names
+    every type it begins (a family such as Kimi's "llm.*" operations)."""
+    try:
+        if any(value in known for known in sets):
+            return True
+    except TypeError:   # a list or an object where a type name belongs
+        return False
+    return isinstance(value, str) and any(k.endswith("*") and value.startswith(k[:-1]) for known in sets for k in known)
 
 
 # The registry: parser id -> the one instance of its class, in the order the classes are registered
@@ -1363,7 +1437,7 @@ def read_pi_message(s, m, role, ts, calls, report):
                 texts.append(block)
             elif not isinstance(block, dict):
                 continue
-            elif block.get("type") == "text" and isinstance(block.get("text"), str):
+            elif PiParser.block_type(report, block) == "text" and isinstance(block.get("text"), str):
                 texts.append(block["text"])
             elif block.get("type") == "thinking" and isinstance(block.get("thinking"), str):
                 thinking.append(block["thinking"])
@@ -1650,6 +1724,11 @@ class PiParser(Parser):
     """
 
     id, label, version = "pi", "pi", 2
+    verified = "0.73.1, 2026-11-25"
+    records = ("message", "compaction", "branch_summary", "custom_message", "session_info")
+    # settings and extension state: nothing a user would search for (the header is read apart)
+    skipped_records = ("model_change", "thinking_level_change", "custom", "label", "session")
+    blocks, skipped_blocks = ("text", "thinking", "toolCall"), ("image",)
 
     def __init__(self):
         self._meta_dirs = {}  # session folder -> its sessions-meta folder or None (checked once per run)
@@ -1688,7 +1767,7 @@ class PiParser(Parser):
         checkpoint = (start, 0, dict(state))
         s.complete = True
         for line_no, (offset, e) in enumerate(iter_jsonl(path, report, start)):
-            etype = e.get("type")
+            etype = self.record_type(report, e)
             if etype == "message":
                 m = e.get("message")
                 if not isinstance(m, dict):
@@ -1718,10 +1797,6 @@ class PiParser(Parser):
                 name = e.get("name")
                 if isinstance(name, str) and name.strip():
                     state["name"] = name.strip()
-            elif etype in ("model_change", "thinking_level_change", "custom", "label", "session"):
-                pass  # settings and extension state: nothing a user would search for
-            else:
-                report.skip("unknown entry type")
             if calls and line_no - pending_since > PENDING_CALL_LINES:
                 calls.clear()  # a call whose result never came: keep it without output
             if not calls:
@@ -1855,6 +1930,20 @@ class ClaudeCodeParser(Parser):
 
     session_env = ("CLAUDE_CODE_SESSION_ID",)  # set by 2.1 for the commands and MCP servers it runs
     id, label, version = "claude", "Claude Code", 1
+    verified = "2.1.197, 2026-11-25"
+    records = ("assistant", "user", "attachment", "system", "custom-title", "ai-title", "summary",
+               "tool_use", "tool_result")
+    # session state with no conversation text
+    skipped_records = ("progress", "file-history-snapshot", "queue-operation", "mode", "permission-mode",
+                       "pr-link", "agent-name", "last-prompt", "worktree-state", "relocated", "bridge-session",
+                       "frame-link", "atis-latch", "teleported-from")
+    blocks = ("text", "thinking", "tool_use", "tool_result")
+    # images, encrypted thinking and the API's server-side tool blocks: nothing to read
+    skipped_blocks = ("image", "document", "redacted_thinking", "server_tool_use", "web_search_tool_result",
+                      "web_fetch_tool_result", "code_execution_tool_result", "bash_code_execution_tool_result",
+                      "text_editor_code_execution_tool_result", "mcp_tool_use", "mcp_tool_result",
+                      "container_upload", "search_result", "tool_reference")
+    version_field = "version"
 
     def default_roots(self, env):
         config = env.get("CLAUDE_CONFIG_DIR")
@@ -1891,7 +1980,7 @@ class ClaudeCodeParser(Parser):
         timestamps = []
         conversational = False
         for _, rec in iter_jsonl(path, report):
-            rtype = rec.get("type")
+            rtype = self.record_type(report, rec)
             ts = norm_time(rec.get("timestamp"))
             if ts:
                 timestamps.append(ts)
@@ -1996,7 +2085,7 @@ class ClaudeCodeParser(Parser):
         for block in blocks:
             if not isinstance(block, dict):
                 continue
-            btype = block.get("type")
+            btype = cls.block_type(report, block)
             if btype == "text" and isinstance(block.get("text"), str):
                 key, kind, text = ("text", block["text"]), kind_for, block["text"]
             elif btype == "thinking" and isinstance(block.get("thinking"), str):
@@ -2040,7 +2129,7 @@ class ClaudeCodeParser(Parser):
         for block in blocks:
             if not isinstance(block, dict):
                 continue
-            btype = block.get("type")
+            btype = self.block_type(report, block)
             if btype == "text" and isinstance(block.get("text"), str):
                 if default_kind == "user":
                     for kind, text in _claude_split_text(block["text"]):
@@ -2247,6 +2336,16 @@ class CodexParser(Parser):
 
     session_env = ("CODEX_THREAD_ID",)  # set for the commands it runs (0.169); a thread is a session
     id, label, version = "codex", "Codex", 1
+    verified = "0.169.0, 2026-11-25"
+    # Wrapped records, then the ResponseItems inside `response_item` (and the bare era's lines); the
+    # release is session_meta's `cli_version` (see _meta). event_msg repeats the items (see _CodexState).
+    records = ("session_meta", "response_item", "event_msg", "turn_context", "compacted",
+               "message", "reasoning", "function_call", "custom_tool_call", "local_shell_call",
+               "function_call_output", "custom_tool_call_output", "web_search_call", "agent_message",
+               "tool_call", "tool_result")
+    skipped_records = ("world_state", "inter_agent_communication", "inter_agent_communication_metadata",
+                       "ghost_snapshot", "image_generation_call", "tool_search_call", "tool_search_output",
+                       "compaction", "context_compaction")
 
     def __init__(self):
         self._title_cache = {}   # session_index.jsonl path -> (size, mtime_ns, {thread id: name})
@@ -2349,7 +2448,7 @@ class CodexParser(Parser):
             if not isinstance(payload, dict):
                 report.skip("record without payload")
                 continue
-            if rtype == "session_meta":
+            if self.record_type(report, rec) == "session_meta":
                 st.foreign_meta(payload, rec.get("timestamp"))
             elif rtype == "response_item":
                 st.response_item(payload, ts, report, line_ts=rec.get("timestamp"))
@@ -2457,7 +2556,7 @@ class CodexParser(Parser):
         def read(db):
             try:
                 con = open_agent_db(db, attempts=2)
-            except OSError:
+            except (OSError, NotASessionFile):
                 return {}
             names = {}
             try:
@@ -2527,7 +2626,7 @@ class _CodexState:
             self.replay["end"] = len(self.entries.items)
 
     def response_item(self, p, ts, report, line_ts=None):
-        ptype = p.get("type")
+        ptype = CodexParser.record_type(report, p, family="response_item ")
         if ptype == "message":
             role = p.get("role")
             content = p.get("content")
@@ -2748,6 +2847,11 @@ class OpenCodeParser(Parser):
     """
 
     id, label, version = "opencode", "OpenCode", 1
+    verified = "1.18.33, 2026-11-25"
+    records = ("user", "assistant")   # message roles; a message's parts are its blocks
+    blocks = ("text", "reasoning", "tool", "tool-invocation", "subtask")
+    # attachments (never indexed: may be images), bookkeeping, diffs
+    skipped_blocks = ("file", "step-start", "step-finish", "snapshot", "patch", "agent", "compaction", "retry")
 
     def default_roots(self, env):
         # xdg-basedir: $XDG_DATA_HOME or ~/.local/share, on every platform (macOS included).
@@ -2902,14 +3006,14 @@ class OpenCodeParser(Parser):
         s.parent = parent if isinstance(parent, str) and parent else None
         t = info.get("time") if isinstance(info.get("time"), dict) else {}
         s.created, s.modified = norm_time(t.get("created")), norm_time(t.get("updated"))
+        report.saw_version(info.get("version"))
         for mid, m, parts in messages:
-            role = m.get("role")
+            role = self.record_type(report, m, key="role", family="role ")
             ts = norm_time(self._created_ms(m) or None)
             s.touch(ts)
             if s.cwd is None and isinstance(m.get("path"), dict) and isinstance(m["path"].get("cwd"), str):
                 s.cwd = m["path"]["cwd"]
             if role not in ("user", "assistant"):
-                report.skip("unknown message role")
                 continue
             # Compaction writes the summary as an assistant message flagged summary: true.
             is_summary = role == "assistant" and m.get("summary") is True
@@ -2917,9 +3021,9 @@ class OpenCodeParser(Parser):
                 self._part(s, role, is_summary, p, ts, report)
         _finish_times(s, s.path)
 
-    @staticmethod
-    def _part(s, role, is_summary, p, ts, report):
-        ptype = p.get("type")
+    @classmethod
+    def _part(cls, s, role, is_summary, p, ts, report):
+        ptype = cls.block_type(report, p)
         if ptype == "text":
             text = p.get("text") if isinstance(p.get("text"), str) else ""
             if p.get("synthetic") or p.get("ignored"):
@@ -2955,10 +3059,6 @@ class OpenCodeParser(Parser):
             s.add("tool", tool_text(name, args, output), role=role, tool=name, path=tool_path(args), ts=ts)
         elif ptype == "subtask":   # a sub-agent launched from a command: its prompt is injected
             s.add("context", "\n".join(str(p.get(k)) for k in ("description", "prompt") if p.get(k)), role=role, ts=ts)
-        elif ptype in ("file", "step-start", "step-finish", "snapshot", "patch", "agent", "compaction", "retry"):
-            pass   # attachments (never indexed: may be images), bookkeeping, diffs
-        else:
-            report.skip("unknown part type")
 
     @staticmethod
     def _full_output(store_path, output_path):
@@ -3010,6 +3110,8 @@ class GeminiParser(Parser):
     """
 
     id, label, version = "gemini", "Gemini CLI", 1
+    verified = "0.61.0, 2026-11-25"
+    records = ("user", "gemini", "model", "info", "error", "warning")   # MessageRecord types
 
     def default_roots(self, env):
         home = env_path(env, "GEMINI_CLI_HOME") or _home(env)   # replaces the home directory, .gemini stays
@@ -3172,7 +3274,7 @@ class GeminiParser(Parser):
         """One MessageRecord. `calls` holds the tool calls by call id: a call made only of a
         `functionCall` part (the `$set.messages` list a resume writes has no `toolCalls`) waits for its
         `functionResponse` in a later user message; a response to a call already complete is a copy."""
-        mtype = m.get("type")
+        mtype = self.record_type(report, m)
         ts = norm_time(m.get("timestamp"))
         s.touch(ts)
         content = m.get("content") if "content" in m else m.get("parts")
@@ -3205,8 +3307,6 @@ class GeminiParser(Parser):
                     calls[fc.get("id") or name] = (len(s.chunks) - 1, name, args)
         elif mtype in ("info", "error", "warning"):
             s.add("context", self._parts_text(content), role=mtype, ts=ts)   # the CLI talking, not the model
-        else:
-            report.skip("unknown message type")
 
     @staticmethod
     def _response_text(response):
@@ -3553,8 +3653,13 @@ class CursorParser(Parser):
     """
 
     id, label, version = "cursor", "Cursor", 2
+    # Transcript lines and the CLI store's JSON messages by role (a transcript's `turn_ended` has
+    # none); Anthropic-style and AI SDK-style blocks. The store's protobuf turns, steps and tools and
+    # the editor's bubble types are counted where they are read.
+    records, skipped_records = ("user", "assistant", "system", "tool"), ("turn_ended",)
+    blocks = ("text", "tool_result", "tool-result", "tool_use", "tool_call", "tool-call", "thinking", "reasoning")
     # Transcript lines and content blocks read for nothing on purpose.
-    IGNORED_BLOCKS = frozenset({"image", "redacted", "redacted_thinking", "file", "image_url"})
+    skipped_blocks = frozenset({"image", "redacted", "redacted_thinking", "file", "image_url"})
 
     def default_roots(self, env):
         return [os.path.join(_home(env), ".cursor"), _cursor_roots_ide(env)]
@@ -3638,7 +3743,7 @@ class CursorParser(Parser):
         for block in content:
             if not isinstance(block, dict):
                 continue
-            btype = block.get("type")
+            btype = self.block_type(report, block)
             if btype in ("tool_result", "tool-result"):
                 out = block.get("content") if "content" in block else block.get("result")
                 self._tool_result(s, calls, block.get("tool_use_id") or block.get("toolCallId"),
@@ -3653,14 +3758,10 @@ class CursorParser(Parser):
                 t = block.get("thinking") if isinstance(block.get("thinking"), str) else block.get("text")
                 s.add("thinking", t if isinstance(t, str) else "", role="assistant", ts=ts)
             elif isinstance(block.get("text"), str):   # text, and unknown blocks that carry visible text
-                if btype != "text" and report is not None:
-                    report.unrecognized("block " + str(btype))
                 if role == "user":
                     self._user_text(s, block["text"], ts)
                 else:
                     s.add("assistant", block["text"], role="assistant", ts=ts)
-            elif btype not in self.IGNORED_BLOCKS and report is not None:
-                report.unrecognized("block " + str(btype))
 
     @staticmethod
     def _tool_result(s, calls, call_id, name, output, is_error, ts):
@@ -3711,17 +3812,13 @@ class CursorParser(Parser):
             s.parent = os.path.basename(os.path.dirname(os.path.dirname(path)))
         calls = []
         for _, rec in iter_jsonl(path, report):
-            role = rec.get("role")
+            role = self.record_type(report, rec, *(("role", "role ") if "role" in rec else ()))
             msg = rec.get("message")
-            if role is None:
-                if rec.get("type") != "turn_ended":
-                    report.unrecognized(str(rec.get("type")))
+            if "role" not in rec:
                 continue
             content = msg.get("content") if isinstance(msg, dict) else rec.get("content")
             if role in ("user", "assistant"):
                 self._blocks(s, role, content, calls, report=report)
-            elif role != "system":
-                report.unrecognized("role " + str(role))
         # No timestamps in the lines: the file's mtime is the last activity.
         s.modified = _file_mtime(path)
         s.created = norm_time(meta.get("createdAt")) or s.modified
@@ -3813,13 +3910,12 @@ class CursorParser(Parser):
                 m = _json_value(data)
                 if not isinstance(m, dict) or not isinstance(m.get("role"), str):
                     continue
-                role = m["role"]
+                role = self.record_type(report, m, key="role", family="role ")
                 if role == "tool":
                     self._blocks(s, "user", m.get("content"), calls, report=report)
                 elif role in ("user", "assistant"):
                     self._blocks(s, role, m.get("content"), calls, report=report)
-                elif role != "system":   # the agent's system prompt, identical in every chat: not indexed
-                    report.unrecognized("role " + role)
+                # system: the agent's system prompt, identical in every chat: not indexed
         wal = path + "-wal"
         s.touch(max(_file_mtime(path), _file_mtime(wal) if os.path.exists(wal) else ""))
         s.touch(norm_time(side.get("updatedAtMs") or side.get("updatedAt")))
@@ -4062,7 +4158,7 @@ class CursorParser(Parser):
                 folder = folder[1:]
             try:
                 con = open_agent_db(db)
-            except OSError:
+            except (OSError, NotASessionFile):
                 continue
             try:
                 row = con.execute("SELECT value FROM ItemTable WHERE key='composer.composerData'").fetchone()
@@ -4117,6 +4213,8 @@ class AiderParser(Parser):
     """
 
     id, label, version = "aider", "Aider", 1
+    verified = "0.86.2, 2026-11-25"
+    records = ()   # Markdown: no typed records to count
 
     def default_roots(self, env):
         return []  # no global location: Aider writes into each repository; configure folders holding repos
@@ -4337,9 +4435,17 @@ class ClineParser(Parser):
 
     id, label, version = "cline", "Cline / Roo Code / Kilo Code", 2
     verified = "3.0.65, 2026-11-24"   # the Cline CLI (SDK layout)
+    # ui_messages records by their `say` or `ask` type; blocks of the API history and the SDK messages.
+    records = ("task", "user_feedback", "text", "completion_result", "followup", "plan_mode_respond",
+               "act_mode_respond", "qna_respond", "reasoning", "command", "tool", "use_mcp_server",
+               "browser_action_launch", "browser_action", "command_output", "mcp_server_response", "condense",
+               "condense_context", "compaction", "error", "api_req_failed", "mistake_limit_reached", "diff_error",
+               "api_req_started")
+    blocks = ("text", "thinking", "reasoning", "tool_use", "tool_result")
+    skipped_blocks = ("image", "document", "file", "redacted_thinking")
     # ui_messages records (say or ask types) with nothing to search: progress, costs, retries, checkpoints,
     # approvals, hooks, screenshots, state snapshots (Cline, Roo Code and Kilo Code alike).
-    IGNORED = frozenset({
+    skipped_records = frozenset({
         "api_req_finished", "api_req_retried", "api_req_retry_delayed", "api_req_rate_limit_wait",
         "api_req_deleted", "deleted_api_reqs", "error_retry", "image", "checkpoint_created", "checkpoint_saved",
         "shell_integration_warning", "shell_integration_warning_with_suggestion", "browser_action_result",
@@ -4440,7 +4546,7 @@ class ClineParser(Parser):
                 continue
             ts = norm_time(m.get("ts"))
             s.touch(ts)
-            what = m.get("say") or m.get("ask")
+            what = self.record_type(report, m, *(("say", "say ") if m.get("say") else ("ask", "ask ")))
             text = m.get("text") if isinstance(m.get("text"), str) else ""
             if what in ("task", "user_feedback"):
                 s.add("user", text, role="user", ts=ts)
@@ -4481,8 +4587,6 @@ class ClineParser(Parser):
                 hit = CLINE_CWD_RE.search(req.get("request") or "") if isinstance(req, dict) and isinstance(req.get("request"), str) else None
                 if hit and not s.cwd:
                     s.cwd = hit.group(1)
-            elif isinstance(what, str) and what not in self.IGNORED:
-                report.unrecognized(("ask " if m.get("ask") else "say ") + what)
 
     def _api_history(self, s, messages, report):
         tools = ToolCalls(s)
@@ -4497,7 +4601,7 @@ class ClineParser(Parser):
             for b in blocks:
                 if not isinstance(b, dict):
                     continue
-                btype = b.get("type")
+                btype = self.block_type(report, b)
                 if btype == "text" and isinstance(b.get("text"), str):
                     text = b["text"]
                     if m["role"] == "assistant":
@@ -4517,8 +4621,6 @@ class ClineParser(Parser):
                     tools.call(b.get("id"), str(b.get("name") or "tool"), b.get("input"), ts=ts)
                 elif btype == "tool_result":
                     tools.result(b.get("tool_use_id"), text_of(b.get("content")), bool(b.get("is_error")), ts=ts)
-                elif btype not in ("image", "document", "redacted_thinking"):
-                    report.unrecognized("block " + str(btype))
 
     # -- Cline SDK sessions ---------------------------------------------------------------------------
 
@@ -4546,7 +4648,7 @@ class ClineParser(Parser):
             for b in content if isinstance(content, list) else [{"type": "text", "text": content}]:
                 if not isinstance(b, dict):
                     continue
-                btype = b.get("type")
+                btype = self.block_type(report, b)
                 if btype == "text" and isinstance(b.get("text"), str):
                     if m["role"] == "assistant":
                         s.add("assistant", b["text"], role="assistant", ts=ts)
@@ -4566,8 +4668,6 @@ class ClineParser(Parser):
                     out, failed = self._sdk_output(b.get("content"))
                     tools.result(b.get("tool_use_id"), out, bool(b.get("is_error")) or failed,
                                  name=b.get("name"), ts=ts)
-                elif btype not in ("image", "file", "redacted_thinking"):
-                    report.unrecognized("block " + str(btype))
         for key in ("started_at", "ended_at"):
             s.touch(norm_time(manifest.get(key)))
         # By default the title is the first prompt (perhaps shortened): a name only when it is not.
@@ -4610,7 +4710,7 @@ class KiloParser(OpenCodeParser):
     """
 
     id, label, version = "kilo", "Kilo Code", 1
-    verified = "7.7.9, 2026-11-24"
+    verified = "7.7.9, 2026-11-24"   # records and blocks: OpenCode's
 
     def default_roots(self, env):
         base = env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
@@ -4632,7 +4732,7 @@ class KiloParser(OpenCodeParser):
         sessions = OpenCodeParser.parse(self, path, report)
         try:
             con = open_agent_db(path)
-        except OSError:
+        except (OSError, NotASessionFile):
             return sessions
         try:
             for (v,) in con.execute("SELECT DISTINCT version FROM session LIMIT 20"):
@@ -4668,6 +4768,14 @@ class CopilotParser(Parser):
     """
 
     id, label, version = "copilot", "GitHub Copilot CLI", 1
+    records = ("session.start", "session.resume", "session.info", "subagent.started", "user.message",
+               "assistant.message", "assistant.reasoning", "tool.execution_start", "tool.execution_complete",
+               "system.notification", "session.compaction_start", "session.compaction_complete")
+    # model changes, turns, hooks, usage, shutdown, the system prompt: not conversation
+    skipped_records = ("session.model_change", "session.truncation", "session.shutdown", "session.error",
+                       "session.usage_checkpoint", "session.auto_mode_resolved", "assistant.turn_start",
+                       "assistant.turn_end", "assistant.usage", "subagent.completed", "subagent.failed",
+                       "hook.start", "hook.end", "abort", "system.message")
 
     def default_roots(self, env):
         home = env_path(env, "COPILOT_HOME") or os.path.join(_home(env), ".copilot")
@@ -4695,12 +4803,13 @@ class CopilotParser(Parser):
         subagent_names = {}
         thinking_seen = set()
         for _, e in iter_jsonl(path, report):
-            etype, data = e.get("type"), e.get("data")
+            etype, data = self.record_type(report, e), e.get("data")
             if not isinstance(data, dict):
                 report.skip("malformed event")
                 continue
             ts = norm_time(e.get("timestamp"))
             if etype in ("session.start", "session.resume"):
+                report.saw_version(data.get("copilotVersion"))
                 if etype == "session.start" and isinstance(data.get("sessionId"), str) and data["sessionId"]:
                     top.session_id = data["sessionId"]
                 ctx = data.get("context")
@@ -4826,6 +4935,8 @@ class AmpParser(Parser):
     """
 
     id, label, version = "amp", "Amp", 1
+    records = ("user", "assistant", "info")   # message roles (info: summaries; another's text is context)
+    blocks, skipped_blocks = ("text", "thinking", "tool_use", "tool_result", "summary"), ("image", "redacted_thinking")
 
     def default_roots(self, env):
         data = env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
@@ -4853,7 +4964,7 @@ class AmpParser(Parser):
             if not isinstance(m, dict):
                 report.skip("malformed message")
                 continue
-            role = m.get("role")
+            role = self.record_type(report, m, key="role", family="role ")
             meta = m.get("meta") if isinstance(m.get("meta"), dict) else {}
             usage = m.get("usage") if isinstance(m.get("usage"), dict) else {}
             ts = norm_time(meta.get("sentAt")) or norm_time(usage.get("timestamp"))
@@ -4863,7 +4974,7 @@ class AmpParser(Parser):
             for b in blocks:
                 if not isinstance(b, dict):
                     continue
-                btype = b.get("type")
+                btype = self.block_type(report, b)
                 if btype == "text" and isinstance(b.get("text"), str):
                     if role == "user":
                         s.add("user", b["text"], role="user", ts=ts)
@@ -4926,6 +5037,11 @@ class GooseParser(Parser):
     """
 
     id, label, version = "goose", "Goose", 1
+    records = ("user", "assistant")   # message roles; a message's content items are its blocks
+    blocks = ("text", "thinking", "toolRequest", "frontendToolRequest", "toolResponse", "summarizationRequested",
+              "conversationCompacted")
+    # images, redacted thinking, confirmations: nothing to search
+    skipped_blocks = ("image", "redactedThinking", "toolConfirmationRequest", "actionRequired", "systemNotification")
 
     def default_roots(self, env):
         home = _home(env)
@@ -4997,8 +5113,8 @@ class GooseParser(Parser):
             value = value.strip() + "Z"
         return norm_time(value)
 
-    @staticmethod
-    def _message(s, calls, role, content, ts, hidden, report):
+    @classmethod
+    def _message(cls, s, calls, role, content, ts, hidden, report):
         if not isinstance(content, list):
             report.skip("malformed message content")
             return
@@ -5006,7 +5122,7 @@ class GooseParser(Parser):
         for c in content:
             if not isinstance(c, dict):
                 continue
-            ctype = c.get("type")
+            ctype = cls.block_type(report, c)
             if ctype == "text" and isinstance(c.get("text"), str):
                 kind = "summary" if hidden else ("user" if role == "user" else "assistant")
                 s.add(kind, c["text"], role=role, ts=ts)
@@ -5069,8 +5185,11 @@ class CrushParser(Parser):
     """
 
     id, label, version = "crush", "Crush", 2
+    verified = "schema of the migrations up to 2026-09-25 (source), 2026-11-25"
+    records = ("user", "assistant", "tool")   # message roles; a message's parts are its blocks
+    blocks = ("text", "reasoning", "tool_call", "tool_result", "shell_command")
     # Parts with nothing to search: the end of a turn, images and binary attachments.
-    IGNORED_PARTS = frozenset({"finish", "image_url", "binary"})
+    skipped_blocks = frozenset({"finish", "image_url", "binary"})
 
     def default_roots(self, env):
         return []  # per project only: Crush keeps .crush/ in each project; configure folders holding projects
@@ -5133,7 +5252,7 @@ class CrushParser(Parser):
         for p in parts:
             if not isinstance(p, dict) or not isinstance(p.get("data"), dict):
                 continue
-            ptype, d = p.get("type"), p["data"]
+            ptype, d = self.block_type(report, p), p["data"]
             if ptype == "text" and isinstance(d.get("text"), str):
                 kind = "summary" if is_summary else {"user": "user", "assistant": "assistant"}.get(role, "context")
                 s.add(kind, d["text"], role=role, ts=ts)
@@ -5148,8 +5267,6 @@ class CrushParser(Parser):
                 args = {"command": d.get("command")}
                 s.add("tool", tool_text("bash", args, d.get("output") or "", bool(d.get("exit_code"))),
                       role="user", tool="bash", ts=ts)
-            elif ptype not in self.IGNORED_PARTS and ptype not in ("text", "reasoning"):
-                report.unrecognized("part " + str(ptype))
 
 
 # -------------------------------------------------------------------------------------------------
@@ -5170,6 +5287,10 @@ class DroidParser(Parser):
     """
 
     id, label, version = "droid", "Factory Droid", 1
+    # The session store's lines, then stream-json's events; Anthropic-style blocks in the store.
+    records = ("session_start", "message", "system", "tool_call", "tool_result", "completion")
+    skipped_records = ("error",)
+    blocks, skipped_blocks = ("text", "thinking", "tool_use", "tool_result"), ("image", "redacted_thinking")
     STREAM_TYPES = ("system", "message", "tool_call", "tool_result", "completion", "error")
 
     def default_roots(self, env):
@@ -5185,8 +5306,8 @@ class DroidParser(Parser):
             head.append(obj)
             if len(head) >= 5:
                 break
-        if not head:
-            raise NotASessionFile("empty or not JSONL")
+        if not head or head[0].get("type") not in self.records:   # e.g. pi's `session` header
+            raise NotASessionFile("empty, not JSONL, or no Droid record first")
         if any(o.get("type") == "session_start" or (o.get("type") == "message" and isinstance(o.get("message"), dict))
                for o in head):
             return [self._store(path, report)]
@@ -5198,7 +5319,7 @@ class DroidParser(Parser):
         s = Session(self.id, os.path.splitext(os.path.basename(path))[0], path)
         calls = ToolCalls(s)
         for _, e in iter_jsonl(path, report):
-            etype = e.get("type")
+            etype = self.record_type(report, e)
             if etype == "session_start":
                 s.session_id = _str(e.get("id")) or s.session_id
                 s.name = _str(e.get("sessionTitle")) or _str(e.get("title")) or s.name
@@ -5221,7 +5342,7 @@ class DroidParser(Parser):
             for b in content:
                 if not isinstance(b, dict):
                     continue
-                bt = b.get("type")
+                bt = self.block_type(report, b)
                 if bt == "text" and isinstance(b.get("text"), str):
                     texts.append(b["text"])
                 elif bt == "thinking" and isinstance(b.get("thinking"), str):
@@ -5246,7 +5367,7 @@ class DroidParser(Parser):
         calls = ToolCalls(s)
         last_assistant = None
         for _, e in iter_jsonl(path, report):
-            etype = e.get("type")
+            etype = self.record_type(report, e)
             if s.session_id is None:
                 s.session_id = _str(e.get("session_id")) or _str(e.get("sessionId"))
             ts = norm_time(e.get("timestamp"))
@@ -5350,6 +5471,8 @@ class QwenParser(Parser):
     """
 
     id, label, version = "qwen", "Qwen Code", 1
+    verified = "0.15.10, 2026-11-25"
+    records, version_field = ("user", "assistant", "tool_result", "system"), "version"
     INJECTED_SUBTYPES = ("notification", "cron", "goal_runtime", "background_task_completed")
 
     def default_roots(self, env):
@@ -5380,7 +5503,7 @@ class QwenParser(Parser):
         for r in _iter_glued_jsonl(path, report):
             sid, uuid, rtype = r.get("sessionId"), r.get("uuid"), r.get("type")
             if not (isinstance(sid, str) and sid and isinstance(uuid, str) and uuid and "parentUuid" in r
-                    and rtype in ("user", "assistant", "tool_result", "system")):
+                    and self.record_type(report, r) in self.records):
                 report.skip("not a Qwen record")
                 continue
             if expect and self._norm_id(sid) != expect:
@@ -5536,7 +5659,14 @@ class KimiParser(Parser):
     verified = "1.52.0, 2026-11-24"   # kimi-cli (also 1.40.0 and 0.50); Kimi Code not run
     # Records read for nothing on purpose: the op log's settings, snapshots and LLM bookkeeping, and
     # kimi-cli's progress, status, approvals and hooks (the sub-agent's own wire holds its events).
-    IGNORED = frozenset({
+    # Kimi Code's operations and their loop events, kimi-cli 1.x's wire messages, 0.x's context roles.
+    records = ("config.update", "profile.bind", "context.append_message", "context.append_loop_event",
+               "context.apply_compaction", "turn.steer", "content.part", "tool.call", "tool.result",
+               "TurnBegin", "SteerInput", "ContentPart", "ToolCall", "ToolResult", "BtwBegin", "BtwEnd", "PlanDisplay",
+               "QuestionRequest", "user", "assistant", "tool")
+    blocks, skipped_blocks = ("text", "think"), ("image_url", "audio_url", "video_url")
+    skipped_records = frozenset({
+        "llm.*", "tools.*", "_*", "system", "step.begin", "step.end", "turn.begin", "turn.end", "usage", "status",
         "metadata", "config.update", "profile.bind", "tools.set_active_tools", "turn.prompt", "turn.cancel",
         "turn.ended", "usage.record", "permission.record_approval_result", "permission.set_mode",
         "plan_mode.enter", "plan_mode.exit", "full_compaction.begin", "full_compaction.complete",
@@ -5545,7 +5675,6 @@ class KimiParser(Parser):
         "HookTriggered", "HookResolved", "HookRequest", "HookResponse", "MCPLoadingBegin", "MCPLoadingEnd",
         "CompactionBegin", "CompactionEnd", "ApprovalRequest", "ApprovalResponse", "ApprovalRequestResolved",
         "ToolCallRequest", "ToolCallPart", "QuestionResponse", "SubagentEvent"})
-    IGNORED_LOOP_EVENTS = frozenset({"step.begin", "step.end", "turn.begin", "turn.end", "usage", "status"})
 
     def default_roots(self, env):
         home = agent_dir(env, "KIMI_CODE_HOME", ".kimi-code")
@@ -5610,7 +5739,7 @@ class KimiParser(Parser):
         last_part = None  # (step, part type) of the chunk that streamed parts extend
         steered = []      # steering input indexed from turn.steer, which the context may repeat
         for _, e in iter_jsonl(path, report):
-            etype = e.get("type")
+            etype = self.record_type(report, e)
             ts = norm_time(e.get("time"))
             if etype == "config.update" or etype == "profile.bind":
                 disclosed = e.get("environmentDisclosure")
@@ -5633,7 +5762,7 @@ class KimiParser(Parser):
                 if not isinstance(ev, dict):
                     continue
                 s.touch(ts)
-                et = ev.get("type")
+                et = self.record_type(report, ev, family="loop event ")
                 if et == "content.part" and isinstance(ev.get("part"), dict):
                     part = ev["part"]
                     kind, text = None, None
@@ -5660,8 +5789,6 @@ class KimiParser(Parser):
                     out = res.get("output") if isinstance(res, dict) else res
                     err = bool(res.get("isError")) if isinstance(res, dict) else False
                     calls.result(ev.get("toolCallId") or ev.get("parentUuid"), _out_text(out), err, ts=ts)
-                elif et not in self.IGNORED_LOOP_EVENTS and isinstance(et, str):
-                    report.unrecognized("loop event " + et)
             elif etype == "context.apply_compaction":
                 s.add("summary", e.get("summary") if isinstance(e.get("summary"), str) else "", role="compaction", ts=ts)
             elif etype == "turn.steer":   # typed while a turn runs; appended to the context only if it goes on
@@ -5669,8 +5796,6 @@ class KimiParser(Parser):
                 if text.strip():
                     s.add("user", text, role="user", ts=ts)
                     steered.append(text.strip())
-            elif isinstance(etype, str) and etype not in self.IGNORED and not etype.startswith(("llm.", "tools.")):
-                report.unrecognized(etype)
         if created and (s.created is None or created < s.created):
             s.created = created
         s.modified = s.modified or norm_time(state.get("updatedAt")) or created
@@ -5743,7 +5868,7 @@ class KimiParser(Parser):
                 if e.get("type") != "metadata":
                     report.skip("unknown line")
                 continue
-            mtype, p = m.get("type"), m.get("payload") if isinstance(m.get("payload"), dict) else {}
+            mtype, p = self.record_type(report, m), m.get("payload") if isinstance(m.get("payload"), dict) else {}
             ts = norm_time(e.get("timestamp"))
             s.touch(ts)
             if mtype in ("TurnBegin", "SteerInput"):
@@ -5751,11 +5876,9 @@ class KimiParser(Parser):
                 u = p.get("user_input")
                 _add_user(s, u if isinstance(u, str) else text_of(u), ts)
             elif mtype == "ContentPart":
-                kind = {"text": "assistant", "think": "thinking"}.get(p.get("type"))
+                kind = {"text": "assistant", "think": "thinking"}.get(self.block_type(report, p))
                 text = p.get("text") if kind == "assistant" else p.get("think")
                 if kind is None:
-                    if p.get("type") not in ("image_url", "audio_url", "video_url"):
-                        report.unrecognized("ContentPart " + str(p.get("type")))
                     continue
                 if last == kind and s.chunks and s.chunks[-1].kind == kind and isinstance(text, str):
                     s.chunks[-1].text += text
@@ -5786,8 +5909,6 @@ class KimiParser(Parser):
                 qs = p.get("questions") if isinstance(p.get("questions"), list) else []
                 s.add("assistant", "\n".join(q["question"] for q in qs if isinstance(q, dict)
                                              and isinstance(q.get("question"), str)), role="assistant", ts=ts)
-            elif mtype not in self.IGNORED:
-                report.unrecognized(str(mtype))
         if s.modified is None:
             s.created = s.modified = _file_mtime(path)
         return s
@@ -5798,7 +5919,7 @@ class KimiParser(Parser):
         s.cwd = self._work_dir(path, os.path.basename(os.path.dirname(os.path.abspath(path))))
         calls = ToolCalls(s)
         for _, m in iter_jsonl(path, report):
-            role = m.get("role")
+            role = self.record_type(report, m, key="role", family="role ")
             if role == "user":
                 text = text_of(m.get("content"))
                 if not _KIMI_CHECKPOINT.match(text):
@@ -5817,8 +5938,6 @@ class KimiParser(Parser):
             elif role == "tool":   # a failure is only told by the text: "<system>ERROR: Command failed ..."
                 out = text_of(m.get("content"))
                 calls.result(m.get("tool_call_id"), out, out.lstrip().startswith("<system>ERROR"), ts=None)
-            elif not (isinstance(role, str) and role.startswith("_")) and role != "system":
-                report.unrecognized("role " + str(role))
         s.created = s.modified = _file_mtime(path)
         return s
 
@@ -5851,6 +5970,9 @@ class OpenClawParser(Parser):
     """
 
     id, label, version = "openclaw", "OpenClaw", 1
+    records = ("message", "compaction", "branch_summary", "custom_message", "session_info")
+    skipped_records = PiParser.skipped_records   # the header, settings and extension state, as in pi
+    blocks, skipped_blocks = PiParser.blocks, PiParser.skipped_blocks   # read by read_pi_message
 
     def default_roots(self, env):
         state = env_path(env, "OPENCLAW_STATE_DIR")
@@ -5879,7 +6001,7 @@ class OpenClawParser(Parser):
         s.touch(norm_time(header.get("timestamp")))
         calls = {}
         for _, e in iter_jsonl(path, report):
-            etype = e.get("type")
+            etype = self.record_type(report, e)
             ts = norm_time(e.get("timestamp"))
             if etype == "message":
                 m = e.get("message")
@@ -5927,6 +6049,8 @@ class GrokParser(Parser):
     """
 
     id, label, version = "grok", "Grok CLI", 1
+    records = ("user", "assistant", "reasoning", "tool_result", "backend_tool_call")
+    skipped_records = ("system",)   # the system prompt
 
     def default_roots(self, env):
         home = agent_dir(env, "GROK_HOME", ".grok")
@@ -5951,7 +6075,7 @@ class GrokParser(Parser):
         modified = norm_time(summary.get("last_active_at")) or norm_time(summary.get("updated_at"))
         calls = ToolCalls(s)
         for _, e in iter_jsonl(path, report):
-            etype = e.get("type")
+            etype = self.record_type(report, e)
             if etype == "user":
                 parts = e.get("content")
                 text = text_of(parts) if isinstance(parts, list) else (parts if isinstance(parts, str) else "")
@@ -6015,6 +6139,9 @@ class HermesParser(Parser):
     """
 
     id, label, version = "hermes", "Hermes", 1
+    verified = "0.19.0, 2026-11-25"
+    records = ("user", "assistant", "tool", "system")   # message roles (rows of state.db, legacy JSON)
+    skipped_records = ("session_meta",)   # the legacy JSON's tools and settings, no conversation
 
     def default_roots(self, env):
         home = agent_dir(env, "HERMES_HOME", ".hermes")
@@ -6068,14 +6195,14 @@ class HermesParser(Parser):
         calls = ToolCalls(s)
         for m in d["messages"]:
             if isinstance(m, dict):
-                self._message(s, m, None, calls)
+                self._message(s, m, None, calls, report)
             else:
                 report.skip("malformed message")
         _finish_times(s, path)
         return [s]
 
-    def _message(self, s, m, ts, calls, tool_calls=None, hidden=False):
-        role = m.get("role")
+    def _message(self, s, m, ts, calls, report, tool_calls=None, hidden=False):
+        role = self.record_type(report, m, key="role", family="role ")
         content = m.get("content")
         text = content if isinstance(content, str) else text_of(content)
         reasoning = m.get("reasoning") or m.get("reasoning_content")
@@ -6162,7 +6289,7 @@ class HermesParser(Parser):
                     tc = []
                 m = {"role": role, "content": content, "tool_call_id": tcid, "tool_name": tname,
                      "reasoning": reasoning}
-                self._message(s, m, ts, calls, tool_calls=tc if isinstance(tc, list) else [],
+                self._message(s, m, ts, calls, report, tool_calls=tc if isinstance(tc, list) else [],
                               hidden=display == "hidden")
         finally:
             con.close()
@@ -6192,6 +6319,12 @@ class AntigravityParser(Parser):
     """
 
     id, label, version = "antigravity", "Google Antigravity", 1
+    # Steps read for what they say, then the tool steps (named after their tool; a new one is still
+    # read as its call's output, and counted so that its name is known).
+    records = ("USER_INPUT", "PLANNER_RESPONSE", "CHECKPOINT", "SYSTEM_MESSAGE", "EPHEMERAL_MESSAGE",
+               "RUN_COMMAND", "VIEW_FILE", "LIST_DIRECTORY", "CODE_ACTION", "SEARCH_WEB", "GREP_SEARCH",
+               "BROWSER_NAVIGATE", "GENERIC")
+    skipped_records = ("CONVERSATION_HISTORY",)
 
     def default_roots(self, env):
         home = _home(env)
@@ -6234,7 +6367,7 @@ class AntigravityParser(Parser):
         s = Session(self.id, sid, path)
         pending = []  # (chunk index, name, args) of calls whose output step has not come yet
         for _, e in iter_jsonl(path, report):
-            stype, src = e.get("type"), e.get("source")
+            stype, src = self.record_type(report, e), e.get("source")
             ts = norm_time(e.get("created_at"))
             s.touch(ts)
             content = e.get("content") if isinstance(e.get("content"), str) else ""
