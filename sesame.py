@@ -1330,6 +1330,15 @@ class Parser:
     # read a huge file in slices of bounded memory; both give exactly what one full parse gives.
     resumable = False
 
+    def __init_subclass__(cls, **kw):
+        # The declarations as two sets of exact names and two tuples of family prefixes ("llm.*"):
+        # record_type runs for every line of every file, so its usual answer is one set lookup.
+        super().__init_subclass__(**kw)
+        for name, declared in (("_known_records", tuple(cls.records or ()) + tuple(cls.skipped_records)),
+                               ("_known_blocks", tuple(cls.blocks) + tuple(cls.skipped_blocks))):
+            setattr(cls, name, frozenset(declared))
+            setattr(cls, name + "_families", tuple(k[:-1] for k in declared if k.endswith("*")))
+
     @classmethod
     def record_type(cls, report, record, key="type", family=""):
         """The type of one record, which the parse loop then dispatches on. A type the parser neither
@@ -1338,7 +1347,7 @@ class Parser:
         rtype = record.get(key) if isinstance(record, dict) else None
         if cls.version_field and isinstance(record, dict):
             report.saw_version(record.get(cls.version_field))
-        if not _declared(rtype, cls.records or (), cls.skipped_records):
+        if not _declared(rtype, cls._known_records, cls._known_records_families):
             report.unrecognized(family + str(rtype))
         return rtype
 
@@ -1346,7 +1355,7 @@ class Parser:
     def block_type(cls, report, block, key="type"):
         """The type of one content block of a message, counted as drift like record_type's."""
         btype = block.get(key) if isinstance(block, dict) else None
-        if not _declared(btype, cls.blocks, cls.skipped_blocks):
+        if not _declared(btype, cls._known_blocks, cls._known_blocks_families):
             report.unrecognized("block " + str(btype))
         return btype
 
@@ -1386,15 +1395,15 @@ class Parser:
         return []
 
 
-def _declared(value, *sets):
-    """Whether a record or block type is named in one of the sets; an entry ending in "*" names
-    every type it begins (a family such as Kimi's "llm.*" operations)."""
+def _declared(value, names, families):
+    """Whether a record or block type is declared: one of `names`, or a type that begins with one of
+    `families` (a declaration ending in "*", such as Kimi's "llm.*" operations)."""
     try:
-        if any(value in known for known in sets):
+        if value in names:
             return True
     except TypeError:   # a list or an object where a type name belongs
         return False
-    return isinstance(value, str) and any(k.endswith("*") and value.startswith(k[:-1]) for known in sets for k in known)
+    return bool(families) and isinstance(value, str) and value.startswith(families)
 
 
 # The registry: parser id -> the one instance of its class, in the order the classes are registered
