@@ -2901,10 +2901,11 @@ class OpenCodeParser(Parser):
             if not {"id", "directory", "title", "time_created", "time_updated"} <= cols:
                 raise NotASessionFile("unknown schema: session table lacks expected columns")
             parent = "parent_id" if "parent_id" in cols else "NULL"
-            rows = con.execute("SELECT id, %s, directory, title, time_created, time_updated FROM session "
-                               "ORDER BY time_created, id" % parent).fetchall()
+            version = "version" if "version" in cols else "NULL"   # the release that wrote the session
+            rows = con.execute("SELECT id, %s, directory, title, time_created, time_updated, %s FROM session "
+                               "ORDER BY time_created, id" % (parent, version)).fetchall()
             sessions = []
-            for sid, parent_id, directory, title, created, updated in rows:
+            for sid, parent_id, directory, title, created, updated, release in rows:
                 messages = []
                 for mid, data in con.execute("SELECT id, data FROM message WHERE session_id=? "
                                              "ORDER BY time_created, id", (sid,)):
@@ -2923,7 +2924,7 @@ class OpenCodeParser(Parser):
                         report.skip("malformed part row")
                 messages = [(mid, info, parts.get(mid, [])) for mid, info, _ in messages]
                 s = Session(self.id, sid, path)
-                self._fill(s, {"directory": directory, "title": title, "parentID": parent_id,
+                self._fill(s, {"directory": directory, "title": title, "parentID": parent_id, "version": release,
                                "time": {"created": created, "updated": updated}}, messages, report)
                 sessions.append(s)
             return sessions
@@ -4737,21 +4738,6 @@ class KiloParser(OpenCodeParser):
     def sidecars(self, path):
         return [path + "-wal"]
 
-    def parse(self, path, report):
-        sessions = OpenCodeParser.parse(self, path, report)
-        try:
-            con = open_agent_db(path)
-        except (OSError, NotASessionFile):
-            return sessions
-        try:
-            for (v,) in con.execute("SELECT DISTINCT version FROM session LIMIT 20"):
-                report.saw_version(v)
-        except sqlite3.DatabaseError:
-            pass
-        finally:
-            con.close()
-        return sessions
-
     def resume_command(self, session):
         # `kilo -s ID` resumes in the session's own folder from anywhere (checked with 7.7.9).
         return "kilo -s %s" % shell_quote(session["session_id"]) if session.get("session_id") else None
@@ -5298,7 +5284,7 @@ class DroidParser(Parser):
     id, label, version = "droid", "Factory Droid", 1
     # The session store's lines, then stream-json's events; Anthropic-style blocks in the store.
     records = ("session_start", "message", "system", "tool_call", "tool_result", "completion")
-    skipped_records = ("error",)
+    skipped_records, version_field = ("error",), "version"   # session_start names the release
     blocks, skipped_blocks = ("text", "thinking", "tool_use", "tool_result"), ("image", "redacted_thinking")
     STREAM_TYPES = ("system", "message", "tool_call", "tool_result", "completion", "error")
 

@@ -3530,7 +3530,7 @@ def ct_goose(d, unknown):
 
 def ct_droid(d, unknown):
     return ct_jsonl("d1.jsonl", [
-        {"type": "session_start", "id": "d1", "title": "Walrus", "cwd": "/w"},
+        {"type": "session_start", "id": "d1", "title": "Walrus", "cwd": "/w", "version": "0.81.0"},
         {"type": "message", "id": "m1", "timestamp": CT_T % 1,
          "message": {"role": "user", "content": [{"type": "text", "text": "the walrus question"}]}},
         {"type": "message", "id": "m2", "timestamp": CT_T % 2,
@@ -3620,10 +3620,16 @@ def test_parser_contract_docstring_declarations_kinds_and_utc_times(agent, tmp_p
     sessions = parser.parse(ct_write(agent, tmp_path), report)
     assert any(c.kind == "user" for s in sessions for c in s.chunks)
     assert report.unknown == {} and report.skipped == {}
+    folders = [os.path.join(SAMPLES, f) for f, (a, _) in SAMPLE_AGENTS.items() if a == agent]   # when present
+    for path in [os.path.join(d, f) for folder in folders for d, _, files in os.walk(folder) for f in files]:
+        try:
+            sessions += parser.parse(path, ParseReport())
+        except NotASessionFile:
+            continue
     for s in sessions:
         assert all(c.kind in sesame.KIND_COLUMN for c in s.chunks)
         times = [s.created, s.modified] + [c.ts for c in s.chunks if c.ts]
-        assert all(isinstance(t, str) and ISO_UTC.match(t) for t in times), times
+        assert all(isinstance(t, str) and ISO_UTC.match(t) for t in times), (s.path, times)
 
 
 @pytest.mark.parametrize("agent", list(PARSERS))
@@ -3638,7 +3644,8 @@ def test_parser_contract_a_record_type_the_agent_never_wrote_is_counted_as_drift
 
 
 def test_parser_contract_the_versions_records_name_are_noted(tmp_path):
-    with_versions = {"claude": "2.1.14", "codex": "0.169.0", "copilot": "1.0.11", "qwen": "0.21.13", "kilo": "7.7.9"}
+    with_versions = {"claude": "2.1.14", "codex": "0.169.0", "copilot": "1.0.11", "qwen": "0.21.13", "kilo": "7.7.9",
+                     "droid": "0.81.0", "opencode": "1.2.0"}
     for agent, version in with_versions.items():
         report = ParseReport()
         PARSERS[agent].parse(ct_write(agent, tmp_path), report)
