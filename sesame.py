@@ -1850,7 +1850,7 @@ class PiParser(Parser):
         try:
             with open_regular(meta_path) as f:
                 meta = json.loads(f.read(1 << 20))
-        except (OSError, ValueError):
+        except (OSError,) + BAD_JSON:
             return
         if not isinstance(meta, dict):
             return
@@ -2270,7 +2270,7 @@ def _codex_output(output):
         if output.startswith("{"):
             try:
                 obj = json.loads(output)
-            except ValueError:
+            except BAD_JSON:
                 return output, False
             if isinstance(obj, dict) and isinstance(obj.get("output"), str):
                 meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
@@ -2672,14 +2672,14 @@ class _CodexState:
                 if isinstance(args, str):
                     try:
                         args = json.loads(args) if args.strip() else None
-                    except ValueError:
+                    except BAD_JSON:
                         pass
             elif ptype == "custom_tool_call":
                 args = p.get("input")   # raw text (an apply_patch patch), sometimes JSON
                 if isinstance(args, str) and args.startswith("{"):
                     try:
                         args = json.loads(args)
-                    except ValueError:
+                    except BAD_JSON:
                         pass
             else:
                 action = p.get("action") if isinstance(p.get("action"), dict) else {}
@@ -2812,7 +2812,7 @@ def _json_value(value):
         return None
     try:
         return json.loads(value)
-    except ValueError:
+    except BAD_JSON:
         return None
 
 
@@ -5434,7 +5434,7 @@ def _iter_glued_jsonl(path, report):
             while pos < len(line):
                 try:
                     obj, end = dec.raw_decode(line, pos)
-                except ValueError:
+                except BAD_JSON:
                     report.skip("malformed line")
                     break
                 if isinstance(obj, dict):
@@ -5697,7 +5697,7 @@ class KimiParser(Parser):
         if lines:
             try:
                 second = json.loads(lines[0])
-            except ValueError:
+            except BAD_JSON:
                 second = None
             if isinstance(second, dict):
                 return isinstance(second.get("message"), dict) and "type" not in second
@@ -6226,7 +6226,7 @@ class HermesParser(Parser):
             return text, False
         try:
             r = json.loads(text)
-        except ValueError:
+        except BAD_JSON:
             return text, False
         if not isinstance(r, dict) or not isinstance(r.get("output"), str):
             return text, False
@@ -6257,7 +6257,7 @@ class HermesParser(Parser):
                 s.parent = _str(parent)
                 try:
                     mc = json.loads(mconf) if isinstance(mconf, str) else {}
-                except ValueError:
+                except BAD_JSON:
                     mc = {}
                 # 0.19 has a cwd column; older versions kept it in model_config.
                 cwd = _str(cwd) or (_str(mc.get("cwd")) if isinstance(mc, dict) else None)
@@ -6280,7 +6280,7 @@ class HermesParser(Parser):
                 s.touch(ts)
                 try:
                     tc = json.loads(tcalls) if isinstance(tcalls, str) and tcalls else []
-                except ValueError:
+                except BAD_JSON:
                     tc = []
                 m = {"role": role, "content": content, "tool_call_id": tcid, "tool_name": tname,
                      "reasoning": reasoning}

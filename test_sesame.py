@@ -3666,6 +3666,39 @@ def test_parser_contract_another_agents_file_is_refused_without_a_crash(agent, t
         assert not [c for s in sessions for c in s.chunks], "%s read %s's file" % (agent, other)
 
 
+DEEP = "[" * 100000   # deeper than Python's recursion limit: json raises RecursionError, not ValueError
+
+
+def ct_deep(agent, d):
+    """A file of `agent`'s format whose one value holds JSON nested too deep to decode."""
+    if agent == "codex":
+        path = ct_codex(d, None)
+        with open(path, "a") as f:
+            f.write(line({"timestamp": CT_T % 4, "type": "response_item", "payload": {
+                "type": "function_call", "name": "shell", "call_id": "c1", "arguments": DEEP}}))
+            f.write(line({"timestamp": CT_T % 5, "type": "response_item", "payload": {
+                "type": "function_call", "name": "apply_patch", "call_id": "c2", "arguments": "{" + DEEP}}))
+        return path
+    if agent == "qwen":
+        path = ct_qwen(d, None)
+        with open(path, "a") as f:
+            f.write(DEEP + "\n")
+        return path
+    if agent == "kimi":   # the second line tells kimi-cli's wire from Kimi Code's
+        return ot_kimi_wire(d, "main", [DEEP[:60000], {"type": "context.append_message", "time": CT_MS, "message": {
+            "role": "user", "content": [{"type": "text", "text": "the walrus question"}], "origin": {"kind": "user"}}}])
+    messages = [{"role": "user", "content": "the walrus question"},
+                {"role": "tool", "tool_call_id": "t1", "content": '{"exit_code": 1, "output": ' + DEEP}]
+    return write_file(d / "session_1.json", json.dumps({"session_id": "h1", "session_start": CT_T % 0,
+                                                        "messages": messages}))
+
+
+@pytest.mark.parametrize("agent", ["codex", "qwen", "kimi", "hermes"])
+def test_a_value_nested_too_deep_to_decode_costs_only_itself_not_the_file(agent, tmp_path):
+    sessions = PARSERS[agent].parse(str(ct_deep(agent, tmp_path)), ParseReport())
+    assert [c for s in sessions for c in s.chunks if c.kind == "user" and "walrus" in c.text]
+
+
 def test_a_chunk_of_a_kind_that_does_not_exist_is_refused():
     s = sesame.Session("pi", "s", "/x")
     s.add("assistant", "fine")
