@@ -1229,6 +1229,12 @@ def env_path(env, name):
     return expand_home(env, env[name]) if env.get(name) else None
 
 
+def xdg_data(env):
+    """$XDG_DATA_HOME or ~/.local/share, as the XDG base directory rules say; the agents that follow
+    them (OpenCode, Kilo, Amp, Goose) do so on every platform, macOS included."""
+    return env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
+
+
 def agent_dir(env, var, *default):
     """An agent's folder: $VAR when set (with ~ expanded), else ~/<default...>. Every parser finds
     its home through env (never the process's own HOME), so discovery follows the environment given."""
@@ -2863,9 +2869,7 @@ class OpenCodeParser(Parser):
     skipped_blocks = ("file", "step-start", "step-finish", "snapshot", "patch", "agent", "compaction", "retry")
 
     def default_roots(self, env):
-        # xdg-basedir: $XDG_DATA_HOME or ~/.local/share, on every platform (macOS included).
-        base = env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
-        data = os.path.join(base, "opencode")
+        data = os.path.join(xdg_data(env), "opencode")
         roots = [data]
         db = env.get("OPENCODE_DB")   # absolute, or relative to the data dir (listed once either way)
         if db:
@@ -4723,8 +4727,7 @@ class KiloParser(OpenCodeParser):
     verified = "7.7.9, 2026-11-24"   # records and blocks: OpenCode's
 
     def default_roots(self, env):
-        base = env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
-        data = os.path.join(base, "kilo")
+        data = os.path.join(xdg_data(env), "kilo")
         roots = [data]
         if env.get("KILO_DB"):   # absolute, or relative to the data folder
             roots.append(os.path.join(data, env_path(env, "KILO_DB")))
@@ -4934,8 +4937,7 @@ class AmpParser(Parser):
     blocks, skipped_blocks = ("text", "thinking", "tool_use", "tool_result", "summary"), ("image", "redacted_thinking")
 
     def default_roots(self, env):
-        data = env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
-        roots = [os.path.join(data, "amp", "threads")]
+        roots = [os.path.join(xdg_data(env), "amp", "threads")]
         for storage in vscode_global_storage(env):   # the VS Code extension's older store
             d = os.path.join(storage, "sourcegraph.amp", "threads3")
             if os.path.isdir(d):
@@ -5042,7 +5044,7 @@ class GooseParser(Parser):
         home = _home(env)
         if env.get("GOOSE_PATH_ROOT"):
             return [os.path.join(env_path(env, "GOOSE_PATH_ROOT"), "data", "sessions")]
-        data = env_path(env, "XDG_DATA_HOME") or os.path.join(home, ".local", "share")
+        data = xdg_data(env)
         candidates = [os.path.join(data, "goose", "sessions"),
                       os.path.join(data, "Block", "goose", "sessions"),
                       os.path.join(home, "Library", "Application Support", "Block", "goose", "sessions"),
