@@ -1618,6 +1618,34 @@ def _db_columns(con, table):
     return [r[1] for r in con.execute("PRAGMA table_info(%s)" % table)]
 
 
+def _json_value(value):
+    """A SQLite TEXT or BLOB column holding JSON -> the decoded value, or None."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        try:
+            value = bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if not isinstance(value, str):
+        return None
+    try:
+        return json.loads(value)
+    except BAD_JSON:
+        return None
+
+
+def _table_names(con):
+    return {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def _one_line(text, limit=100):
+    """A title made from a message: its first non-blank line, shortened."""
+    for line in (text or "").splitlines():
+        line = " ".join(line.split())
+        if line:
+            return line if len(line) <= limit else line[:limit - 1].rstrip() + "…"
+    return None
+
+
 class ToolCalls:
     """Tool chunks of one session by call id: the call adds a chunk, its result (or a late start
     event with the arguments) rewrites that chunk instead of adding a second one. A repeated call id
@@ -2805,34 +2833,6 @@ class _CodexState:
             for e in items:
                 if e["kind"] == "tool" and e.get("stream") == "item":
                     e["drop"] = True
-
-
-def _json_value(value):
-    """A SQLite TEXT or BLOB column holding JSON -> the decoded value, or None."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        try:
-            value = bytes(value).decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    if not isinstance(value, str):
-        return None
-    try:
-        return json.loads(value)
-    except BAD_JSON:
-        return None
-
-
-def _table_names(con):
-    return {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-
-
-def _one_line(text, limit=100):
-    """A title made from a message: its first non-blank line, shortened."""
-    for line in (text or "").splitlines():
-        line = " ".join(line.split())
-        if line:
-            return line if len(line) <= limit else line[:limit - 1].rstrip() + "…"
-    return None
 
 
 # -------------------------------------------------------------------------------------------------
