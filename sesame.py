@@ -679,7 +679,7 @@ class ParseReport:
 
     def unrecognized(self, record_type, n=1):
         """Count a record (or content block) of a type this parser neither reads nor skips on purpose.
-        Types a parser ignores deliberately are not reported: it lists them in its own section."""
+        Parsers call it through Parser.record_type and block_type, which know their declarations."""
         key = str(record_type)[:80]
         self.unknown[key] = self.unknown.get(key, 0) + n
 
@@ -1964,7 +1964,7 @@ class ClaudeCodeParser(Parser):
     """Claude Code transcripts: one JSONL file per session, one sub-agent per `agent-*.jsonl`.
 
     Lines are typed records (`user`, `assistant`, `system`, `summary`, `custom-title`, `ai-title`,
-    `attachment`, ...; unknown types are ignored). Assistant replies are streamed one content block per
+    `attachment`, ...; other types count as drift). Assistant replies are streamed one content block per
     line under a shared `message.id` and are merged back. Tool results arrive in the next `user` line
     and are joined to their `tool_use` by id; outputs spilled to `tool-results/*.txt` are read from
     there. The name is the user's `/rename` (custom-title), else the generated ai-title, else a
