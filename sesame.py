@@ -647,6 +647,10 @@ class Session:
         self.complete = True     # False when a resumable parse stopped at its byte limit
 
     def add(self, kind, text, **kw):
+        """Append a chunk of one of the kinds of KIND_COLUMN (another is a parser's bug: raised, so
+        that a typo never files text silently in the wrong column)."""
+        if kind not in KIND_COLUMN:
+            raise ValueError("unknown chunk kind %r" % (kind,))
         text = cap_text(text.strip(), CHUNK_CAP) if text else ""
         if text:
             self.chunks.append(Chunk(kind, text, **kw))
@@ -675,7 +679,7 @@ class ParseReport:
 
     def unrecognized(self, record_type, n=1):
         """Count a record (or content block) of a type this parser neither reads nor skips on purpose.
-        Types a parser ignores deliberately are not reported: it lists them in its own section."""
+        Parsers call it through Parser.record_type and block_type, which know their declarations."""
         key = str(record_type)[:80]
         self.unknown[key] = self.unknown.get(key, 0) + n
 
@@ -1234,6 +1238,12 @@ def env_path(env, name):
     return expand_home(env, env[name]) if env.get(name) else None
 
 
+def xdg_data(env):
+    """$XDG_DATA_HOME or ~/.local/share, as the XDG base directory rules say; the agents that follow
+    them (OpenCode, Kilo, Amp, Goose) do so on every platform, macOS included."""
+    return env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
+
+
 def agent_dir(env, var, *default):
     """An agent's folder: $VAR when set (with ~ expanded), else ~/<default...>. Every parser finds
     its home through env (never the process's own HOME), so discovery follows the environment given."""
@@ -1246,7 +1256,9 @@ def open_agent_db(path, attempts=5):
     With a -wal file beside it the newest rows live there, so it is opened `mode=ro` (which reads the
     WAL); without one, `immutable=1` reads the file without taking locks or creating a -shm file in
     the agent's folder. A store that is locked (the agent is writing) is retried briefly; after that
-    the OSError raised here makes the indexer skip the file with a warning and retry next run.
+    the OSError raised here makes the indexer skip the file with a warning and retry next run. A file
+    that is no SQLite database at all (another agent's file under a shared folder) is NotASessionFile:
+    nothing to retry.
     """
     from urllib.parse import quote
     open_regular(path).close()  # what is not a regular file is refused here: SQLite would wait on a FIFO
@@ -1263,6 +1275,8 @@ def open_agent_db(path, attempts=5):
             if "locked" not in str(e) and "busy" not in str(e):
                 break
             time.sleep(0.2 * (attempt + 1))
+    if "not a database" in str(last):
+        raise NotASessionFile("not an SQLite store")
     raise OSError(errno.EIO, "cannot read SQLite store (%s)" % last)
 
 
@@ -1275,26 +1289,90 @@ def store_failure(exc):
 
 
 class Parser:
-    """What every agent's parser provides. Subclasses set `id`, `label` and `version`.
+    """What every agent's parser provides: a subclass in its own section, registered with @register.
 
-    id            parser id used in the config, in --agent and in the JSON
-    version       bump when the parser changes what it produces: its files are then re-indexed
-    default_roots where the agent keeps sessions when nothing is configured
-    list_files    the session files under one root
-    parse         one file -> Sessions (raise NotASessionFile for a file of another format)
+    Identity (class attributes, all required):
+    id            parser id used in the config, in --agent and in the JSON (`agent`, also `source`)
+    label         the agent's name as people write it
+    version       bump when the parser changes what it produces: its files are then re-read
+    verified      the newest agent release whose files were checked against this parser, and when
+                  ("2.1.197, 2026-11-24"); the README's Sources table is tested against it
+    a docstring   what the agent writes and where, which record types are read, what is skipped
+
+    Drift (class attributes, required: the parser-contract test fails without them):
+    records, skipped_records   the record types the parser reads, and those it skips on purpose
+                  (state, telemetry: nothing to search); an empty `records` says the format has no
+                  typed records (Aider's Markdown)
+    blocks, skipped_blocks     the same for content blocks inside messages, when the format has them
+    version_field the record field naming the agent release that wrote it ("version", "cli_version")
+    The parse loop takes every record's type through record_type() and every block's through
+    block_type(): a type in neither set is counted in the report (`status` shows it as drift), and
+    the version a record names is noted (a version kept outside the records, in a session row or a
+    header, goes to report.saw_version). Only what has no type name (the protobuf fields of Cursor's
+    store) is counted where it is read.
+
+    Hooks:
+    default_roots(env)  where the agent keeps sessions when nothing is configured, from `env` only
+                  (agent_dir, env_path, expand_home; never the process's own HOME)
+    list_files(root)    the session files under one root, always through walk_files (it records the
+                  folders read: a search re-lists a source only when one of their times changed)
+    parse(path, report) one file -> [Session]; NotASessionFile for a file of another format (never
+                  any other exception for bad content); bad lines are counted in `report`; only
+                  the chunk kinds of KIND_COLUMN; times through norm_time (UTC, "...Z")
+    sidecars(path)      other files whose change changes what `path` yields (titles, metadata): a
+                  file is re-read when it or a sidecar changed
+    SQLITE_SUFFIXES     an agent's SQLite store has one of these name endings, so that a change in
+                  its -wal file (where a running agent's newest rows are) counts as the store changing
+    resumable     True for append-only files read from a checkpoint: parse(path, report,
+                  resume=, limit=) sets `session.checkpoint` at each clean line (see below)
+    new_run()     called at the start of every index run: drop what was cached about the disk
+    resume_command(row)  the shell command that resumes a stored session, or None
+    retention(env)      how long the agent keeps transcripts, as its settings say, or None
+    session_env, current_sessions(env)  how the agent tells a command which session it runs in
     """
 
     id = label = ""
     version = 1
-    # The newest release of the agent whose files were checked against this parser, and when
-    # ("2.1.197, 2026-11-24"); status compares it with the versions the records name.
-    verified = ""
+    verified = ""   # status shows it beside the versions the records name
+    records = None  # not declared: the parser-contract test fails
+    skipped_records = ()
+    blocks = skipped_blocks = ()
+    version_field = None
     # A resumable parser reads append-only files and can stop and restart at a "clean" line (one
     # after which no chunk is waiting for more lines, e.g. a tool call for its result):
     # parse(path, report, resume=checkpoint, limit=bytes) -> sessions whose `checkpoint` says where
     # to go on. The indexer uses it both to read only the bytes appended since the last run and to
     # read a huge file in slices of bounded memory; both give exactly what one full parse gives.
     resumable = False
+
+    def __init_subclass__(cls, **kw):
+        # The declarations as two sets of exact names and two tuples of family prefixes ("llm.*"):
+        # record_type runs for every line of every file, so its usual answer is one set lookup.
+        super().__init_subclass__(**kw)
+        for name, declared in (("_known_records", tuple(cls.records or ()) + tuple(cls.skipped_records)),
+                               ("_known_blocks", tuple(cls.blocks) + tuple(cls.skipped_blocks))):
+            setattr(cls, name, frozenset(declared))
+            setattr(cls, name + "_families", tuple(k[:-1] for k in declared if k.endswith("*")))
+
+    @classmethod
+    def record_type(cls, report, record, key="type", family=""):
+        """The type of one record, which the parse loop then dispatches on. A type the parser neither
+        reads nor skips on purpose is counted as drift (`family` names the kind of record in the
+        count, e.g. "event "); the agent version the record names is noted."""
+        rtype = record.get(key) if isinstance(record, dict) else None
+        if cls.version_field and isinstance(record, dict):
+            report.saw_version(record.get(cls.version_field))
+        if not _declared(rtype, cls._known_records, cls._known_records_families):
+            report.unrecognized(family + str(rtype))
+        return rtype
+
+    @classmethod
+    def block_type(cls, report, block, key="type"):
+        """The type of one content block of a message, counted as drift like record_type's."""
+        btype = block.get(key) if isinstance(block, dict) else None
+        if not _declared(btype, cls._known_blocks, cls._known_blocks_families):
+            report.unrecognized("block " + str(btype))
+        return btype
 
     def default_roots(self, env):
         return []
@@ -1338,6 +1416,17 @@ class Parser:
     journal = None
 
 
+def _declared(value, names, families):
+    """Whether a record or block type is declared: one of `names`, or a type that begins with one of
+    `families` (a declaration ending in "*", such as Kimi's "llm.*" operations)."""
+    try:
+        if value in names:
+            return True
+    except TypeError:   # a list or an object where a type name belongs
+        return False
+    return bool(families) and isinstance(value, str) and value.startswith(families)
+
+
 # The registry: parser id -> the one instance of its class, in the order the classes are registered
 # below. That order is discovery priority: when two sources list the same file, the first source
 # (hence the first parser) wins it, and `sources`, `status` and `--agent` list agents in this order.
@@ -1378,7 +1467,7 @@ def read_pi_message(s, m, role, ts, calls, report):
                 texts.append(block)
             elif not isinstance(block, dict):
                 continue
-            elif block.get("type") == "text" and isinstance(block.get("text"), str):
+            elif PiParser.block_type(report, block) == "text" and isinstance(block.get("text"), str):
                 texts.append(block["text"])
             elif block.get("type") == "thinking" and isinstance(block.get("thinking"), str):
                 thinking.append(block["thinking"])
@@ -1602,6 +1691,34 @@ def _db_columns(con, table):
     return [r[1] for r in con.execute("PRAGMA table_info(%s)" % table)]
 
 
+def _json_value(value):
+    """A SQLite TEXT or BLOB column holding JSON -> the decoded value, or None."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        try:
+            value = bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if not isinstance(value, str):
+        return None
+    try:
+        return json.loads(value)
+    except BAD_JSON:
+        return None
+
+
+def _table_names(con):
+    return {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def _one_line(text, limit=100):
+    """A title made from a message: its first non-blank line, shortened."""
+    for line in (text or "").splitlines():
+        line = " ".join(line.split())
+        if line:
+            return line if len(line) <= limit else line[:limit - 1].rstrip() + "…"
+    return None
+
+
 class ToolCalls:
     """Tool chunks of one session by call id: the call adds a chunk, its result (or a late start
     event with the arguments) rewrites that chunk instead of adding a second one. A repeated call id
@@ -1803,6 +1920,11 @@ class PiParser(Parser):
     """
 
     id, label, version = "pi", "pi", 2
+    verified = "0.73.1, 2026-11-25"
+    records = ("message", "compaction", "branch_summary", "custom_message", "session_info")
+    # settings and extension state: nothing a user would search for (the header is read apart)
+    skipped_records = ("model_change", "thinking_level_change", "custom", "label", "session")
+    blocks, skipped_blocks = ("text", "thinking", "toolCall"), ("image",)
 
     def __init__(self):
         self._meta_dirs = {}  # session folder -> its sessions-meta folder or None (checked once per run)
@@ -1841,7 +1963,7 @@ class PiParser(Parser):
         checkpoint = (start, 0, dict(state))
         s.complete = True
         for line_no, (offset, e) in enumerate(iter_jsonl(path, report, start)):
-            etype = e.get("type")
+            etype = self.record_type(report, e)
             if etype == "message":
                 m = e.get("message")
                 if not isinstance(m, dict):
@@ -1871,10 +1993,6 @@ class PiParser(Parser):
                 name = e.get("name")
                 if isinstance(name, str) and name.strip():
                     state["name"] = name.strip()
-            elif etype in ("model_change", "thinking_level_change", "custom", "label", "session"):
-                pass  # settings and extension state: nothing a user would search for
-            else:
-                report.skip("unknown entry type")
             if calls and line_no - pending_since > PENDING_CALL_LINES:
                 calls.clear()  # a call whose result never came: keep it without output
             if not calls:
@@ -1919,7 +2037,7 @@ class PiParser(Parser):
         try:
             with open_regular(meta_path) as f:
                 meta = json.loads(f.read(1 << 20))
-        except (OSError, ValueError):
+        except (OSError,) + BAD_JSON:
             return
         if not isinstance(meta, dict):
             return
@@ -1999,7 +2117,7 @@ class ClaudeCodeParser(Parser):
     """Claude Code transcripts: one JSONL file per session, one sub-agent per `agent-*.jsonl`.
 
     Lines are typed records (`user`, `assistant`, `system`, `summary`, `custom-title`, `ai-title`,
-    `attachment`, ...; unknown types are ignored). Assistant replies are streamed one content block per
+    `attachment`, ...; other types count as drift). Assistant replies are streamed one content block per
     line under a shared `message.id` and are merged back. Tool results arrive in the next `user` line
     and are joined to their `tool_use` by id; outputs spilled to `tool-results/*.txt` are read from
     there. The name is the user's `/rename` (custom-title), else the generated ai-title, else a
@@ -2012,6 +2130,20 @@ class ClaudeCodeParser(Parser):
     # <config dir>/history.jsonl, the prompt history behind the up arrow: {display, pastedContents,
     # timestamp (ms), project, sessionId} per prompt (sessionId since 1.0; older lines lack it).
     journal = ("history.jsonl", ("sessionId",))
+    verified = "2.1.197, 2026-11-25"
+    records = ("assistant", "user", "attachment", "system", "custom-title", "ai-title", "summary",
+               "tool_use", "tool_result")
+    # session state with no conversation text
+    skipped_records = ("progress", "file-history-snapshot", "queue-operation", "mode", "permission-mode",
+                       "pr-link", "agent-name", "last-prompt", "worktree-state", "relocated", "bridge-session",
+                       "frame-link", "atis-latch", "teleported-from")
+    blocks = ("text", "thinking", "tool_use", "tool_result")
+    # images, encrypted thinking and the API's server-side tool blocks: nothing to read
+    skipped_blocks = ("image", "document", "redacted_thinking", "server_tool_use", "web_search_tool_result",
+                      "web_fetch_tool_result", "code_execution_tool_result", "bash_code_execution_tool_result",
+                      "text_editor_code_execution_tool_result", "mcp_tool_use", "mcp_tool_result",
+                      "container_upload", "search_result", "tool_reference")
+    version_field = "version"
 
     def default_roots(self, env):
         config = env.get("CLAUDE_CONFIG_DIR")
@@ -2048,7 +2180,7 @@ class ClaudeCodeParser(Parser):
         timestamps = []
         conversational = False
         for _, rec in iter_jsonl(path, report):
-            rtype = rec.get("type")
+            rtype = self.record_type(report, rec)
             ts = norm_time(rec.get("timestamp"))
             if ts:
                 timestamps.append(ts)
@@ -2153,7 +2285,7 @@ class ClaudeCodeParser(Parser):
         for block in blocks:
             if not isinstance(block, dict):
                 continue
-            btype = block.get("type")
+            btype = cls.block_type(report, block)
             if btype == "text" and isinstance(block.get("text"), str):
                 key, kind, text = ("text", block["text"]), kind_for, block["text"]
             elif btype == "thinking" and isinstance(block.get("thinking"), str):
@@ -2197,7 +2329,7 @@ class ClaudeCodeParser(Parser):
         for block in blocks:
             if not isinstance(block, dict):
                 continue
-            btype = block.get("type")
+            btype = self.block_type(report, block)
             if btype == "text" and isinstance(block.get("text"), str):
                 if default_kind == "user":
                     for kind, text in _claude_split_text(block["text"]):
@@ -2329,7 +2461,7 @@ def _codex_output(output):
         if output.startswith("{"):
             try:
                 obj = json.loads(output)
-            except ValueError:
+            except BAD_JSON:
                 return output, False
             if isinstance(obj, dict) and isinstance(obj.get("output"), str):
                 meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
@@ -2408,6 +2540,16 @@ class CodexParser(Parser):
     # message_history.rs; `conversation_id` in some 0.2x releases). Trimmed from the front when it
     # outgrows history.max_bytes (a rewrite: read again from its tail).
     journal = ("history.jsonl", ("session_id", "conversation_id"))
+    verified = "0.169.0, 2026-11-25"
+    # Wrapped records, then the ResponseItems inside `response_item` (and the bare era's lines); the
+    # release is session_meta's `cli_version` (see _meta). event_msg repeats the items (see _CodexState).
+    records = ("session_meta", "response_item", "event_msg", "turn_context", "compacted",
+               "message", "reasoning", "function_call", "custom_tool_call", "local_shell_call",
+               "function_call_output", "custom_tool_call_output", "web_search_call", "agent_message",
+               "tool_call", "tool_result")
+    skipped_records = ("world_state", "inter_agent_communication", "inter_agent_communication_metadata",
+                       "ghost_snapshot", "image_generation_call", "tool_search_call", "tool_search_output",
+                       "compaction", "context_compaction")
 
     def __init__(self):
         self._title_cache = {}   # session_index.jsonl path -> (size, mtime_ns, {thread id: name})
@@ -2510,7 +2652,7 @@ class CodexParser(Parser):
             if not isinstance(payload, dict):
                 report.skip("record without payload")
                 continue
-            if rtype == "session_meta":
+            if self.record_type(report, rec) == "session_meta":
                 st.foreign_meta(payload, rec.get("timestamp"))
             elif rtype == "response_item":
                 st.response_item(payload, ts, report, line_ts=rec.get("timestamp"))
@@ -2618,7 +2760,7 @@ class CodexParser(Parser):
         def read(db):
             try:
                 con = open_agent_db(db, attempts=2)
-            except OSError:
+            except (OSError, NotASessionFile):
                 return {}
             names = {}
             try:
@@ -2688,7 +2830,7 @@ class _CodexState:
             self.replay["end"] = len(self.entries.items)
 
     def response_item(self, p, ts, report, line_ts=None):
-        ptype = p.get("type")
+        ptype = CodexParser.record_type(report, p, family="response_item ")
         if ptype == "message":
             role = p.get("role")
             content = p.get("content")
@@ -2725,14 +2867,14 @@ class _CodexState:
                 if isinstance(args, str):
                     try:
                         args = json.loads(args) if args.strip() else None
-                    except ValueError:
+                    except BAD_JSON:
                         pass
             elif ptype == "custom_tool_call":
                 args = p.get("input")   # raw text (an apply_patch patch), sometimes JSON
                 if isinstance(args, str) and args.startswith("{"):
                     try:
                         args = json.loads(args)
-                    except ValueError:
+                    except BAD_JSON:
                         pass
             else:
                 action = p.get("action") if isinstance(p.get("action"), dict) else {}
@@ -2854,34 +2996,6 @@ class _CodexState:
                     e["drop"] = True
 
 
-def _json_value(value):
-    """A SQLite TEXT or BLOB column holding JSON -> the decoded value, or None."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        try:
-            value = bytes(value).decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    if not isinstance(value, str):
-        return None
-    try:
-        return json.loads(value)
-    except ValueError:
-        return None
-
-
-def _table_names(con):
-    return {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-
-
-def _one_line(text, limit=100):
-    """A title made from a message: its first non-blank line, shortened."""
-    for line in (text or "").splitlines():
-        line = " ".join(line.split())
-        if line:
-            return line if len(line) <= limit else line[:limit - 1].rstrip() + "…"
-    return None
-
-
 # -------------------------------------------------------------------------------------------------
 # OpenCode (sst/opencode): ~/.local/share/opencode/opencode.db and storage/
 # -------------------------------------------------------------------------------------------------
@@ -2909,11 +3023,14 @@ class OpenCodeParser(Parser):
     """
 
     id, label, version = "opencode", "OpenCode", 1
+    verified = "1.18.33, 2026-11-25"
+    records = ("user", "assistant")   # message roles; a message's parts are its blocks
+    blocks = ("text", "reasoning", "tool", "tool-invocation", "subtask")
+    # attachments (never indexed: may be images), bookkeeping, diffs
+    skipped_blocks = ("file", "step-start", "step-finish", "snapshot", "patch", "agent", "compaction", "retry")
 
     def default_roots(self, env):
-        # xdg-basedir: $XDG_DATA_HOME or ~/.local/share, on every platform (macOS included).
-        base = env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
-        data = os.path.join(base, "opencode")
+        data = os.path.join(xdg_data(env), "opencode")
         roots = [data]
         db = env.get("OPENCODE_DB")   # absolute, or relative to the data dir (listed once either way)
         if db:
@@ -2949,10 +3066,11 @@ class OpenCodeParser(Parser):
             if not {"id", "directory", "title", "time_created", "time_updated"} <= cols:
                 raise NotASessionFile("unknown schema: session table lacks expected columns")
             parent = "parent_id" if "parent_id" in cols else "NULL"
-            rows = con.execute("SELECT id, %s, directory, title, time_created, time_updated FROM session "
-                               "ORDER BY time_created, id" % parent).fetchall()
+            version = "version" if "version" in cols else "NULL"   # the release that wrote the session
+            rows = con.execute("SELECT id, %s, directory, title, time_created, time_updated, %s FROM session "
+                               "ORDER BY time_created, id" % (parent, version)).fetchall()
             sessions = []
-            for sid, parent_id, directory, title, created, updated in rows:
+            for sid, parent_id, directory, title, created, updated, release in rows:
                 messages = []
                 for mid, data in con.execute("SELECT id, data FROM message WHERE session_id=? "
                                              "ORDER BY time_created, id", (sid,)):
@@ -2971,7 +3089,7 @@ class OpenCodeParser(Parser):
                         report.skip("malformed part row")
                 messages = [(mid, info, parts.get(mid, [])) for mid, info, _ in messages]
                 s = Session(self.id, sid, path)
-                self._fill(s, {"directory": directory, "title": title, "parentID": parent_id,
+                self._fill(s, {"directory": directory, "title": title, "parentID": parent_id, "version": release,
                                "time": {"created": created, "updated": updated}}, messages, report)
                 sessions.append(s)
             return sessions
@@ -3063,14 +3181,14 @@ class OpenCodeParser(Parser):
         s.parent = parent if isinstance(parent, str) and parent else None
         t = info.get("time") if isinstance(info.get("time"), dict) else {}
         s.created, s.modified = norm_time(t.get("created")), norm_time(t.get("updated"))
+        report.saw_version(info.get("version"))
         for mid, m, parts in messages:
-            role = m.get("role")
+            role = self.record_type(report, m, key="role", family="role ")
             ts = norm_time(self._created_ms(m) or None)
             s.touch(ts)
             if s.cwd is None and isinstance(m.get("path"), dict) and isinstance(m["path"].get("cwd"), str):
                 s.cwd = m["path"]["cwd"]
             if role not in ("user", "assistant"):
-                report.skip("unknown message role")
                 continue
             # Compaction writes the summary as an assistant message flagged summary: true.
             is_summary = role == "assistant" and m.get("summary") is True
@@ -3078,9 +3196,9 @@ class OpenCodeParser(Parser):
                 self._part(s, role, is_summary, p, ts, report)
         _finish_times(s, s.path)
 
-    @staticmethod
-    def _part(s, role, is_summary, p, ts, report):
-        ptype = p.get("type")
+    @classmethod
+    def _part(cls, s, role, is_summary, p, ts, report):
+        ptype = cls.block_type(report, p)
         if ptype == "text":
             text = p.get("text") if isinstance(p.get("text"), str) else ""
             if p.get("synthetic") or p.get("ignored"):
@@ -3116,10 +3234,6 @@ class OpenCodeParser(Parser):
             s.add("tool", tool_text(name, args, output), role=role, tool=name, path=tool_path(args), ts=ts)
         elif ptype == "subtask":   # a sub-agent launched from a command: its prompt is injected
             s.add("context", "\n".join(str(p.get(k)) for k in ("description", "prompt") if p.get(k)), role=role, ts=ts)
-        elif ptype in ("file", "step-start", "step-finish", "snapshot", "patch", "agent", "compaction", "retry"):
-            pass   # attachments (never indexed: may be images), bookkeeping, diffs
-        else:
-            report.skip("unknown part type")
 
     @staticmethod
     def _full_output(store_path, output_path):
@@ -3171,6 +3285,8 @@ class GeminiParser(Parser):
     """
 
     id, label, version = "gemini", "Gemini CLI", 1
+    verified = "0.61.0, 2026-11-25"
+    records = ("user", "gemini", "model", "info", "error", "warning")   # MessageRecord types
 
     def default_roots(self, env):
         home = env_path(env, "GEMINI_CLI_HOME") or _home(env)   # replaces the home directory, .gemini stays
@@ -3333,7 +3449,7 @@ class GeminiParser(Parser):
         """One MessageRecord. `calls` holds the tool calls by call id: a call made only of a
         `functionCall` part (the `$set.messages` list a resume writes has no `toolCalls`) waits for its
         `functionResponse` in a later user message; a response to a call already complete is a copy."""
-        mtype = m.get("type")
+        mtype = self.record_type(report, m)
         ts = norm_time(m.get("timestamp"))
         s.touch(ts)
         content = m.get("content") if "content" in m else m.get("parts")
@@ -3366,8 +3482,6 @@ class GeminiParser(Parser):
                     calls[fc.get("id") or name] = (len(s.chunks) - 1, name, args)
         elif mtype in ("info", "error", "warning"):
             s.add("context", self._parts_text(content), role=mtype, ts=ts)   # the CLI talking, not the model
-        else:
-            report.skip("unknown message type")
 
     @staticmethod
     def _response_text(response):
@@ -3714,8 +3828,13 @@ class CursorParser(Parser):
     """
 
     id, label, version = "cursor", "Cursor", 2
+    # Transcript lines and the CLI store's JSON messages by role (a transcript's `turn_ended` has
+    # none); Anthropic-style and AI SDK-style blocks. The store's protobuf turns, steps and tools and
+    # the editor's bubble types are counted where they are read.
+    records, skipped_records = ("user", "assistant", "system", "tool"), ("turn_ended",)
+    blocks = ("text", "tool_result", "tool-result", "tool_use", "tool_call", "tool-call", "thinking", "reasoning")
     # Transcript lines and content blocks read for nothing on purpose.
-    IGNORED_BLOCKS = frozenset({"image", "redacted", "redacted_thinking", "file", "image_url"})
+    skipped_blocks = frozenset({"image", "redacted", "redacted_thinking", "file", "image_url"})
 
     def default_roots(self, env):
         return [os.path.join(_home(env), ".cursor"), _cursor_roots_ide(env)]
@@ -3799,7 +3918,7 @@ class CursorParser(Parser):
         for block in content:
             if not isinstance(block, dict):
                 continue
-            btype = block.get("type")
+            btype = self.block_type(report, block)
             if btype in ("tool_result", "tool-result"):
                 out = block.get("content") if "content" in block else block.get("result")
                 self._tool_result(s, calls, block.get("tool_use_id") or block.get("toolCallId"),
@@ -3814,14 +3933,10 @@ class CursorParser(Parser):
                 t = block.get("thinking") if isinstance(block.get("thinking"), str) else block.get("text")
                 s.add("thinking", t if isinstance(t, str) else "", role="assistant", ts=ts)
             elif isinstance(block.get("text"), str):   # text, and unknown blocks that carry visible text
-                if btype != "text" and report is not None:
-                    report.unrecognized("block " + str(btype))
                 if role == "user":
                     self._user_text(s, block["text"], ts)
                 else:
                     s.add("assistant", block["text"], role="assistant", ts=ts)
-            elif btype not in self.IGNORED_BLOCKS and report is not None:
-                report.unrecognized("block " + str(btype))
 
     @staticmethod
     def _tool_result(s, calls, call_id, name, output, is_error, ts):
@@ -3872,17 +3987,13 @@ class CursorParser(Parser):
             s.parent = os.path.basename(os.path.dirname(os.path.dirname(path)))
         calls = []
         for _, rec in iter_jsonl(path, report):
-            role = rec.get("role")
+            role = self.record_type(report, rec, *(("role", "role ") if "role" in rec else ()))
             msg = rec.get("message")
-            if role is None:
-                if rec.get("type") != "turn_ended":
-                    report.unrecognized(str(rec.get("type")))
+            if "role" not in rec:
                 continue
             content = msg.get("content") if isinstance(msg, dict) else rec.get("content")
             if role in ("user", "assistant"):
                 self._blocks(s, role, content, calls, report=report)
-            elif role != "system":
-                report.unrecognized("role " + str(role))
         # No timestamps in the lines: the file's mtime is the last activity.
         s.modified = _file_mtime(path)
         s.created = norm_time(meta.get("createdAt")) or s.modified
@@ -3974,13 +4085,12 @@ class CursorParser(Parser):
                 m = _json_value(data)
                 if not isinstance(m, dict) or not isinstance(m.get("role"), str):
                     continue
-                role = m["role"]
+                role = self.record_type(report, m, key="role", family="role ")
                 if role == "tool":
                     self._blocks(s, "user", m.get("content"), calls, report=report)
                 elif role in ("user", "assistant"):
                     self._blocks(s, role, m.get("content"), calls, report=report)
-                elif role != "system":   # the agent's system prompt, identical in every chat: not indexed
-                    report.unrecognized("role " + role)
+                # system: the agent's system prompt, identical in every chat: not indexed
         wal = path + "-wal"
         s.touch(max(_file_mtime(path), _file_mtime(wal) if os.path.exists(wal) else ""))
         s.touch(norm_time(side.get("updatedAtMs") or side.get("updatedAt")))
@@ -4223,7 +4333,7 @@ class CursorParser(Parser):
                 folder = folder[1:]
             try:
                 con = open_agent_db(db)
-            except OSError:
+            except (OSError, NotASessionFile):
                 continue
             try:
                 row = con.execute("SELECT value FROM ItemTable WHERE key='composer.composerData'").fetchone()
@@ -4278,6 +4388,8 @@ class AiderParser(Parser):
     """
 
     id, label, version = "aider", "Aider", 1
+    verified = "0.86.2, 2026-11-25"
+    records = ()   # Markdown: no typed records to count
 
     def default_roots(self, env):
         return []  # no global location: Aider writes into each repository; configure folders holding repos
@@ -4622,9 +4734,17 @@ class ClineParser(Parser):
 
     id, label, version = "cline", "Cline / Roo Code / Kilo Code", 3
     verified = "3.0.65, 2026-11-24"   # the Cline CLI (SDK layout)
+    # ui_messages records by their `say` or `ask` type; blocks of the API history and the SDK messages.
+    records = ("task", "user_feedback", "text", "completion_result", "followup", "plan_mode_respond",
+               "act_mode_respond", "qna_respond", "reasoning", "command", "tool", "use_mcp_server",
+               "browser_action_launch", "browser_action", "command_output", "mcp_server_response", "condense",
+               "condense_context", "compaction", "error", "api_req_failed", "mistake_limit_reached", "diff_error",
+               "api_req_started")
+    blocks = ("text", "thinking", "reasoning", "tool_use", "tool_result")
+    skipped_blocks = ("image", "document", "file", "redacted_thinking")
     # ui_messages records (say or ask types) with nothing to search: progress, costs, retries, checkpoints,
     # approvals, hooks, screenshots, state snapshots (Cline, Roo Code and Kilo Code alike).
-    IGNORED = frozenset({
+    skipped_records = frozenset({
         "api_req_finished", "api_req_retried", "api_req_retry_delayed", "api_req_rate_limit_wait",
         "api_req_deleted", "deleted_api_reqs", "error_retry", "image", "checkpoint_created", "checkpoint_saved",
         "shell_integration_warning", "shell_integration_warning_with_suggestion", "browser_action_result",
@@ -4726,7 +4846,7 @@ class ClineParser(Parser):
                 continue
             ts = norm_time(m.get("ts"))
             s.touch(ts)
-            what = m.get("say") or m.get("ask")
+            what = self.record_type(report, m, *(("say", "say ") if m.get("say") else ("ask", "ask ")))
             text = m.get("text") if isinstance(m.get("text"), str) else ""
             if what in ("task", "user_feedback") or (what == "text" and not requested):
                 # Cline and Roo Code open a task with say("text", task, images) (cline/cline
@@ -4775,8 +4895,6 @@ class ClineParser(Parser):
                 hit = CLINE_CWD_RE.search(req.get("request") or "") if isinstance(req, dict) and isinstance(req.get("request"), str) else None
                 if hit and not s.cwd:
                     s.cwd = hit.group(1)
-            elif isinstance(what, str) and what not in self.IGNORED:
-                report.unrecognized(("ask " if m.get("ask") else "say ") + what)
 
     def _api_history(self, s, messages, report):
         tools = ToolCalls(s)
@@ -4791,7 +4909,7 @@ class ClineParser(Parser):
             for b in blocks:
                 if not isinstance(b, dict):
                     continue
-                btype = b.get("type")
+                btype = self.block_type(report, b)
                 if btype == "text" and isinstance(b.get("text"), str):
                     text = b["text"]
                     if m["role"] == "assistant":
@@ -4811,8 +4929,6 @@ class ClineParser(Parser):
                     tools.call(b.get("id"), str(b.get("name") or "tool"), b.get("input"), ts=ts)
                 elif btype == "tool_result":
                     tools.result(b.get("tool_use_id"), text_of(b.get("content")), bool(b.get("is_error")), ts=ts)
-                elif btype not in ("image", "document", "redacted_thinking"):
-                    report.unrecognized("block " + str(btype))
 
     # -- Cline SDK sessions ---------------------------------------------------------------------------
 
@@ -4840,7 +4956,7 @@ class ClineParser(Parser):
             for b in content if isinstance(content, list) else [{"type": "text", "text": content}]:
                 if not isinstance(b, dict):
                     continue
-                btype = b.get("type")
+                btype = self.block_type(report, b)
                 if btype == "text" and isinstance(b.get("text"), str):
                     if m["role"] == "assistant":
                         s.add("assistant", b["text"], role="assistant", ts=ts)
@@ -4860,8 +4976,6 @@ class ClineParser(Parser):
                     out, failed = self._sdk_output(b.get("content"))
                     tools.result(b.get("tool_use_id"), out, bool(b.get("is_error")) or failed,
                                  name=b.get("name"), ts=ts)
-                elif btype not in ("image", "file", "redacted_thinking"):
-                    report.unrecognized("block " + str(btype))
         for key in ("started_at", "ended_at"):
             s.touch(norm_time(manifest.get(key)))
         # By default the title is the first prompt (perhaps shortened): a name only when it is not.
@@ -4904,11 +5018,10 @@ class KiloParser(OpenCodeParser):
     """
 
     id, label, version = "kilo", "Kilo Code", 1
-    verified = "7.7.9, 2026-11-24"
+    verified = "7.7.9, 2026-11-24"   # records and blocks: OpenCode's
 
     def default_roots(self, env):
-        base = env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
-        data = os.path.join(base, "kilo")
+        data = os.path.join(xdg_data(env), "kilo")
         roots = [data]
         if env.get("KILO_DB"):   # absolute, or relative to the data folder
             roots.append(os.path.join(data, env_path(env, "KILO_DB")))
@@ -4921,21 +5034,6 @@ class KiloParser(OpenCodeParser):
 
     def sidecars(self, path):
         return [path + "-wal"]
-
-    def parse(self, path, report):
-        sessions = OpenCodeParser.parse(self, path, report)
-        try:
-            con = open_agent_db(path)
-        except OSError:
-            return sessions
-        try:
-            for (v,) in con.execute("SELECT DISTINCT version FROM session LIMIT 20"):
-                report.saw_version(v)
-        except sqlite3.DatabaseError:
-            pass
-        finally:
-            con.close()
-        return sessions
 
     def resume_command(self, session):
         # `kilo -s ID` resumes in the session's own folder from anywhere (checked with 7.7.9).
@@ -5056,6 +5154,14 @@ class CopilotParser(Parser):
     """
 
     id, label, version = "copilot", "GitHub Copilot CLI", 3
+    records = ("session.start", "session.resume", "session.info", "subagent.started", "user.message",
+               "assistant.message", "assistant.reasoning", "tool.execution_start", "tool.execution_complete",
+               "system.notification", "session.compaction_start", "session.compaction_complete")
+    # model changes, turns, hooks, usage, shutdown, the system prompt: not conversation
+    skipped_records = ("session.model_change", "session.truncation", "session.shutdown", "session.error",
+                       "session.usage_checkpoint", "session.auto_mode_resolved", "assistant.turn_start",
+                       "assistant.turn_end", "assistant.usage", "subagent.completed", "subagent.failed",
+                       "hook.start", "hook.end", "abort", "system.message")
 
     def default_roots(self, env):
         home = env_path(env, "COPILOT_HOME") or os.path.join(_home(env), ".copilot")
@@ -5086,7 +5192,7 @@ class CopilotParser(Parser):
         sessions = {None: top}
         tools = {None: ToolCalls(top)}
         for offset, e in iter_jsonl(path, report, r.start):
-            etype, data = e.get("type"), e.get("data")
+            etype, data = self.record_type(report, e), e.get("data")
             sub = data.get("parentToolCallId") if isinstance(data, dict) else None
             if sub not in sessions:
                 if resume:   # a sub-agent's first event: a second session in the file (see ReadFromStart)
@@ -5235,10 +5341,11 @@ class AmpParser(Parser):
     """
 
     id, label, version = "amp", "Amp", 1
+    records = ("user", "assistant", "info")   # message roles (info: summaries; another's text is context)
+    blocks, skipped_blocks = ("text", "thinking", "tool_use", "tool_result", "summary"), ("image", "redacted_thinking")
 
     def default_roots(self, env):
-        data = env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
-        roots = [os.path.join(data, "amp", "threads")]
+        roots = [os.path.join(xdg_data(env), "amp", "threads")]
         for storage in vscode_global_storage(env):   # the VS Code extension's older store
             d = os.path.join(storage, "sourcegraph.amp", "threads3")
             if os.path.isdir(d):
@@ -5262,7 +5369,7 @@ class AmpParser(Parser):
             if not isinstance(m, dict):
                 report.skip("malformed message")
                 continue
-            role = m.get("role")
+            role = self.record_type(report, m, key="role", family="role ")
             meta = m.get("meta") if isinstance(m.get("meta"), dict) else {}
             usage = m.get("usage") if isinstance(m.get("usage"), dict) else {}
             ts = norm_time(meta.get("sentAt")) or norm_time(usage.get("timestamp"))
@@ -5272,7 +5379,7 @@ class AmpParser(Parser):
             for b in blocks:
                 if not isinstance(b, dict):
                     continue
-                btype = b.get("type")
+                btype = self.block_type(report, b)
                 if btype == "text" and isinstance(b.get("text"), str):
                     if role == "user":
                         s.add("user", b["text"], role="user", ts=ts)
@@ -5335,12 +5442,17 @@ class GooseParser(Parser):
     """
 
     id, label, version = "goose", "Goose", 1
+    records = ("user", "assistant")   # message roles; a message's content items are its blocks
+    blocks = ("text", "thinking", "toolRequest", "frontendToolRequest", "toolResponse", "summarizationRequested",
+              "conversationCompacted")
+    # images, redacted thinking, confirmations: nothing to search
+    skipped_blocks = ("image", "redactedThinking", "toolConfirmationRequest", "actionRequired", "systemNotification")
 
     def default_roots(self, env):
         home = _home(env)
         if env.get("GOOSE_PATH_ROOT"):
             return [os.path.join(env_path(env, "GOOSE_PATH_ROOT"), "data", "sessions")]
-        data = env_path(env, "XDG_DATA_HOME") or os.path.join(home, ".local", "share")
+        data = xdg_data(env)
         candidates = [os.path.join(data, "goose", "sessions"),
                       os.path.join(data, "Block", "goose", "sessions"),
                       os.path.join(home, "Library", "Application Support", "Block", "goose", "sessions"),
@@ -5406,8 +5518,8 @@ class GooseParser(Parser):
             value = value.strip() + "Z"
         return norm_time(value)
 
-    @staticmethod
-    def _message(s, calls, role, content, ts, hidden, report):
+    @classmethod
+    def _message(cls, s, calls, role, content, ts, hidden, report):
         if not isinstance(content, list):
             report.skip("malformed message content")
             return
@@ -5415,7 +5527,7 @@ class GooseParser(Parser):
         for c in content:
             if not isinstance(c, dict):
                 continue
-            ctype = c.get("type")
+            ctype = cls.block_type(report, c)
             if ctype == "text" and isinstance(c.get("text"), str):
                 kind = "summary" if hidden else ("user" if role == "user" else "assistant")
                 s.add(kind, c["text"], role=role, ts=ts)
@@ -5478,8 +5590,11 @@ class CrushParser(Parser):
     """
 
     id, label, version = "crush", "Crush", 2
+    verified = "schema of the migrations up to 2026-09-25 (source), 2026-11-25"
+    records = ("user", "assistant", "tool")   # message roles; a message's parts are its blocks
+    blocks = ("text", "reasoning", "tool_call", "tool_result", "shell_command")
     # Parts with nothing to search: the end of a turn, images and binary attachments.
-    IGNORED_PARTS = frozenset({"finish", "image_url", "binary"})
+    skipped_blocks = frozenset({"finish", "image_url", "binary"})
 
     def default_roots(self, env):
         return []  # per project only: Crush keeps .crush/ in each project; configure folders holding projects
@@ -5542,7 +5657,7 @@ class CrushParser(Parser):
         for p in parts:
             if not isinstance(p, dict) or not isinstance(p.get("data"), dict):
                 continue
-            ptype, d = p.get("type"), p["data"]
+            ptype, d = self.block_type(report, p), p["data"]
             if ptype == "text" and isinstance(d.get("text"), str):
                 kind = "summary" if is_summary else {"user": "user", "assistant": "assistant"}.get(role, "context")
                 s.add(kind, d["text"], role=role, ts=ts)
@@ -5557,8 +5672,6 @@ class CrushParser(Parser):
                 args = {"command": d.get("command")}
                 s.add("tool", tool_text("bash", args, d.get("output") or "", bool(d.get("exit_code"))),
                       role="user", tool="bash", ts=ts)
-            elif ptype not in self.IGNORED_PARTS and ptype not in ("text", "reasoning"):
-                report.unrecognized("part " + str(ptype))
 
 
 # -------------------------------------------------------------------------------------------------
@@ -5579,6 +5692,10 @@ class DroidParser(Parser):
     """
 
     id, label, version = "droid", "Factory Droid", 3
+    # The session store's lines, then stream-json's events; Anthropic-style blocks in the store.
+    records = ("session_start", "message", "system", "tool_call", "tool_result", "completion")
+    skipped_records, version_field = ("error",), "version"   # session_start names the release
+    blocks, skipped_blocks = ("text", "thinking", "tool_use", "tool_result"), ("image", "redacted_thinking")
     STREAM_TYPES = ("system", "message", "tool_call", "tool_result", "completion", "error")
 
     def default_roots(self, env):
@@ -5598,8 +5715,8 @@ class DroidParser(Parser):
                 head.append(obj)
                 if len(head) >= 5:
                     break
-            if not head:
-                raise NotASessionFile("empty or not JSONL")
+            if not head or head[0].get("type") not in self.records:   # e.g. pi's `session` header
+                raise NotASessionFile("empty, not JSONL, or no Droid record first")
             if any(o.get("type") == "session_start" or (o.get("type") == "message" and isinstance(o.get("message"), dict))
                    for o in head):
                 dialect = "store"
@@ -5623,7 +5740,7 @@ class DroidParser(Parser):
     def _store(self, s, r, path, report):
         state, calls = r.state, ToolCalls(s)
         for offset, e in iter_jsonl(path, report, r.start):
-            etype, m = e.get("type"), e.get("message")
+            etype, m = self.record_type(report, e), e.get("message")
             if etype == "session_start":
                 state["session_id"] = _str(e.get("id")) or state["session_id"]
                 state["name"] = _str(e.get("sessionTitle")) or _str(e.get("title")) or state["name"]
@@ -5633,12 +5750,12 @@ class DroidParser(Parser):
             elif not isinstance(m, dict):
                 report.skip("malformed message")
             else:
-                self._message(s, m, norm_time(e.get("timestamp")), calls)
+                self._message(s, m, norm_time(e.get("timestamp")), calls, report)
             if r.line_done(offset, calls.waiting, calls.give_up):
                 break
 
-    @staticmethod
-    def _message(s, m, ts, calls):
+    @classmethod
+    def _message(cls, s, m, ts, calls, report):
         s.touch(ts)
         role, content = m.get("role"), m.get("content")
         if isinstance(content, str):
@@ -5649,7 +5766,7 @@ class DroidParser(Parser):
         for b in content:
             if not isinstance(b, dict):
                 continue
-            bt = b.get("type")
+            bt = cls.block_type(report, b)
             if bt == "text" and isinstance(b.get("text"), str):
                 texts.append(b["text"])
             elif bt == "thinking" and isinstance(b.get("thinking"), str):
@@ -5669,7 +5786,7 @@ class DroidParser(Parser):
     def _stream(self, s, r, path, report):
         state, calls = r.state, ToolCalls(s)
         for offset, e in iter_jsonl(path, report, r.start):
-            etype = e.get("type")
+            etype = self.record_type(report, e)
             if state["session_id"] is None:
                 state["session_id"] = _str(e.get("session_id")) or _str(e.get("sessionId"))
             ts = norm_time(e.get("timestamp"))
@@ -5736,7 +5853,7 @@ def _iter_glued_jsonl(path, report):
             while pos < len(line):
                 try:
                     obj, end = dec.raw_decode(line, pos)
-                except ValueError:
+                except BAD_JSON:
                     report.skip("malformed line")
                     break
                 if isinstance(obj, dict):
@@ -5768,6 +5885,8 @@ class QwenParser(Parser):
     """
 
     id, label, version = "qwen", "Qwen Code", 1
+    verified = "0.15.10, 2026-11-25"
+    records, version_field = ("user", "assistant", "tool_result", "system"), "version"
     INJECTED_SUBTYPES = ("notification", "cron", "goal_runtime", "background_task_completed")
 
     def default_roots(self, env):
@@ -5798,7 +5917,7 @@ class QwenParser(Parser):
         for r in _iter_glued_jsonl(path, report):
             sid, uuid, rtype = r.get("sessionId"), r.get("uuid"), r.get("type")
             if not (isinstance(sid, str) and sid and isinstance(uuid, str) and uuid and "parentUuid" in r
-                    and rtype in ("user", "assistant", "tool_result", "system")):
+                    and self.record_type(report, r) in self.records):
                 report.skip("not a Qwen record")
                 continue
             if expect and self._norm_id(sid) != expect:
@@ -5954,7 +6073,14 @@ class KimiParser(Parser):
     verified = "1.52.0, 2026-11-24"   # kimi-cli (also 1.40.0 and 0.50); Kimi Code not run
     # Records read for nothing on purpose: the op log's settings, snapshots and LLM bookkeeping, and
     # kimi-cli's progress, status, approvals and hooks (the sub-agent's own wire holds its events).
-    IGNORED = frozenset({
+    # Kimi Code's operations and their loop events, kimi-cli 1.x's wire messages, 0.x's context roles.
+    records = ("config.update", "profile.bind", "context.append_message", "context.append_loop_event",
+               "context.apply_compaction", "turn.steer", "content.part", "tool.call", "tool.result",
+               "TurnBegin", "SteerInput", "ContentPart", "ToolCall", "ToolResult", "BtwBegin", "BtwEnd", "PlanDisplay",
+               "QuestionRequest", "user", "assistant", "tool")
+    blocks, skipped_blocks = ("text", "think"), ("image_url", "audio_url", "video_url")
+    skipped_records = frozenset({
+        "llm.*", "tools.*", "_*", "system", "step.begin", "step.end", "turn.begin", "turn.end", "usage", "status",
         "metadata", "config.update", "profile.bind", "tools.set_active_tools", "turn.prompt", "turn.cancel",
         "turn.ended", "usage.record", "permission.record_approval_result", "permission.set_mode",
         "plan_mode.enter", "plan_mode.exit", "full_compaction.begin", "full_compaction.complete",
@@ -5963,7 +6089,6 @@ class KimiParser(Parser):
         "HookTriggered", "HookResolved", "HookRequest", "HookResponse", "MCPLoadingBegin", "MCPLoadingEnd",
         "CompactionBegin", "CompactionEnd", "ApprovalRequest", "ApprovalResponse", "ApprovalRequestResolved",
         "ToolCallRequest", "ToolCallPart", "QuestionResponse", "SubagentEvent"})
-    IGNORED_LOOP_EVENTS = frozenset({"step.begin", "step.end", "turn.begin", "turn.end", "usage", "status"})
 
     def default_roots(self, env):
         home = agent_dir(env, "KIMI_CODE_HOME", ".kimi-code")
@@ -5993,7 +6118,7 @@ class KimiParser(Parser):
         if lines:
             try:
                 second = json.loads(lines[0])
-            except ValueError:
+            except BAD_JSON:
                 second = None
             if isinstance(second, dict):
                 return isinstance(second.get("message"), dict) and "type" not in second
@@ -6031,7 +6156,7 @@ class KimiParser(Parser):
         calls = ToolCalls(s)
         last_part = None  # (step, part type) of the chunk that streamed parts extend
         for offset, e in iter_jsonl(path, report, r.start):
-            etype = e.get("type")
+            etype = self.record_type(report, e)
             ts = norm_time(e.get("time"))
             m, ev = e.get("message"), e.get("event")
             if etype == "config.update" or etype == "profile.bind":
@@ -6060,9 +6185,6 @@ class KimiParser(Parser):
                 if text.strip():
                     s.add("user", text, role="user", ts=ts)
                     r.state["steered"] = (r.state["steered"] + [text_digest(text.strip())])[-50:]
-            elif isinstance(etype, str) and etype not in self.IGNORED and not etype.startswith(("llm.", "tools.")) \
-                    and etype != "context.append_loop_event":
-                report.unrecognized(etype)
             # A chunk that streamed parts may still extend is not settled (see Resumption.line_done).
             if r.line_done(offset, calls.waiting, calls.give_up, settled=last_part is None):
                 break
@@ -6077,7 +6199,7 @@ class KimiParser(Parser):
     def _loop_event(self, s, ev, ts, calls, last_part, report):
         """One `context.append_loop_event` (thinking and text parts, tool calls and results); returns
         the (step, kind) of the chunk that the next streamed part of that step extends, or None."""
-        et = ev.get("type")
+        et = self.record_type(report, ev, family="loop event ")
         if et == "content.part" and isinstance(ev.get("part"), dict):
             part = ev["part"]
             kind, text = None, None
@@ -6104,8 +6226,6 @@ class KimiParser(Parser):
             err = bool(res.get("isError")) if isinstance(res, dict) else False
             calls.result(ev.get("toolCallId") or ev.get("parentUuid"), _out_text(out), err, ts=ts)
             return None
-        if et not in self.IGNORED_LOOP_EVENTS and isinstance(et, str):
-            report.unrecognized("loop event " + et)
         return last_part
 
     @staticmethod
@@ -6186,17 +6306,15 @@ class KimiParser(Parser):
 
     def _wire_event(self, s, m, ts, calls, last, report):
         """One kimi-cli wire event; returns the chunk kind that the next streamed ContentPart extends."""
-        mtype, p = m.get("type"), m.get("payload") if isinstance(m.get("payload"), dict) else {}
+        mtype, p = self.record_type(report, m), m.get("payload") if isinstance(m.get("payload"), dict) else {}
         if mtype in ("TurnBegin", "SteerInput"):
             u = p.get("user_input")
             _add_user(s, u if isinstance(u, str) else text_of(u), ts)
             return None
         if mtype == "ContentPart":
-            kind = {"text": "assistant", "think": "thinking"}.get(p.get("type"))
+            kind = {"text": "assistant", "think": "thinking"}.get(self.block_type(report, p))
             text = p.get("text") if kind == "assistant" else p.get("think")
             if kind is None:
-                if p.get("type") not in ("image_url", "audio_url", "video_url"):
-                    report.unrecognized("ContentPart " + str(p.get("type")))
                 return last
             if last == kind and s.chunks and s.chunks[-1].kind == kind and isinstance(text, str):
                 s.chunks[-1].text += text
@@ -6227,8 +6345,6 @@ class KimiParser(Parser):
             qs = p.get("questions") if isinstance(p.get("questions"), list) else []
             s.add("assistant", "\n".join(q["question"] for q in qs if isinstance(q, dict)
                                          and isinstance(q.get("question"), str)), role="assistant", ts=ts)
-        elif mtype not in self.IGNORED:
-            report.unrecognized(str(mtype))
         return last
 
     def _parse_context(self, path, report):
@@ -6237,7 +6353,7 @@ class KimiParser(Parser):
         s.cwd = self._work_dir(path, os.path.basename(os.path.dirname(os.path.abspath(path))))
         calls = ToolCalls(s)
         for _, m in iter_jsonl(path, report):
-            role = m.get("role")
+            role = self.record_type(report, m, key="role", family="role ")
             if role == "user":
                 text = text_of(m.get("content"))
                 if not _KIMI_CHECKPOINT.match(text):
@@ -6256,8 +6372,6 @@ class KimiParser(Parser):
             elif role == "tool":   # a failure is only told by the text: "<system>ERROR: Command failed ..."
                 out = text_of(m.get("content"))
                 calls.result(m.get("tool_call_id"), out, out.lstrip().startswith("<system>ERROR"), ts=None)
-            elif not (isinstance(role, str) and role.startswith("_")) and role != "system":
-                report.unrecognized("role " + str(role))
         s.created = s.modified = _file_mtime(path)
         return s
 
@@ -6290,6 +6404,9 @@ class OpenClawParser(Parser):
     """
 
     id, label, version = "openclaw", "OpenClaw", 2
+    records = ("message", "compaction", "branch_summary", "custom_message", "session_info")
+    skipped_records = PiParser.skipped_records   # the header, settings and extension state, as in pi
+    blocks, skipped_blocks = PiParser.blocks, PiParser.skipped_blocks   # read by read_pi_message
 
     def default_roots(self, env):
         state = env_path(env, "OPENCLAW_STATE_DIR")
@@ -6321,7 +6438,7 @@ class OpenClawParser(Parser):
         s.touch(norm_time(header.get("timestamp")))
         calls = {}   # tool call id -> (chunk index, name, args) until its result (read_pi_message)
         for offset, e in iter_jsonl(path, report, r.start):
-            etype = e.get("type")
+            etype = self.record_type(report, e)
             ts = norm_time(e.get("timestamp"))
             m = e.get("message")
             if etype == "message" and not isinstance(m, dict):
@@ -6372,6 +6489,8 @@ class GrokParser(Parser):
     """
 
     id, label, version = "grok", "Grok CLI", 1
+    records = ("user", "assistant", "reasoning", "tool_result", "backend_tool_call")
+    skipped_records = ("system",)   # the system prompt
 
     def default_roots(self, env):
         home = agent_dir(env, "GROK_HOME", ".grok")
@@ -6396,7 +6515,7 @@ class GrokParser(Parser):
         modified = norm_time(summary.get("last_active_at")) or norm_time(summary.get("updated_at"))
         calls = ToolCalls(s)
         for _, e in iter_jsonl(path, report):
-            etype = e.get("type")
+            etype = self.record_type(report, e)
             if etype == "user":
                 parts = e.get("content")
                 text = text_of(parts) if isinstance(parts, list) else (parts if isinstance(parts, str) else "")
@@ -6460,6 +6579,9 @@ class HermesParser(Parser):
     """
 
     id, label, version = "hermes", "Hermes", 1
+    verified = "0.19.0, 2026-11-25"
+    records = ("user", "assistant", "tool", "system")   # message roles (rows of state.db, legacy JSON)
+    skipped_records = ("session_meta",)   # the legacy JSON's tools and settings, no conversation
 
     def default_roots(self, env):
         home = agent_dir(env, "HERMES_HOME", ".hermes")
@@ -6513,14 +6635,14 @@ class HermesParser(Parser):
         calls = ToolCalls(s)
         for m in d["messages"]:
             if isinstance(m, dict):
-                self._message(s, m, None, calls)
+                self._message(s, m, None, calls, report)
             else:
                 report.skip("malformed message")
         _finish_times(s, path)
         return [s]
 
-    def _message(self, s, m, ts, calls, tool_calls=None, hidden=False):
-        role = m.get("role")
+    def _message(self, s, m, ts, calls, report, tool_calls=None, hidden=False):
+        role = self.record_type(report, m, key="role", family="role ")
         content = m.get("content")
         text = content if isinstance(content, str) else text_of(content)
         reasoning = m.get("reasoning") or m.get("reasoning_content")
@@ -6549,7 +6671,7 @@ class HermesParser(Parser):
             return text, False
         try:
             r = json.loads(text)
-        except ValueError:
+        except BAD_JSON:
             return text, False
         if not isinstance(r, dict) or not isinstance(r.get("output"), str):
             return text, False
@@ -6580,7 +6702,7 @@ class HermesParser(Parser):
                 s.parent = _str(parent)
                 try:
                     mc = json.loads(mconf) if isinstance(mconf, str) else {}
-                except ValueError:
+                except BAD_JSON:
                     mc = {}
                 # 0.19 has a cwd column; older versions kept it in model_config.
                 cwd = _str(cwd) or (_str(mc.get("cwd")) if isinstance(mc, dict) else None)
@@ -6603,11 +6725,11 @@ class HermesParser(Parser):
                 s.touch(ts)
                 try:
                     tc = json.loads(tcalls) if isinstance(tcalls, str) and tcalls else []
-                except ValueError:
+                except BAD_JSON:
                     tc = []
                 m = {"role": role, "content": content, "tool_call_id": tcid, "tool_name": tname,
                      "reasoning": reasoning}
-                self._message(s, m, ts, calls, tool_calls=tc if isinstance(tc, list) else [],
+                self._message(s, m, ts, calls, report, tool_calls=tc if isinstance(tc, list) else [],
                               hidden=display == "hidden")
         finally:
             con.close()
@@ -6637,6 +6759,12 @@ class AntigravityParser(Parser):
     """
 
     id, label, version = "antigravity", "Google Antigravity", 1
+    # Steps read for what they say, then the tool steps (named after their tool; a new one is still
+    # read as its call's output, and counted so that its name is known).
+    records = ("USER_INPUT", "PLANNER_RESPONSE", "CHECKPOINT", "SYSTEM_MESSAGE", "EPHEMERAL_MESSAGE",
+               "RUN_COMMAND", "VIEW_FILE", "LIST_DIRECTORY", "CODE_ACTION", "SEARCH_WEB", "GREP_SEARCH",
+               "BROWSER_NAVIGATE", "GENERIC")
+    skipped_records = ("CONVERSATION_HISTORY",)
 
     def default_roots(self, env):
         home = _home(env)
@@ -6679,7 +6807,7 @@ class AntigravityParser(Parser):
         s = Session(self.id, sid, path)
         pending = []  # (chunk index, name, args) of calls whose output step has not come yet
         for _, e in iter_jsonl(path, report):
-            stype, src = e.get("type"), e.get("source")
+            stype, src = self.record_type(report, e), e.get("source")
             ts = norm_time(e.get("created_at"))
             s.touch(ts)
             content = e.get("content") if isinstance(e.get("content"), str) else ""

@@ -3077,7 +3077,7 @@ def test_crush_part_types_it_does_not_know_are_counted_and_the_wal_is_watched(tm
     con.close()
     report = ParseReport()
     PARSERS["crush"].parse(str(db), report)
-    assert report.unknown == {"part hologram": 1}   # `finish` is skipped on purpose
+    assert report.unknown == {"block hologram": 1}   # `finish` is skipped on purpose
     assert PARSERS["crush"].sidecars(str(db)) == [str(db) + "-wal"]
 
 
@@ -4043,6 +4043,314 @@ def test_samples(agent, folder):
             text = "\n".join(c.text for s in got for c in s.chunks if c.kind in ("user", "tool"))
             assert text, "no user prompt or tool call indexed from %s" % f
     assert sessions >= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The parser contract: what every registered parser must do (see the Parser docstring)
+# ---------------------------------------------------------------------------------------------
+
+CT_T = "2026-05-01T10:00:0%dZ"
+CT_MS = 1777629600000   # 2026-05-01T10:00:00Z in ms
+
+
+def ct_jsonl(name, records, unknown, extra):
+    """A list of records -> a JSONL file under the test's folder, `extra(unknown)` appended when asked."""
+    return lambda d: write_jsonl(d / name, records + ([extra(unknown)] if unknown else []))
+
+
+def ct_db(build, add):
+    """A store built by an agent's helper above, with `add(con, unknown)` run on it when asked."""
+    def write(d, unknown, name):
+        path = build(d / name)
+        if unknown:
+            con = sqlite3.connect(str(path))
+            add(con, unknown)
+            con.commit()
+            con.close()
+        return path
+    return write
+
+
+def ct_pi(d, unknown, agent="pi"):
+    lines = [{"type": "session", "version": 3, "id": "ct-" + agent, "timestamp": CT_T % 0, "cwd": "/w"},
+             {"type": "message", "id": "1", "parentId": None, "timestamp": CT_T % 1,
+              "message": {"role": "user", "content": [{"type": "text", "text": "the walrus question"}]}},
+             {"type": "message", "id": "2", "parentId": "1", "timestamp": CT_T % 2,
+              "message": {"role": "assistant", "content": [{"type": "text", "text": "the walrus answer"}]}}]
+    return ct_jsonl(agent + ".jsonl", lines, unknown, lambda u: {"type": u, "id": "3", "parentId": "2",
+                                                               "timestamp": CT_T % 3})(d)
+
+
+def ct_claude(d, unknown):
+    rec = lambda rtype, n, **kw: dict({"type": rtype, "uuid": "u%d" % n, "sessionId": cc_SID, "cwd": "/w",
+                                       "timestamp": CT_T % n, "version": "2.1.14"}, **kw)
+    return ct_jsonl(cc_SID + ".jsonl", [
+        rec("user", 1, message={"role": "user", "content": "the walrus question"}),
+        rec("assistant", 2, message={"id": "m1", "role": "assistant", "content": [{"type": "text", "text": "an answer"}]}),
+    ], unknown, lambda u: rec(u, 3, data={}))(d)
+
+
+def ct_codex(d, unknown):
+    item = lambda n, rtype, payload: {"timestamp": CT_T % n, "type": rtype, "payload": payload}
+    return ct_jsonl("rollout-2026-05-01T10-00-00-%s.jsonl" % cc_TID, [
+        item(0, "session_meta", {"id": cc_TID, "timestamp": CT_T % 0, "cwd": "/w", "cli_version": "0.169.0"}),
+        item(1, "response_item", {"type": "message", "role": "user",
+                                  "content": [{"type": "input_text", "text": "the walrus question"}]}),
+        item(2, "response_item", {"type": "message", "role": "assistant",
+                                  "content": [{"type": "output_text", "text": "an answer"}]}),
+    ], unknown, lambda u: item(3, u, {"data": 1}))(d)
+
+
+def ct_gemini(d, unknown):
+    return ct_jsonl("session-2026-05-01T10-00-g1.jsonl", [
+        {"sessionId": "g-1", "projectHash": "ab", "startTime": CT_T % 0, "lastUpdated": CT_T % 2, "kind": "main"},
+        {"id": "u1", "timestamp": CT_T % 1, "type": "user", "content": [{"text": "the walrus question"}]},
+        {"id": "a1", "timestamp": CT_T % 2, "type": "gemini", "content": "an answer"},
+    ], unknown, lambda u: {"id": "x1", "timestamp": CT_T % 3, "type": u, "content": "?"})(d)
+
+
+def ct_cursor(d, unknown):
+    return ct_jsonl("c1.jsonl", [
+        ogc_cursor_line("user", {"type": "text", "text": "<user_query>\nthe walrus question\n</user_query>"}),
+        ogc_cursor_line("assistant", {"type": "text", "text": "an answer"}),
+    ], unknown, lambda u: {"type": u})(d)
+
+
+def ct_aider(d, unknown):
+    path = d / ".aider.chat.history.md"
+    path.write_text("\n# aider chat started at 2026-05-01 10:00:00\n\n#### the walrus question\n\nan answer\n")
+    return path
+
+
+def ct_cline(d, unknown):
+    rows = [{"ts": CT_MS + 1000, "type": "say", "say": "task", "text": "the walrus question"},
+            {"ts": CT_MS + 2000, "type": "say", "say": "text", "text": "an answer"}]
+    if unknown:
+        rows.append({"ts": CT_MS + 3000, "type": "say", "say": unknown, "text": "?"})
+    return write_file(d / "task1" / "ui_messages.json", json.dumps(rows))
+
+
+def ct_copilot(d, unknown):
+    ev = lambda n, etype, data: {"type": etype, "data": data, "id": "e%d" % n, "timestamp": CT_T % n, "parentId": None}
+    return ct_jsonl("events.jsonl", [
+        ev(0, "session.start", {"sessionId": "sid-1", "copilotVersion": "1.0.11", "startTime": CT_T % 0,
+                                "context": {"cwd": "/w"}}),
+        ev(1, "user.message", {"content": "the walrus question"}),
+        ev(2, "assistant.message", {"content": "an answer", "toolRequests": []}),
+    ], unknown, lambda u: ev(3, u, {}))(d)
+
+
+def ct_amp(d, unknown):
+    content = [{"type": "text", "text": "an answer"}] + ([{"type": unknown}] if unknown else [])
+    return write_file(d / "T-1.json", json.dumps({"v": 1, "id": "T-1", "title": "Walrus", "created": CT_MS, "messages": [
+        {"role": "user", "messageId": 0, "content": [{"type": "text", "text": "the walrus question"}],
+         "meta": {"sentAt": CT_MS + 1000}},
+        {"role": "assistant", "messageId": 1, "content": content, "meta": {"sentAt": CT_MS + 2000}}]}))
+
+
+def ct_goose(d, unknown):
+    content = [{"type": "text", "text": "an answer"}] + ([{"type": unknown}] if unknown else [])
+    return ct_jsonl("walrus.jsonl", [
+        {"working_dir": "/w", "description": "Walrus", "message_count": 2},
+        {"role": "user", "created": CT_MS // 1000 + 1, "content": [{"type": "text", "text": "the walrus question"}]},
+        {"role": "assistant", "created": CT_MS // 1000 + 2, "content": content},
+    ], None, None)(d)
+
+
+def ct_droid(d, unknown):
+    return ct_jsonl("d1.jsonl", [
+        {"type": "session_start", "id": "d1", "title": "Walrus", "cwd": "/w", "version": "0.81.0"},
+        {"type": "message", "id": "m1", "timestamp": CT_T % 1,
+         "message": {"role": "user", "content": [{"type": "text", "text": "the walrus question"}]}},
+        {"type": "message", "id": "m2", "timestamp": CT_T % 2,
+         "message": {"role": "assistant", "content": [{"type": "text", "text": "an answer"}]}},
+    ], unknown, lambda u: {"type": u, "id": "m3", "timestamp": CT_T % 3})(d)
+
+
+def ct_qwen(d, unknown):
+    return ct_jsonl(os.path.join("chats", ot_SID + ".jsonl"), [
+        ot_q("u1", None, "user", message={"role": "user", "parts": [{"text": "the walrus question"}]}),
+        ot_q("a2", "u1", "assistant", message={"role": "model", "parts": [{"text": "an answer"}]}),
+    ], unknown, lambda u: ot_q("x3", "a2", u, message={"role": "model", "parts": []}))(d)
+
+
+def ct_kimi(d, unknown):
+    rows = [{"type": "context.append_message", "time": CT_MS + 1000, "message": {
+                "role": "user", "content": [{"type": "text", "text": "the walrus question"}], "origin": {"kind": "user"}}},
+            {"type": "context.append_loop_event", "time": CT_MS + 2000, "event": {
+                "type": "content.part", "stepUuid": "s1", "part": {"type": "text", "text": "an answer"}}}]
+    return ot_kimi_wire(d, "main", rows + ([{"type": unknown, "time": CT_MS + 3000}] if unknown else []))
+
+
+def ct_grok(d, unknown):
+    return ct_jsonl(os.path.join("bucket", "s1", "chat_history.jsonl"), [
+        {"type": "user", "content": [{"type": "text", "text": "the walrus question"}]},
+        {"type": "assistant", "content": "an answer"},
+    ], unknown, lambda u: {"type": u})(d)
+
+
+def ct_hermes(d, unknown):
+    messages = [{"role": "user", "content": "the walrus question"}, {"role": "assistant", "content": "an answer"}]
+    return write_file(d / "session_1.json", json.dumps({
+        "session_id": "h1", "session_start": CT_T % 0, "last_updated": CT_T % 2, "cwd": "/w",
+        "messages": messages + ([{"role": unknown, "content": "?"}] if unknown else [])}))
+
+
+def ct_antigravity(d, unknown):
+    step = lambda n, stype, src, content: {"step_index": n, "source": src, "type": stype, "created_at": CT_T % n,
+                                           "content": content}
+    return ct_jsonl(os.path.join("conv-1", ".system_generated", "logs", "transcript.jsonl"), [
+        step(0, "USER_INPUT", "USER_EXPLICIT", "<USER_REQUEST>the walrus question</USER_REQUEST>"),
+        step(1, "PLANNER_RESPONSE", "MODEL", "an answer"),
+    ], unknown, lambda u: step(2, u, "SYSTEM", ""))(d)
+
+
+def ct_add_part(con, unknown):   # OpenCode's and Kilo's schema: one more part of the first message
+    mid, sid = con.execute("SELECT id, session_id FROM message ORDER BY rowid LIMIT 1").fetchone()
+    con.execute("INSERT INTO part VALUES (?,?,?,?,?,?)", ("prt_x", mid, sid, 0, 0, json.dumps({"type": unknown})))
+
+
+# One small file of each agent's format, and how to put one record (or content block) of a type the
+# agent never wrote into it. Agent id -> writer(folder, unknown type or None) -> path.
+CONTRACT_FILES = {
+    "pi": ct_pi, "claude": ct_claude, "codex": ct_codex, "gemini": ct_gemini, "cursor": ct_cursor,
+    "aider": ct_aider, "cline": ct_cline, "copilot": ct_copilot, "amp": ct_amp, "goose": ct_goose,
+    "droid": ct_droid, "qwen": ct_qwen, "kimi": ct_kimi, "grok": ct_grok, "hermes": ct_hermes,
+    "antigravity": ct_antigravity, "openclaw": lambda d, u: ct_pi(d, u, agent="openclaw"),
+    "opencode": lambda d, u: ct_db(ogc_opencode_db, ct_add_part)(d, u, "opencode.db"),
+    "kilo": lambda d, u: ct_db(am_kilo_db, ct_add_part)(d, u, "kilo.db"),
+    "crush": lambda d, u: ct_db(am_crush_db, lambda con, u: con.execute(
+        "INSERT INTO messages VALUES('mx','s1','assistant',?,'m',1754062400,1754062400,NULL,'p',0)",
+        (json.dumps([{"type": u, "data": {}}]),)))(d, u, "crush.db"),
+}
+# Formats that are one another's: OpenClaw writes pi's, Kilo CLI writes OpenCode's store.
+CT_SAME_FORMAT = [{"pi", "openclaw"}, {"opencode", "kilo"}]
+ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z\Z")
+
+
+def ct_write(agent, tmp_path, unknown=None):
+    folder = tmp_path / agent
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(CONTRACT_FILES[agent](folder, unknown))
+
+
+def test_every_registered_parser_has_a_contract_fixture():
+    assert sorted(CONTRACT_FILES) == sorted(PARSERS)
+
+
+@pytest.mark.parametrize("agent", list(PARSERS))
+def test_parser_contract_docstring_declarations_kinds_and_utc_times(agent, tmp_path):
+    parser = PARSERS[agent]
+    assert (type(parser).__doc__ or "").strip() and parser.label and parser.id == agent
+    assert isinstance(parser.records, (tuple, frozenset)), "%s does not declare its record types" % agent
+    for declared in (parser.skipped_records, parser.blocks, parser.skipped_blocks):
+        assert isinstance(declared, (tuple, frozenset))
+    report = ParseReport()
+    sessions = parser.parse(ct_write(agent, tmp_path), report)
+    assert any(c.kind == "user" for s in sessions for c in s.chunks)
+    assert report.unknown == {} and report.skipped == {}
+    folders = [os.path.join(SAMPLES, f) for f, (a, _) in SAMPLE_AGENTS.items() if a == agent]   # when present
+    for path in [os.path.join(d, f) for folder in folders for d, _, files in os.walk(folder) for f in files]:
+        try:
+            sessions += parser.parse(path, ParseReport())
+        except NotASessionFile:
+            continue
+    for s in sessions:
+        assert all(c.kind in sesame.KIND_COLUMN for c in s.chunks)
+        times = [s.created, s.modified] + [c.ts for c in s.chunks if c.ts]
+        assert all(isinstance(t, str) and ISO_UTC.match(t) for t in times), (s.path, times)
+
+
+@pytest.mark.parametrize("agent", list(PARSERS))
+def test_parser_contract_a_record_type_the_agent_never_wrote_is_counted_as_drift(agent, tmp_path):
+    parser = PARSERS[agent]
+    if getattr(parser, "records", None) == ():
+        pytest.skip("%s's format has no typed records" % agent)
+    report = ParseReport()
+    sessions = parser.parse(ct_write(agent, tmp_path, "hologram_beam"), report)
+    assert any(c.kind == "user" for s in sessions for c in s.chunks)   # the rest is still read
+    assert [k for k in report.unknown if k.endswith("hologram_beam")] and sum(report.unknown.values()) == 1
+
+
+def test_parser_contract_the_versions_records_name_are_noted(tmp_path):
+    with_versions = {"claude": "2.1.14", "codex": "0.169.0", "copilot": "1.0.11", "qwen": "0.21.13", "kilo": "7.7.9",
+                     "droid": "0.81.0", "opencode": "1.2.0"}
+    for agent, version in with_versions.items():
+        report = ParseReport()
+        PARSERS[agent].parse(ct_write(agent, tmp_path), report)
+        assert report.versions == {version}, agent
+
+
+@pytest.mark.parametrize("agent", list(PARSERS))
+def test_parser_contract_another_agents_file_is_refused_without_a_crash(agent, tmp_path):
+    parser = PARSERS[agent]
+    for other in CONTRACT_FILES:
+        if other == agent or {agent, other} in CT_SAME_FORMAT:
+            continue
+        path = ct_write(other, tmp_path)
+        try:
+            sessions = parser.parse(path, ParseReport())
+        except NotASessionFile:
+            continue
+        assert not [c for s in sessions for c in s.chunks], "%s read %s's file" % (agent, other)
+
+
+DEEP = "[" * 100000   # deeper than Python's recursion limit: json raises RecursionError, not ValueError
+
+
+def ct_deep(agent, d):
+    """A file of `agent`'s format whose one value holds JSON nested too deep to decode."""
+    if agent == "codex":
+        path = ct_codex(d, None)
+        with open(path, "a") as f:
+            f.write(line({"timestamp": CT_T % 4, "type": "response_item", "payload": {
+                "type": "function_call", "name": "shell", "call_id": "c1", "arguments": DEEP}}))
+            f.write(line({"timestamp": CT_T % 5, "type": "response_item", "payload": {
+                "type": "function_call", "name": "apply_patch", "call_id": "c2", "arguments": "{" + DEEP}}))
+        return path
+    if agent == "qwen":
+        path = ct_qwen(d, None)
+        with open(path, "a") as f:
+            f.write(DEEP + "\n")
+        return path
+    if agent == "kimi":   # the second line tells kimi-cli's wire from Kimi Code's
+        return ot_kimi_wire(d, "main", [DEEP[:60000], {"type": "context.append_message", "time": CT_MS, "message": {
+            "role": "user", "content": [{"type": "text", "text": "the walrus question"}], "origin": {"kind": "user"}}}])
+    messages = [{"role": "user", "content": "the walrus question"},
+                {"role": "tool", "tool_call_id": "t1", "content": '{"exit_code": 1, "output": ' + DEEP}]
+    return write_file(d / "session_1.json", json.dumps({"session_id": "h1", "session_start": CT_T % 0,
+                                                        "messages": messages}))
+
+
+@pytest.mark.parametrize("agent", ["codex", "qwen", "kimi", "hermes"])
+def test_a_value_nested_too_deep_to_decode_costs_only_itself_not_the_file(agent, tmp_path):
+    sessions = PARSERS[agent].parse(str(ct_deep(agent, tmp_path)), ParseReport())
+    assert [c for s in sessions for c in s.chunks if c.kind == "user" and "walrus" in c.text]
+
+
+def test_a_chunk_of_a_kind_that_does_not_exist_is_refused():
+    s = sesame.Session("pi", "s", "/x")
+    s.add("assistant", "fine")
+    with pytest.raises(ValueError):
+        s.add("asistant", "a typo would file this text in no column")
+    assert [c.kind for c in s.chunks] == ["assistant"]
+
+
+def readme_sources_table():
+    """The README's agent table: parser id -> its row's cells by column title."""
+    with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text.split("\n## Sources\n", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in l.strip().strip("|").split("|")] for l in section.splitlines() if l.startswith("|")]
+    head, body = rows[0], [r for r in rows[2:]]
+    return {r[head.index("id")].strip("`"): dict(zip(head, r)) for r in body}
+
+
+def test_the_readme_sources_table_has_a_row_per_parser_naming_the_release_it_was_verified_against():
+    table = readme_sources_table()
+    assert sorted(table) == sorted(PARSERS)
+    column = next(c for c in next(iter(table.values())) if c.startswith("verified against"))
+    assert {a: row[column] for a, row in table.items()} == {a: p.verified or "—" for a, p in PARSERS.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -6229,6 +6537,18 @@ def test_status_reports_counts_sources_and_freshness(corpus, capsys):
     PiWriter(corpus, "new-one").user("fresh").save()
     assert json.loads(run(capsys, "status", "--json")[1])["changedSinceLastIndex"] == 1
     assert "sqlite:" in run(capsys, "status")[1]
+
+
+def test_status_reports_claude_and_codex_records_of_unknown_types_with_the_versions_that_wrote_them(env, tmp_path, capsys):
+    folder = tmp_path / "agents"
+    write_config({"sources": [{"parser": "claude", "path": ct_write("claude", folder, "hologram_beam")},
+                              {"parser": "codex", "path": ct_write("codex", folder, "hologram_beam")}]}, tmp_path)
+    run(capsys, "index")
+    per_agent = {p["agent"]: p for p in json.loads(run(capsys, "status", "--json")[1])["perAgent"]}
+    assert per_agent["claude"]["unrecognizedRecords"] == {"hologram_beam": 1}
+    assert per_agent["claude"]["versionsSeen"] == ["2.1.14"] and per_agent["codex"]["versionsSeen"] == ["0.169.0"]
+    assert per_agent["codex"]["unrecognizedRecords"] == {"hologram_beam": 1}
+    assert "claude: 1 record of 1 unknown type (hologram_beam)" in run(capsys, "status")[1]
 
 
 def test_status_text_counts_in_the_singular_and_aligns_long_agent_names():
