@@ -7805,6 +7805,34 @@ class DevinParser(Parser):
         return [s for s, _ in sessions.values()]
 
 # -------------------------------------------------------------------------------------------------
+# Windsurf (Codeium): ~/.codeium/windsurf/cascade/<id>.pb, encrypted
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class WindsurfParser(Parser):
+    """Windsurf's Cascade conversations: `~/.codeium/windsurf/cascade/<id>.pb` (and
+    `windsurf-next`), protobuf encrypted with a key Windsurf does not keep on disk in a form meant to
+    be read: Sesame cannot read them, and says so file by file (`status` lists them as not indexed with
+    that reason) rather than miss them in silence. What Windsurf's editor keeps as VS Code chat
+    sessions (`workspaceStorage/*/chatSessions`) is read by the copilot-chat parser.
+    """
+
+    id, label, version = "windsurf", "Windsurf Cascade", 1
+    verified = "the cascade/*.pb layout (files checked to be unreadable, not their content), 2026-11-25"
+    records = ()
+
+    def default_roots(self, env):
+        home = os.path.join(_home(env), ".codeium")
+        return [os.path.join(home, "windsurf", "cascade"), os.path.join(home, "windsurf-next", "cascade")]
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n.endswith(".pb"), max_depth=0)
+
+    def parse(self, path, report):
+        raise NotASessionFile("Windsurf Cascade conversations are encrypted: Sesame cannot read them")
+
+# -------------------------------------------------------------------------------------------------
 # Warp (warpdotdev): warp.sqlite, the prompts of its agent mode (ai_queries)
 # -------------------------------------------------------------------------------------------------
 

@@ -3996,6 +3996,16 @@ def test_devin_cli_store_sessions_nodes_tools_and_hidden_sessions_left_out(tmp_p
     assert "command: pytest cron" in texts(s, "tool")[0] and "1 failed" in texts(s, "tool")[0]
 
 
+def test_windsurf_cascade_files_are_listed_as_not_indexed_with_why(env, tmp_path, capsys):
+    os.remove(tmp_path / "config" / "config.jsonc")
+    write_file(tmp_path / "home" / ".codeium" / "windsurf" / "cascade" / "c1.pb", "\x08\x96\x01 encrypted")
+    code, out, err = run(capsys, "index")
+    assert code == 0, err
+    code, out, err = run(capsys, "status", "--json")
+    reasons = {f["path"]: f["reason"] for f in json.loads(out)["notIndexed"]}
+    assert [r for p, r in reasons.items() if p.endswith("c1.pb") and "encrypted" in r], reasons
+
+
 def test_warp_prompts_grouped_by_conversation_with_utc_times(tmp_path):
     import sqlite3
     db = tmp_path / "warp.sqlite"
