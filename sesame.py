@@ -4610,6 +4610,7 @@ class SpecStoryParser(Parser):
     """
 
     id, label, version = "specstory", "SpecStory", 1
+    records = ()   # Markdown turns: no record types to drift
 
     def default_roots(self, env):
         return []  # no global location: SpecStory writes into each project; configure folders holding projects
@@ -5229,6 +5230,7 @@ class CopilotParser(Parser):
             return
         ts = norm_time(e.get("timestamp"))
         if etype in ("session.start", "session.resume"):
+            report.saw_version(data.get("copilotVersion"))
             if etype == "session.start" and isinstance(data.get("sessionId"), str) and data["sessionId"]:
                 state["session_id"] = data["sessionId"]
             ctx = data.get("context")
@@ -6868,7 +6870,7 @@ class OmpParser(PiParser):
     """
 
     id, label = "omp", "omp (Oh My Pi)"
-    verified = "packages/utils/src/dirs.ts at can1357/oh-my-pi (source; pi's format), 2026-11-25"
+    verified = "dirs.ts (source), 2026-11-25"
 
     def default_roots(self, env):
         root = os.path.join(_home(env), env.get("PI_CONFIG_DIR") or ".omp")
@@ -6896,7 +6898,7 @@ class OpenClaudeParser(ClaudeCodeParser):
     transcripts, under `~/.openclaude/projects/` instead of `~/.claude/projects/`."""
 
     id, label = "openclaude", "OpenClaude"
-    verified = "the ~/.openclaude/projects layout as its users' tools read it (not its source), 2026-11-25"
+    verified = "layout only, 2026-11-25"
     command = "openclaude"
     session_env = ()
 
@@ -6919,7 +6921,7 @@ class TraeXParser(CodexParser):
     the sessions are TraeX's. (Layout as agentsview's traex reader has it.)"""
 
     id, label = "traex", "TraeX (Trae CLI)"
-    verified = "as kenn-io/agentsview 538600744 traex.go reads it (Codex's format), 2026-11-25"
+    verified = "as agentsview traex.go reads it, 2026-11-25"
     session_env = ()
 
     def default_roots(self, env):
@@ -6941,7 +6943,7 @@ class ClaudeDesktopParser(ClaudeCodeParser):
     as agentsview's cowork reader has it.)"""
 
     id, label = "claude-desktop", "Claude Desktop (agent mode)"
-    verified = "as kenn-io/agentsview 538600744 cowork.go reads it (Claude Code's format), 2026-11-25"
+    verified = "as agentsview cowork.go reads it, 2026-11-25"
     session_env = ()
 
     def default_roots(self, env):
@@ -7005,7 +7007,8 @@ class ContinueParser(Parser):
     """
 
     id, label, version = "continue", "Continue", 1
-    verified = "core/index.d.ts at continuedev/continue 275e116 (source), 2026-11-25"
+    records = ("user", "assistant", "thinking", "tool", "system")   # message roles
+    verified = "core/index.d.ts (source), 2026-11-25"
 
     def __init__(self):
         self._created = {}   # sessions folder -> {sessionId: dateCreated}, read once per run
@@ -7043,7 +7046,7 @@ class ContinueParser(Parser):
             if not isinstance(m, dict):
                 report.skip("malformed history item")
                 continue
-            role = m.get("role")
+            role = self.record_type(report, m, key="role", family="role ")
             if role == "user":
                 for c in item.get("contextItems") or []:
                     if isinstance(c, dict) and isinstance(c.get("content"), str):
@@ -7071,8 +7074,6 @@ class ContinueParser(Parser):
                 tools.result(m.get("toolCallId"), text_of(m.get("content")))
             elif role == "system":
                 s.add("context", text_of(m.get("content")), role="system")
-            else:
-                report.unrecognized("role " + str(role))
         if s.chunks:
             s.touch(_file_mtime(path))
         _finish_times(s, path)
@@ -7112,9 +7113,11 @@ class CopilotChatParser(Parser):
     """
 
     id, label, version = "copilot-chat", "VS Code Copilot Chat", 1
-    verified = "chatModel.ts and objectMutationLog.ts at microsoft/vscode 047238f (source), 2026-11-25"
+    verified = "chatModel.ts, objectMutationLog.ts (source), 2026-11-25"
 
-    SKIPPED_PARTS = frozenset({
+    # response parts by `kind` (Markdown parts have none)
+    records = ("markdownContent", "inlineReference", "thinking", "toolInvocationSerialized", "textEditGroup")
+    skipped_records = frozenset({
         "undoStop", "prepareToolInvocation", "codeblockUri", "progressMessage", "progressTaskSerialized",
         "confirmation", "command", "warning", "mcpServersStarting", "elicitation", "elicitationSerialized",
         "treeData", "extensions", "pullRequest", "notebookEditGroup", "multiDiffData", "questionCarousel",
@@ -7231,6 +7234,8 @@ class CopilotChatParser(Parser):
             if not isinstance(p, dict):
                 continue
             kind = p.get("kind")
+            if kind is not None:
+                kind = self.record_type(report, p, key="kind", family="response part ")
             if kind is None or kind == "markdownContent":
                 value = p.get("value") if kind is None else (p.get("content") or {}).get("value") \
                     if isinstance(p.get("content"), dict) else None
@@ -7257,8 +7262,6 @@ class CopilotChatParser(Parser):
                 target = p.get("uri") if isinstance(p.get("uri"), dict) else {}
                 path = target.get("fsPath") or target.get("path")
                 s.add("tool", tool_text("edit", {"path": path}), role="assistant", tool="edit", path=path, ts=ts)
-            elif kind not in self.SKIPPED_PARTS:
-                report.unrecognized("response part %s" % kind)
         flush()
 
     @staticmethod
@@ -7309,7 +7312,11 @@ class ZedParser(Parser):
     """
 
     id, label, version = "zed", "Zed", 1
-    verified = "crates/agent/src/db.rs, thread.rs, legacy_thread.rs at zed-industries/zed 0642ec7 (source), 2026-11-25"
+    # a message is {"User": ...}, {"Agent": ...} or "Resume" (legacy threads: a role); the content
+    # blocks inside are one-key objects too ({"Text": ...}); counted where they are read
+    records = ("User", "Agent", "Resume", "user", "assistant", "system")
+    blocks, skipped_blocks = ("Text", "Mention", "Thinking", "ToolUse", "text", "thinking"), ("Image", "RedactedThinking")
+    verified = "db.rs, thread.rs (source), 2026-11-25"
 
     def default_roots(self, env):
         home = _home(env)
@@ -7458,7 +7465,8 @@ class VibeParser(Parser):
     """
 
     id, label, version = "vibe", "Mistral Vibe", 1
-    verified = "as kenn-io/agentsview 538600744 vibe.go reads it (not Vibe's source), 2026-11-25"
+    records = ("system", "user", "assistant", "tool")   # message roles
+    verified = "as agentsview vibe.go reads it, 2026-11-25"
 
     def default_roots(self, env):
         return [os.path.join(agent_dir(env, "VIBE_HOME", ".vibe"), "logs", "session")]
@@ -7470,6 +7478,9 @@ class VibeParser(Parser):
         return [os.path.join(os.path.dirname(path), "meta.json")]
 
     def parse(self, path, report):
+        first = first_json_line(path)
+        if first is not None and "role" not in first:
+            raise NotASessionFile("no Vibe message on the first line")
         folder = os.path.dirname(path)
         meta = _read_json(os.path.join(folder, "meta.json")) or {}
         sid = _str(meta.get("session_id")) or os.path.basename(folder)
@@ -7484,7 +7495,7 @@ class VibeParser(Parser):
         seen = False
         for _, m in iter_jsonl(path, report):
             seen = True
-            role = m.get("role")
+            role = self.record_type(report, m, key="role", family="role ")
             content = text_of(m.get("content"))
             if role == "user":
                 s.add("context" if m.get("injected") else "user", content, role="user")
@@ -7500,8 +7511,6 @@ class VibeParser(Parser):
                 tools.result(m.get("tool_call_id"), content, name=m.get("name"))
             elif role == "system":
                 s.add("context", content, role="system")
-            else:
-                report.unrecognized("role %s" % role)
         if not seen and not meta:
             raise NotASessionFile("no Vibe messages")
         _finish_times(s, path)
@@ -7528,9 +7537,10 @@ class OpenHandsParser(Parser):
     """
 
     id, label, version = "openhands", "OpenHands", 1
-    verified = "as kenn-io/agentsview 538600744 openhands.go reads it (not OpenHands' source), 2026-11-25"
+    verified = "as agentsview openhands.go reads it, 2026-11-25"
 
-    SKIPPED_EVENTS = frozenset({"SystemPromptEvent", "ConversationStateUpdateEvent", "PauseEvent", "TokenEvent",
+    records = ("MessageEvent", "ActionEvent", "ObservationEvent", "AgentErrorEvent")
+    skipped_records = frozenset({"SystemPromptEvent", "ConversationStateUpdateEvent", "PauseEvent", "TokenEvent",
                                 "CondensationRequest", "Condensation", "UserRejectObservation"})
 
     def default_roots(self, env):
@@ -7562,7 +7572,7 @@ class OpenHandsParser(Parser):
                 continue
             ts = norm_time(ev.get("timestamp"))
             s.touch(ts)
-            kind = ev.get("kind")
+            kind = self.record_type(report, ev, key="kind", family="event ")
             thinking = "\n".join(b["thinking"] for b in ev.get("thinking_blocks") or []
                                  if isinstance(b, dict) and isinstance(b.get("thinking"), str))
             thinking = thinking or (ev.get("reasoning_content") if isinstance(ev.get("reasoning_content"), str) else "")
@@ -7588,8 +7598,6 @@ class OpenHandsParser(Parser):
                 tools.result(ev.get("tool_call_id"), output, failed, name=ev.get("tool_name"), ts=ts)
             elif kind == "AgentErrorEvent":
                 s.add("assistant", str(ev.get("error") or ""), role="assistant", ts=ts)
-            elif kind not in self.SKIPPED_EVENTS:
-                report.unrecognized("event %s" % kind)
         _finish_times(s, path)
         return [s]
 
@@ -7610,7 +7618,8 @@ class KiroParser(Parser):
     """
 
     id, label, version = "kiro", "Kiro CLI", 1
-    verified = "as kenn-io/agentsview 538600744 kiro.go reads it (not Kiro's source), 2026-11-25"
+    records = ("Prompt", "AssistantMessage", "ToolResults")   # a turn's `kind`
+    verified = "as agentsview kiro.go reads it, 2026-11-25"
 
     def default_roots(self, env):
         home = _home(env)
@@ -7642,7 +7651,7 @@ class KiroParser(Parser):
         tools = ToolCalls(s)
         turns = 0
         for _, rec in iter_jsonl(path, report):
-            kind, data = rec.get("kind"), rec.get("data")
+            kind, data = self.record_type(report, rec, key="kind"), rec.get("data")
             if kind == "Prompt":
                 s.add("user", "\n".join(t for t in self._blocks(data, "text") if isinstance(t, str)), role="user")
             elif kind == "AssistantMessage":
@@ -7660,7 +7669,6 @@ class KiroParser(Parser):
                             else _out_text(content)
                         tools.result(result.get("toolUseId"), output, result.get("status") == "error")
             else:
-                report.unrecognized(kind)
                 continue
             turns += 1
         if not turns and not meta:
@@ -7738,7 +7746,8 @@ class DevinParser(Parser):
     """
 
     id, label, version = "devin", "Devin CLI", 1
-    verified = "as kenn-io/agentsview 538600744 devin.go reads it (not Devin's source), 2026-11-25"
+    records = ("user", "assistant", "agent", "tool", "system")   # message roles
+    verified = "as agentsview devin.go reads it, 2026-11-25"
 
     def default_roots(self, env):
         home = _home(env)
@@ -7784,7 +7793,7 @@ class DevinParser(Parser):
             s, tools = entry
             ts = norm_time(created)
             s.touch(ts)
-            role = m.get("role")
+            role = self.record_type(report, m, key="role", family="role ")
             if role == "user":
                 s.add("user", text_of(m.get("content")), role="user", ts=ts)
             elif role in ("assistant", "agent"):
@@ -7798,8 +7807,6 @@ class DevinParser(Parser):
                 tools.result(m.get("tool_call_id"), _out_text(m.get("content")), ts=ts)
             elif role == "system":
                 s.add("context", text_of(m.get("content")), role="system", ts=ts)
-            else:
-                report.unrecognized("role %s" % role)
         for s, _ in sessions.values():
             _finish_times(s, path)
         return [s for s, _ in sessions.values()]
@@ -7819,7 +7826,7 @@ class WindsurfParser(Parser):
     """
 
     id, label, version = "windsurf", "Windsurf Cascade", 1
-    verified = "the cascade/*.pb layout (files checked to be unreadable, not their content), 2026-11-25"
+    verified = "layout only, 2026-11-25"
     records = ()
 
     def default_roots(self, env):
@@ -7849,7 +7856,8 @@ class WarpParser(Parser):
     """
 
     id, label, version = "warp", "Warp", 1
-    verified = "as kenn-io/agentsview 538600744 warp.go reads it (not Warp's source), 2026-11-25"
+    records = ()   # table rows: no record types to drift
+    verified = "as agentsview warp.go reads it, 2026-11-25"
 
     def default_roots(self, env):
         home = _home(env)
