@@ -3005,34 +3005,47 @@ class GeminiParser(Parser):
     (a `$set.messages` list replaces the whole list); `{"$rewindTo": id}` drops that message and
     everything after it (all of them when the id is unknown, as the CLI does). The JSON form is the
     same record in one object. Checkpoint-style `Content[]` histories (role/parts) are read too.
-    Sub-agents live in chats/<parentSessionId>/<sessionId>.jsonl. Not listed: `/chat save`
-    checkpoints (copies of a session's history: they would index it twice) and logs.json (prompts only).
+    Sub-agents (`"kind": "subagent"`) live in chats/<parent id>/<sessionId>.json[l]: the folder is the
+    id of the session that ran them (chatRecordingService.initialize), or a background job's own id
+    (skill-extraction-<id>, the memory service's extraction agent); it is the session's `parent`.
+    Every other .json/.jsonl file of the tree is listed and reported with why it is not read: `/chat
+    save` checkpoints (copies of a session's history: they would index it twice), logs.json (prompts
+    only), a legacy .json that a resume migrated into a .jsonl beside it.
     """
 
-    id, label, version = "gemini", "Gemini CLI", 1
+    id, label, version = "gemini", "Gemini CLI", 2
 
     def default_roots(self, env):
         home = env_path(env, "GEMINI_CLI_HOME") or _home(env)   # replaces the home directory, .gemini stays
         return [os.path.join(home, ".gemini", "tmp")]
 
     def list_files(self, root):
+        # Every JSON file of the tree, so that one Gemini CLI writes where this parser does not expect
+        # it is reported (parse says why it is not a session) rather than missed in silence. Only the
+        # full tool outputs are left out: they are read as part of their sessions (_full_output).
         if os.path.isfile(root):
             return [root] if root.endswith((".json", ".jsonl")) else []
-        found = walk_files(root, lambda n: n.endswith((".json", ".jsonl")), max_depth=4,
-                           skip_dirs=("tool-outputs", "node_modules", ".git"))
-        keep = []
-        for p in found:
-            parent = os.path.basename(os.path.dirname(p))
-            grand = os.path.basename(os.path.dirname(os.path.dirname(p)))
-            if (parent == "chats" and os.path.basename(p).startswith("session-")) or \
-                    (grand == "chats" and p.endswith(".jsonl")):
-                keep.append(p)
-        # Resuming a legacy .json session migrates it whole into a .jsonl beside it (name + "l");
-        # the .json is then a stale copy.
-        present = set(keep)
-        return [p for p in keep if not (p.endswith(".json") and p + "l" in present)]
+        return walk_files(root, lambda n: n.endswith((".json", ".jsonl")), max_depth=4,
+                          skip_dirs=("tool-outputs", "node_modules", ".git"))
+
+    @staticmethod
+    def _not_a_chat(path):
+        """Why a JSON file of the Gemini tree is not read as a session, without reading it; None
+        when it may be one."""
+        name = os.path.basename(path)
+        if name == "logs.json":
+            return "the prompt log (logs.json): the prompts are in the chats' sessions"
+        if name.startswith("checkpoint") and name.endswith(".json"):
+            return "a /chat save checkpoint: a copy of a session's history"
+        # Resuming a legacy .json session migrates it whole into a .jsonl beside it (name + "l").
+        if name.endswith(".json") and os.path.isfile(path + "l"):
+            return "a legacy session migrated into %sl when it was resumed" % name
+        return None
 
     def parse(self, path, report):
+        reason = self._not_a_chat(path)
+        if reason:
+            raise NotASessionFile(reason)
         first = first_json_line(path)
         if first is not None:
             meta, messages = self._replay(path, report)
@@ -3057,8 +3070,8 @@ class GeminiParser(Parser):
         s.created = norm_time(meta.get("startTime") or meta.get("start_time"))
         s.modified = norm_time(meta.get("lastUpdated"))
         chats = os.path.dirname(path)
-        if os.path.basename(os.path.dirname(chats)) == "chats" and path.endswith(".jsonl"):
-            s.parent = os.path.basename(chats)   # chats/<parentSessionId>/<sessionId>.jsonl
+        if os.path.basename(os.path.dirname(chats)) == "chats":
+            s.parent = os.path.basename(chats)   # chats/<parent id>/<sessionId>.json[l]
             chats = os.path.dirname(chats)
         s.cwd = self._cwd(chats, meta.get("projectHash"))
         first_user = []

@@ -1986,8 +1986,45 @@ def test_gemini_legacy_json_and_list_files_prefers_migrated_jsonl(tmp_path):
     write_jsonl(chats / "session-2025-01-02T00-00-bbbb.jsonl", [ogc_GEMINI_META])
     write_file(chats.parent / "logs.json", "[]")
     write_file(chats.parent / "checkpoint-x.json", "[]")
-    listed = [os.path.basename(p) for p in PARSERS["gemini"].list_files(str(tmp_path / ".gemini" / "tmp"))]
-    assert listed == ["session-2025-01-01T00-00-aaaa.json", "session-2025-01-02T00-00-bbbb.jsonl"]
+    listed = sorted(os.path.basename(p) for p in PARSERS["gemini"].list_files(str(tmp_path / ".gemini" / "tmp")))
+    assert listed == ["checkpoint-x.json", "logs.json", "session-2025-01-01T00-00-aaaa.json",
+                      "session-2025-01-02T00-00-bbbb.json", "session-2025-01-02T00-00-bbbb.jsonl"]
+    # what is listed but not a session says why (it is reported, never missed in silence)
+    for name, why in (("checkpoint-x.json", "checkpoint"), ("logs.json", "prompt log"),
+                      ("chats/session-2025-01-02T00-00-bbbb.json", "migrated")):
+        with pytest.raises(NotASessionFile, match=why):
+            parse_file("gemini", chats.parent / name)
+
+
+def test_gemini_subagent_chats_are_indexed_under_their_parent_and_other_files_are_reported(env, tmp_path, capsys):
+    # Gemini CLI writes a sub-agent's chat (kind "subagent") in a folder named after the session that ran
+    # it, and the memory service's skill extraction under chats/skill-extraction-<id>/: legacy whole-file
+    # JSON as well as JSONL. Each is a session of its own with its parent; nothing in the tree is missed.
+    chats = tmp_path / "home" / ".gemini" / "tmp" / "proj" / "chats"
+    write_config({"sources": [{"parser": "gemini", "path": str(chats.parent.parent)}]}, tmp_path)
+    write_jsonl(chats / "session-2026-04-16T22-38-b1f31681.jsonl", [
+        dict(ogc_GEMINI_META, sessionId="b1f31681-4b57"),
+        {"id": "u1", "type": "user", "content": "update the global contractor role"}])
+    write_file(chats / "b1f31681-4b57" / "xs82vp.json", json.dumps(dict(
+        ogc_GEMINI_META, sessionId="xs82vp", kind="subagent",
+        messages=[{"id": "m1", "type": "user", "content": "add the gardener checkin requirement"},
+                  {"id": "m2", "type": "gemini", "content": "added the gardener checkin"}]), indent=2))
+    write_file(chats / "skill-extraction-bcb99ecd" / "wuvi38.json", json.dumps(dict(
+        ogc_GEMINI_META, sessionId="wuvi38", kind="subagent",
+        messages=[{"id": "m1", "type": "user", "content": "extract reusable skills from the arborscaping audit"}]),
+        indent=2))
+    write_jsonl(chats / "b1f31681-4b57" / "k2.jsonl", [
+        dict(ogc_GEMINI_META, sessionId="k2", kind="subagent"),
+        {"id": "u1", "type": "user", "content": "search the quokka registry"}])
+    write_file(chats.parent / "logs.json", "[]")
+    summary = index_json(capsys)
+    assert summary["filesSeen"] == 5
+    assert skipped_reasons(summary) == {"logs.json": "not a Gemini CLI session file (the prompt log (logs.json): "
+                                                     "the prompts are in the chats' sessions)"}
+    for word, sid, parent in (("gardener", "xs82vp", "b1f31681-4b57"), ("arborscaping", "wuvi38", "skill-extraction-bcb99ecd"),
+                              ("quokka", "k2", "b1f31681-4b57")):
+        [hit] = search_json(capsys, word)["results"]
+        assert (hit["sessionId"], hit["parent"]) == (sid, parent)
 
 
 def test_gemini_foreign_json_is_not_a_session_file(tmp_path):
