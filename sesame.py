@@ -9015,13 +9015,20 @@ def session_row(con, sid):
 
 
 SHORT_ID_MIN = 8
+# One session id can name several sessions: files that are not copies of each other (Gemini CLI
+# writes a side question as a second session-<time>-<id>.jsonl with the parent's id; a user copies a
+# history and continues both). The short id of each then ends in "~N", N its place among them by
+# file path, which `show` and `forget` resolve; the id alone lists them as ambiguous.
+COPY_MARK = "~"
+_COPY_REF_RE = LazyPattern(r"^(.+)~([1-9][0-9]{0,5})$", re.S)
 
 
-def short_id(con, session_id):
+def short_id(con, session_id, row_id=None):
     """The shortest prefix of a session id, at least SHORT_ID_MIN characters, that no other session
     id in the index starts with: ids made within a minute (UUIDv7, timestamped ids) share their first
     eight, so a fixed-length prefix would be ambiguous for `show` and `forget`. The ids next to it in
-    sorted order are the only ones that can share a longer prefix."""
+    sorted order are the only ones that can share a longer prefix. With the session's row id, a
+    session that shares its id with others gets its place among them (COPY_MARK)."""
     longest = 0
     for op, agg in (("<", "max"), (">", "min")):
         other = con.execute("SELECT %s(session_id) FROM sessions WHERE session_id %s ?" % (agg, op),
@@ -9029,7 +9036,17 @@ def short_id(con, session_id):
         if other:
             common = os.path.commonprefix([session_id.lower(), other.lower()])
             longest = max(longest, len(common))
-    return session_id[:max(SHORT_ID_MIN, longest + 1)]
+    short = session_id[:max(SHORT_ID_MIN, longest + 1)]
+    if row_id is not None:
+        same = _same_id_rows(con, session_id)
+        if len(same) > 1 and row_id in same:
+            short += "%s%d" % (COPY_MARK, same.index(row_id) + 1)
+    return short
+
+
+def _same_id_rows(con, session_id):
+    """The row ids of the sessions with this id, in the order their COPY_MARK numbers them."""
+    return [r for (r,) in con.execute("SELECT id FROM sessions WHERE session_id=? ORDER BY path, id", (session_id,))]
 
 
 def resume_command(s):
@@ -9143,7 +9160,7 @@ def result_json(con, s, score, stage, matches, every_word_known=True):
     at all make no result "matchedAllTerms"."""
     snippet = matches[0]["snippet"] if matches else fallback_snippet(con, s)
     return {
-        "sessionId": s["session_id"], "shortId": short_id(con, s["session_id"]), "source": s["agent"],
+        "sessionId": s["session_id"], "shortId": short_id(con, s["session_id"], s["id"]), "source": s["agent"],
         "agent": s["agent"], "path": s["path"],
         "cwd": s["cwd"], "name": s["name"], "score": float("%.4g" % score),
         "matchedAllTerms": stage in ("words together", "all words") and every_word_known,
@@ -9357,16 +9374,8 @@ COLLAPSIBLE = ("tool", "thinking", "context")
 
 
 def _session_rows(con, where, params=()):
-    rows = [session_dict(r) for r in con.execute(
+    return [session_dict(r) for r in con.execute(
         "SELECT %s FROM sessions WHERE %s ORDER BY modified DESC, chunk_count DESC" % (SESSION_COLUMNS, where), params)]
-    # One session may be stored twice (an agent's database and its older JSON files): like search,
-    # count it once, keeping the most recently modified copy.
-    seen, unique = set(), []
-    for r in rows:
-        if (r["agent"], r["session_id"]) not in seen:
-            seen.add((r["agent"], r["session_id"]))
-            unique.append(r)
-    return unique
 
 
 def _name_matches(con, ref):
@@ -9383,41 +9392,59 @@ def _name_matches(con, ref):
     yield fuzzy
 
 
-def resolve_session(con, ref):
+def resolve_session(con, ref, any_copy=False):
     """The session REF names: a file path, an exact id, a unique id prefix, an exact name, a fuzzy name.
 
     The rules are tried in that order and the first that picks exactly one session wins; when none
     does, the first that found several is reported as ambiguous (SesameError kind "ambiguous").
+    Sessions that share one id (see COPY_MARK) are several unless REF ends in "~N", the short id
+    search printed for one of them; `any_copy` takes the newest of them instead (forget, which
+    forgets every copy, needs only one).
     """
     ref = ref.strip()
     if len(ref) > MAX_REF_CHARS:
         raise SesameError('no session matches "%s" (%d characters: longer than any session id, file or name)'
                           % (_one_line(ref, 40), len(ref)), kind="not_found",
                           hint="give a session id, an id prefix, a session file or a name")
+    copy = _COPY_REF_RE.match(ref)
+    base = copy.group(1) if copy and not _session_rows(con, "session_id = ?", (ref,)) else ref
 
     def stages():
         if os.sep in ref or os.path.exists(ref):
             paths = {os.path.abspath(os.path.expanduser(ref)), os.path.realpath(os.path.expanduser(ref))}
             yield _session_rows(con, "path IN (%s)" % ",".join("?" * len(paths)), [db_path(p) for p in paths])
-        yield _session_rows(con, "session_id = ?", (ref,))
-        yield _session_rows(con, "session_id LIKE ? ESCAPE '\\'", (like_escape(ref) + "%",))
-        yield from _name_matches(con, ref)
+        yield _session_rows(con, "session_id = ?", (base,))
+        yield _session_rows(con, "session_id LIKE ? ESCAPE '\\'", (like_escape(base) + "%",))
+        if base == ref:
+            yield from _name_matches(con, ref)
 
     several = None
     for found in stages() if ref else ():
-        if len(found) == 1:
+        ids = {r["session_id"] for r in found}
+        if len(ids) == 1 and base != ref:   # "<id>~N": the Nth of the sessions with that id
+            same = _same_id_rows(con, ids.pop())
+            n = int(copy.group(2))
+            if n <= len(same):
+                return next(r for r in found if r["id"] == same[n - 1])
+            raise SesameError('no session matches "%s" (%d with that id)' % (ref, len(same)), kind="not_found",
+                              hint="give the short id search printed, the full id or the session file")
+        if len(found) == 1 or (found and any_copy and len(ids) == 1):
             return found[0]
         several = several or found
     if not several:
         raise SesameError('no session matches "%s"' % ref, kind="not_found",
                           hint="give a session id, an id prefix, a session file or a name; "
                                "`sesame search WORDS` finds sessions by topic")
-    lines = ["  %s  %s  %s  %s" % (r["session_id"], r["name"] or "Unnamed", short_date(r["modified"]),
-                                    r["cwd"] or "(no working directory)") for r in several[:CANDIDATES_SHOWN]]
+    shared = collections.Counter(r["session_id"] for r in several)
+    lines = ["  %s  %s  %s  %s%s" % (short_id(con, r["session_id"], r["id"]) if shared[r["session_id"]] > 1 else
+                                     r["session_id"], r["name"] or "Unnamed", short_date(r["modified"]),
+                                     r["cwd"] or "(no working directory)",
+                                     "  " + r["path"] if shared[r["session_id"]] > 1 else "")
+             for r in several[:CANDIDATES_SHOWN]]
     if len(several) > CANDIDATES_SHOWN:
         lines.append("  … and %d more" % (len(several) - CANDIDATES_SHOWN))
     raise SesameError('"%s" matches %d sessions:\n%s' % (ref, len(several), "\n".join(lines)), kind="ambiguous",
-                      hint="give more of the id, the full id or the session file")
+                      hint="give more of the id, the id with its ~N as search prints it, or the session file")
 
 
 def session_header(s):
@@ -9773,7 +9800,7 @@ def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, every
         if refresh:
             refresh_before_reading(ctx, store, first_use)
         s = resolve_session(store.con, ref)
-        s["short_id"] = short_id(store.con, s["session_id"])
+        s["short_id"] = short_id(store.con, s["session_id"], s["id"])
         last = store.last_seq(s["id"])
         lo, hi = 0, last
         if around is not None:
@@ -10438,7 +10465,7 @@ def cmd_forget(args, ctx):
                 raise StoreError("cannot forget: another sesame index is still running after %ds; nothing was "
                                   "forgotten" % FORGET_LOCK_WAIT, hint="try again when it has finished")
             try:
-                s = resolve_session(store.con, ref)
+                s = resolve_session(store.con, ref, any_copy=True)
             except SesameError as e:
                 again = _forgotten(items, ref) if e.kind == "not_found" else []
                 if len(again) != 1:

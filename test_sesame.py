@@ -5308,6 +5308,34 @@ def test_unique_prefix_wins_and_shared_prefix_lists_the_candidates(sessions, cap
     assert code == 1 and json.loads(out)["error"]["code"] == "ambiguous"
 
 
+def test_every_id_search_prints_opens_that_result_when_two_files_share_a_session_id(env, tmp_path, capsys):
+    # Gemini CLI writes a side question as a second session-<time>-<id>.jsonl with the same sessionId:
+    # two sessions, one id. The short id search prints for each opens that one; the id alone is ambiguous.
+    chats = tmp_path / "home" / ".gemini" / "tmp" / "proj" / "chats"
+    write_config({"sources": [{"parser": "gemini", "path": str(chats.parent.parent)}]}, tmp_path)
+    meta = {"sessionId": "5b6234f8-1c2d-4e5f-8a9b-0c1d2e3f4a5b", "projectHash": "ab", "startTime": "2026-04-29T21:39:22Z"}
+    for minute, words in (("21-39", "migrate the walrus schema"), ("21-52", "why does the narwhal cache expire")):
+        write_jsonl(chats / ("session-2026-04-29T%s-5b6234f8.jsonl" % minute), [
+            meta, {"id": "u1", "timestamp": "2026-04-29T%s:30Z" % minute.replace("-", ":"), "type": "user",
+                   "content": words}])
+    printed = set()
+    for word, text in (("walrus", "migrate the walrus schema"), ("narwhal", "why does the narwhal cache expire")):
+        [hit] = search_json(capsys, word)["results"]
+        code, out, _ = run(capsys, "search", word)
+        assert code == 0 and hit["shortId"] in out
+        printed.add(hit["shortId"])
+        shown = show_json(capsys, hit["shortId"])
+        assert [c["text"] for c in shown["chunks"]] == [text] and shown["session"]["shortId"] == hit["shortId"]
+    assert printed == {"5b6234f8~1", "5b6234f8~2"}
+    for ref in ("5b6234f8", meta["sessionId"]):
+        code, out, err = show(capsys, ref)
+        assert code == 1 and out == "" and "matches 2 sessions" in err
+        assert "5b6234f8~1" in err and "5b6234f8~2" in err and "21-52-5b6234f8.jsonl" in err
+    assert show(capsys, "5b6234f8~3")[0] == 1
+    code, out, _ = run(capsys, "forget", "5b6234f8", "--json")   # forget takes every copy, as before
+    assert code == 0 and len(json.loads(out)["forgotten"]["files"]) == 2
+
+
 def test_unknown_session_is_not_found_exit_1(sessions, capsys):
     code, out, err = show(capsys, "no-such-session-anywhere", "--json")
     assert code == 1
