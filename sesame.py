@@ -693,6 +693,11 @@ class NotASessionFile(Exception):
     """Raised by a parser for a file that is not its format (reported, never fatal)."""
 
 
+class ReadAgain(Exception):
+    """Raised by a resumable parser when the lines appended since its checkpoint change what it gave
+    before (a rewind, a record of an earlier message written again): the file is read from the start."""
+
+
 def cap_text(text, cap, head_share=0.75):
     """Keep the head and the tail of a long text and say how much of the middle was dropped."""
     if len(text) <= cap:
@@ -3013,7 +3018,7 @@ class GeminiParser(Parser):
     only), a legacy .json that a resume migrated into a .jsonl beside it.
     """
 
-    id, label, version = "gemini", "Gemini CLI", 2
+    id, label, version = "gemini", "Gemini CLI", 3
 
     def default_roots(self, env):
         home = env_path(env, "GEMINI_CLI_HOME") or _home(env)   # replaces the home directory, .gemini stays
@@ -3042,38 +3047,30 @@ class GeminiParser(Parser):
             return "a legacy session migrated into %sl when it was resumed" % name
         return None
 
-    def parse(self, path, report):
+    # JSONL recordings are only appended to; see _read for where a read stops and goes on.
+    resumable = True
+    # The metadata a session's row needs: the rest (memoryScratchpad, directories...) is not carried.
+    META_KEYS = ("sessionId", "projectHash", "startTime", "start_time", "lastUpdated", "summary")
+
+    def parse(self, path, report, resume=None, limit=None):
         reason = self._not_a_chat(path)
         if reason:
             raise NotASessionFile(reason)
-        first = first_json_line(path)
-        if first is not None:
-            meta, messages = self._replay(path, report)
-            history = None
+        if resume is not None or first_json_line(path) is not None:
+            return self._parse_jsonl(path, report, resume, limit)
+        whole = _load_json_file(path)
+        history = None
+        if isinstance(whole, dict) and isinstance(whole.get("messages"), list):
+            meta, messages = whole, [m for m in whole["messages"] if isinstance(m, dict)]
+        elif isinstance(whole, dict) and isinstance(whole.get("history"), list):
+            meta, messages, history = whole, [], whole["history"]
+        elif isinstance(whole, list) and all(isinstance(c, dict) and "parts" in c for c in whole[:5]):
+            meta, messages, history = {}, [], whole   # a /chat save checkpoint: bare Content[]
         else:
-            whole = _load_json_file(path)
-            meta, messages, history = {}, [], None
-            if isinstance(whole, dict) and isinstance(whole.get("messages"), list):
-                meta = whole
-                messages = [m for m in whole["messages"] if isinstance(m, dict)]
-            elif isinstance(whole, dict) and isinstance(whole.get("history"), list):
-                meta, history = whole, whole["history"]
-            elif isinstance(whole, list) and all(isinstance(c, dict) and "parts" in c for c in whole[:5]):
-                history = whole   # a /chat save checkpoint: bare Content[]
-            else:
-                raise NotASessionFile("no Gemini conversation record")
-        if first is not None and not isinstance(meta.get("sessionId"), str):
-            raise NotASessionFile("no Gemini session metadata line")
+            raise NotASessionFile("no Gemini conversation record")
         sid = meta.get("sessionId") if isinstance(meta.get("sessionId"), str) else \
             os.path.splitext(os.path.basename(path))[0]
-        s = Session(self.id, sid, path)
-        s.created = norm_time(meta.get("startTime") or meta.get("start_time"))
-        s.modified = norm_time(meta.get("lastUpdated"))
-        chats = os.path.dirname(path)
-        if os.path.basename(os.path.dirname(chats)) == "chats":
-            s.parent = os.path.basename(chats)   # chats/<parent id>/<sessionId>.json[l]
-            chats = os.path.dirname(chats)
-        s.cwd = self._cwd(chats, meta.get("projectHash"))
+        s = self._session(path, sid, meta)
         first_user = []
         if history is not None:
             self._history(s, history, report, first_user)
@@ -3081,20 +3078,107 @@ class GeminiParser(Parser):
             calls = {}
             for m in messages:
                 self._message(s, m, report, first_user, calls)
-            if first is not None and self._resume_stub(path, s, sid):
-                return []
+        self._finish(s, path, meta, first_user, (s.created, s.modified))
+        return [s]
+
+    def _session(self, path, sid, meta):
+        s = Session(self.id, sid, path)
+        chats = os.path.dirname(path)
+        if os.path.basename(os.path.dirname(chats)) == "chats":
+            s.parent = os.path.basename(chats)   # chats/<parent id>/<sessionId>.json[l]
+            chats = os.path.dirname(chats)
+        s.cwd = self._cwd(chats, meta.get("projectHash"))
+        return s
+
+    def _finish(self, s, path, meta, first_user, span):
+        """Times (the recording's, widened by its messages'), and the name: the generated summary,
+        else the first real prompt (as Gemini CLI titles a session)."""
+        s.created = s.modified = None
+        s.touch(norm_time(meta.get("startTime") or meta.get("start_time")))
+        s.touch(norm_time(meta.get("lastUpdated")))
+        for ts in span:
+            s.touch(ts)
         summary = meta.get("summary")
         if isinstance(summary, str) and summary.strip():
             s.name = _one_line(summary, 200)
-        elif first_user:   # Gemini CLI titles a session by its first real prompt
+        elif first_user:
             s.name = _one_line(first_user[0])
         _finish_times(s, path)
+
+    def _parse_jsonl(self, path, report, resume, limit):
+        """A JSONL recording, from the start or from a checkpoint. The checkpoint is the first line of
+        the last message: Gemini CLI writes a message again (same id) while it grows (its tool calls,
+        their results, its tokens), and only its last one (ChatRecordingService.pushMessage). The
+        state carries the metadata, the first prompt (the name), the calls already complete (their
+        results copied into later user messages are not indexed twice), the time span and a CRC of
+        each message id indexed. A line appended after it that rewrites what was indexed (a
+        $rewindTo, a $set.messages checkpoint, a message indexed before written again) makes the
+        file read again from its start (ReadAgain): rare (a /rewind, a resume), and never wrong."""
+        state = resume["state"] if resume else {}
+        start = resume["offset"] if resume else 0
+        meta = dict(state.get("meta") or {})
+        seen = set(state.get("seen") or ())
+        messages, opened, changed_at, read_to, complete = self._read(path, report, start, meta, seen, limit)
+        if not isinstance(meta.get("sessionId"), str):
+            raise NotASessionFile("no Gemini session metadata line")
+        s = self._session(path, meta["sessionId"], meta)
+        first_user = [state["first"]] if state.get("first") else []
+        calls = dict.fromkeys(state.get("done") or ())
+        span = state.get("span") or [None, None]
+        for t in span:
+            s.touch(t)
+        real = state.get("real", False)
+        # Where the next read goes on: before the last message (it may be written again), or where
+        # a sliced read stopped; only when no call waits for its result and nothing after it
+        # changed an earlier message.
+        last = next(reversed(messages), None) if complete else None
+        at = opened.get(last) if last is not None else (read_to, dict(meta))
+        checkpoint = None
+        for m in messages.values():
+            if m["id"] == last and at is not None:
+                checkpoint = self._checkpoint(s, at, calls, first_user, seen, real, messages, last)
+            self._message(s, m, report, first_user, calls)
+        if last is None and at is not None:
+            checkpoint = self._checkpoint(s, at, calls, first_user, seen, real, messages, None)
+        if checkpoint is not None and at[0] >= changed_at:
+            checkpoint["seq"] += resume["seq"] if resume else 0
+            s.checkpoint = checkpoint
+        if not real and not any(c.kind != "context" for c in s.chunks):
+            if resume:
+                raise ReadAgain()   # whether it is a resume stub is decided on the whole file
+            if self._resume_stub(path, s, meta["sessionId"]):
+                return []
+        s.complete = complete
+        self._finish(s, path, meta, first_user, (s.created, s.modified))
         return [s]
 
     @staticmethod
-    def _replay(path, report):
-        meta, messages = {}, {}
-        for _, rec in iter_jsonl(path, report):
+    def _checkpoint(s, at, calls, first_user, seen, real, messages, last):
+        """The checkpoint before message `last` (None: after every message read), or None while a
+        call still waits for its result."""
+        if any(v is not None for v in calls.values()):
+            return None
+        ids = set(seen)
+        for mid in messages:
+            if mid == last:
+                break
+            ids.add(zlib.crc32(mid.encode("utf-8", "surrogatepass")))
+        offset, meta = at
+        return {"offset": offset, "seq": len(s.chunks), "state": {
+            "meta": {k: meta[k] for k in GeminiParser.META_KEYS if k in meta},
+            "first": first_user[0] if first_user else None,
+            "done": [k for k in calls if isinstance(k, str)], "span": [s.created, s.modified],
+            "real": real or any(c.kind != "context" for c in s.chunks), "seen": sorted(ids)}}
+
+    @staticmethod
+    def _read(path, report, start, meta, seen, limit):
+        """The records from `start` on: {id: message} in order (an id written again replaces its
+        record in place, as Gemini CLI's loader does), `meta` updated in place; also where each
+        message first appeared (with the metadata then), the offset after the last line that changed
+        an earlier message, where the read stopped and whether it reached the end. `seen` holds the
+        CRCs of the message ids indexed before `start`: a line that changes one raises ReadAgain."""
+        messages, opened, changed_at, prev = {}, {}, 0, start
+        for offset, rec in iter_jsonl(path, report, start):
             if isinstance(rec.get("$rewindTo"), str):
                 target = rec["$rewindTo"]
                 if target in messages:
@@ -3102,22 +3186,42 @@ class GeminiParser(Parser):
                     for mid in ids[ids.index(target):]:
                         del messages[mid]
                 else:
-                    messages.clear()
+                    if seen:
+                        raise ReadAgain()
+                    messages.clear()   # an unknown id: every message goes, as the CLI does
+                changed_at = offset
             elif isinstance(rec.get("$set"), dict):
                 upd = rec["$set"]
                 if isinstance(upd.get("messages"), list):   # a checkpoint: the list as it now is
+                    if seen:
+                        raise ReadAgain()
                     messages = {m["id"]: m for m in upd["messages"] if isinstance(m, dict) and isinstance(m.get("id"), str)}
+                    changed_at = offset
                 meta.update((k, v) for k, v in upd.items() if k != "messages")
             elif isinstance(rec.get("sessionId"), str) and "id" not in rec:
                 # A resume appends another metadata line: its startTime is the resume, not the creation.
                 meta.update((k, v) for k, v in rec.items() if k != "messages" and not (k == "startTime" and k in meta))
                 if isinstance(rec.get("messages"), list):   # a legacy whole record on one line
+                    if seen:
+                        raise ReadAgain()
                     messages = {m["id"]: m for m in rec["messages"] if isinstance(m, dict) and isinstance(m.get("id"), str)}
+                    changed_at = offset
             elif isinstance(rec.get("id"), str):
-                messages[rec["id"]] = rec   # same id again: the newer record wins, in its old place
+                mid = rec["id"]
+                if mid in messages:
+                    if mid != next(reversed(messages)):
+                        changed_at = offset   # an earlier message written again
+                else:
+                    if seen and zlib.crc32(mid.encode("utf-8", "surrogatepass")) in seen:
+                        raise ReadAgain()
+                    if limit and prev - start >= limit and messages:
+                        return messages, opened, changed_at, prev, False   # a slice ends before a message
+                    opened[mid] = (prev, dict(meta))
+                messages[mid] = rec   # same id again: the newer record wins, in its old place
             else:
                 report.skip("unknown record")
-        return meta, list(messages.values())
+            prev = offset
+        return messages, opened, changed_at, prev, True
 
     @staticmethod
     def _parts_text(content, want_thought=False):
@@ -7748,7 +7852,9 @@ def _resume_point(con, job):
 # What a worker hands back for one file (or one slice of it): status is "ok", "skipped" (not a
 # session file) or "error" (not readable now: left for the next run); payload is the Prepared
 # sessions or the reason; the parser's report: skipped lines, unrecognised record types, versions.
-ParseResult = collections.namedtuple("ParseResult", "status payload skipped checkpoint unknown versions")
+# `restarted`: a resumed parse that had to read the file from its start (ReadAgain).
+ParseResult = collections.namedtuple("ParseResult", "status payload skipped checkpoint unknown versions restarted",
+                                     defaults=(False,))
 
 
 def parse_file(path, parser_id, resume, limit, redact_secrets=True):
@@ -7758,12 +7864,19 @@ def parse_file(path, parser_id, resume, limit, redact_secrets=True):
     """
     parser = PARSERS[parser_id]
     report = ParseReport()
+    restarted = False
 
     def result(status, payload, checkpoint=None):
-        return ParseResult(status, payload, report.skipped, checkpoint, report.unknown, sorted(report.versions))
+        return ParseResult(status, payload, report.skipped, checkpoint, report.unknown, sorted(report.versions),
+                           restarted)
     try:
         if parser.resumable:
-            sessions = parser.parse(path, report, resume=resume, limit=limit)
+            try:
+                sessions = parser.parse(path, report, resume=resume, limit=limit)
+            except ReadAgain:
+                # Whole, not in slices: a slice after the first would resume and meet the same lines.
+                report, resume, restarted = ParseReport(), None, True
+                sessions = parser.parse(path, report)
         else:
             sessions = parser.parse(path, report)
     except NotASessionFile as e:
@@ -7863,7 +7976,7 @@ def index_file(batch, job, result, summary, policy):
     deleted from it (keep_vanished). A resumable file that only grew is extended from its
     checkpoint; one larger than SLICE_BYTES arrives in slices, each committed like an append.
     """
-    con, resume, st = batch.con, job.resume, job.stat
+    con, resume, st = batch.con, job.resume if not result.restarted else None, job.stat
     file_id = job.row.id if job.row else None
     existing = None
     if resume and file_id is not None:
@@ -7872,6 +7985,9 @@ def index_file(batch, job, result, summary, policy):
     fresh = resume is None
     skipped_lines, unknown, versions, written, kept = 0, collections.Counter(), set(), [], 0
     while True:
+        if result.restarted and resume:  # a later slice found the file rewritten: read from its start
+            delete_sessions(con, "file_id=? AND deleted IS NULL", (file_id,))
+            resume = existing = None
         skipped_lines += sum(result.skipped.values())
         unknown.update(result.unknown)
         versions.update(result.versions)

@@ -4050,6 +4050,96 @@ def read_starts(monkeypatch):
     return starts
 
 
+def parse_starts(monkeypatch):
+    """(file name, offset) each parse of a file starts from: 0 when it reads the file whole."""
+    starts = []
+    original = sesame.parse_file
+
+    def spy(path, parser_id, resume, limit, redact_secrets=True):
+        result = original(path, parser_id, resume, limit, redact_secrets)
+        starts.append((os.path.basename(path), 0 if resume is None or result.restarted else resume["offset"]))
+        return result
+    monkeypatch.setattr(sesame, "parse_file", spy)
+    return starts
+
+
+def check_appends_are_resumed(tmp_path, capsys, monkeypatch, parser, root, path, head, turns, old, new):
+    """The freshness promise for a resumable parser, on the user's side: each append (`turns`: (a word
+    only it has, its records)) is read from where the last read stopped, after the head's first turn; an append cut inside a line is read once
+    finished; what the index holds equals a full rebuild; a rewrite (`old` -> `new` in the head)
+    reads the file whole."""
+    write_config({"sources": [{"parser": parser, "path": str(root)}]}, tmp_path)
+    write_jsonl(path, head)
+    assert run(capsys, "index")[0] == 0
+    sid = search_ids(capsys, old)[0]
+    starts = parse_starts(monkeypatch)
+    first_turn = len(json.dumps(head[0])) + len(json.dumps(head[1])) + 2
+    for i, (word, records) in enumerate(turns):
+        size = os.path.getsize(path)
+        text = "".join(json.dumps(r) + "\n" for r in records)
+        if i == 1:   # an agent caught writing: half a line now, the rest at the next read
+            with open(path, "a") as f:
+                f.write(text[:len(text) // 2])
+            assert run(capsys, "index")[0] == 0
+            text = text[len(text) // 2:]
+        with open(path, "a") as f:
+            f.write(text)
+        del starts[:]
+        assert run(capsys, "index")[0] == 0
+        [(name, offset)] = starts
+        assert name == os.path.basename(path) and first_turn < offset <= size
+        assert search_ids(capsys, word) == [sid]
+    shown = show_json(capsys, sid, "--max-chars", "0", "--all")
+    assert run(capsys, "index", "--full")[0] == 0
+    assert show_json(capsys, sid, "--max-chars", "0", "--all") == shown
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace(old, new))
+    del starts[:]
+    assert run(capsys, "index")[0] == 0
+    assert starts == [(os.path.basename(path), 0)]
+    assert search_ids(capsys, new) == [sid] and search_ids(capsys, old) == []
+    return shown
+
+
+def test_gemini_appends_are_read_from_the_last_message_and_a_rewind_reads_the_file_again(env, tmp_path, capsys,
+                                                                                        monkeypatch):
+    chats = tmp_path / "home" / ".gemini" / "tmp" / "proj" / "chats"
+    path = str(chats / "session-2026-04-29T21-39-g1.jsonl")
+    filler = " ".join("word%d" % i for i in range(400))
+    head = [ogc_GEMINI_META,
+            {"id": "u1", "timestamp": "2026-04-29T21:39:30Z", "type": "user", "content": "plan the gazebo " + filler},
+            {"id": "a1", "timestamp": "2026-04-29T21:39:31Z", "type": "gemini", "content": "first " + filler},
+            {"id": "u2", "timestamp": "2026-04-29T21:40:00Z", "type": "user", "content": "and the roof"},
+            {"$set": {"lastUpdated": "2026-04-29T21:40:00Z"}}]
+    call = {"id": "t1", "name": "run_shell_command", "args": {"command": "ls shed"}, "status": "success",
+            "result": [{"functionResponse": {"id": "t1", "response": {"output": "shed.txt"}}}]}
+    turns = [
+        ("trellis", [{"id": "a2", "timestamp": "2026-04-29T21:40:01Z", "type": "gemini", "content": "partial"},
+         {"id": "a2", "timestamp": "2026-04-29T21:40:02Z", "type": "gemini", "content": "the trellis is done",
+          "toolCalls": [call]},
+         {"id": "r2", "timestamp": "2026-04-29T21:40:03Z", "type": "user", "content": [
+             {"functionResponse": {"id": "t1", "response": {"output": "shed.txt"}}}]},
+         {"$set": {"lastUpdated": "2026-04-29T21:40:03Z", "summary": "Garden build"}}]),
+        ("pergola", [{"id": "u3", "timestamp": "2026-04-29T21:41:00Z", "type": "user", "content": "paint the pergola"}]),
+        (None, [{"id": "u4", "timestamp": "2026-04-29T21:42:00Z", "type": "user", "content": "abandoned question"},
+         {"$rewindTo": "a2"},   # rewinds what an earlier read indexed: read again from the start
+         {"id": "u5", "timestamp": "2026-04-29T21:43:00Z", "type": "user", "content": "water the hedge"}]),
+    ]
+    shown = check_appends_are_resumed(tmp_path, capsys, monkeypatch, "gemini", chats.parent.parent, path, head,
+                                      turns[:2], "gazebo", "pavilion")
+    texts_shown = [c["text"] for c in shown["chunks"]]
+    assert sum("shed.txt" in t for t in texts_shown) == 1 and "paint the pergola" in texts_shown
+    assert shown["session"]["name"] == "Garden build"
+    starts = parse_starts(monkeypatch)
+    with open(path, "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in turns[2][1]))
+    assert run(capsys, "index")[0] == 0
+    assert starts == [(os.path.basename(path), 0)]
+    assert search_ids(capsys, "trellis") == search_ids(capsys, "pergola") == [] and search_ids(capsys, "hedge") == ["g-1"]
+
+
 def index_snapshot(capsys, queries=("carousel", "webhook", "kubernetes autoscaler", "deploy bucket", "tool output")):
     """What a user sees of the index: status counts and the JSON of several searches."""
     info = json.loads(run(capsys, "status", "--json")[1])
