@@ -2213,11 +2213,11 @@ def _codex_zstd_lines(path):
             yield line
 
 
-def _codex_records(path, report):
-    """The JSON objects of a rollout file, plain or .zst, one per line."""
+def _codex_records(path, report, start=0):
+    """(offset after the line, object) of each JSON line of a rollout file, from byte `start`; the
+    offset is None in a .zst file (read whole every time)."""
     if not path.endswith(".zst"):
-        for _, obj in iter_jsonl(path, report):
-            yield obj
+        yield from iter_jsonl(path, report, start)
         return
     lines = _codex_zstd_lines(path)
     for raw in lines:
@@ -2233,7 +2233,7 @@ def _codex_records(path, report):
             report.skip("malformed line")
             continue
         if isinstance(obj, dict):
-            yield obj
+            yield None, obj
         else:
             report.skip("malformed line")
 
@@ -2248,10 +2248,20 @@ class CodexParser(Parser):
     context (environment, AGENTS.md, developer/permission messages) is "context". Tool calls are
     joined to their outputs by call_id. Forked and sub-agent threads link to their parent, and the
     parent history they replay is left out. Names come from `session_index.jsonl` (thread names).
+
+    JSONL rollouts are read in turns and resumable: a turn ends before a `turn_context`,
+    `task_started` or prompt line once each typed prompt so far has its copy in the other stream
+    (older and generated files write only one stream: they are read whole); the two copies of a
+    text are then always in one turn, so each turn picks its texts
+    alone and a read can stop and go on at a turn's start, carrying the session's id, folder, parent,
+    name, times and which streams the file writes. A turn still waiting for a tool's output does
+    not end (PENDING_CALL_LINES bounds the wait), nor does the replayed history of a fork before its
+    creation burst is over. A .jsonl.zst is read whole.
     """
 
     session_env = ("CODEX_THREAD_ID",)  # set for the commands it runs (0.169); a thread is a session
-    id, label, version = "codex", "Codex", 1
+    id, label, version = "codex", "Codex", 2
+    resumable = True
 
     def __init__(self):
         self._title_cache = {}   # session_index.jsonl path -> (size, mtime_ns, {thread id: name})
@@ -2271,9 +2281,11 @@ class CodexParser(Parser):
 
     # -- reading --------------------------------------------------------------------------------
 
-    def parse(self, path, report):
+    def parse(self, path, report, resume=None, limit=None):
         if path.endswith(".json"):
             return [self._parse_ts_json(path, report)]
+        if resume is not None:
+            return [self._parse_jsonl(path, report, None, resume, limit)]
         if not path.endswith(".zst"):
             head = first_json_line(path)
             if head is None:
@@ -2285,7 +2297,7 @@ class CodexParser(Parser):
             elif not (isinstance(head.get("payload"), dict) and isinstance(head.get("type"), str)) and not (
                     "id" in head and "timestamp" in head and "type" not in head):
                 raise NotASessionFile("neither a wrapped rollout line nor a bare rollout header")
-            return [self._parse_jsonl(path, report, head)]
+            return [self._parse_jsonl(path, report, head, None, limit)]
         return [self._parse_jsonl(path, report, None)]
 
     def _new_session(self, path, session_id):
@@ -2315,19 +2327,36 @@ class CodexParser(Parser):
                 report.skip("malformed item")
         return self._finish(s, st, path, norm_time(meta.get("timestamp")))
 
-    def _parse_jsonl(self, path, report, head):
-        st = _CodexState()
-        s = None
-        created = None
-        records = _codex_records(path, report)
+    def _parse_jsonl(self, path, report, head, resume=None, limit=None):
+        """A JSONL rollout from its start or from a checkpoint (a turn's first line), in turns (see
+        the class)."""
+        start = resume["offset"] if resume else 0
+        st = _CodexState.carried(resume["state"] if resume else None)
+        s = created = None
+        if resume:
+            s = self._new_session(path, st.own_id)
+            s.cwd, s.parent, created = st.cwd, st.parent, st.created
+        records = _codex_records(path, report, start)
         if head is not None and head.get("type") == "session_meta":
             # Read the meta from the head too: a file holding only an unfinished meta line (no newline
             # yet) is still a session that exists.
-            records = itertools.chain([head], (r for i, r in enumerate(records) if i > 0))
-        for rec in records:
+            records = itertools.chain([(None, head)], (r for i, r in enumerate(records) if i > 0))
+        prev, line_no, checkpoint, complete = start, 0, None, True
+        for offset, rec in records:
+            line_no += 1
             ts = norm_time(rec.get("timestamp"))
             rtype = rec.get("type")
             payload = rec.get("payload")
+            if s is not None and offset is not None and st.turn_starts(rec, line_no):
+                self._close_turn(s, st)
+                st = st.next_turn()
+                st.cwd, st.parent, st.created = s.cwd, s.parent, created
+                checkpoint = {"offset": prev, "seq": len(s.chunks), "state": st.state(s)}
+                if limit and prev - start >= limit:
+                    complete = False
+                    break
+            if offset is not None:
+                prev = offset
             if s is None:
                 if rtype == "session_meta" and isinstance(payload, dict):
                     s = self._new_session(path, payload.get("id"))
@@ -2339,10 +2368,12 @@ class CodexParser(Parser):
                     s = self._new_session(path, rec.get("id"))
                     created = norm_time(rec.get("timestamp"))
                     st.bare = True
+                    st.own_id = s.session_id
                     continue
                 if not isinstance(payload, dict):
                     raise NotASessionFile("no session_meta before the first item")
                 s = self._new_session(path, None)   # wrapped file whose meta line is missing
+                st.own_id = s.session_id
             if ts:
                 st.timestamps.append(ts)
             if st.bare:
@@ -2370,6 +2401,10 @@ class CodexParser(Parser):
             # world_state (AGENTS.md/env snapshots), inter_agent_communication_metadata: no new text
         if s is None:
             raise NotASessionFile("empty file")
+        if checkpoint is not None:
+            checkpoint["seq"] += resume["seq"] if resume else 0
+            s.checkpoint = checkpoint
+        s.complete = complete
         return self._finish(s, st, path, created)
 
     @staticmethod
@@ -2384,15 +2419,20 @@ class CodexParser(Parser):
         parent = meta.get("parent_thread_id") or (spawn or {}).get("parent_thread_id") or meta.get("forked_from_id")
         s.parent = parent if isinstance(parent, str) and parent else None
 
-    def _finish(self, s, st, path, created):
+    @staticmethod
+    def _close_turn(s, st):
+        """The chunks of a turn, once its texts are picked (see _CodexState.resolve)."""
         st.resolve()
+        st.entries.into(s)
+        for ts in st.span + [min(st.timestamps, default=None), max(st.timestamps, default=None)]:
+            s.touch(ts)
+
+    def _finish(self, s, st, path, created):
+        self._close_turn(s, st)
         if s.cwd is None:
             s.cwd = st.env_cwd
         s.name = self._thread_name(path, s.session_id) or st.thread_name
-        st.entries.into(s)
         s.touch(created)
-        for ts in st.timestamps:
-            s.touch(ts)
         if s.modified is None or (st.bare or path.endswith(".json")):
             # Bare and TS-era files have no per-line timestamps: the file's mtime is the last activity.
             s.touch(_file_mtime(path))
@@ -2497,6 +2537,10 @@ class _CodexState:
     PREFERENCE = {"user": ("event", "item", "response"), "assistant": ("response", "event", "item"),
                   "thinking": ("response", "event", "item")}
 
+    # Carried from turn to turn, and in a checkpoint's state (the rest belongs to one turn).
+    CARRIED = ("own_id", "bare", "env_cwd", "thread_name", "has_response_tools", "replayed", "cwd", "parent",
+               "created", "span")
+
     def __init__(self):
         self.entries = _Entries()
         self.own_id = None
@@ -2506,20 +2550,84 @@ class _CodexState:
         self.timestamps = []
         self.has_response_tools = False
         self.replay = None   # {"start": index, "end": index or None, "ts": datetime} after a parent meta
+        self.replayed = False   # a parent's history was replayed (only the first is)
         self.tool_calls = {}   # call id -> response_item tool entry
         self.exit_codes = {}   # call id -> exit code, from exec_command_end and item_completed events
+        self.cwd = self.parent = self.created = None
+        self.span = []   # the first and last times of the turns before
+        self.waiting_since = None   # line number from which a tool call has waited for its output
+        self.unpaired = []   # (text key, stream) of the typed prompts still without their copy
+
+    @classmethod
+    def carried(cls, state):
+        st = cls()
+        for k, v in (state or {}).items():
+            if k in cls.CARRIED:
+                setattr(st, k, v)
+        return st
+
+    def next_turn(self):
+        st = self.carried(self.state(None))
+        return st
+
+    def state(self, s):
+        """What the next turn needs of this one and the turns before (JSON)."""
+        times = [t for t in self.span + [min(self.timestamps, default=None), max(self.timestamps, default=None)] if t]
+        out = {k: getattr(self, k) for k in self.CARRIED}
+        out["span"] = [min(times), max(times)] if times else []
+        out["replayed"] = self.replayed or self.replay is not None
+        if s is not None:
+            out["cwd"], out["parent"] = s.cwd, s.parent
+        return out
+
+    def turn_starts(self, rec, line_no):
+        """Whether a turn can end before this line: it starts a turn or a prompt, each typed prompt
+        so far has its copy, no tool call waits for its output, and a replayed history is over."""
+        entries = self.entries
+        if entries.calls or entries.unnamed_calls:
+            if self.waiting_since is None:
+                self.waiting_since = line_no
+            if line_no - self.waiting_since <= PENDING_CALL_LINES:
+                return False
+            entries.calls.clear()   # a call whose output never came: kept without it
+            entries.unnamed_calls.clear()
+        self.waiting_since = None
+        if self.replay is not None:
+            t, t0 = parse_time(rec.get("timestamp")), self.replay["ts"]
+            if t is None or t0 is None or (t - t0).total_seconds() <= REPLAY_BURST_SECONDS:
+                return False
+        if self.bare:
+            return True
+        rtype, p = rec.get("type"), rec.get("payload")
+        p = p if isinstance(p, dict) else {}
+        if not (rtype == "turn_context" or (rtype == "event_msg" and p.get("type") in ("task_started", "user_message"))
+                or (rtype == "response_item" and p.get("type") == "message" and p.get("role") == "user")):
+            return False
+        # Each typed prompt so far has its copy (see _say): the copies of one prompt are written
+        # together but in no fixed order around turn_context and task_started (Codex 0.16x writes
+        # the user_message event before task_started and the response item after it).
+        return not self.unpaired
 
     # -- streams --------------------------------------------------------------------------------
 
     def _say(self, kind, text, ts, stream, role):
         if isinstance(text, str) and text.strip():
             self.entries.add(kind, text, ts=ts, role=role, stream=stream, key=_text_key(text))
+            if kind == "user":
+                # A prompt is paired with an earlier copy from another stream; the prompts before
+                # that one will get no copy any more (Codex writes a prompt's copies before the next).
+                key = _text_key(text)
+                twin = next((i for i, (k, st) in enumerate(self.unpaired) if k == key and st != stream), None)
+                if twin is None:
+                    self.unpaired.append((key, stream))
+                else:
+                    del self.unpaired[:twin + 1]
 
     def foreign_meta(self, meta, line_ts):
         """A second session_meta: a fork or sub-agent replays its parent's history after it."""
         if meta.get("id") == self.own_id:
             return
-        if self.replay is None:
+        if self.replay is None and not self.replayed:
             self.replay = {"start": len(self.entries.items), "end": None, "ts": parse_time(line_ts)}
 
     def _initial_context_seen(self, line_ts):

@@ -4063,9 +4063,10 @@ def parse_starts(monkeypatch):
     return starts
 
 
-def check_appends_are_resumed(tmp_path, capsys, monkeypatch, parser, root, path, head, turns, old, new):
+def check_appends_are_resumed(tmp_path, capsys, monkeypatch, parser, root, path, head, kept, turns, old, new):
     """The freshness promise for a resumable parser, on the user's side: each append (`turns`: (a word
-    only it has, its records)) is read from where the last read stopped, after the head's first turn; an append cut inside a line is read once
+    only it has, its records)) is read from where the last read stopped, after the head's first `kept`
+    records (a first turn long enough to count); an append cut inside a line is read once
     finished; what the index holds equals a full rebuild; a rewrite (`old` -> `new` in the head)
     reads the file whole."""
     write_config({"sources": [{"parser": parser, "path": str(root)}]}, tmp_path)
@@ -4073,7 +4074,7 @@ def check_appends_are_resumed(tmp_path, capsys, monkeypatch, parser, root, path,
     assert run(capsys, "index")[0] == 0
     sid = search_ids(capsys, old)[0]
     starts = parse_starts(monkeypatch)
-    first_turn = len(json.dumps(head[0])) + len(json.dumps(head[1])) + 2
+    first_turn = sum(len(json.dumps(r)) + 1 for r in head[:kept])
     for i, (word, records) in enumerate(turns):
         size = os.path.getsize(path)
         text = "".join(json.dumps(r) + "\n" for r in records)
@@ -4081,13 +4082,13 @@ def check_appends_are_resumed(tmp_path, capsys, monkeypatch, parser, root, path,
             with open(path, "a") as f:
                 f.write(text[:len(text) // 2])
             assert run(capsys, "index")[0] == 0
-            text = text[len(text) // 2:]
+            text, size = text[len(text) // 2:], os.path.getsize(path)
         with open(path, "a") as f:
             f.write(text)
         del starts[:]
         assert run(capsys, "index")[0] == 0
         [(name, offset)] = starts
-        assert name == os.path.basename(path) and first_turn < offset <= size
+        assert name == os.path.basename(path) and first_turn <= offset <= size
         assert search_ids(capsys, word) == [sid]
     shown = show_json(capsys, sid, "--max-chars", "0", "--all")
     assert run(capsys, "index", "--full")[0] == 0
@@ -4127,7 +4128,7 @@ def test_gemini_appends_are_read_from_the_last_message_and_a_rewind_reads_the_fi
          {"$rewindTo": "a2"},   # rewinds what an earlier read indexed: read again from the start
          {"id": "u5", "timestamp": "2026-04-29T21:43:00Z", "type": "user", "content": "water the hedge"}]),
     ]
-    shown = check_appends_are_resumed(tmp_path, capsys, monkeypatch, "gemini", chats.parent.parent, path, head,
+    shown = check_appends_are_resumed(tmp_path, capsys, monkeypatch, "gemini", chats.parent.parent, path, head, 3,
                                       turns[:2], "gazebo", "pavilion")
     texts_shown = [c["text"] for c in shown["chunks"]]
     assert sum("shed.txt" in t for t in texts_shown) == 1 and "paint the pergola" in texts_shown
@@ -4138,6 +4139,51 @@ def test_gemini_appends_are_read_from_the_last_message_and_a_rewind_reads_the_fi
     assert run(capsys, "index")[0] == 0
     assert starts == [(os.path.basename(path), 0)]
     assert search_ids(capsys, "trellis") == search_ids(capsys, "pergola") == [] and search_ids(capsys, "hedge") == ["g-1"]
+
+
+def codex_turn(n, prompt, answer=None, call=None, turn_start=True, bare=False):
+    """The lines of one Codex turn (`n` makes its times and ids): wrapped (turn_context first, or none
+    as in older and generated rollouts), or bare-era items."""
+    ts = "2025-11-17T21:%02d:%02d.000Z" % (30 + n // 60, n % 60)
+    items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}]
+    if call:
+        items += [{"type": "function_call", "name": "shell", "call_id": "call_%d" % n,
+                   "arguments": json.dumps({"command": ["bash", "-lc", call[0]]})},
+                  {"type": "function_call_output", "call_id": "call_%d" % n,
+                   "output": json.dumps({"output": call[1], "metadata": {"exit_code": 0}})}]
+    if answer:
+        items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": answer}]})
+    if bare:
+        return items + [{"record_type": "state"}]
+    lines = [cc_cx(ts, "turn_context", {"cwd": "/home/u/app", "model": "gpt-5"})] if turn_start else []
+    lines += [cc_cx(ts, "response_item", items[0]), cc_cx(ts, "event_msg", {"type": "user_message", "message": prompt})]
+    for item in items[1:]:
+        lines.append(cc_cx(ts, "response_item", item))
+        if item.get("role") == "assistant":
+            lines.append(cc_cx(ts, "event_msg", {"type": "agent_message", "message": answer}))
+    return lines
+
+
+@pytest.mark.parametrize("era", ["turn_context", "no turn lines", "bare"])
+def test_codex_appends_are_read_from_the_last_turn_and_a_rewrite_is_read_whole(env, tmp_path, capsys, monkeypatch, era):
+    root = tmp_path / "codex-sessions"
+    path = str(cc_rollout(root))
+    filler = " ".join("word%d" % i for i in range(400))
+    kw = {"turn_start": era == "turn_context", "bare": era == "bare"}
+    header = {"id": cc_TID, "timestamp": "2025-11-17T21:30:00.000Z", "instructions": None} if era == "bare" else \
+        cc_cx_meta()
+    head = [header] + codex_turn(1, "plan the gazebo " + filler, "first " + filler, **kw) + codex_turn(
+        2, "and the roof", "the roof is planned", ("ls roof", "roof.txt"), **kw)
+    turns = [("trellis", codex_turn(3, "build the trellis", "the trellis is done", ("ls shed", "shed.txt"), **kw)),
+             ("pergola", codex_turn(4, "paint the pergola", "painted", **kw)),
+             ("hedge", codex_turn(5, "water the hedge", **kw))]
+    kept = 1 + len(codex_turn(1, "x", "y", **kw))
+    shown = check_appends_are_resumed(tmp_path, capsys, monkeypatch, "codex", root, path, head, kept, turns,
+                                      "gazebo", "pavilion")
+    said = [c["text"] for c in shown["chunks"]]
+    for text in ("build the trellis", "the trellis is done", "paint the pergola", "water the hedge"):
+        assert said.count(text) == 1, text   # each text once, though the wrapped eras write it twice
+    assert sum("shed.txt" in t for t in said) == 1
 
 
 def index_snapshot(capsys, queries=("carousel", "webhook", "kubernetes autoscaler", "deploy bucket", "tool output")):
