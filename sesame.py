@@ -3126,7 +3126,7 @@ class GeminiParser(Parser):
     only), a legacy .json that a resume migrated into a .jsonl beside it.
     """
 
-    id, label, version = "gemini", "Gemini CLI", 3
+    id, label, version = "gemini", "Gemini CLI", 4
 
     def default_roots(self, env):
         home = env_path(env, "GEMINI_CLI_HOME") or _home(env)   # replaces the home directory, .gemini stays
@@ -3207,6 +3207,12 @@ class GeminiParser(Parser):
         for ts in span:
             s.touch(ts)
         summary = meta.get("summary")
+        if isinstance(summary, str) and summary.lstrip().startswith("{"):
+            # A sub-agent's summary is its result as JSON ({"response": "..."}): the text is the name.
+            try:
+                summary = json.loads(summary).get("response", summary)
+            except (ValueError, AttributeError, RecursionError):
+                pass
         if isinstance(summary, str) and summary.strip():
             s.name = _one_line(summary, 200)
         elif first_user:

@@ -2010,7 +2010,7 @@ def test_gemini_subagent_chats_are_indexed_under_their_parent_and_other_files_ar
         messages=[{"id": "m1", "type": "user", "content": "add the gardener checkin requirement"},
                   {"id": "m2", "type": "gemini", "content": "added the gardener checkin"}]), indent=2))
     write_file(chats / "skill-extraction-bcb99ecd" / "wuvi38.json", json.dumps(dict(
-        ogc_GEMINI_META, sessionId="wuvi38", kind="subagent",
+        ogc_GEMINI_META, sessionId="wuvi38", kind="subagent", summary='{\n  "response": "Extracted 3 new skills"\n}',
         messages=[{"id": "m1", "type": "user", "content": "extract reusable skills from the arborscaping audit"}]),
         indent=2))
     write_jsonl(chats / "b1f31681-4b57" / "k2.jsonl", [
@@ -2025,6 +2025,8 @@ def test_gemini_subagent_chats_are_indexed_under_their_parent_and_other_files_ar
                               ("quokka", "k2", "b1f31681-4b57")):
         [hit] = search_json(capsys, word)["results"]
         assert (hit["sessionId"], hit["parent"]) == (sid, parent)
+        if sid == "wuvi38":   # a sub-agent's summary is its result as JSON: named by the text
+            assert hit["name"] == "Extracted 3 new skills"
 
 
 def test_gemini_foreign_json_is_not_a_session_file(tmp_path):
