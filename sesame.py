@@ -5523,19 +5523,25 @@ class DroidParser(Parser):
 # -------------------------------------------------------------------------------------------------
 
 
-def _iter_glued_jsonl(path, report):
+def _iter_glued_jsonl(path, report, start=0):
     """Like iter_jsonl, but a physical line holding several JSON objects glued together (a Qwen
-    writer bug) yields each of them; only an unparsable tail is skipped."""
+    writer bug) yields each of them; only an unparsable tail is skipped. Yields (offset of the
+    line, offset after it, object)."""
     dec = json.JSONDecoder()
     with open_regular(path) as f:
+        f.seek(start)
+        offset = start
         while True:
             raw = f.readline(MAX_LINE_BYTES)
             if not raw:
                 return
+            line_start = offset
+            offset += len(raw)
             if not raw.endswith(b"\n"):
                 if len(raw) == MAX_LINE_BYTES:
                     while raw and not raw.endswith(b"\n"):
                         raw = f.readline(1 << 20)
+                        offset += len(raw)
                     report.skip("line too long")
                     continue
                 report.skip("unfinished last line")
@@ -5553,7 +5559,7 @@ def _iter_glued_jsonl(path, report):
                     report.skip("malformed line")
                     break
                 if isinstance(obj, dict):
-                    yield obj
+                    yield line_start, offset, obj
                 else:
                     report.skip("malformed line")
                 pos = end
@@ -5578,9 +5584,16 @@ class QwenParser(Parser):
     verbatim with `forkedFrom` -> dropped, the parent is recorded; the title is the latest
     `custom_title` record (re-appended periodically). Hook context, notifications and cron prompts are
     injected -> context. A line can hold several glued objects.
+
+    Resumable while a file holds one session: a read stops before a record of a new uuid when no
+    call waits for its result; the state carries the session's id, folder, name, parent, times and
+    a CRC of each record key and call id indexed. A line appended after that which adds to one of
+    them (another fragment of an indexed record, the result of an indexed call) or starts another
+    session (a sidechain) makes the file read again from its start (ReadAgain).
     """
 
-    id, label, version = "qwen", "Qwen Code", 1
+    id, label, version = "qwen", "Qwen Code", 2
+    resumable = True
     INJECTED_SUBTYPES = ("notification", "cron", "goal_runtime", "background_task_completed")
 
     def default_roots(self, env):
@@ -5600,7 +5613,11 @@ class QwenParser(Parser):
     def _norm_id(v):
         return v.replace("-", "").lower()
 
-    def parse(self, path, report):
+    @staticmethod
+    def _crc(*parts):
+        return zlib.crc32("\x00".join(str(p) for p in parts).encode("utf-8", "surrogatepass"))
+
+    def parse(self, path, report, resume=None, limit=None):
         stem = os.path.splitext(os.path.basename(path))[0]
         expect = self._norm_id(stem) if _ID_LIKE.match(stem) else None
         sessions = {}      # session id -> Session (main + sidechain sub-agents)
@@ -5608,7 +5625,22 @@ class QwenParser(Parser):
         calls = {}
         other, valid = None, 0
         main_id = None
-        for r in _iter_glued_jsonl(path, report):
+        state = resume["state"] if resume else {}
+        start = resume["offset"] if resume else 0
+        known = set(state.get("seen") or ())   # CRCs of the record keys and call ids read before `start`
+        keys = []        # CRCs of what this read indexes, in order (a checkpoint takes those before it)
+        if resume:
+            main_id, valid = state["id"], 1
+            s = sessions[main_id] = Session(self.id, main_id, path)
+            s.cwd, s.name, s.parent = state.get("cwd"), state.get("name"), state.get("parent")
+            for ts in state.get("span") or ():
+                s.touch(ts)
+            calls[main_id] = ToolCalls(s)
+        waiting = {}     # call id -> line number: calls without their result yet
+        checkpoint, complete, last_key, line_at, line_no = None, True, None, None, 0
+        for line_start, offset, r in _iter_glued_jsonl(path, report, start):
+            first_on_line, line_at = line_start != line_at, line_start
+            line_no += 1
             sid, uuid, rtype = r.get("sessionId"), r.get("uuid"), r.get("type")
             if not (isinstance(sid, str) and sid and isinstance(uuid, str) and uuid and "parentUuid" in r
                     and rtype in ("user", "assistant", "tool_result", "system")):
@@ -5618,10 +5650,28 @@ class QwenParser(Parser):
                 other = sid  # a record of another session: Qwen ignores it, so do we
                 report.skip("record of another session")
                 continue
+            msg = r.get("message") if isinstance(r.get("message"), dict) else {}
+            parts = [p for p in (msg.get("parts") or []) if isinstance(p, dict)] if isinstance(msg.get("parts"), list) else []
+            ids = self._call_ids(r, parts)
+            if resume and (self._crc(sid, uuid) in known or any(self._crc("call", i) in known for i in ids)):
+                raise ReadAgain()   # adds to a record or call an earlier read indexed
+            for i in [i for i, since in waiting.items() if line_no - since > PENDING_CALL_LINES]:
+                del waiting[i]   # a call whose result never came
+            if first_on_line and (sid, uuid) != last_key and len(sessions) == 1 and not waiting:
+                s = next(iter(sessions.values()))
+                checkpoint = {"offset": line_start, "seq": len(s.chunks), "keys": len(keys), "state": {
+                    "id": s.session_id, "cwd": s.cwd, "name": s.name, "parent": s.parent,
+                    "span": [s.created, s.modified]}}
+                if limit and line_start - start >= limit:
+                    complete = False
+                    break
+            last_key = (sid, uuid)
             valid += 1
             main_id = main_id or sid
             s = sessions.get(sid)
             if s is None:
+                if resume:
+                    raise ReadAgain()   # another session in this file: read whole
                 s = sessions[sid] = Session(self.id, sid, path)
                 calls[sid] = ToolCalls(s)
             fork = r.get("forkedFrom")
@@ -5634,6 +5684,8 @@ class QwenParser(Parser):
                 key = "%s:%s" % (sid, agent)
                 sub = sessions.get(key)
                 if sub is None:
+                    if resume:
+                        raise ReadAgain()
                     sub = sessions[key] = Session(self.id, key, path)
                     sub.parent = sid
                     calls[key] = ToolCalls(sub)
@@ -5642,8 +5694,8 @@ class QwenParser(Parser):
             s.touch(ts)
             if _str(r.get("cwd")) and rtype != "system":
                 s.cwd = r["cwd"]  # latest message wins: it is the directory Qwen resumes in
-            msg = r.get("message") if isinstance(r.get("message"), dict) else {}
-            parts = [p for p in (msg.get("parts") or []) if isinstance(p, dict)] if isinstance(msg.get("parts"), list) else []
+            if (sid, uuid) not in seen:
+                keys.append(self._crc(r.get("sessionId"), uuid))
             fps = seen.setdefault((sid, uuid), set())
             fresh = []
             for p in parts:
@@ -5654,6 +5706,12 @@ class QwenParser(Parser):
             if (sid, uuid, "record") in seen and not fresh:
                 continue
             seen[(sid, uuid, "record")] = True
+            for i in ids:
+                keys.append(self._crc("call", i))
+                if rtype == "assistant":
+                    waiting.setdefault(i, line_no)
+                else:
+                    waiting.pop(i, None)
             self._record(s, r, rtype, fresh, ts, calls[sid], report)
         if not valid:
             if other:
@@ -5663,7 +5721,25 @@ class QwenParser(Parser):
         for s in sessions.values():
             _finish_times(s, path)
             out.append(s)
+        if checkpoint is not None and len(sessions) == 1:
+            checkpoint["state"]["seen"] = sorted(known.union(keys[:checkpoint.pop("keys")]))
+            checkpoint["seq"] += resume["seq"] if resume else 0
+            out[0].checkpoint = checkpoint
+        out[0].complete = complete
         return out
+
+    @staticmethod
+    def _call_ids(r, parts):
+        """The call ids a record names: its function calls' and results' (a result's id is its call's)."""
+        ids = []
+        for p in parts:
+            for key in ("functionCall", "functionResponse"):
+                if isinstance(p.get(key), dict) and isinstance(p[key].get("id"), str):
+                    ids.append(p[key]["id"])
+        result = r.get("toolCallResult")
+        if isinstance(result, dict) and isinstance(result.get("callId"), str):
+            ids.append(result["callId"])
+        return ids
 
     def _record(self, s, r, rtype, parts, ts, calls, report):
         subtype = r.get("subtype")

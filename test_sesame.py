@@ -4188,6 +4188,39 @@ def test_codex_appends_are_read_from_the_last_turn_and_a_rewrite_is_read_whole(e
     assert sum("shed.txt" in t for t in said) == 1
 
 
+def test_qwen_appends_are_read_from_the_last_record_and_a_late_fragment_reads_the_file_again(env, tmp_path, capsys,
+                                                                                          monkeypatch):
+    root = tmp_path / "qwen-projects"
+    path = str(root / "proj" / "chats" / (ot_SID + ".jsonl"))
+    filler = " ".join("word%d" % i for i in range(400))
+
+    def user(uuid, text):
+        return ot_q(uuid, None, "user", message={"role": "user", "parts": [{"text": text}]})
+
+    def model(uuid, text, call=None):
+        parts = [{"text": text}] + ([{"functionCall": {"id": call, "name": "run_shell_command",
+                                                        "args": {"command": "ls shed"}}}] if call else [])
+        return ot_q(uuid, None, "assistant", message={"role": "model", "parts": parts})
+
+    head = [user("u1", "plan the gazebo " + filler), model("a2", "first " + filler), user("u3", "and the roof"),
+            ot_q("s4", None, "system", subtype="custom_title", systemPayload={"customTitle": "Garden build"})]
+    turns = [("trellis", [model("a5", "the trellis is done", call="c5"),
+                          ot_q("r6", None, "tool_result", message={"role": "user", "parts": [{"functionResponse": {
+                              "id": "c5", "name": "run_shell_command", "response": {"output": "shed.txt"}}}]})]),
+             ("pergola", [user("u7", "paint the pergola")]),
+             ("hedge", [model("a8", "water the hedge")])]
+    shown = check_appends_are_resumed(tmp_path, capsys, monkeypatch, "qwen", root, path, head, 2, turns,
+                                      "gazebo", "pavilion")
+    said = [c["text"] for c in shown["chunks"]]
+    assert sum("shed.txt" in t for t in said) == 1 and shown["session"]["name"] == "Garden build"
+    starts = parse_starts(monkeypatch)
+    with open(path, "a") as f:   # a late fragment of a record indexed before: read again from the start
+        f.write(json.dumps(ot_q("a5", None, "assistant", message={"role": "model", "parts": [
+            {"text": "thinking about the arbor", "thought": True}]})) + "\n")
+    assert run(capsys, "index")[0] == 0
+    assert starts == [(os.path.basename(path), 0)] and search_ids(capsys, "arbor") == [ot_SID]
+
+
 def index_snapshot(capsys, queries=("carousel", "webhook", "kubernetes autoscaler", "deploy bucket", "tool output")):
     """What a user sees of the index: status counts and the JSON of several searches."""
     info = json.loads(run(capsys, "status", "--json")[1])
