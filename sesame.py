@@ -2251,12 +2251,12 @@ class CodexParser(Parser):
 
     JSONL rollouts are read in turns and resumable: a turn ends before a `turn_context`,
     `task_started` or prompt line once each typed prompt so far has its copy in the other stream
-    (older and generated files write only one stream: they are read whole); the two copies of a
-    text are then always in one turn, so each turn picks its texts
-    alone and a read can stop and go on at a turn's start, carrying the session's id, folder, parent,
-    name, times and which streams the file writes. A turn still waiting for a tool's output does
-    not end (PENDING_CALL_LINES bounds the wait), nor does the replayed history of a fork before its
-    creation burst is over. A .jsonl.zst is read whole.
+    (files that write prompts in one stream only are read whole); the two copies of a text are then
+    always in one turn, so each turn picks its texts alone, and a read can stop and go on at a
+    turn's start, carrying the session's id, folder, parent, name, times and what the file has
+    shown (response tool calls, a replay). A turn still waiting for a tool's output does not end
+    (PENDING_CALL_LINES bounds the wait), nor does a fork's replayed history before its creation
+    burst is over. A .jsonl.zst is read whole.
     """
 
     session_env = ("CODEX_THREAD_ID",)  # set for the commands it runs (0.169); a thread is a session
@@ -2567,8 +2567,7 @@ class _CodexState:
         return st
 
     def next_turn(self):
-        st = self.carried(self.state(None))
-        return st
+        return self.carried(self.state(None))
 
     def state(self, s):
         """What the next turn needs of this one and the turns before (JSON)."""
