@@ -4329,6 +4329,47 @@ def test_a_big_file_read_in_slices_gives_what_one_full_read_gives(env, capsys, m
     assert sliced[0] == whole[0]
 
 
+@pytest.mark.parametrize("agent", ["codex", "gemini", "qwen"])
+def test_a_big_codex_gemini_or_qwen_file_read_in_slices_gives_what_one_read_gives(env, tmp_path, capsys, monkeypatch,
+                                                                                agent):
+    root = tmp_path / agent
+    if agent == "codex":
+        path, records = cc_rollout(root), [cc_cx_meta()]
+        for i in range(40):
+            records += codex_turn(i, "question %d about the yak shaving pipeline" % i, "answer %d" % i,
+                                  ("make step%d" % i, "step %d done with lemur output" % i), turn_start=i % 2 == 0)
+    elif agent == "gemini":
+        path, records = root / "proj" / "chats" / "session-2026-04-29T21-39-g1.jsonl", [ogc_GEMINI_META]
+        for i in range(40):
+            records += [{"id": "u%d" % i, "type": "user", "content": "question %d about the yak shaving pipeline" % i},
+                        {"id": "a%d" % i, "type": "gemini", "content": "answer %d" % i, "toolCalls": [
+                            {"id": "t%d" % i, "name": "run_shell_command", "args": {"command": "make step%d" % i},
+                             "result": [{"functionResponse": {"id": "t%d" % i, "response": {
+                                 "output": "step %d done with lemur output" % i}}}]}]},
+                        {"$set": {"lastUpdated": "2026-04-29T21:40:%02dZ" % i}}]
+    else:
+        path, records = root / "proj" / "chats" / (ot_SID + ".jsonl"), []
+        for i in range(40):
+            records += [ot_q("u%d" % i, None, "user", message={"role": "user", "parts": [
+                            {"text": "question %d about the yak shaving pipeline" % i}]}),
+                        ot_q("a%d" % i, None, "assistant", message={"role": "model", "parts": [
+                            {"text": "answer %d" % i},
+                            {"functionCall": {"id": "c%d" % i, "name": "run_shell_command",
+                                              "args": {"command": "make step%d" % i}}}]}),
+                        ot_q("r%d" % i, None, "tool_result", message={"role": "user", "parts": [{"functionResponse": {
+                            "id": "c%d" % i, "response": {"output": "step %d done with lemur output" % i}}}]})]
+    write_config({"sources": [{"parser": agent, "path": str(root)}]}, tmp_path)
+    write_jsonl(path, records)
+    queries = ("yak shaving", "lemur", "step42", "question 17")
+    run(capsys, "index")
+    whole = index_snapshot(capsys, queries=queries)
+    monkeypatch.setattr(sesame, "SLICE_BYTES", 700)
+    starts = parse_starts(monkeypatch)
+    run(capsys, "index", "--full")
+    assert len(starts) > 5   # read in many slices
+    assert index_snapshot(capsys, queries=queries) == whole
+
+
 def test_search_refreshes_the_index_by_default_but_not_with_no_refresh(corpus, capsys):
     PiWriter(corpus, "fresh-1").user("brand new mongoose topic").save()
     assert search_ids(capsys, "mongoose", "--no-refresh") == []
