@@ -2536,6 +2536,8 @@ class _CodexState:
     # Stream preference per kind of text; a lower-ranked stream only adds texts the others lack.
     PREFERENCE = {"user": ("event", "item", "response"), "assistant": ("response", "event", "item"),
                   "thinking": ("response", "event", "item")}
+    # The texts compared for each kind: a prompt one stream calls injected context is still the prompt.
+    COMPARED = {"user": "user", "context": "user", "assistant": "assistant", "thinking": "thinking"}
 
     # Carried from turn to turn, and in a checkpoint's state (the rest belongs to one turn).
     CARRIED = ("own_id", "bare", "env_cwd", "thread_name", "has_response_tools", "replayed", "cwd", "parent",
@@ -2781,11 +2783,15 @@ class _CodexState:
         if self.replay and self.replay["end"] is not None:
             for e in items[self.replay["start"]:self.replay["end"]]:
                 e["drop"] = True
+        said = collections.defaultdict(list)   # (kind, stream) -> its texts; context goes with user
+        for e in items:
+            kind = self.COMPARED.get(e["kind"])
+            if kind and not e.get("drop"):
+                said[(kind, e.get("stream"))].append(e)
         for kind, order in self.PREFERENCE.items():
             kept = collections.Counter()
             for stream in order:
-                mine = [e for e in items if e["kind"] in (kind, "context") and e.get("stream") == stream
-                        and not e.get("drop") and (e["kind"] == kind or kind == "user")]
+                mine = said.get((kind, stream), ())
                 seen = collections.Counter(kept)
                 for e in mine:
                     if seen[e["key"]] > 0:
@@ -2798,7 +2804,7 @@ class _CodexState:
         for call_id, code in self.exit_codes.items():
             if code != 0 and call_id in self.tool_calls:
                 self.tool_calls[call_id]["is_error"] = True
-        # Tool items of item_completed only when the file has no response_item tool calls at all.
+        # Tool items of item_completed only when the file has had no response_item tool calls so far.
         if self.has_response_tools:
             for e in items:
                 if e["kind"] == "tool" and e.get("stream") == "item":
