@@ -697,6 +697,12 @@ class NotASessionFile(Exception):
     """Raised by a parser for a file that is not its format (reported, never fatal)."""
 
 
+class ReadAgain(Exception):
+    """Raised by a resumable parser when the lines appended since its checkpoint change what it gave
+    before (a rewind, a record of an earlier message written again) or cannot be joined to it (they
+    start a second session in the file): parse_file then reads the file whole, from its start."""
+
+
 def cap_text(text, cap, head_share=0.75):
     """Keep the head and the tail of a long text and say how much of the middle was dropped."""
     if len(text) <= cap:
@@ -1843,11 +1849,6 @@ def text_digest(text):
     return "%08x" % zlib.crc32((text or "").encode("utf-8", "surrogatepass"))
 
 
-class ReadFromStart(Exception):
-    """Raised by a resumable parser when the lines after its checkpoint cannot be joined to what it read
-    before (they start a second session in the file): the indexer then reads the file whole."""
-
-
 class Resumption:
     """The bookkeeping of one resumable parse of a JSONL file: where it starts (0, or the checkpoint
     of the last read), the state carried over, the last clean line seen, and the byte limit.
@@ -2497,11 +2498,11 @@ def _codex_zstd_lines(path):
             yield line
 
 
-def _codex_records(path, report):
-    """The JSON objects of a rollout file, plain or .zst, one per line."""
+def _codex_records(path, report, start=0):
+    """(offset after the line, object) of each JSON line of a rollout file, from byte `start`; the
+    offset is None in a .zst file (read whole every time)."""
     if not path.endswith(".zst"):
-        for _, obj in iter_jsonl(path, report):
-            yield obj
+        yield from iter_jsonl(path, report, start)
         return
     lines = _codex_zstd_lines(path)
     for raw in lines:
@@ -2517,7 +2518,7 @@ def _codex_records(path, report):
             report.skip("malformed line")
             continue
         if isinstance(obj, dict):
-            yield obj
+            yield None, obj
         else:
             report.skip("malformed line")
 
@@ -2532,10 +2533,20 @@ class CodexParser(Parser):
     context (environment, AGENTS.md, developer/permission messages) is "context". Tool calls are
     joined to their outputs by call_id. Forked and sub-agent threads link to their parent, and the
     parent history they replay is left out. Names come from `session_index.jsonl` (thread names).
+
+    JSONL rollouts are read in turns and resumable: a turn ends before a `turn_context`,
+    `task_started` or prompt line once each typed prompt so far has its copy in the other stream
+    (files that write prompts in one stream only are read whole); the two copies of a text are then
+    always in one turn, so each turn picks its texts alone, and a read can stop and go on at a
+    turn's start, carrying the session's id, folder, parent, name, times and what the file has
+    shown (response tool calls, a replay). A turn still waiting for a tool's output does not end
+    (PENDING_CALL_LINES bounds the wait), nor does a fork's replayed history before its creation
+    burst is over. A .jsonl.zst is read whole.
     """
 
     session_env = ("CODEX_THREAD_ID",)  # set for the commands it runs (0.169); a thread is a session
-    id, label, version = "codex", "Codex", 1
+    id, label, version = "codex", "Codex", 2
+    resumable = True
     # $CODEX_HOME/history.jsonl: {session_id, ts (s), text} per prompt (codex-rs/core/src/
     # message_history.rs; `conversation_id` in some 0.2x releases). Trimmed from the front when it
     # outgrows history.max_bytes (a rewrite: read again from its tail).
@@ -2569,9 +2580,11 @@ class CodexParser(Parser):
 
     # -- reading --------------------------------------------------------------------------------
 
-    def parse(self, path, report):
+    def parse(self, path, report, resume=None, limit=None):
         if path.endswith(".json"):
             return [self._parse_ts_json(path, report)]
+        if resume is not None:
+            return [self._parse_jsonl(path, report, None, resume, limit)]
         if not path.endswith(".zst"):
             head = first_json_line(path)
             if head is None:
@@ -2583,7 +2596,7 @@ class CodexParser(Parser):
             elif not (isinstance(head.get("payload"), dict) and isinstance(head.get("type"), str)) and not (
                     "id" in head and "timestamp" in head and "type" not in head):
                 raise NotASessionFile("neither a wrapped rollout line nor a bare rollout header")
-            return [self._parse_jsonl(path, report, head)]
+            return [self._parse_jsonl(path, report, head, None, limit)]
         return [self._parse_jsonl(path, report, None)]
 
     def _new_session(self, path, session_id):
@@ -2613,19 +2626,36 @@ class CodexParser(Parser):
                 report.skip("malformed item")
         return self._finish(s, st, path, norm_time(meta.get("timestamp")))
 
-    def _parse_jsonl(self, path, report, head):
-        st = _CodexState()
-        s = None
-        created = None
-        records = _codex_records(path, report)
+    def _parse_jsonl(self, path, report, head, resume=None, limit=None):
+        """A JSONL rollout from its start or from a checkpoint (a turn's first line), in turns (see
+        the class)."""
+        start = resume["offset"] if resume else 0
+        st = _CodexState.carried(resume["state"] if resume else None)
+        s = created = None
+        if resume:
+            s = self._new_session(path, st.own_id)
+            s.cwd, s.parent, created = st.cwd, st.parent, st.created
+        records = _codex_records(path, report, start)
         if head is not None and head.get("type") == "session_meta":
             # Read the meta from the head too: a file holding only an unfinished meta line (no newline
             # yet) is still a session that exists.
-            records = itertools.chain([head], (r for i, r in enumerate(records) if i > 0))
-        for rec in records:
+            records = itertools.chain([(None, head)], (r for i, r in enumerate(records) if i > 0))
+        prev, line_no, checkpoint, complete = start, 0, None, True
+        for offset, rec in records:
+            line_no += 1
             ts = norm_time(rec.get("timestamp"))
             rtype = rec.get("type")
             payload = rec.get("payload")
+            if s is not None and offset is not None and st.turn_starts(rec, line_no):
+                self._close_turn(s, st)
+                st = st.next_turn()
+                st.cwd, st.parent, st.created = s.cwd, s.parent, created
+                checkpoint = {"offset": prev, "seq": len(s.chunks), "state": st.state(s)}
+                if limit and prev - start >= limit:
+                    complete = False
+                    break
+            if offset is not None:
+                prev = offset
             if s is None:
                 if rtype == "session_meta" and isinstance(payload, dict):
                     s = self._new_session(path, payload.get("id"))
@@ -2637,10 +2667,12 @@ class CodexParser(Parser):
                     s = self._new_session(path, rec.get("id"))
                     created = norm_time(rec.get("timestamp"))
                     st.bare = True
+                    st.own_id = s.session_id
                     continue
                 if not isinstance(payload, dict):
                     raise NotASessionFile("no session_meta before the first item")
                 s = self._new_session(path, None)   # wrapped file whose meta line is missing
+                st.own_id = s.session_id
             if ts:
                 st.timestamps.append(ts)
             if st.bare:
@@ -2668,6 +2700,10 @@ class CodexParser(Parser):
             # world_state (AGENTS.md/env snapshots), inter_agent_communication_metadata: no new text
         if s is None:
             raise NotASessionFile("empty file")
+        if checkpoint is not None:
+            checkpoint["seq"] += resume["seq"] if resume else 0
+            s.checkpoint = checkpoint
+        s.complete = complete
         return self._finish(s, st, path, created)
 
     @staticmethod
@@ -2682,15 +2718,20 @@ class CodexParser(Parser):
         parent = meta.get("parent_thread_id") or (spawn or {}).get("parent_thread_id") or meta.get("forked_from_id")
         s.parent = parent if isinstance(parent, str) and parent else None
 
-    def _finish(self, s, st, path, created):
+    @staticmethod
+    def _close_turn(s, st):
+        """The chunks of a turn, once its texts are picked (see _CodexState.resolve)."""
         st.resolve()
+        st.entries.into(s)
+        for ts in st.span + [min(st.timestamps, default=None), max(st.timestamps, default=None)]:
+            s.touch(ts)
+
+    def _finish(self, s, st, path, created):
+        self._close_turn(s, st)
         if s.cwd is None:
             s.cwd = st.env_cwd
         s.name = self._thread_name(path, s.session_id) or st.thread_name
-        st.entries.into(s)
         s.touch(created)
-        for ts in st.timestamps:
-            s.touch(ts)
         if s.modified is None or (st.bare or path.endswith(".json")):
             # Bare and TS-era files have no per-line timestamps: the file's mtime is the last activity.
             s.touch(_file_mtime(path))
@@ -2794,6 +2835,12 @@ class _CodexState:
     # Stream preference per kind of text; a lower-ranked stream only adds texts the others lack.
     PREFERENCE = {"user": ("event", "item", "response"), "assistant": ("response", "event", "item"),
                   "thinking": ("response", "event", "item")}
+    # The texts compared for each kind: a prompt one stream calls injected context is still the prompt.
+    COMPARED = {"user": "user", "context": "user", "assistant": "assistant", "thinking": "thinking"}
+
+    # Carried from turn to turn, and in a checkpoint's state (the rest belongs to one turn).
+    CARRIED = ("own_id", "bare", "env_cwd", "thread_name", "has_response_tools", "replayed", "cwd", "parent",
+               "created", "span")
 
     def __init__(self):
         self.entries = _Entries()
@@ -2804,20 +2851,83 @@ class _CodexState:
         self.timestamps = []
         self.has_response_tools = False
         self.replay = None   # {"start": index, "end": index or None, "ts": datetime} after a parent meta
+        self.replayed = False   # a parent's history was replayed (only the first is)
         self.tool_calls = {}   # call id -> response_item tool entry
         self.exit_codes = {}   # call id -> exit code, from exec_command_end and item_completed events
+        self.cwd = self.parent = self.created = None
+        self.span = []   # the first and last times of the turns before
+        self.waiting_since = None   # line number from which a tool call has waited for its output
+        self.unpaired = []   # (text key, stream) of the typed prompts still without their copy
+
+    @classmethod
+    def carried(cls, state):
+        st = cls()
+        for k, v in (state or {}).items():
+            if k in cls.CARRIED:
+                setattr(st, k, v)
+        return st
+
+    def next_turn(self):
+        return self.carried(self.state(None))
+
+    def state(self, s):
+        """What the next turn needs of this one and the turns before (JSON)."""
+        times = [t for t in self.span + [min(self.timestamps, default=None), max(self.timestamps, default=None)] if t]
+        out = {k: getattr(self, k) for k in self.CARRIED}
+        out["span"] = [min(times), max(times)] if times else []
+        out["replayed"] = self.replayed or self.replay is not None
+        if s is not None:
+            out["cwd"], out["parent"] = s.cwd, s.parent
+        return out
+
+    def turn_starts(self, rec, line_no):
+        """Whether a turn can end before this line: it starts a turn or a prompt, each typed prompt
+        so far has its copy, no tool call waits for its output, and a replayed history is over."""
+        entries = self.entries
+        if entries.calls or entries.unnamed_calls:
+            if self.waiting_since is None:
+                self.waiting_since = line_no
+            if line_no - self.waiting_since <= PENDING_CALL_LINES:
+                return False
+            entries.calls.clear()   # a call whose output never came: kept without it
+            entries.unnamed_calls.clear()
+        self.waiting_since = None
+        if self.replay is not None:
+            t, t0 = parse_time(rec.get("timestamp")), self.replay["ts"]
+            if t is None or t0 is None or (t - t0).total_seconds() <= REPLAY_BURST_SECONDS:
+                return False
+        if self.bare:
+            return True
+        rtype, p = rec.get("type"), rec.get("payload")
+        p = p if isinstance(p, dict) else {}
+        if not (rtype == "turn_context" or (rtype == "event_msg" and p.get("type") in ("task_started", "user_message"))
+                or (rtype == "response_item" and p.get("type") == "message" and p.get("role") == "user")):
+            return False
+        # Each typed prompt so far has its copy (see _say): the copies of one prompt are written
+        # together but in no fixed order around turn_context and task_started (Codex 0.16x writes
+        # the user_message event before task_started and the response item after it).
+        return not self.unpaired
 
     # -- streams --------------------------------------------------------------------------------
 
     def _say(self, kind, text, ts, stream, role):
         if isinstance(text, str) and text.strip():
             self.entries.add(kind, text, ts=ts, role=role, stream=stream, key=_text_key(text))
+            if kind == "user":
+                # A prompt is paired with an earlier copy from another stream; the prompts before
+                # that one will get no copy any more (Codex writes a prompt's copies before the next).
+                key = _text_key(text)
+                twin = next((i for i, (k, st) in enumerate(self.unpaired) if k == key and st != stream), None)
+                if twin is None:
+                    self.unpaired.append((key, stream))
+                else:
+                    del self.unpaired[:twin + 1]
 
     def foreign_meta(self, meta, line_ts):
         """A second session_meta: a fork or sub-agent replays its parent's history after it."""
         if meta.get("id") == self.own_id:
             return
-        if self.replay is None:
+        if self.replay is None and not self.replayed:
             self.replay = {"start": len(self.entries.items), "end": None, "ts": parse_time(line_ts)}
 
     def _initial_context_seen(self, line_ts):
@@ -2972,11 +3082,15 @@ class _CodexState:
         if self.replay and self.replay["end"] is not None:
             for e in items[self.replay["start"]:self.replay["end"]]:
                 e["drop"] = True
+        said = collections.defaultdict(list)   # (kind, stream) -> its texts; context goes with user
+        for e in items:
+            kind = self.COMPARED.get(e["kind"])
+            if kind and not e.get("drop"):
+                said[(kind, e.get("stream"))].append(e)
         for kind, order in self.PREFERENCE.items():
             kept = collections.Counter()
             for stream in order:
-                mine = [e for e in items if e["kind"] in (kind, "context") and e.get("stream") == stream
-                        and not e.get("drop") and (e["kind"] == kind or kind == "user")]
+                mine = said.get((kind, stream), ())
                 seen = collections.Counter(kept)
                 for e in mine:
                     if seen[e["key"]] > 0:
@@ -2989,7 +3103,7 @@ class _CodexState:
         for call_id, code in self.exit_codes.items():
             if code != 0 and call_id in self.tool_calls:
                 self.tool_calls[call_id]["is_error"] = True
-        # Tool items of item_completed only when the file has no response_item tool calls at all.
+        # Tool items of item_completed only when the file has had no response_item tool calls so far.
         if self.has_response_tools:
             for e in items:
                 if e["kind"] == "tool" and e.get("stream") == "item":
@@ -3280,11 +3394,15 @@ class GeminiParser(Parser):
     (a `$set.messages` list replaces the whole list); `{"$rewindTo": id}` drops that message and
     everything after it (all of them when the id is unknown, as the CLI does). The JSON form is the
     same record in one object. Checkpoint-style `Content[]` histories (role/parts) are read too.
-    Sub-agents live in chats/<parentSessionId>/<sessionId>.jsonl. Not listed: `/chat save`
-    checkpoints (copies of a session's history: they would index it twice) and logs.json (prompts only).
+    Sub-agents (`"kind": "subagent"`) live in chats/<parent id>/<sessionId>.json[l]: the folder is the
+    id of the session that ran them (chatRecordingService.initialize), or a background job's own id
+    (skill-extraction-<id>, the memory service's extraction agent); it is the session's `parent`.
+    Every other .json/.jsonl file of the tree is listed and reported with why it is not read: `/chat
+    save` checkpoints (copies of a session's history: they would index it twice), logs.json (prompts
+    only), a legacy .json that a resume migrated into a .jsonl beside it.
     """
 
-    id, label, version = "gemini", "Gemini CLI", 1
+    id, label, version = "gemini", "Gemini CLI", 4
     verified = "0.61.0, 2026-11-25"
     records = ("user", "gemini", "model", "info", "error", "warning")   # MessageRecord types
 
@@ -3293,51 +3411,52 @@ class GeminiParser(Parser):
         return [os.path.join(home, ".gemini", "tmp")]
 
     def list_files(self, root):
+        # Every JSON file of the tree, so that one Gemini CLI writes where this parser does not expect
+        # it is reported (parse says why it is not a session) rather than missed in silence. Only the
+        # full tool outputs are left out: they are read as part of their sessions (_full_output).
         if os.path.isfile(root):
             return [root] if root.endswith((".json", ".jsonl")) else []
-        found = walk_files(root, lambda n: n.endswith((".json", ".jsonl")), max_depth=4,
-                           skip_dirs=("tool-outputs", "node_modules", ".git"))
-        keep = []
-        for p in found:
-            parent = os.path.basename(os.path.dirname(p))
-            grand = os.path.basename(os.path.dirname(os.path.dirname(p)))
-            if (parent == "chats" and os.path.basename(p).startswith("session-")) or \
-                    (grand == "chats" and p.endswith(".jsonl")):
-                keep.append(p)
-        # Resuming a legacy .json session migrates it whole into a .jsonl beside it (name + "l");
-        # the .json is then a stale copy.
-        present = set(keep)
-        return [p for p in keep if not (p.endswith(".json") and p + "l" in present)]
+        return walk_files(root, lambda n: n.endswith((".json", ".jsonl")), max_depth=4,
+                          skip_dirs=("tool-outputs", "node_modules", ".git"))
 
-    def parse(self, path, report):
-        first = first_json_line(path)
-        if first is not None:
-            meta, messages = self._replay(path, report)
-            history = None
+    @staticmethod
+    def _not_a_chat(path):
+        """Why a JSON file of the Gemini tree is not read as a session, without reading it; None
+        when it may be one."""
+        name = os.path.basename(path)
+        if name == "logs.json":
+            return "the prompt log (logs.json): the prompts are in the chats' sessions"
+        if name.startswith("checkpoint") and name.endswith(".json"):
+            return "a /chat save checkpoint: a copy of a session's history"
+        # Resuming a legacy .json session migrates it whole into a .jsonl beside it (name + "l").
+        if name.endswith(".json") and os.path.isfile(path + "l"):
+            return "a legacy session migrated into %sl when it was resumed" % name
+        return None
+
+    # JSONL recordings are only appended to; see _read for where a read stops and goes on.
+    resumable = True
+    # The metadata a session's row needs: the rest (memoryScratchpad, directories...) is not carried.
+    META_KEYS = ("sessionId", "projectHash", "startTime", "start_time", "lastUpdated", "summary")
+
+    def parse(self, path, report, resume=None, limit=None):
+        reason = self._not_a_chat(path)
+        if reason:
+            raise NotASessionFile(reason)
+        if resume is not None or first_json_line(path) is not None:
+            return self._parse_jsonl(path, report, resume, limit)
+        whole = _load_json_file(path)
+        history = None
+        if isinstance(whole, dict) and isinstance(whole.get("messages"), list):
+            meta, messages = whole, [m for m in whole["messages"] if isinstance(m, dict)]
+        elif isinstance(whole, dict) and isinstance(whole.get("history"), list):
+            meta, messages, history = whole, [], whole["history"]
+        elif isinstance(whole, list) and all(isinstance(c, dict) and "parts" in c for c in whole[:5]):
+            meta, messages, history = {}, [], whole   # a /chat save checkpoint: bare Content[]
         else:
-            whole = _load_json_file(path)
-            meta, messages, history = {}, [], None
-            if isinstance(whole, dict) and isinstance(whole.get("messages"), list):
-                meta = whole
-                messages = [m for m in whole["messages"] if isinstance(m, dict)]
-            elif isinstance(whole, dict) and isinstance(whole.get("history"), list):
-                meta, history = whole, whole["history"]
-            elif isinstance(whole, list) and all(isinstance(c, dict) and "parts" in c for c in whole[:5]):
-                history = whole   # a /chat save checkpoint: bare Content[]
-            else:
-                raise NotASessionFile("no Gemini conversation record")
-        if first is not None and not isinstance(meta.get("sessionId"), str):
-            raise NotASessionFile("no Gemini session metadata line")
+            raise NotASessionFile("no Gemini conversation record")
         sid = meta.get("sessionId") if isinstance(meta.get("sessionId"), str) else \
             os.path.splitext(os.path.basename(path))[0]
-        s = Session(self.id, sid, path)
-        s.created = norm_time(meta.get("startTime") or meta.get("start_time"))
-        s.modified = norm_time(meta.get("lastUpdated"))
-        chats = os.path.dirname(path)
-        if os.path.basename(os.path.dirname(chats)) == "chats" and path.endswith(".jsonl"):
-            s.parent = os.path.basename(chats)   # chats/<parentSessionId>/<sessionId>.jsonl
-            chats = os.path.dirname(chats)
-        s.cwd = self._cwd(chats, meta.get("projectHash"))
+        s = self._session(path, sid, meta)
         first_user = []
         if history is not None:
             self._history(s, history, report, first_user)
@@ -3345,20 +3464,113 @@ class GeminiParser(Parser):
             calls = {}
             for m in messages:
                 self._message(s, m, report, first_user, calls)
-            if first is not None and self._resume_stub(path, s, sid):
-                return []
+        self._finish(s, path, meta, first_user, (s.created, s.modified))
+        return [s]
+
+    def _session(self, path, sid, meta):
+        s = Session(self.id, sid, path)
+        chats = os.path.dirname(path)
+        if os.path.basename(os.path.dirname(chats)) == "chats":
+            s.parent = os.path.basename(chats)   # chats/<parent id>/<sessionId>.json[l]
+            chats = os.path.dirname(chats)
+        s.cwd = self._cwd(chats, meta.get("projectHash"))
+        return s
+
+    def _finish(self, s, path, meta, first_user, span):
+        """Times (the recording's, widened by its messages'), and the name: the generated summary,
+        else the first real prompt (as Gemini CLI titles a session)."""
+        s.created = s.modified = None
+        s.touch(norm_time(meta.get("startTime") or meta.get("start_time")))
+        s.touch(norm_time(meta.get("lastUpdated")))
+        for ts in span:
+            s.touch(ts)
         summary = meta.get("summary")
+        if isinstance(summary, str) and summary.lstrip().startswith("{"):
+            # A sub-agent's summary is its result as JSON ({"response": "..."}): the text is the name.
+            try:
+                summary = json.loads(summary).get("response", summary)
+            except (ValueError, AttributeError, RecursionError):
+                pass
         if isinstance(summary, str) and summary.strip():
             s.name = _one_line(summary, 200)
-        elif first_user:   # Gemini CLI titles a session by its first real prompt
+        elif first_user:
             s.name = _one_line(first_user[0])
         _finish_times(s, path)
+
+    def _parse_jsonl(self, path, report, resume, limit):
+        """A JSONL recording, from the start or from a checkpoint. The checkpoint is the first line of
+        the last message: Gemini CLI writes a message again (same id) while it grows (its tool calls,
+        their results, its tokens), and only its last one (ChatRecordingService.pushMessage). The
+        state carries the metadata, the first prompt (the name), the calls already complete (their
+        results copied into later user messages are not indexed twice), the time span and a CRC of
+        each message id indexed. A line appended after it that rewrites what was indexed (a
+        $rewindTo, a $set.messages checkpoint, a message indexed before written again) makes the
+        file read again from its start (ReadAgain): rare (a /rewind, a resume), and never wrong."""
+        state = resume["state"] if resume else {}
+        start = resume["offset"] if resume else 0
+        meta = dict(state.get("meta") or {})
+        seen = set(state.get("seen") or ())
+        messages, opened, changed_at, read_to, complete = self._read(path, report, start, meta, seen, limit)
+        if not isinstance(meta.get("sessionId"), str):
+            raise NotASessionFile("no Gemini session metadata line")
+        s = self._session(path, meta["sessionId"], meta)
+        first_user = [state["first"]] if state.get("first") else []
+        calls = dict.fromkeys(state.get("done") or ())
+        span = state.get("span") or [None, None]
+        for t in span:
+            s.touch(t)
+        real = state.get("real", False)
+        # Where the next read goes on: before the last message (it may be written again), or where
+        # a sliced read stopped; only when no call waits for its result and nothing after it
+        # changed an earlier message.
+        last = next(reversed(messages), None) if complete else None
+        at = opened.get(last) if last is not None else (read_to, dict(meta))
+        checkpoint = None
+        for m in messages.values():
+            if m["id"] == last and at is not None:
+                checkpoint = self._checkpoint(s, at, calls, first_user, seen, real, messages, last)
+            self._message(s, m, report, first_user, calls)
+        if last is None and at is not None:
+            checkpoint = self._checkpoint(s, at, calls, first_user, seen, real, messages, None)
+        if checkpoint is not None and at[0] >= changed_at:
+            checkpoint["seq"] += resume["seq"] if resume else 0
+            s.checkpoint = checkpoint
+        if not real and not any(c.kind != "context" for c in s.chunks):
+            if resume:
+                raise ReadAgain()   # whether it is a resume stub is decided on the whole file
+            if self._resume_stub(path, s, meta["sessionId"]):
+                return []
+        s.complete = complete
+        self._finish(s, path, meta, first_user, (s.created, s.modified))
         return [s]
 
     @staticmethod
-    def _replay(path, report):
-        meta, messages = {}, {}
-        for _, rec in iter_jsonl(path, report):
+    def _checkpoint(s, at, calls, first_user, seen, real, messages, last):
+        """The checkpoint before message `last` (None: after every message read), or None while a
+        call still waits for its result."""
+        if any(v is not None for v in calls.values()):
+            return None
+        ids = set(seen)
+        for mid in messages:
+            if mid == last:
+                break
+            ids.add(zlib.crc32(mid.encode("utf-8", "surrogatepass")))
+        offset, meta = at
+        return {"offset": offset, "seq": len(s.chunks), "state": {
+            "meta": {k: meta[k] for k in GeminiParser.META_KEYS if k in meta},
+            "first": first_user[0] if first_user else None,
+            "done": [k for k in calls if isinstance(k, str)], "span": [s.created, s.modified],
+            "real": real or any(c.kind != "context" for c in s.chunks), "seen": sorted(ids)}}
+
+    @staticmethod
+    def _read(path, report, start, meta, seen, limit):
+        """The records from `start` on: {id: message} in order (an id written again replaces its
+        record in place, as Gemini CLI's loader does), `meta` updated in place; also where each
+        message first appeared (with the metadata then), the offset after the last line that changed
+        an earlier message, where the read stopped and whether it reached the end. `seen` holds the
+        CRCs of the message ids indexed before `start`: a line that changes one raises ReadAgain."""
+        messages, opened, changed_at, prev = {}, {}, 0, start
+        for offset, rec in iter_jsonl(path, report, start):
             if isinstance(rec.get("$rewindTo"), str):
                 target = rec["$rewindTo"]
                 if target in messages:
@@ -3366,22 +3578,42 @@ class GeminiParser(Parser):
                     for mid in ids[ids.index(target):]:
                         del messages[mid]
                 else:
-                    messages.clear()
+                    if seen:
+                        raise ReadAgain()
+                    messages.clear()   # an unknown id: every message goes, as the CLI does
+                changed_at = offset
             elif isinstance(rec.get("$set"), dict):
                 upd = rec["$set"]
                 if isinstance(upd.get("messages"), list):   # a checkpoint: the list as it now is
+                    if seen:
+                        raise ReadAgain()
                     messages = {m["id"]: m for m in upd["messages"] if isinstance(m, dict) and isinstance(m.get("id"), str)}
+                    changed_at = offset
                 meta.update((k, v) for k, v in upd.items() if k != "messages")
             elif isinstance(rec.get("sessionId"), str) and "id" not in rec:
                 # A resume appends another metadata line: its startTime is the resume, not the creation.
                 meta.update((k, v) for k, v in rec.items() if k != "messages" and not (k == "startTime" and k in meta))
                 if isinstance(rec.get("messages"), list):   # a legacy whole record on one line
+                    if seen:
+                        raise ReadAgain()
                     messages = {m["id"]: m for m in rec["messages"] if isinstance(m, dict) and isinstance(m.get("id"), str)}
+                    changed_at = offset
             elif isinstance(rec.get("id"), str):
-                messages[rec["id"]] = rec   # same id again: the newer record wins, in its old place
+                mid = rec["id"]
+                if mid in messages:
+                    if mid != next(reversed(messages)):
+                        changed_at = offset   # an earlier message written again
+                else:
+                    if seen and zlib.crc32(mid.encode("utf-8", "surrogatepass")) in seen:
+                        raise ReadAgain()
+                    if limit and prev - start >= limit and messages:
+                        return messages, opened, changed_at, prev, False   # a slice ends before a message
+                    opened[mid] = (prev, dict(meta))
+                messages[mid] = rec   # same id again: the newer record wins, in its old place
             else:
                 report.skip("unknown record")
-        return meta, list(messages.values())
+            prev = offset
+        return messages, opened, changed_at, prev, True
 
     @staticmethod
     def _parts_text(content, want_thought=False):
@@ -5196,8 +5428,8 @@ class CopilotParser(Parser):
             etype, data = self.record_type(report, e), e.get("data")
             sub = data.get("parentToolCallId") if isinstance(data, dict) else None
             if sub not in sessions:
-                if resume:   # a sub-agent's first event: a second session in the file (see ReadFromStart)
-                    raise ReadFromStart()
+                if resume:   # a sub-agent's first event: a second session in the file (see ReadAgain)
+                    raise ReadAgain()
                 child = Session(self.id, None, path)   # id set once the parent's id is known
                 sessions[sub] = child
                 tools[sub] = ToolCalls(child)
@@ -5833,19 +6065,25 @@ class DroidParser(Parser):
 # -------------------------------------------------------------------------------------------------
 
 
-def _iter_glued_jsonl(path, report):
+def _iter_glued_jsonl(path, report, start=0):
     """Like iter_jsonl, but a physical line holding several JSON objects glued together (a Qwen
-    writer bug) yields each of them; only an unparsable tail is skipped."""
+    writer bug) yields each of them; only an unparsable tail is skipped. Yields (offset of the
+    line, offset after it, object)."""
     dec = json.JSONDecoder()
     with open_regular(path) as f:
+        f.seek(start)
+        offset = start
         while True:
             raw = f.readline(MAX_LINE_BYTES)
             if not raw:
                 return
+            line_start = offset
+            offset += len(raw)
             if not raw.endswith(b"\n"):
                 if len(raw) == MAX_LINE_BYTES:
                     while raw and not raw.endswith(b"\n"):
                         raw = f.readline(1 << 20)
+                        offset += len(raw)
                     report.skip("line too long")
                     continue
                 report.skip("unfinished last line")
@@ -5859,7 +6097,7 @@ def _iter_glued_jsonl(path, report):
                     report.skip("malformed line")
                     break
                 if isinstance(obj, dict):
-                    yield obj
+                    yield line_start, offset, obj
                 else:
                     report.skip("malformed line")
                 pos = end
@@ -5884,9 +6122,16 @@ class QwenParser(Parser):
     verbatim with `forkedFrom` -> dropped, the parent is recorded; the title is the latest
     `custom_title` record (re-appended periodically). Hook context, notifications and cron prompts are
     injected -> context. A line can hold several glued objects.
+
+    Resumable while a file holds one session: a read stops before a record of a new uuid when no
+    call waits for its result; the state carries the session's id, folder, name, parent, times and
+    a CRC of each record key and call id indexed. A line appended after that which adds to one of
+    them (another fragment of an indexed record, the result of an indexed call) or starts another
+    session (a sidechain) makes the file read again from its start (ReadAgain).
     """
 
-    id, label, version = "qwen", "Qwen Code", 1
+    id, label, version = "qwen", "Qwen Code", 2
+    resumable = True
     verified = "0.15.10, 2026-11-25"
     records, version_field = ("user", "assistant", "tool_result", "system"), "version"
     INJECTED_SUBTYPES = ("notification", "cron", "goal_runtime", "background_task_completed")
@@ -5908,7 +6153,11 @@ class QwenParser(Parser):
     def _norm_id(v):
         return v.replace("-", "").lower()
 
-    def parse(self, path, report):
+    @staticmethod
+    def _crc(*parts):
+        return zlib.crc32("\x00".join(str(p) for p in parts).encode("utf-8", "surrogatepass"))
+
+    def parse(self, path, report, resume=None, limit=None):
         stem = os.path.splitext(os.path.basename(path))[0]
         expect = self._norm_id(stem) if _ID_LIKE.match(stem) else None
         sessions = {}      # session id -> Session (main + sidechain sub-agents)
@@ -5916,7 +6165,22 @@ class QwenParser(Parser):
         calls = {}
         other, valid = None, 0
         main_id = None
-        for r in _iter_glued_jsonl(path, report):
+        state = resume["state"] if resume else {}
+        start = resume["offset"] if resume else 0
+        known = set(state.get("seen") or ())   # CRCs of the record keys and call ids read before `start`
+        keys = []        # CRCs of what this read indexes, in order (a checkpoint takes those before it)
+        if resume:
+            main_id, valid = state["id"], 1
+            s = sessions[main_id] = Session(self.id, main_id, path)
+            s.cwd, s.name, s.parent = state.get("cwd"), state.get("name"), state.get("parent")
+            for ts in state.get("span") or ():
+                s.touch(ts)
+            calls[main_id] = ToolCalls(s)
+        waiting = {}     # call id -> line number: calls without their result yet
+        checkpoint, complete, last_key, line_at, line_no = None, True, None, None, 0
+        for line_start, offset, r in _iter_glued_jsonl(path, report, start):
+            first_on_line, line_at = line_start != line_at, line_start
+            line_no += 1
             sid, uuid, rtype = r.get("sessionId"), r.get("uuid"), r.get("type")
             if not (isinstance(sid, str) and sid and isinstance(uuid, str) and uuid and "parentUuid" in r
                     and self.record_type(report, r) in self.records):
@@ -5926,10 +6190,28 @@ class QwenParser(Parser):
                 other = sid  # a record of another session: Qwen ignores it, so do we
                 report.skip("record of another session")
                 continue
+            msg = r.get("message") if isinstance(r.get("message"), dict) else {}
+            parts = [p for p in (msg.get("parts") or []) if isinstance(p, dict)] if isinstance(msg.get("parts"), list) else []
+            ids = self._call_ids(r, parts)
+            if resume and (self._crc(sid, uuid) in known or any(self._crc("call", i) in known for i in ids)):
+                raise ReadAgain()   # adds to a record or call an earlier read indexed
+            for i in [i for i, since in waiting.items() if line_no - since > PENDING_CALL_LINES]:
+                del waiting[i]   # a call whose result never came
+            if first_on_line and (sid, uuid) != last_key and len(sessions) == 1 and not waiting:
+                s = next(iter(sessions.values()))
+                checkpoint = {"offset": line_start, "seq": len(s.chunks), "keys": len(keys), "state": {
+                    "id": s.session_id, "cwd": s.cwd, "name": s.name, "parent": s.parent,
+                    "span": [s.created, s.modified]}}
+                if limit and line_start - start >= limit:
+                    complete = False
+                    break
+            last_key = (sid, uuid)
             valid += 1
             main_id = main_id or sid
             s = sessions.get(sid)
             if s is None:
+                if resume:
+                    raise ReadAgain()   # another session in this file: read whole
                 s = sessions[sid] = Session(self.id, sid, path)
                 calls[sid] = ToolCalls(s)
             fork = r.get("forkedFrom")
@@ -5942,6 +6224,8 @@ class QwenParser(Parser):
                 key = "%s:%s" % (sid, agent)
                 sub = sessions.get(key)
                 if sub is None:
+                    if resume:
+                        raise ReadAgain()
                     sub = sessions[key] = Session(self.id, key, path)
                     sub.parent = sid
                     calls[key] = ToolCalls(sub)
@@ -5950,8 +6234,8 @@ class QwenParser(Parser):
             s.touch(ts)
             if _str(r.get("cwd")) and rtype != "system":
                 s.cwd = r["cwd"]  # latest message wins: it is the directory Qwen resumes in
-            msg = r.get("message") if isinstance(r.get("message"), dict) else {}
-            parts = [p for p in (msg.get("parts") or []) if isinstance(p, dict)] if isinstance(msg.get("parts"), list) else []
+            if (sid, uuid) not in seen:
+                keys.append(self._crc(r.get("sessionId"), uuid))
             fps = seen.setdefault((sid, uuid), set())
             fresh = []
             for p in parts:
@@ -5962,6 +6246,12 @@ class QwenParser(Parser):
             if (sid, uuid, "record") in seen and not fresh:
                 continue
             seen[(sid, uuid, "record")] = True
+            for i in ids:
+                keys.append(self._crc("call", i))
+                if rtype == "assistant":
+                    waiting.setdefault(i, line_no)
+                else:
+                    waiting.pop(i, None)
             self._record(s, r, rtype, fresh, ts, calls[sid], report)
         if not valid:
             if other:
@@ -5971,7 +6261,25 @@ class QwenParser(Parser):
         for s in sessions.values():
             _finish_times(s, path)
             out.append(s)
+        if checkpoint is not None and len(sessions) == 1:
+            checkpoint["state"]["seen"] = sorted(known.union(keys[:checkpoint.pop("keys")]))
+            checkpoint["seq"] += resume["seq"] if resume else 0
+            out[0].checkpoint = checkpoint
+        out[0].complete = complete
         return out
+
+    @staticmethod
+    def _call_ids(r, parts):
+        """The call ids a record names: its function calls' and results' (a result's id is its call's)."""
+        ids = []
+        for p in parts:
+            for key in ("functionCall", "functionResponse"):
+                if isinstance(p.get(key), dict) and isinstance(p[key].get("id"), str):
+                    ids.append(p[key]["id"])
+        result = r.get("toolCallResult")
+        if isinstance(result, dict) and isinstance(result.get("callId"), str):
+            ids.append(result["callId"])
+        return ids
 
     def _record(self, s, r, rtype, parts, ts, calls, report):
         subtype = r.get("subtype")
@@ -9603,10 +9911,11 @@ def _resume_point(con, job):
 
 
 # What a worker hands back for one file (or one slice of it): status is "ok", "skipped" (not a
-# session file), "error" (not readable now: left for the next run) or "restart" (the parser cannot
-# go on from the checkpoint it was given: ReadFromStart); payload is the Prepared
+# session file) or "error" (not readable now: left for the next run); payload is the Prepared
 # sessions or the reason; the parser's report: skipped lines, unrecognised record types, versions.
-ParseResult = collections.namedtuple("ParseResult", "status payload skipped checkpoint unknown versions")
+# `restarted`: a resumed parse that had to read the file from its start (ReadAgain).
+ParseResult = collections.namedtuple("ParseResult", "status payload skipped checkpoint unknown versions restarted",
+                                     defaults=(False,))
 
 
 def parse_file(path, parser_id, resume, limit, redact_secrets=True):
@@ -9616,18 +9925,23 @@ def parse_file(path, parser_id, resume, limit, redact_secrets=True):
     """
     parser = PARSERS[parser_id]
     report = ParseReport()
+    restarted = False
 
     def result(status, payload, checkpoint=None):
-        return ParseResult(status, payload, report.skipped, checkpoint, report.unknown, sorted(report.versions))
+        return ParseResult(status, payload, report.skipped, checkpoint, report.unknown, sorted(report.versions),
+                           restarted)
     try:
         if parser.resumable:
-            sessions = parser.parse(path, report, resume=resume, limit=limit)
+            try:
+                sessions = parser.parse(path, report, resume=resume, limit=limit)
+            except ReadAgain:
+                # Whole, not in slices: a slice after the first would resume and meet the same lines.
+                report, resume, restarted = ParseReport(), None, True
+                sessions = parser.parse(path, report)
         else:
             sessions = parser.parse(path, report)
     except NotASessionFile as e:
         return result("skipped", "not a %s session file (%s)" % (parser.label, e))
-    except ReadFromStart:
-        return result("restart", None)
     except OSError as e:
         return result("error", "cannot read: %s" % (e.strerror or e))
     except Exception as e:  # a parser bug must not stop the run; the file is reported instead
@@ -9723,7 +10037,7 @@ def index_file(batch, job, result, summary, policy):
     deleted from it (keep_vanished). A resumable file that only grew is extended from its
     checkpoint; one larger than SLICE_BYTES arrives in slices, each committed like an append.
     """
-    con, resume, st = batch.con, job.resume, job.stat
+    con, resume, st = batch.con, job.resume if not result.restarted else None, job.stat
     file_id = job.row.id if job.row else None
     existing = None
     if resume and file_id is not None:
@@ -9732,10 +10046,8 @@ def index_file(batch, job, result, summary, policy):
     fresh = resume is None
     skipped_lines, unknown, versions, written, kept = 0, collections.Counter(), set(), [], 0
     while True:
-        if result.status == "restart":   # the parser cannot go on from its checkpoint: the whole file, at once
+        if result.restarted and resume:  # the parser read the file whole (ReadAgain): as a first read
             resume, existing, fresh = None, None, True
-            skipped_lines, unknown, versions = 0, collections.Counter(), set()
-            result = parse_file(job.path, job.parser.id, None, None, policy.redact)
         skipped_lines += sum(result.skipped.values())
         unknown.update(result.unknown)
         versions.update(result.versions)
@@ -10912,13 +11224,20 @@ def session_row(con, sid):
 
 
 SHORT_ID_MIN = 8
+# One session id can name several sessions: files that are not copies of each other (Gemini CLI
+# writes a side question as a second session-<time>-<id>.jsonl with the parent's id; a user copies a
+# history and continues both). The short id of each then ends in "~N", N its place among them by
+# file path, which `show` and `forget` resolve; the id alone lists them as ambiguous.
+COPY_MARK = "~"
+_COPY_REF_RE = LazyPattern(r"^(.+)~([1-9][0-9]{0,5})$", re.S)
 
 
-def short_id(con, session_id):
+def short_id(con, session_id, row_id=None):
     """The shortest prefix of a session id, at least SHORT_ID_MIN characters, that no other session
     id in the index starts with: ids made within a minute (UUIDv7, timestamped ids) share their first
     eight, so a fixed-length prefix would be ambiguous for `show` and `forget`. The ids next to it in
-    sorted order are the only ones that can share a longer prefix."""
+    sorted order are the only ones that can share a longer prefix. With the session's row id, a
+    session that shares its id with others gets its place among them (COPY_MARK)."""
     longest = 0
     for op, agg in (("<", "max"), (">", "min")):
         other = con.execute("SELECT %s(session_id) FROM sessions WHERE session_id %s ?" % (agg, op),
@@ -10926,7 +11245,17 @@ def short_id(con, session_id):
         if other:
             common = os.path.commonprefix([session_id.lower(), other.lower()])
             longest = max(longest, len(common))
-    return session_id[:max(SHORT_ID_MIN, longest + 1)]
+    short = session_id[:max(SHORT_ID_MIN, longest + 1)]
+    if row_id is not None:
+        same = _same_id_rows(con, session_id)
+        if len(same) > 1 and row_id in same:
+            short += "%s%d" % (COPY_MARK, same.index(row_id) + 1)
+    return short
+
+
+def _same_id_rows(con, session_id):
+    """The row ids of the sessions with this id, in the order their COPY_MARK numbers them."""
+    return [r for (r,) in con.execute("SELECT id FROM sessions WHERE session_id=? ORDER BY path, id", (session_id,))]
 
 
 def resume_command(s):
@@ -11040,7 +11369,7 @@ def result_json(con, s, score, stage, matches, every_word_known=True):
     at all make no result "matchedAllTerms"."""
     snippet = matches[0]["snippet"] if matches else fallback_snippet(con, s)
     return {
-        "sessionId": s["session_id"], "shortId": short_id(con, s["session_id"]), "source": s["agent"],
+        "sessionId": s["session_id"], "shortId": short_id(con, s["session_id"], s["id"]), "source": s["agent"],
         "agent": s["agent"], "path": s["path"],
         "cwd": s["cwd"], "name": s["name"], "score": float("%.4g" % score),
         "matchedAllTerms": stage in ("words together", "all words") and every_word_known,
@@ -11259,16 +11588,8 @@ COLLAPSIBLE = ("tool", "thinking", "context")
 
 
 def _session_rows(con, where, params=()):
-    rows = [session_dict(r) for r in con.execute(
+    return [session_dict(r) for r in con.execute(
         "SELECT %s FROM sessions WHERE %s ORDER BY modified DESC, chunk_count DESC" % (SESSION_COLUMNS, where), params)]
-    # One session may be stored twice (an agent's database and its older JSON files): like search,
-    # count it once, keeping the most recently modified copy.
-    seen, unique = set(), []
-    for r in rows:
-        if (r["agent"], r["session_id"]) not in seen:
-            seen.add((r["agent"], r["session_id"]))
-            unique.append(r)
-    return unique
 
 
 def _name_matches(con, ref):
@@ -11285,41 +11606,59 @@ def _name_matches(con, ref):
     yield fuzzy
 
 
-def resolve_session(con, ref):
+def resolve_session(con, ref, any_copy=False):
     """The session REF names: a file path, an exact id, a unique id prefix, an exact name, a fuzzy name.
 
     The rules are tried in that order and the first that picks exactly one session wins; when none
     does, the first that found several is reported as ambiguous (SesameError kind "ambiguous").
+    Sessions that share one id (see COPY_MARK) are several unless REF ends in "~N", the short id
+    search printed for one of them; `any_copy` takes the newest of them instead (forget, which
+    forgets every copy, needs only one).
     """
     ref = ref.strip()
     if len(ref) > MAX_REF_CHARS:
         raise SesameError('no session matches "%s" (%d characters: longer than any session id, file or name)'
                           % (_one_line(ref, 40), len(ref)), kind="not_found",
                           hint="give a session id, an id prefix, a session file or a name")
+    copy = _COPY_REF_RE.match(ref)
+    base = copy.group(1) if copy and not _session_rows(con, "session_id = ?", (ref,)) else ref
 
     def stages():
         if os.sep in ref or os.path.exists(ref):
             paths = {os.path.abspath(os.path.expanduser(ref)), os.path.realpath(os.path.expanduser(ref))}
             yield _session_rows(con, "path IN (%s)" % ",".join("?" * len(paths)), [db_path(p) for p in paths])
-        yield _session_rows(con, "session_id = ?", (ref,))
-        yield _session_rows(con, "session_id LIKE ? ESCAPE '\\'", (like_escape(ref) + "%",))
-        yield from _name_matches(con, ref)
+        yield _session_rows(con, "session_id = ?", (base,))
+        yield _session_rows(con, "session_id LIKE ? ESCAPE '\\'", (like_escape(base) + "%",))
+        if base == ref:
+            yield from _name_matches(con, ref)
 
     several = None
     for found in stages() if ref else ():
-        if len(found) == 1:
+        ids = {r["session_id"] for r in found}
+        if len(ids) == 1 and base != ref:   # "<id>~N": the Nth of the sessions with that id
+            same = _same_id_rows(con, ids.pop())
+            n = int(copy.group(2))
+            if n <= len(same):
+                return next(r for r in found if r["id"] == same[n - 1])
+            raise SesameError('no session matches "%s" (%d with that id)' % (ref, len(same)), kind="not_found",
+                              hint="give the short id search printed, the full id or the session file")
+        if len(found) == 1 or (found and any_copy and len(ids) == 1):
             return found[0]
         several = several or found
     if not several:
         raise SesameError('no session matches "%s"' % ref, kind="not_found",
                           hint="give a session id, an id prefix, a session file or a name; "
                                "`sesame search WORDS` finds sessions by topic")
-    lines = ["  %s  %s  %s  %s" % (r["session_id"], r["name"] or "Unnamed", short_date(r["modified"]),
-                                    r["cwd"] or "(no working directory)") for r in several[:CANDIDATES_SHOWN]]
+    shared = collections.Counter(r["session_id"] for r in several)
+    lines = ["  %s  %s  %s  %s%s" % (short_id(con, r["session_id"], r["id"]) if shared[r["session_id"]] > 1 else
+                                     r["session_id"], r["name"] or "Unnamed", short_date(r["modified"]),
+                                     r["cwd"] or "(no working directory)",
+                                     "  " + r["path"] if shared[r["session_id"]] > 1 else "")
+             for r in several[:CANDIDATES_SHOWN]]
     if len(several) > CANDIDATES_SHOWN:
         lines.append("  … and %d more" % (len(several) - CANDIDATES_SHOWN))
     raise SesameError('"%s" matches %d sessions:\n%s' % (ref, len(several), "\n".join(lines)), kind="ambiguous",
-                      hint="give more of the id, the full id or the session file")
+                      hint="give more of the id, the id with its ~N as search prints it, or the session file")
 
 
 def session_header(s):
@@ -11680,7 +12019,7 @@ def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, every
         if refresh:
             refresh_before_reading(ctx, store, first_use)
         s = resolve_session(store.con, ref)
-        s["short_id"] = short_id(store.con, s["session_id"])
+        s["short_id"] = short_id(store.con, s["session_id"], s["id"])
         last = store.last_seq(s["id"])
         lo, hi = 0, last
         if around is not None:
@@ -12401,7 +12740,7 @@ def cmd_forget(args, ctx):
                 raise StoreError("cannot forget: another sesame index is still running after %ds; nothing was "
                                   "forgotten" % FORGET_LOCK_WAIT, hint="try again when it has finished")
             try:
-                s = resolve_session(store.con, ref)
+                s = resolve_session(store.con, ref, any_copy=True)
             except SesameError as e:
                 again = _forgotten(items, ref) if e.kind == "not_found" else []
                 if len(again) != 1:

@@ -1996,8 +1996,47 @@ def test_gemini_legacy_json_and_list_files_prefers_migrated_jsonl(tmp_path):
     write_jsonl(chats / "session-2025-01-02T00-00-bbbb.jsonl", [ogc_GEMINI_META])
     write_file(chats.parent / "logs.json", "[]")
     write_file(chats.parent / "checkpoint-x.json", "[]")
-    listed = [os.path.basename(p) for p in PARSERS["gemini"].list_files(str(tmp_path / ".gemini" / "tmp"))]
-    assert listed == ["session-2025-01-01T00-00-aaaa.json", "session-2025-01-02T00-00-bbbb.jsonl"]
+    listed = sorted(os.path.basename(p) for p in PARSERS["gemini"].list_files(str(tmp_path / ".gemini" / "tmp")))
+    assert listed == ["checkpoint-x.json", "logs.json", "session-2025-01-01T00-00-aaaa.json",
+                      "session-2025-01-02T00-00-bbbb.json", "session-2025-01-02T00-00-bbbb.jsonl"]
+    # what is listed but not a session says why (it is reported, never missed in silence)
+    for name, why in (("checkpoint-x.json", "checkpoint"), ("logs.json", "prompt log"),
+                      ("chats/session-2025-01-02T00-00-bbbb.json", "migrated")):
+        with pytest.raises(NotASessionFile, match=why):
+            parse_file("gemini", chats.parent / name)
+
+
+def test_gemini_subagent_chats_are_indexed_under_their_parent_and_other_files_are_reported(env, tmp_path, capsys):
+    # Gemini CLI writes a sub-agent's chat (kind "subagent") in a folder named after the session that ran
+    # it, and the memory service's skill extraction under chats/skill-extraction-<id>/: legacy whole-file
+    # JSON as well as JSONL. Each is a session of its own with its parent; nothing in the tree is missed.
+    chats = tmp_path / "home" / ".gemini" / "tmp" / "proj" / "chats"
+    write_config({"sources": [{"parser": "gemini", "path": str(chats.parent.parent)}]}, tmp_path)
+    write_jsonl(chats / "session-2026-04-16T22-38-b1f31681.jsonl", [
+        dict(ogc_GEMINI_META, sessionId="b1f31681-4b57"),
+        {"id": "u1", "type": "user", "content": "update the global contractor role"}])
+    write_file(chats / "b1f31681-4b57" / "xs82vp.json", json.dumps(dict(
+        ogc_GEMINI_META, sessionId="xs82vp", kind="subagent",
+        messages=[{"id": "m1", "type": "user", "content": "add the gardener checkin requirement"},
+                  {"id": "m2", "type": "gemini", "content": "added the gardener checkin"}]), indent=2))
+    write_file(chats / "skill-extraction-bcb99ecd" / "wuvi38.json", json.dumps(dict(
+        ogc_GEMINI_META, sessionId="wuvi38", kind="subagent", summary='{\n  "response": "Extracted 3 new skills"\n}',
+        messages=[{"id": "m1", "type": "user", "content": "extract reusable skills from the arborscaping audit"}]),
+        indent=2))
+    write_jsonl(chats / "b1f31681-4b57" / "k2.jsonl", [
+        dict(ogc_GEMINI_META, sessionId="k2", kind="subagent"),
+        {"id": "u1", "type": "user", "content": "search the quokka registry"}])
+    write_file(chats.parent / "logs.json", "[]")
+    summary = index_json(capsys)
+    assert summary["filesSeen"] == 5
+    assert skipped_reasons(summary) == {"logs.json": "not a Gemini CLI session file (the prompt log (logs.json): "
+                                                     "the prompts are in the chats' sessions)"}
+    for word, sid, parent in (("gardener", "xs82vp", "b1f31681-4b57"), ("arborscaping", "wuvi38", "skill-extraction-bcb99ecd"),
+                              ("quokka", "k2", "b1f31681-4b57")):
+        [hit] = search_json(capsys, word)["results"]
+        assert (hit["sessionId"], hit["parent"]) == (sid, parent)
+        if sid == "wuvi38":   # a sub-agent's summary is its result as JSON: named by the text
+            assert hit["name"] == "Extracted 3 new skills"
 
 
 def test_gemini_foreign_json_is_not_a_session_file(tmp_path):
@@ -5221,6 +5260,175 @@ def read_starts(monkeypatch):
     return starts
 
 
+def parse_starts(monkeypatch):
+    """(file name, offset) each parse of a file starts from: 0 when it reads the file whole."""
+    starts = []
+    original = sesame.parse_file
+
+    def spy(path, parser_id, resume, limit, redact_secrets=True):
+        result = original(path, parser_id, resume, limit, redact_secrets)
+        starts.append((os.path.basename(path), 0 if resume is None or result.restarted else resume["offset"]))
+        return result
+    monkeypatch.setattr(sesame, "parse_file", spy)
+    return starts
+
+
+def check_appends_are_resumed(tmp_path, capsys, monkeypatch, parser, root, path, head, kept, turns, old, new):
+    """The freshness promise for a resumable parser, on the user's side: each append (`turns`: (a word
+    only it has, its records)) is read from where the last read stopped, after the head's first `kept`
+    records (a first turn long enough to count); an append cut inside a line is read once
+    finished; what the index holds equals a full rebuild; a rewrite (`old` -> `new` in the head)
+    reads the file whole."""
+    write_config({"sources": [{"parser": parser, "path": str(root)}]}, tmp_path)
+    write_jsonl(path, head)
+    assert run(capsys, "index")[0] == 0
+    sid = search_ids(capsys, old)[0]
+    starts = parse_starts(monkeypatch)
+    first_turn = sum(len(json.dumps(r)) + 1 for r in head[:kept])
+    for i, (word, records) in enumerate(turns):
+        size = os.path.getsize(path)
+        text = "".join(json.dumps(r) + "\n" for r in records)
+        if i == 1:   # an agent caught writing: half a line now, the rest at the next read
+            with open(path, "a") as f:
+                f.write(text[:len(text) // 2])
+            assert run(capsys, "index")[0] == 0
+            text, size = text[len(text) // 2:], os.path.getsize(path)
+        with open(path, "a") as f:
+            f.write(text)
+        del starts[:]
+        assert run(capsys, "index")[0] == 0
+        [(name, offset)] = starts
+        assert name == os.path.basename(path) and first_turn <= offset <= size
+        assert search_ids(capsys, word) == [sid]
+    shown = show_json(capsys, sid, "--max-chars", "0", "--all")
+    assert run(capsys, "index", "--full")[0] == 0
+    assert show_json(capsys, sid, "--max-chars", "0", "--all") == shown
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace(old, new))
+    del starts[:]
+    assert run(capsys, "index")[0] == 0
+    assert starts == [(os.path.basename(path), 0)]
+    assert search_ids(capsys, new) == [sid] and search_ids(capsys, old) == []
+    return shown
+
+
+def test_gemini_appends_are_read_from_the_last_message_and_a_rewind_reads_the_file_again(env, tmp_path, capsys,
+                                                                                        monkeypatch):
+    chats = tmp_path / "home" / ".gemini" / "tmp" / "proj" / "chats"
+    path = str(chats / "session-2026-04-29T21-39-g1.jsonl")
+    filler = " ".join("word%d" % i for i in range(400))
+    head = [ogc_GEMINI_META,
+            {"id": "u1", "timestamp": "2026-04-29T21:39:30Z", "type": "user", "content": "plan the gazebo " + filler},
+            {"id": "a1", "timestamp": "2026-04-29T21:39:31Z", "type": "gemini", "content": "first " + filler},
+            {"id": "u2", "timestamp": "2026-04-29T21:40:00Z", "type": "user", "content": "and the roof"},
+            {"$set": {"lastUpdated": "2026-04-29T21:40:00Z"}}]
+    call = {"id": "t1", "name": "run_shell_command", "args": {"command": "ls shed"}, "status": "success",
+            "result": [{"functionResponse": {"id": "t1", "response": {"output": "shed.txt"}}}]}
+    turns = [
+        ("trellis", [{"id": "a2", "timestamp": "2026-04-29T21:40:01Z", "type": "gemini", "content": "partial"},
+         {"id": "a2", "timestamp": "2026-04-29T21:40:02Z", "type": "gemini", "content": "the trellis is done",
+          "toolCalls": [call]},
+         {"id": "r2", "timestamp": "2026-04-29T21:40:03Z", "type": "user", "content": [
+             {"functionResponse": {"id": "t1", "response": {"output": "shed.txt"}}}]},
+         {"$set": {"lastUpdated": "2026-04-29T21:40:03Z", "summary": "Garden build"}}]),
+        ("pergola", [{"id": "u3", "timestamp": "2026-04-29T21:41:00Z", "type": "user", "content": "paint the pergola"}]),
+        (None, [{"id": "u4", "timestamp": "2026-04-29T21:42:00Z", "type": "user", "content": "abandoned question"},
+         {"$rewindTo": "a2"},   # rewinds what an earlier read indexed: read again from the start
+         {"id": "u5", "timestamp": "2026-04-29T21:43:00Z", "type": "user", "content": "water the hedge"}]),
+    ]
+    shown = check_appends_are_resumed(tmp_path, capsys, monkeypatch, "gemini", chats.parent.parent, path, head, 3,
+                                      turns[:2], "gazebo", "pavilion")
+    texts_shown = [c["text"] for c in shown["chunks"]]
+    assert sum("shed.txt" in t for t in texts_shown) == 1 and "paint the pergola" in texts_shown
+    assert shown["session"]["name"] == "Garden build"
+    starts = parse_starts(monkeypatch)
+    with open(path, "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in turns[2][1]))
+    assert run(capsys, "index")[0] == 0
+    assert starts == [(os.path.basename(path), 0)]
+    assert search_ids(capsys, "trellis") == search_ids(capsys, "pergola") == [] and search_ids(capsys, "hedge") == ["g-1"]
+
+
+def codex_turn(n, prompt, answer=None, call=None, turn_start=True, bare=False):
+    """The lines of one Codex turn (`n` makes its times and ids): wrapped (turn_context first, or none
+    as in older and generated rollouts), or bare-era items."""
+    ts = "2025-11-17T21:%02d:%02d.000Z" % (30 + n // 60, n % 60)
+    items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}]
+    if call:
+        items += [{"type": "function_call", "name": "shell", "call_id": "call_%d" % n,
+                   "arguments": json.dumps({"command": ["bash", "-lc", call[0]]})},
+                  {"type": "function_call_output", "call_id": "call_%d" % n,
+                   "output": json.dumps({"output": call[1], "metadata": {"exit_code": 0}})}]
+    if answer:
+        items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": answer}]})
+    if bare:
+        return items + [{"record_type": "state"}]
+    lines = [cc_cx(ts, "turn_context", {"cwd": "/home/u/app", "model": "gpt-5"})] if turn_start else []
+    lines += [cc_cx(ts, "response_item", items[0]), cc_cx(ts, "event_msg", {"type": "user_message", "message": prompt})]
+    for item in items[1:]:
+        lines.append(cc_cx(ts, "response_item", item))
+        if item.get("role") == "assistant":
+            lines.append(cc_cx(ts, "event_msg", {"type": "agent_message", "message": answer}))
+    return lines
+
+
+@pytest.mark.parametrize("era", ["turn_context", "no turn lines", "bare"])
+def test_codex_appends_are_read_from_the_last_turn_and_a_rewrite_is_read_whole(env, tmp_path, capsys, monkeypatch, era):
+    root = tmp_path / "codex-sessions"
+    path = str(cc_rollout(root))
+    filler = " ".join("word%d" % i for i in range(400))
+    kw = {"turn_start": era == "turn_context", "bare": era == "bare"}
+    header = {"id": cc_TID, "timestamp": "2025-11-17T21:30:00.000Z", "instructions": None} if era == "bare" else \
+        cc_cx_meta()
+    head = [header] + codex_turn(1, "plan the gazebo " + filler, "first " + filler, **kw) + codex_turn(
+        2, "and the roof", "the roof is planned", ("ls roof", "roof.txt"), **kw)
+    turns = [("trellis", codex_turn(3, "build the trellis", "the trellis is done", ("ls shed", "shed.txt"), **kw)),
+             ("pergola", codex_turn(4, "paint the pergola", "painted", **kw)),
+             ("hedge", codex_turn(5, "water the hedge", **kw))]
+    kept = 1 + len(codex_turn(1, "x", "y", **kw))
+    shown = check_appends_are_resumed(tmp_path, capsys, monkeypatch, "codex", root, path, head, kept, turns,
+                                      "gazebo", "pavilion")
+    said = [c["text"] for c in shown["chunks"]]
+    for text in ("build the trellis", "the trellis is done", "paint the pergola", "water the hedge"):
+        assert said.count(text) == 1, text   # each text once, though the wrapped eras write it twice
+    assert sum("shed.txt" in t for t in said) == 1
+
+
+def test_qwen_appends_are_read_from_the_last_record_and_a_late_fragment_reads_the_file_again(env, tmp_path, capsys,
+                                                                                          monkeypatch):
+    root = tmp_path / "qwen-projects"
+    path = str(root / "proj" / "chats" / (ot_SID + ".jsonl"))
+    filler = " ".join("word%d" % i for i in range(400))
+
+    def user(uuid, text):
+        return ot_q(uuid, None, "user", message={"role": "user", "parts": [{"text": text}]})
+
+    def model(uuid, text, call=None):
+        parts = [{"text": text}] + ([{"functionCall": {"id": call, "name": "run_shell_command",
+                                                        "args": {"command": "ls shed"}}}] if call else [])
+        return ot_q(uuid, None, "assistant", message={"role": "model", "parts": parts})
+
+    head = [user("u1", "plan the gazebo " + filler), model("a2", "first " + filler), user("u3", "and the roof"),
+            ot_q("s4", None, "system", subtype="custom_title", systemPayload={"customTitle": "Garden build"})]
+    turns = [("trellis", [model("a5", "the trellis is done", call="c5"),
+                          ot_q("r6", None, "tool_result", message={"role": "user", "parts": [{"functionResponse": {
+                              "id": "c5", "name": "run_shell_command", "response": {"output": "shed.txt"}}}]})]),
+             ("pergola", [user("u7", "paint the pergola")]),
+             ("hedge", [model("a8", "water the hedge")])]
+    shown = check_appends_are_resumed(tmp_path, capsys, monkeypatch, "qwen", root, path, head, 2, turns,
+                                      "gazebo", "pavilion")
+    said = [c["text"] for c in shown["chunks"]]
+    assert sum("shed.txt" in t for t in said) == 1 and shown["session"]["name"] == "Garden build"
+    starts = parse_starts(monkeypatch)
+    with open(path, "a") as f:   # a late fragment of a record indexed before: read again from the start
+        f.write(json.dumps(ot_q("a5", None, "assistant", message={"role": "model", "parts": [
+            {"text": "thinking about the arbor", "thought": True}]})) + "\n")
+    assert run(capsys, "index")[0] == 0
+    assert starts == [(os.path.basename(path), 0)] and search_ids(capsys, "arbor") == [ot_SID]
+
+
 def index_snapshot(capsys, queries=("carousel", "webhook", "kubernetes autoscaler", "deploy bucket", "tool output")):
     """What a user sees of the index: status counts and the JSON of several searches."""
     info = json.loads(run(capsys, "status", "--json")[1])
@@ -5544,6 +5752,47 @@ def test_a_big_file_read_in_slices_gives_what_one_full_read_gives(env, capsys, m
     run(capsys, "index", "--full")
     assert index_snapshot(capsys, queries=("yak shaving", "lemur", "step42", "question 17")) == sliced
     assert sliced[0] == whole[0]
+
+
+@pytest.mark.parametrize("agent", ["codex", "gemini", "qwen"])
+def test_a_big_codex_gemini_or_qwen_file_read_in_slices_gives_what_one_read_gives(env, tmp_path, capsys, monkeypatch,
+                                                                                agent):
+    root = tmp_path / agent
+    if agent == "codex":
+        path, records = cc_rollout(root), [cc_cx_meta()]
+        for i in range(40):
+            records += codex_turn(i, "question %d about the yak shaving pipeline" % i, "answer %d" % i,
+                                  ("make step%d" % i, "step %d done with lemur output" % i), turn_start=i % 2 == 0)
+    elif agent == "gemini":
+        path, records = root / "proj" / "chats" / "session-2026-04-29T21-39-g1.jsonl", [ogc_GEMINI_META]
+        for i in range(40):
+            records += [{"id": "u%d" % i, "type": "user", "content": "question %d about the yak shaving pipeline" % i},
+                        {"id": "a%d" % i, "type": "gemini", "content": "answer %d" % i, "toolCalls": [
+                            {"id": "t%d" % i, "name": "run_shell_command", "args": {"command": "make step%d" % i},
+                             "result": [{"functionResponse": {"id": "t%d" % i, "response": {
+                                 "output": "step %d done with lemur output" % i}}}]}]},
+                        {"$set": {"lastUpdated": "2026-04-29T21:40:%02dZ" % i}}]
+    else:
+        path, records = root / "proj" / "chats" / (ot_SID + ".jsonl"), []
+        for i in range(40):
+            records += [ot_q("u%d" % i, None, "user", message={"role": "user", "parts": [
+                            {"text": "question %d about the yak shaving pipeline" % i}]}),
+                        ot_q("a%d" % i, None, "assistant", message={"role": "model", "parts": [
+                            {"text": "answer %d" % i},
+                            {"functionCall": {"id": "c%d" % i, "name": "run_shell_command",
+                                              "args": {"command": "make step%d" % i}}}]}),
+                        ot_q("r%d" % i, None, "tool_result", message={"role": "user", "parts": [{"functionResponse": {
+                            "id": "c%d" % i, "response": {"output": "step %d done with lemur output" % i}}}]})]
+    write_config({"sources": [{"parser": agent, "path": str(root)}]}, tmp_path)
+    write_jsonl(path, records)
+    queries = ("yak shaving", "lemur", "step42", "question 17")
+    run(capsys, "index")
+    whole = index_snapshot(capsys, queries=queries)
+    monkeypatch.setattr(sesame, "SLICE_BYTES", 700)
+    starts = parse_starts(monkeypatch)
+    run(capsys, "index", "--full")
+    assert len(starts) > 5   # read in many slices
+    assert index_snapshot(capsys, queries=queries) == whole
 
 
 def test_search_refreshes_the_index_by_default_but_not_with_no_refresh(corpus, capsys):
@@ -6811,6 +7060,34 @@ def test_unique_prefix_wins_and_shared_prefix_lists_the_candidates(sessions, cap
         assert needle in err
     code, out, err = show(capsys, "cccc", "--json")
     assert code == 1 and json.loads(out)["error"]["code"] == "ambiguous"
+
+
+def test_every_id_search_prints_opens_that_result_when_two_files_share_a_session_id(env, tmp_path, capsys):
+    # Gemini CLI writes a side question as a second session-<time>-<id>.jsonl with the same sessionId:
+    # two sessions, one id. The short id search prints for each opens that one; the id alone is ambiguous.
+    chats = tmp_path / "home" / ".gemini" / "tmp" / "proj" / "chats"
+    write_config({"sources": [{"parser": "gemini", "path": str(chats.parent.parent)}]}, tmp_path)
+    meta = {"sessionId": "5b6234f8-1c2d-4e5f-8a9b-0c1d2e3f4a5b", "projectHash": "ab", "startTime": "2026-04-29T21:39:22Z"}
+    for minute, words in (("21-39", "migrate the walrus schema"), ("21-52", "why does the narwhal cache expire")):
+        write_jsonl(chats / ("session-2026-04-29T%s-5b6234f8.jsonl" % minute), [
+            meta, {"id": "u1", "timestamp": "2026-04-29T%s:30Z" % minute.replace("-", ":"), "type": "user",
+                   "content": words}])
+    printed = set()
+    for word, text in (("walrus", "migrate the walrus schema"), ("narwhal", "why does the narwhal cache expire")):
+        [hit] = search_json(capsys, word)["results"]
+        code, out, _ = run(capsys, "search", word)
+        assert code == 0 and hit["shortId"] in out
+        printed.add(hit["shortId"])
+        shown = show_json(capsys, hit["shortId"])
+        assert [c["text"] for c in shown["chunks"]] == [text] and shown["session"]["shortId"] == hit["shortId"]
+    assert printed == {"5b6234f8~1", "5b6234f8~2"}
+    for ref in ("5b6234f8", meta["sessionId"]):
+        code, out, err = show(capsys, ref)
+        assert code == 1 and out == "" and "matches 2 sessions" in err
+        assert "5b6234f8~1" in err and "5b6234f8~2" in err and "21-52-5b6234f8.jsonl" in err
+    assert show(capsys, "5b6234f8~3")[0] == 1
+    code, out, _ = run(capsys, "forget", "5b6234f8", "--json")   # forget takes every copy, as before
+    assert code == 0 and len(json.loads(out)["forgotten"]["files"]) == 2
 
 
 def test_unknown_session_is_not_found_exit_1(sessions, capsys):
