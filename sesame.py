@@ -1802,6 +1802,10 @@ _CLAUDE_SPILL_RE = LazyPattern(r"(\S*tool-results[/\\][^\s<>\"']+)")
 # toolUseResult says "Error: Exit code 3"). Older and some SDK writers leave is_error false.
 _CLAUDE_EXIT_RE = LazyPattern(r"^\s*(?:Error: )?Exit code (-?\d+)\b")
 SPILL_HEAD_BYTES, SPILL_TAIL_BYTES = 64 * 1024, 16 * 1024
+# Sub-agents that replay the parent's conversation, then ask one thing of it: /compact's summariser
+# and the side question (`/btw`, 2.1.8x: "This is a side question from the user"). Their files copy
+# the parent's records up to that prompt (the same uuids: seen in 2.1.81 to 2.1.92 transcripts).
+CLAUDE_REPLAY_PREFIXES = ("agent-acompact-", "agent-aside_question-")
 
 
 def _claude_split_text(text):
@@ -1854,7 +1858,7 @@ class ClaudeCodeParser(Parser):
     """
 
     session_env = ("CLAUDE_CODE_SESSION_ID",)  # set by 2.1 for the commands and MCP servers it runs
-    id, label, version = "claude", "Claude Code", 1
+    id, label, version = "claude", "Claude Code", 2
 
     def default_roots(self, env):
         config = env.get("CLAUDE_CONFIG_DIR")
@@ -1882,6 +1886,10 @@ class ClaudeCodeParser(Parser):
             raise NotASessionFile("no Claude Code record on the first line")
         stem = os.path.basename(path)[:-len(".jsonl")] if path.endswith(".jsonl") else os.path.basename(path)
         is_subagent = stem.startswith("agent-")
+        # A compaction or side-question sub-agent replays the parent's conversation (the same records,
+        # uuids and all) before its own prompt: only what comes from that prompt on is its own.
+        replay = stem.startswith(CLAUDE_REPLAY_PREFIXES)
+        own_from = (0, 0)              # (entry, timestamp) where the replay's own part starts
         entries = _Entries()
         messages = {}                  # message.id -> merge state of a streamed assistant message
         seen_uuids, uuids = set(), set()
@@ -1912,6 +1920,8 @@ class ClaudeCodeParser(Parser):
                 self._assistant(rec, ts, entries, messages, report)
             elif rtype == "user":
                 conversational = True
+                if replay and self._is_prompt(rec):
+                    own_from = (len(entries.items), len(timestamps) - (1 if ts else 0))
                 self._user(rec, ts, entries, path, is_subagent, report)
             elif rtype == "attachment":
                 self._attachment(rec, ts, entries)
@@ -1952,6 +1962,9 @@ class ClaudeCodeParser(Parser):
         # a summary line whose leaf is in this file (old versions append summaries of *other* sessions).
         own_summaries = [text for leaf, text in summaries if not leaf or leaf in uuids]
         s.name = titles["custom-title"] or titles["ai-title"] or (own_summaries[-1] if own_summaries else None)
+        if replay:  # the parent holds the replayed part: counted there once, not twice
+            del entries.items[:own_from[0]]
+            del timestamps[:own_from[1]]
         entries.into(s)
         for ts in timestamps:
             s.touch(ts)
@@ -1970,6 +1983,15 @@ class ClaudeCodeParser(Parser):
         if record_session_id and record_session_id != stem:
             return record_session_id
         return None
+
+    @staticmethod
+    def _is_prompt(rec):
+        """A user record that asks something (text, not only tool results; not injected)."""
+        if rec.get("isMeta") or rec.get("isCompactSummary") or not isinstance(rec.get("message"), dict):
+            return False
+        content = rec["message"].get("content")
+        return isinstance(content, str) or (isinstance(content, list) and any(
+            isinstance(b, dict) and b.get("type") == "text" for b in content))
 
     @staticmethod
     def _message_blocks(rec, report, role):

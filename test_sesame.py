@@ -1201,6 +1201,46 @@ def test_claude_subagent_is_its_own_session_pointing_to_parent(tmp_path):
     assert p in PARSERS["claude"].list_files(str(tmp_path))
 
 
+def test_claude_compaction_and_side_question_replays_rank_after_their_parent(env, tmp_path, capsys):
+    # /compact and side questions run as sub-agents whose files replay the parent's records (same
+    # uuids) before their own prompt; a query for the parent's words must find the parent first.
+    root = tmp_path / "claude-projects"
+    talk = [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", "why does the marmalade scheduler starve the quokka workers?"),
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "text", "text": "The marmalade scheduler pins "
+                                                                                "quokka workers to one queue."}]),
+        cc_cl_asst("a2", "2026-01-01T00:00:02Z", "m1", [{"type": "tool_use", "id": "t1", "name": "Bash",
+                                                       "input": {"command": "grep -rn quokka sched/"}}]),
+        cc_cl_user("u2", "2026-01-01T00:00:03Z", [{"type": "tool_result", "tool_use_id": "t1",
+                                                  "content": "sched/marmalade.py:12: quokka"}]),
+    ]
+    write_jsonl(root / "-proj" / (cc_SID + ".jsonl"), talk)
+    side = dict(isSidechain=True, agentId="acompact-77aa")
+    write_jsonl(root / "-proj" / cc_SID / "subagents" / "agent-acompact-77aa.jsonl", [dict(r, **side) for r in talk] + [
+        cc_cl_user("c1", "2026-01-01T05:00:00Z", "Your task is to create a detailed summary of the conversation "
+                                                 "so far.", **side),
+        cc_cl_asst("c2", "2026-01-01T05:00:09Z", "m9", [{"type": "text", "text": "Summary: the marmalade scheduler "
+                                                                                "starved quokka workers; quokka "
+                                                                                "queues pinned (zanzibar)."}], **side),
+    ])
+    write_jsonl(root / "-proj" / cc_SID / "subagents" / "agent-aside_question-88bb.jsonl",
+                [dict(r, **side) for r in talk] + [
+        cc_cl_user("q1", "2026-01-01T06:00:00Z", "<system-reminder>This is a side question from the user.</system-"
+                                                 "reminder>\n\nwhich file holds the marmalade quokka queue?", **side),
+        cc_cl_asst("q2", "2026-01-01T06:00:03Z", "m8", [{"type": "text", "text": "sched/marmalade.py (walrus)."}],
+                   **side)])
+    write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
+    for query in ("quokka", "marmalade quokka workers"):
+        assert search_ids(capsys, query)[0] == cc_SID
+    # what the sub-agents produced stays theirs; the replayed part is not theirs
+    assert search_ids(capsys, "zanzibar") == ["agent-acompact-77aa"]
+    assert search_ids(capsys, "walrus") == ["agent-aside_question-88bb"]
+    [s] = parse_file("claude", root / "-proj" / cc_SID / "subagents" / "agent-acompact-77aa.jsonl")
+    assert kinds(s) == ["user", "assistant"] and s.created == "2026-01-01T05:00:00.000Z"
+    [s] = parse_file("claude", root / "-proj" / cc_SID / "subagents" / "agent-aside_question-88bb.jsonl")
+    assert texts(s, "user") == ["which file holds the marmalade quokka queue?"]
+
+
 def test_claude_spilled_tool_output_is_read_from_tool_results(tmp_path):
     proj = tmp_path / "-proj"
     spill = proj / cc_SID / "tool-results" / "toolu_big.txt"
