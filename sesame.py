@@ -1806,6 +1806,10 @@ SPILL_HEAD_BYTES, SPILL_TAIL_BYTES = 64 * 1024, 16 * 1024
 # and the side question (`/btw`, 2.1.8x: "This is a side question from the user"). Their files copy
 # the parent's records up to that prompt (the same uuids: seen in 2.1.81 to 2.1.92 transcripts).
 CLAUDE_REPLAY_PREFIXES = ("agent-acompact-", "agent-aside_question-")
+# How a file whose first record is a summary starts (see ClaudeCodeParser._folder_summaries), and how
+# much of it is read for its summaries (a few hundred bytes each).
+_CLAUDE_SUMMARY_HEAD_RE = LazyPattern(rb'(?:\xef\xbb\xbf)?\s*\{\s*"type"\s*:\s*"summary"')
+CLAUDE_SUMMARY_BYTES = 64 * 1024
 
 
 def _claude_split_text(text):
@@ -1893,6 +1897,10 @@ class ClaudeCodeParser(Parser):
         entries = _Entries()
         messages = {}                  # message.id -> merge state of a streamed assistant message
         seen_uuids, uuids = set(), set()
+        # 1.0-2.0 named sessions by summaries written into *another* file of the folder (see
+        # _folder_summaries): the latest of this file's messages that one names gives the name.
+        leaf_names = self._folder_summaries(os.path.dirname(path))[0] if not is_subagent else {}
+        folder_name = None
         titles = {"custom-title": None, "ai-title": None}
         summaries = []                 # (leafUuid, text): a summary line may title another file
         first_session_id = cwd = None
@@ -1910,6 +1918,8 @@ class ClaudeCodeParser(Parser):
             uuid = rec.get("uuid")
             if isinstance(uuid, str):
                 uuids.add(uuid)
+                if uuid in leaf_names:
+                    folder_name = leaf_names[uuid]
                 # A resumed session copies earlier lines; the same line is indexed once. The message.id
                 # merge below handles the other duplication (streamed blocks).
                 if rtype in ("user", "assistant") and uuid in seen_uuids:
@@ -1945,8 +1955,10 @@ class ClaudeCodeParser(Parser):
                 entries.result(rec.get("tool_use_id"), out or "", rec.get("is_error"), ts=ts, name=rec.get("name"))
             # everything else (progress, file-history-snapshot, queue-operation, mode, pr-link, ...) is
             # session state with no conversation text.
-        if not conversational and not any(titles.values()) and not summaries:
-            raise NotASessionFile("no Claude Code conversation records")
+        if not conversational and not any(titles.values()):
+            # (Claude Code 1.0-2.0 left such a file when it was started and left without a prompt.)
+            raise NotASessionFile("only summaries naming other sessions" if summaries else
+                                  "no Claude Code conversation records")
 
         if is_subagent:
             session_id = stem
@@ -1959,9 +1971,9 @@ class ClaudeCodeParser(Parser):
         if is_subagent:
             s.parent = self._subagent_parent(path, first_session_id, stem)
         # Title precedence, as Claude Code shows it: the user's /rename, then the generated title, then
-        # a summary line whose leaf is in this file (old versions append summaries of *other* sessions).
+        # a summary line whose leaf is in this file, wherever that line was written.
         own_summaries = [text for leaf, text in summaries if not leaf or leaf in uuids]
-        s.name = titles["custom-title"] or titles["ai-title"] or (own_summaries[-1] if own_summaries else None)
+        s.name = titles["custom-title"] or titles["ai-title"] or (own_summaries[-1] if own_summaries else folder_name)
         if replay:  # the parent holds the replayed part: counted there once, not twice
             del entries.items[:own_from[0]]
             del timestamps[:own_from[1]]
@@ -1970,6 +1982,61 @@ class ClaudeCodeParser(Parser):
             s.touch(ts)
         _finish_times(s, path)
         return [s]
+
+    def __init__(self):
+        self._summaries = {}  # project folder -> its summaries and the files holding them (per run)
+
+    def new_run(self):
+        self._summaries.clear()
+
+    def _folder_summaries(self, folder):
+        """({leafUuid: summary}, [files holding them]) of a project folder, read once per run.
+
+        Claude Code 1.0 to 2.0 (seen up to 2.1.1) titled a session by a `summary` record naming its
+        last message (`leafUuid`), written as the first lines of the *next* session file started in
+        the folder; a file started and left without a prompt holds nothing else. So only files that
+        start with a summary record are read, and only those lines; of several summaries of one leaf,
+        the one in the newest file wins."""
+        cache = self._summaries
+        if folder in cache:
+            return cache[folder]
+        found = []
+        try:
+            entries = [e for e in os.scandir(folder) if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False)]
+        except OSError:
+            entries = []
+        for e in entries:
+            try:
+                fd = os.open(e.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+                try:
+                    head = os.read(fd, 32)
+                    if _CLAUDE_SUMMARY_HEAD_RE.match(head):
+                        head += os.read(fd, CLAUDE_SUMMARY_BYTES)
+                        found.append((os.fstat(fd).st_mtime_ns, e.path, head))
+                finally:
+                    os.close(fd)
+            except OSError:
+                continue
+        names = {}
+        for _, _, head in sorted(found):
+            for raw in head.split(b"\n"):
+                try:
+                    rec = _json_decode(json_bytes(raw).decode("utf-8"))
+                except BAD_JSON:
+                    break  # the end of what was read, or not JSON
+                if not isinstance(rec, dict) or rec.get("type") != "summary":
+                    break
+                if isinstance(rec.get("leafUuid"), str) and isinstance(rec.get("summary"), str) and rec["summary"].strip():
+                    names[rec["leafUuid"]] = rec["summary"].strip()
+        cache[folder] = (names, [p for _, p, _ in sorted(found)])
+        return cache[folder]
+
+    def sidecars(self, path):
+        """The files whose summaries may name this session (see _folder_summaries): a new one makes
+        the session file look changed, so that it is read again and takes the name."""
+        if os.path.basename(path).startswith("agent-"):
+            return []
+        return [p for p in self._folder_summaries(os.path.dirname(path))[1] if p != path]
 
     @staticmethod
     def _subagent_parent(path, record_session_id, stem):

@@ -1188,6 +1188,43 @@ def test_claude_title_precedence_rename_then_ai_title_then_own_summary(tmp_path)
     assert parse_file("claude", p)[0].name is None
 
 
+def test_claude_summary_in_another_file_names_the_session_holding_its_leaf(env, tmp_path, capsys):
+    # Claude Code 1.0-2.0 wrote summaries of earlier sessions as the first lines of the next session
+    # file of the folder; started and left without a prompt, that file holds nothing else.
+    root = tmp_path / "claude-projects"
+    proj = root / "-proj"
+    write_jsonl(proj / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", "tune the pelican cache"),
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "text", "text": "Tuned."}])])
+    other = cc_SID.replace("5555", "6666")
+    write_jsonl(proj / (other + ".jsonl"), [
+        {"type": "summary", "summary": "Pelican cache tuning", "leafUuid": "a1"},
+        cc_cl_user("o1", "2026-01-02T00:00:00Z", "rename the heron module", sessionId=other)])
+    write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
+    code, out, _ = run(capsys, "index", "--json")
+    assert code == 0 and json.loads(out)["skipped"] == []
+    code, out, _ = run(capsys, "search", "pelican", "--json")
+    [hit] = json.loads(out)["results"]
+    assert hit["sessionId"] == cc_SID and hit["name"] == "Pelican cache tuning"
+    # A newer file of summaries alone renames it at the next index; it is no session itself.
+    time.sleep(0.01)
+    only = cc_SID.replace("5555", "7777")
+    write_jsonl(proj / (only + ".jsonl"), [
+        {"type": "summary", "summary": "Pelican cache eviction tuned", "leafUuid": "a1"},
+        {"type": "summary", "summary": "Heron module renamed", "leafUuid": "o1"}])
+    code, out, _ = run(capsys, "index", "--json")
+    [skipped] = json.loads(out)["skipped"]
+    assert only in skipped["path"] and "only summaries naming other sessions" in skipped["reason"]
+    code, out, _ = run(capsys, "search", "pelican OR heron", "--json")
+    names = {r["sessionId"]: r["name"] for r in json.loads(out)["results"]}
+    assert names == {cc_SID: "Pelican cache eviction tuned", other: "Heron module renamed"}
+    # The session's own rename still comes first.
+    with open(str(proj / (cc_SID + ".jsonl")), "a") as f:
+        f.write(json.dumps({"type": "custom-title", "sessionId": cc_SID, "customTitle": "my pelican"}) + "\n")
+    code, out, _ = run(capsys, "search", "pelican", "--json")
+    assert json.loads(out)["results"][0]["name"] == "my pelican"
+
+
 def test_claude_subagent_is_its_own_session_pointing_to_parent(tmp_path):
     p = write_jsonl(tmp_path / "-proj" / cc_SID / "subagents" / "agent-a0ad4f.jsonl", [
         cc_cl_user("c1", "2026-01-01T00:00:02Z", "Search the repo for TODO comments", isSidechain=True, agentId="a0ad4f"),
