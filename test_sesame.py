@@ -1278,6 +1278,59 @@ def test_claude_compaction_and_side_question_replays_rank_after_their_parent(env
     assert texts(s, "user") == ["which file holds the marmalade quokka queue?"]
 
 
+def test_claude_appends_are_read_from_the_last_stop_and_match_a_full_rebuild_a_rewrite_is_read_whole(
+        env, tmp_path, capsys, monkeypatch):
+    root = tmp_path / "claude-projects"
+    path = write_jsonl(root / "-proj" / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", "set up the ocelot relay"),
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "text", "text": "Relay configured."}])])
+    write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
+    run(capsys, "index")
+    name = os.path.basename(path)
+    starts = read_starts(monkeypatch)
+
+    def append(*records, tail=""):
+        with open(path, "a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in records) + tail)
+        run(capsys, "index")
+        return os.path.getsize(path)
+    clean = os.path.getsize(path)
+    result = json.dumps(cc_cl_user("u2", "2026-01-01T00:00:04Z", [{"type": "tool_result", "tool_use_id": "t1",
+                                                                  "content": "migrated the capybara schema"}]))
+    # A streamed message whose tool call waits for its result, and the result's line half written.
+    a2 = cc_cl_asst("a2", "2026-01-01T00:00:02Z", "m2", [{"type": "text", "text": "Running the ocelot migrations."}])
+    append(a2,
+           cc_cl_asst("a3", "2026-01-01T00:00:03Z", "m2", [{"type": "tool_use", "id": "t1", "name": "Bash",
+                                                          "input": {"command": "alembic upgrade head"}}]),
+           tail=result[:40])
+    assert search_ids(capsys, "alembic") == [cc_SID]
+    # The rest of the line; the message goes on after the result, repeating a block; a rename.
+    after_result = append(tail=result[40:] + "\n")
+    append(cc_cl_asst("a4", "2026-01-01T00:00:05Z", "m2", [{"type": "text", "text": "Running the ocelot migrations."},
+                                                          {"type": "text", "text": "Done: the capybara is fine."}]),
+           {"type": "custom-title", "sessionId": cc_SID, "customTitle": "ocelot relay setup"})
+    # Each read goes on from the last line after which nothing waited (here: not the tool call).
+    assert starts == [(name, clean), (name, clean + len(json.dumps(a2)) + 1), (name, after_result)]
+    code, out, _ = run(capsys, "show", cc_SID, "--json", "--max-chars", "0")
+    shown = json.loads(out)
+    assert shown["session"]["name"] == "ocelot relay setup"
+    assert sum("Running the ocelot migrations." in c["text"] for c in shown["chunks"]) == 1
+    assert search_ids(capsys, "capybara schema", "--tool", "bash") == [cc_SID]  # the result joined its call
+    queries = ("ocelot", "capybara", "alembic upgrade", "relay setup")
+    appended = index_snapshot(capsys, queries)
+    run(capsys, "index", "--full")
+    assert index_snapshot(capsys, queries) == appended
+    assert run(capsys, "show", cc_SID, "--json", "--max-chars", "0")[1] == out
+    # A rewrite (shorter, another word) is read from the start.
+    text = open(path).read()
+    with open(path, "w") as f:
+        f.write(text.replace("ocelot relay\"", "puma relay\""))
+    del starts[:]
+    run(capsys, "index")
+    assert starts == [(name, 0)]
+    assert search_ids(capsys, "puma") == [cc_SID]
+
+
 def test_claude_spilled_tool_output_is_read_from_tool_results(tmp_path):
     proj = tmp_path / "-proj"
     spill = proj / cc_SID / "tool-results" / "toolu_big.txt"
