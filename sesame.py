@@ -2000,12 +2000,20 @@ class ClaudeCodeParser(Parser):
                     if not rec.get("leafUuid") or rec["leafUuid"] in recent_set:
                         state["own"] = rec["summary"].strip()
             elif rtype == "tool_use":
-                # Very old/drifted files wrote tool calls and results as records of their own.
+                # Very old/drifted files wrote tool calls and results as records of their own (and so
+                # does oh-my-opencode: see OhMyOpenCodeParser).
                 state["conv"] = True
-                entries.tool(rec.get("name"), rec.get("input"), ts=ts, call_id=rec.get("id") or rec.get("tool_use_id"))
+                entries.tool(rec.get("name") or rec.get("tool_name"), rec.get("input") or rec.get("tool_input"),
+                             ts=ts, call_id=rec.get("id") or rec.get("tool_use_id") or self._call_key(rec))
             elif rtype == "tool_result":
-                out = rec.get("output") if isinstance(rec.get("output"), str) else text_of(rec.get("content"))
-                entries.result(rec.get("tool_use_id"), out or "", rec.get("is_error"), ts=ts, name=rec.get("name"))
+                out = rec.get("output") if isinstance(rec.get("output"), str) else \
+                    text_of(rec.get("content")) or _out_text(rec.get("tool_output"))
+                call_id = rec.get("tool_use_id") or self._call_key(rec)
+                if call_id and call_id not in entries.calls and "tool_input" in rec:
+                    # oh-my-opencode may change the input on the way (env exports before a bash command):
+                    # then the result is the earliest waiting call's of that tool.
+                    call_id = next((k for k, e in entries.calls.items() if e["tool"] == rec.get("tool_name")), call_id)
+                entries.result(call_id, out or "", rec.get("is_error"), ts=ts, name=rec.get("name") or rec.get("tool_name"))
             # everything else (progress, file-history-snapshot, queue-operation, mode, pr-link, ...) is
             # session state with no conversation text.
             if replay:
@@ -2049,6 +2057,14 @@ class ClaudeCodeParser(Parser):
         s.touch(state["last"])
         _finish_times(s, path)
         return [s]
+
+    @staticmethod
+    def _call_key(rec):
+        """A call without an id that its result repeats (oh-my-opencode: tool name and input)."""
+        if "tool_input" not in rec:
+            return None
+        return _claude_block_key("call", json.dumps([rec.get("tool_name"), rec["tool_input"]], sort_keys=True,
+                                                    default=str))
 
     @staticmethod
     def _snapshot(state, recent, msg):
@@ -2146,6 +2162,8 @@ class ClaudeCodeParser(Parser):
         """A record's message and its content as a list of blocks (a string is one text block);
         (None, None) when there is nothing to read."""
         m = rec.get("message")
+        if m is None and isinstance(rec.get("content"), (str, list)):
+            m = {"content": rec["content"]}   # oh-my-opencode: the content on the record itself
         if not isinstance(m, dict):
             report.skip("malformed %s record" % role)
             return None, None
@@ -2306,6 +2324,40 @@ class ClaudeCodeParser(Parser):
         if session.get("cwd"):
             cmd = "cd %s && %s" % (shell_quote(session["cwd"]), cmd)
         return cmd
+
+
+@register
+class OhMyOpenCodeParser(ClaudeCodeParser):
+    """oh-my-opencode's Claude-compatible transcripts: ~/.claude/transcripts/ses_<id>.jsonl.
+
+    The OpenCode plugin's Claude Code hooks (src/hooks/claude-code-hooks) write, per OpenCode session
+    (`ses_...`), one line per user prompt (`user`, `content`), tool call (`tool_use`, `tool_name`,
+    `tool_input`) and result (`tool_result`: the same, plus `tool_output`), for Claude Code hooks to
+    read; no assistant text, no working folder. These are the record types of Claude Code's own
+    early transcripts, so Claude Code's reading serves (appends read from where the last read
+    stopped); the session belongs to OpenCode, hence its own agent id and no `claude --resume`.
+    """
+
+    session_env = ()
+    id, label, version = "omo", "oh-my-opencode", 1
+
+    def default_roots(self, env):
+        # The plugin writes under the home folder's .claude (os.homedir()), whatever CLAUDE_CONFIG_DIR says.
+        roots = [os.path.join(_home(env), ".claude", "transcripts")]
+        return roots + [os.path.join(os.path.dirname(r), "transcripts") for r in super().default_roots(env)
+                        if os.path.join(os.path.dirname(r), "transcripts") not in roots]
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n.startswith("ses_") and n.endswith(".jsonl"), max_depth=0)
+
+    def _folder_summaries(self, folder):
+        return {}, [], ""   # no summary records name these sessions
+
+    def retention(self, env):
+        return None
+
+    def resume_command(self, session):
+        return None   # OpenCode's, as for its own sessions (see OpenCodeParser)
 
 
 # -------------------------------------------------------------------------------------------------

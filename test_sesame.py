@@ -1438,6 +1438,40 @@ def test_claude_compact_summary_resumed_copy_and_bad_lines(tmp_path):
     assert texts(s, "summary") and report.skipped_lines == 2
 
 
+def test_oh_my_opencode_transcripts_are_read_as_their_own_agent_and_appends_resume(env, tmp_path, capsys, monkeypatch):
+    # oh-my-opencode's Claude Code hooks: prompts and tool calls of an OpenCode session, no assistant
+    # text; it puts env exports before a bash command between the call and its result.
+    home = pathlib.Path(os.environ["HOME"])
+    assert PARSERS["omo"].default_roots({"HOME": "/h"}) == ["/h/.claude/transcripts"]
+    path = write_jsonl(home / ".claude" / "transcripts" / "ses_25f7abcdTUKCsb.jsonl", [
+        {"type": "user", "timestamp": "2026-04-18T12:23:35.762Z", "content": "review the walrus paper draft"},
+        {"type": "tool_use", "timestamp": "2026-04-18T12:23:46.068Z", "tool_name": "bash",
+         "tool_input": {"command": "find papers/ -name '*walrus*'", "description": "Find the paper"}},
+        {"type": "tool_use", "timestamp": "2026-04-18T12:23:46.070Z", "tool_name": "glob",
+         "tool_input": {"pattern": "**/*.tex"}},
+        {"type": "tool_result", "timestamp": "2026-04-18T12:23:46.210Z", "tool_name": "glob",
+         "tool_input": {"pattern": "**/*.tex"}, "tool_output": {"output": "papers/narwhal.tex"}},
+        {"type": "tool_result", "timestamp": "2026-04-18T12:23:46.300Z", "tool_name": "bash",
+         "tool_input": {"command": "export CI=true; find papers/ -name '*walrus*'"},
+         "tool_output": {"output": "papers/inbox/walrus_budget.tex"}},
+    ])
+    write_config({"sources": [{"parser": "omo", "path": str(home / ".claude" / "transcripts")}]}, tmp_path)
+    code, out, _ = run(capsys, "search", "walrus_budget", "--tool", "bash", "--json")
+    [hit] = json.loads(out)["results"]
+    assert hit["sessionId"] == "ses_25f7abcdTUKCsb" and hit["source"] == "omo" and hit["resumeCommand"] is None
+    assert search_ids(capsys, "narwhal", "--tool", "glob") == ["ses_25f7abcdTUKCsb"]
+    starts = read_starts(monkeypatch)
+    size = os.path.getsize(path)
+    with open(path, "a") as f:
+        f.write(json.dumps({"type": "user", "timestamp": "2026-04-18T12:30:00.000Z", "content": "now the otter "
+                                                                                                 "section"}) + "\n")
+    assert search_ids(capsys, "otter") == ["ses_25f7abcdTUKCsb"]
+    assert starts == [(os.path.basename(path), size)]
+    [s] = parse_file("omo", path)
+    assert kinds(s) == ["user", "tool", "tool", "user"] and s.modified == "2026-04-18T12:30:00.000Z"
+    assert "command: find papers/ -name '*walrus*'" in texts(s, "tool")[0]
+
+
 def test_claude_resume_command_runs_in_the_session_cwd():
     cmd = PARSERS["claude"].resume_command({"session_id": cc_SID, "cwd": "/home/u/my proj", "path": "x"})
     assert cmd == "cd '/home/u/my proj' && claude --resume %s" % cc_SID
