@@ -1817,6 +1817,9 @@ CLAUDE_RECENT_UUIDS = 64
 # much of it is read for its summaries (a few hundred bytes each).
 _CLAUDE_SUMMARY_HEAD_RE = LazyPattern(rb'(?:\xef\xbb\xbf)?\s*\{\s*"type"\s*:\s*"summary"')
 CLAUDE_SUMMARY_BYTES = 64 * 1024
+# Summary files changed within this many seconds (and still no larger than CLAUDE_SUMMARY_BYTES) are
+# watched (sidecars): a new one renames a session.
+CLAUDE_SUMMARY_RECENT = 2 * 24 * 3600
 
 
 def _claude_split_text(text):
@@ -1922,12 +1925,16 @@ class ClaudeCodeParser(Parser):
                 raise NotASessionFile("no Claude Code record on the first line")
         # 1.0-2.0 named sessions by summaries written into *another* file of the folder (see
         # _folder_summaries): the latest of this file's messages that one names gives the name.
-        leaf_names, _, sums = self._folder_summaries(os.path.dirname(path)) if not is_subagent else ({}, [], "")
+        # A resumed read looks only at summaries written lately: only those can name a message written
+        # since the last read (see checkpoint_holds and sidecars for the older messages).
+        leaf_names, _, sums_at = ({}, [], 0) if is_subagent else \
+            self._folder_summaries(os.path.dirname(path), recent=resume is not None)
         if resume:
-            state = dict(resume["state"], sums=sums)
+            state = dict(resume["state"])
+            state["sums_at"] = max(state.get("sums_at", 0), sums_at)
         else:
             state = {"sid": None, "cwd": None, "custom-title": None, "ai-title": None, "own": None, "folder": None,
-                     "sums": sums, "first": None, "last": None, "conv": False, "summaries": False,
+                     "sums_at": sums_at, "first": None, "last": None, "conv": False, "summaries": False,
                      "recent": [], "msg": None, "keys": [], "mids": ""}
         recent = collections.deque(state["recent"], CLAUDE_RECENT_UUIDS)   # a resumed session copies lines
         recent_set = set(recent)
@@ -2071,38 +2078,40 @@ class ClaudeCodeParser(Parser):
         """The state to go on from at a clean line (plain JSON values)."""
         return dict(state, recent=list(recent), msg=msg["id"], keys=sorted(msg["keys"]))
 
-    def checkpoint_holds(self, path, checkpoint):
-        # A checkpoint read with other summaries in the folder than there are now may miss the name.
-        state = checkpoint.get("state") or {}
-        if os.path.basename(path).startswith("agent-"):
-            return True
-        return state.get("sums", "") == self._folder_summaries(os.path.dirname(path))[2]
-
     def __init__(self):
         self._summaries = {}  # project folder -> its summaries and the files holding them (per run)
 
     def new_run(self):
         self._summaries.clear()
 
-    def _folder_summaries(self, folder):
-        """({leafUuid: summary}, [files holding them], their fingerprint) of a project folder, read
-        once per run.
+    def _folder_summaries(self, folder, recent=False):
+        """({leafUuid: summary}, [files holding them], the newest one's time in ns) of a project
+        folder, read once per run; with `recent`, of the small files changed within
+        CLAUDE_SUMMARY_RECENT only (then a folder itself unchanged that long costs one stat).
 
         Claude Code 1.0 to 2.0 (seen up to 2.1.1) titled a session by a `summary` record naming its
         last message (`leafUuid`), written as the first lines of the *next* session file started in
         the folder; a file started and left without a prompt holds nothing else. So only files that
         start with a summary record are read, and only those lines; of several summaries of one leaf,
         the one in the newest file wins."""
-        cache = self._summaries
-        if folder in cache:
-            return cache[folder]
+        key = (folder, recent)
+        if key in self._summaries:
+            return self._summaries[key]
         found = []
+        since = time.time_ns() - CLAUDE_SUMMARY_RECENT * 10 ** 9 if recent else None
         try:
-            entries = [e for e in os.scandir(folder) if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False)]
+            if since is not None and os.stat(folder).st_mtime_ns < since:
+                entries = []   # no file created or renamed there lately
+            else:
+                entries = [e for e in os.scandir(folder) if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False)]
         except OSError:
             entries = []
         for e in entries:
             try:
+                if since is not None:
+                    st = e.stat(follow_symlinks=False)
+                    if st.st_mtime_ns < since or st.st_size > CLAUDE_SUMMARY_BYTES:
+                        continue  # (a new summary file is small: summaries, then maybe a first prompt)
                 fd = os.open(e.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
                 try:
                     head = os.read(fd, 32)
@@ -2113,8 +2122,9 @@ class ClaudeCodeParser(Parser):
                     os.close(fd)
             except OSError:
                 continue
+        found.sort()
         names = {}
-        for _, _, head in sorted(found):
+        for _, _, head in found:
             for raw in head.split(b"\n"):
                 try:
                     rec = _json_decode(json_bytes(raw).decode("utf-8"))
@@ -2124,16 +2134,24 @@ class ClaudeCodeParser(Parser):
                     break
                 if isinstance(rec.get("leafUuid"), str) and isinstance(rec.get("summary"), str) and rec["summary"].strip():
                     names[rec["leafUuid"]] = rec["summary"].strip()
-        fingerprint = "%08x" % zlib.crc32(json.dumps(sorted(names.items())).encode()) if names else ""
-        cache[folder] = (names, [p for _, p, _ in sorted(found)], fingerprint)
-        return cache[folder]
+        self._summaries[key] = (names, [p for _, p, _ in found], found[-1][0] if found else 0)
+        return self._summaries[key]
 
     def sidecars(self, path):
-        """The files whose summaries may name this session (see _folder_summaries): a new one makes
-        the session file look changed, so that it is read again and takes the name."""
+        """The summary files written lately in this session's folder (see _folder_summaries): a new
+        one makes the session file look changed, so that it is read again and takes its name. (Once
+        such a file is older than CLAUDE_SUMMARY_RECENT, the session file looks changed once more
+        and is gone on from where it was read: it is no longer checked for them.)"""
         if os.path.basename(path).startswith("agent-"):
             return []
-        return [p for p in self._folder_summaries(os.path.dirname(path))[1] if p != path]
+        return [p for p in self._folder_summaries(os.path.dirname(path), recent=True)[1] if p != path]
+
+    def checkpoint_holds(self, path, checkpoint):
+        # A summary file newer than the last whole read may name one of the messages read then.
+        if os.path.basename(path).startswith("agent-"):
+            return True
+        newest = self._folder_summaries(os.path.dirname(path), recent=True)[2]
+        return newest <= (checkpoint.get("state") or {}).get("sums_at", 0)
 
     @staticmethod
     def _subagent_parent(path, record_session_id, stem):
@@ -2350,8 +2368,8 @@ class OhMyOpenCodeParser(ClaudeCodeParser):
     def list_files(self, root):
         return walk_files(root, lambda n: n.startswith("ses_") and n.endswith(".jsonl"), max_depth=0)
 
-    def _folder_summaries(self, folder):
-        return {}, [], ""   # no summary records name these sessions
+    def _folder_summaries(self, folder, recent=False):
+        return {}, [], 0   # no summary records name these sessions
 
     def retention(self, env):
         return None
