@@ -1810,7 +1810,8 @@ SPILL_HEAD_BYTES, SPILL_TAIL_BYTES = 64 * 1024, 16 * 1024
 # Sub-agents that replay the parent's conversation, then ask one thing of it: /compact's summariser
 # and the side question (`/btw`, 2.1.8x: "This is a side question from the user"). Their files copy
 # the parent's records up to that prompt (the same uuids: seen in 2.1.81 to 2.1.92 transcripts).
-CLAUDE_REPLAY_PREFIXES = ("agent-acompact-", "agent-aside_question-")
+CLAUDE_COMPACT_PREFIX = "agent-acompact-"
+CLAUDE_REPLAY_PREFIXES = (CLAUDE_COMPACT_PREFIX, "agent-aside_question-")
 # How many of a session's latest uuids a read remembers: a line repeated within them is indexed once.
 CLAUDE_RECENT_UUIDS = 64
 # How a file whose first record is a summary starts (see ClaudeCodeParser._folder_summaries), and how
@@ -2046,6 +2047,11 @@ class ClaudeCodeParser(Parser):
                                   "no Claude Code conversation records")
         if replay:  # the parent holds the replayed part: counted there once, not twice
             del entries.items[:own_from]
+            if stem.startswith(CLAUDE_COMPACT_PREFIX):
+                # The summary it wrote is in the parent too (its isCompactSummary record), after a
+                # prompt every compaction repeats: kept, as context, so it never outranks the parent.
+                for e in entries.items:
+                    e["kind"] = "context" if e["kind"] != "tool" else "tool"
         entries.into(s)
         offset, n_chunks, ck_state, n_mids = checkpoint
         s.checkpoint = None if replay else {

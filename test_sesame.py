@@ -1251,14 +1251,15 @@ def test_claude_compaction_and_side_question_replays_rank_after_their_parent(env
         cc_cl_user("u2", "2026-01-01T00:00:03Z", [{"type": "tool_result", "tool_use_id": "t1",
                                                   "content": "sched/marmalade.py:12: quokka"}]),
     ]
-    write_jsonl(root / "-proj" / (cc_SID + ".jsonl"), talk)
+    summary = "Summary: the marmalade scheduler starved quokka workers; quokka queues pinned (zanzibar)."
+    write_jsonl(root / "-proj" / (cc_SID + ".jsonl"), talk + [   # the parent keeps the summary it was given
+        cc_cl_user("s1", "2026-01-01T05:00:10Z", "This session is being continued from a previous conversation. "
+                   + summary, isCompactSummary=True)])
     side = dict(isSidechain=True, agentId="acompact-77aa")
     write_jsonl(root / "-proj" / cc_SID / "subagents" / "agent-acompact-77aa.jsonl", [dict(r, **side) for r in talk] + [
         cc_cl_user("c1", "2026-01-01T05:00:00Z", "Your task is to create a detailed summary of the conversation "
                                                  "so far.", **side),
-        cc_cl_asst("c2", "2026-01-01T05:00:09Z", "m9", [{"type": "text", "text": "Summary: the marmalade scheduler "
-                                                                                "starved quokka workers; quokka "
-                                                                                "queues pinned (zanzibar)."}], **side),
+        cc_cl_asst("c2", "2026-01-01T05:00:09Z", "m9", [{"type": "text", "text": summary}], **side),
     ])
     write_jsonl(root / "-proj" / cc_SID / "subagents" / "agent-aside_question-88bb.jsonl",
                 [dict(r, **side) for r in talk] + [
@@ -1267,13 +1268,14 @@ def test_claude_compaction_and_side_question_replays_rank_after_their_parent(env
         cc_cl_asst("q2", "2026-01-01T06:00:03Z", "m8", [{"type": "text", "text": "sched/marmalade.py (walrus)."}],
                    **side)])
     write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
-    for query in ("quokka", "marmalade quokka workers"):
+    for query in ("quokka", "marmalade quokka workers", "quokka queues pinned zanzibar"):
         assert search_ids(capsys, query)[0] == cc_SID
-    # what the sub-agents produced stays theirs; the replayed part is not theirs
-    assert search_ids(capsys, "zanzibar") == ["agent-acompact-77aa"]
+    # what the sub-agents produced stays theirs (the summary, in the parent too, as context); the
+    # replayed part is not theirs
+    assert search_ids(capsys, "zanzibar") == [cc_SID, "agent-acompact-77aa"]
     assert search_ids(capsys, "walrus") == ["agent-aside_question-88bb"]
     [s] = parse_file("claude", root / "-proj" / cc_SID / "subagents" / "agent-acompact-77aa.jsonl")
-    assert kinds(s) == ["user", "assistant"] and s.created == "2026-01-01T05:00:00.000Z"
+    assert kinds(s) == ["context", "context"] and s.created == "2026-01-01T05:00:00.000Z"
     [s] = parse_file("claude", root / "-proj" / cc_SID / "subagents" / "agent-aside_question-88bb.jsonl")
     assert texts(s, "user") == ["which file holds the marmalade quokka queue?"]
 
