@@ -1408,6 +1408,11 @@ class Parser:
         holds the very query the agent just ran."""
         return [env[name].strip() for name in self.session_env if env.get(name, "").strip()]
 
+    def checkpoint_holds(self, path, checkpoint):
+        """Whether a resumable parser can go on from this checkpoint of an unchanged prefix: False when
+        what the state was read with, beside the file itself, has changed (the file is read whole)."""
+        return True
+
     def new_run(self):
         """Called at the start of every index run: forget what was cached about the disk (a process
         that lives long, `watch` or `mcp`, must see a folder created after it started)."""
@@ -2074,6 +2079,20 @@ _CLAUDE_SPILL_RE = LazyPattern(r"(\S*tool-results[/\\][^\s<>\"']+)")
 # toolUseResult says "Error: Exit code 3"). Older and some SDK writers leave is_error false.
 _CLAUDE_EXIT_RE = LazyPattern(r"^\s*(?:Error: )?Exit code (-?\d+)\b")
 SPILL_HEAD_BYTES, SPILL_TAIL_BYTES = 64 * 1024, 16 * 1024
+# Sub-agents that replay the parent's conversation, then ask one thing of it: /compact's summariser
+# and the side question (`/btw`, 2.1.8x: "This is a side question from the user"). Their files copy
+# the parent's records up to that prompt (the same uuids: seen in 2.1.81 to 2.1.92 transcripts).
+CLAUDE_COMPACT_PREFIX = "agent-acompact-"
+CLAUDE_REPLAY_PREFIXES = (CLAUDE_COMPACT_PREFIX, "agent-aside_question-")
+# How many of a session's latest uuids a read remembers: a line repeated within them is indexed once.
+CLAUDE_RECENT_UUIDS = 64
+# How a file whose first record is a summary starts (see ClaudeCodeParser._folder_summaries), and how
+# much of it is read for its summaries (a few hundred bytes each).
+_CLAUDE_SUMMARY_HEAD_RE = LazyPattern(rb'(?:\xef\xbb\xbf)?\s*\{\s*"type"\s*:\s*"summary"')
+CLAUDE_SUMMARY_BYTES = 64 * 1024
+# Summary files changed within this many seconds (and still no larger than CLAUDE_SUMMARY_BYTES) are
+# watched (sidecars): a new one renames a session.
+CLAUDE_SUMMARY_RECENT = 2 * 24 * 3600
 
 
 def _claude_split_text(text):
@@ -2097,6 +2116,11 @@ def _claude_split_text(text):
     if rest:
         out.append(("context" if rest.startswith(_CLAUDE_CONTEXT_PREFIXES) else "user", rest))
     return out
+
+
+def _claude_block_key(kind, text):
+    """A content block's identity within its message, short enough to keep in a checkpoint."""
+    return "%s %08x %d" % (kind, zlib.crc32(text.encode("utf-8", "surrogatepass")), len(text))
 
 
 def _read_head_tail(path):
@@ -2126,7 +2150,7 @@ class ClaudeCodeParser(Parser):
     """
 
     session_env = ("CLAUDE_CODE_SESSION_ID",)  # set by 2.1 for the commands and MCP servers it runs
-    id, label, version = "claude", "Claude Code", 1
+    id, label, version = "claude", "Claude Code", 2
     command = "claude"   # the command that resumes a session (OpenClaude, a fork, runs `openclaude`)
     # <config dir>/history.jsonl, the prompt history behind the up arrow: {display, pastedContents,
     # timestamp (ms), project, sessionId} per prompt (sessionId since 1.0; older lines lack it).
@@ -2162,46 +2186,100 @@ class ClaudeCodeParser(Parser):
         return walk_files(root, lambda n: n.endswith(".jsonl") and n != "journal.jsonl", max_depth=5,
                           skip_dirs=("tool-results",))
 
-    def parse(self, path, report):
-        head = first_json_line(path)
-        if head is None:
-            # A first line longer than the peek (a huge pasted prompt) is judged by the records below.
-            if not read_head(path, 4096).lstrip(LINE_START).startswith(b"{"):
-                raise NotASessionFile("first line is not JSON")
-        elif not isinstance(head.get("type"), str):
-            raise NotASessionFile("no Claude Code record on the first line")
+    resumable = True
+
+    def parse(self, path, report, resume=None, limit=None):
+        """Parse from the start, or from a checkpoint of an earlier parse (appended lines only).
+
+        Stops after `limit` bytes at the next clean line and always records the last clean checkpoint
+        in `s.checkpoint` (see Parser.resumable). A line is clean when no tool call waits for its
+        result: every chunk so far is then final (a message streamed on after it goes on in a chunk
+        of its own, in a whole read as in a resumed one), and what the rest of the file needs is in
+        the state: name, times, cwd, the current message's blocks and the latest uuids (to index a
+        repeated block or line once).
+        """
         stem = os.path.basename(path)[:-len(".jsonl")] if path.endswith(".jsonl") else os.path.basename(path)
         is_subagent = stem.startswith("agent-")
+        # A compaction or side-question sub-agent replays the parent's conversation (the same records,
+        # uuids and all) before its own prompt: only what comes from that prompt on is its own. Where
+        # that is shows at the end only, so such a file is always read whole (it is small and done).
+        replay = stem.startswith(CLAUDE_REPLAY_PREFIXES)
+        if replay:
+            resume = limit = None
+        if resume is None:
+            head = first_json_line(path)
+            if head is None:
+                # A first line longer than the peek (a huge pasted prompt) is judged by the records below.
+                if not read_head(path, 4096).lstrip(LINE_START).startswith(b"{"):
+                    raise NotASessionFile("first line is not JSON")
+            elif not isinstance(head.get("type"), str):
+                raise NotASessionFile("no Claude Code record on the first line")
+        # 1.0-2.0 named sessions by summaries written into *another* file of the folder (see
+        # _folder_summaries): the latest of this file's messages that one names gives the name.
+        # A resumed read looks only at summaries written lately: only those can name a message written
+        # since the last read (see checkpoint_holds and sidecars for the older messages).
+        leaf_names, _, sums_at = ({}, [], 0) if is_subagent else \
+            self._folder_summaries(os.path.dirname(path), recent=resume is not None)
+        if resume:
+            state = dict(resume["state"])
+            state["sums_at"] = max(state.get("sums_at", 0), sums_at)
+        else:
+            state = {"sid": None, "cwd": None, "custom-title": None, "ai-title": None, "own": None, "folder": None,
+                     "sums_at": sums_at, "first": None, "last": None, "conv": False, "summaries": False,
+                     "recent": [], "msg": None, "keys": [], "mids": ""}
+        recent = collections.deque(state["recent"], CLAUDE_RECENT_UUIDS)   # a resumed session copies lines
+        recent_set = set(recent)
+        # The messages seen so far (the end of each message.id): 1.0 copied a resumed conversation's
+        # assistant messages, ids and all, into the same file again; a message that comes back after
+        # another one is such a copy. (Parallel tool calls go on in the *current* message.)
+        mids = state["mids"].split()
+        mids_set = set(mids)
+        msg = {"id": state["msg"], "keys": set(state["keys"]), "text": None, "thinking": None}
         entries = _Entries()
-        messages = {}                  # message.id -> merge state of a streamed assistant message
-        seen_uuids, uuids = set(), set()
-        titles = {"custom-title": None, "ai-title": None}
-        summaries = []                 # (leafUuid, text): a summary line may title another file
-        first_session_id = cwd = None
-        timestamps = []
-        conversational = False
-        for _, rec in iter_jsonl(path, report):
+        s = Session(self.id, stem, path)
+        start = resume["offset"] if resume else 0
+        own_from = 0                   # a replay: the entry where its own part starts
+        pending_since = 0              # line number at which a tool call began to wait for its result
+        checkpoint = (start, 0, self._snapshot(state, recent, msg), len(mids))
+        for line_no, (offset, rec) in enumerate(iter_jsonl(path, report, start)):
             rtype = self.record_type(report, rec)
             ts = norm_time(rec.get("timestamp"))
             if ts:
-                timestamps.append(ts)
-            if first_session_id is None and isinstance(rec.get("sessionId"), str):
-                first_session_id = rec["sessionId"]
-            if cwd is None and _is_abs_path(rec.get("cwd")):
-                cwd = rec["cwd"]
+                if state["first"] is None or ts < state["first"]:
+                    state["first"] = ts
+                if state["last"] is None or ts > state["last"]:
+                    state["last"] = ts
+            if state["sid"] is None and isinstance(rec.get("sessionId"), str):
+                state["sid"] = rec["sessionId"]
+            if state["cwd"] is None and _is_abs_path(rec.get("cwd")):
+                state["cwd"] = rec["cwd"]
             uuid = rec.get("uuid")
             if isinstance(uuid, str):
-                uuids.add(uuid)
+                if uuid in leaf_names:
+                    state["folder"] = leaf_names[uuid]
                 # A resumed session copies earlier lines; the same line is indexed once. The message.id
                 # merge below handles the other duplication (streamed blocks).
-                if rtype in ("user", "assistant") and uuid in seen_uuids:
+                if rtype in ("user", "assistant") and uuid in recent_set:
                     continue
-                seen_uuids.add(uuid)
+                if len(recent) == recent.maxlen:
+                    recent_set.discard(recent[0])
+                recent.append(uuid)
+                recent_set.add(uuid)
+            had_calls = bool(entries.calls or entries.unnamed_calls)
             if rtype == "assistant":
-                conversational = True
-                self._assistant(rec, ts, entries, messages, report)
+                state["conv"] = True
+                mid = rec["message"].get("id") if isinstance(rec.get("message"), dict) else None
+                if isinstance(mid, str) and mid != msg["id"]:
+                    key = mid[-12:].replace(" ", "_")
+                    if key in mids_set:
+                        continue
+                    mids.append(key)
+                    mids_set.add(key)
+                self._assistant(rec, ts, entries, msg, report)
             elif rtype == "user":
-                conversational = True
+                state["conv"] = True
+                if replay and self._is_prompt(rec):
+                    own_from, state["first"], state["last"] = len(entries.items), ts, ts
                 self._user(rec, ts, entries, path, is_subagent, report)
             elif rtype == "attachment":
                 self._attachment(rec, ts, entries)
@@ -2209,44 +2287,167 @@ class ClaudeCodeParser(Parser):
                 if rec.get("subtype") == "local_command" and isinstance(rec.get("content"), str):
                     for kind, text in _claude_split_text(rec["content"]):
                         entries.add("context", text, ts=ts, role="system")
-            elif rtype in titles:
+            elif rtype in ("custom-title", "ai-title"):
                 value = rec.get("customTitle" if rtype == "custom-title" else "aiTitle")
                 if isinstance(value, str) and value.strip():
-                    titles[rtype] = value.strip()   # the last one wins
+                    state[rtype] = value.strip()   # the last one wins
             elif rtype == "summary":
                 if isinstance(rec.get("summary"), str) and rec["summary"].strip():
-                    summaries.append((rec.get("leafUuid"), rec["summary"].strip()))
+                    state["summaries"] = True
+                    # Its leaf among this file's latest messages: it names this session.
+                    if not rec.get("leafUuid") or rec["leafUuid"] in recent_set:
+                        state["own"] = rec["summary"].strip()
             elif rtype == "tool_use":
-                # Very old/drifted files wrote tool calls and results as records of their own.
-                conversational = True
-                entries.tool(rec.get("name"), rec.get("input"), ts=ts, call_id=rec.get("id") or rec.get("tool_use_id"))
+                # Very old/drifted files wrote tool calls and results as records of their own (and so
+                # does oh-my-opencode: see OhMyOpenCodeParser).
+                state["conv"] = True
+                entries.tool(rec.get("name") or rec.get("tool_name"), rec.get("input") or rec.get("tool_input"),
+                             ts=ts, call_id=rec.get("id") or rec.get("tool_use_id") or self._call_key(rec))
             elif rtype == "tool_result":
-                out = rec.get("output") if isinstance(rec.get("output"), str) else text_of(rec.get("content"))
-                entries.result(rec.get("tool_use_id"), out or "", rec.get("is_error"), ts=ts, name=rec.get("name"))
+                out = rec.get("output") if isinstance(rec.get("output"), str) else \
+                    text_of(rec.get("content")) or _out_text(rec.get("tool_output"))
+                call_id = rec.get("tool_use_id") or self._call_key(rec)
+                if call_id and call_id not in entries.calls and "tool_input" in rec:
+                    # oh-my-opencode may change the input on the way (env exports before a bash command):
+                    # then the result is the earliest waiting call's of that tool.
+                    call_id = next((k for k, e in entries.calls.items() if e["tool"] == rec.get("tool_name")), call_id)
+                entries.result(call_id, out or "", rec.get("is_error"), ts=ts, name=rec.get("name") or rec.get("tool_name"))
             # everything else (progress, file-history-snapshot, queue-operation, mode, pr-link, ...) is
             # session state with no conversation text.
-        if not conversational and not any(titles.values()) and not summaries:
-            raise NotASessionFile("no Claude Code conversation records")
-
-        if is_subagent:
-            session_id = stem
-        elif _UUID_RE.fullmatch(stem) or not first_session_id:
-            session_id = stem
-        else:
-            session_id = first_session_id
-        s = Session(self.id, session_id, path)
-        s.cwd = cwd
-        if is_subagent:
-            s.parent = self._subagent_parent(path, first_session_id, stem)
-        # Title precedence, as Claude Code shows it: the user's /rename, then the generated title, then
-        # a summary line whose leaf is in this file (old versions append summaries of *other* sessions).
-        own_summaries = [text for leaf, text in summaries if not leaf or leaf in uuids]
-        s.name = titles["custom-title"] or titles["ai-title"] or (own_summaries[-1] if own_summaries else None)
+            if replay:
+                continue
+            if entries.calls or entries.unnamed_calls:
+                if not had_calls:
+                    pending_since = line_no
+                if line_no - pending_since <= PENDING_CALL_LINES:
+                    continue
+                entries.calls.clear()   # a call whose result never came: kept without output
+                entries.unnamed_calls.clear()
+            # A clean line: what was read is final.
+            entries.into(s)
+            entries.items.clear()
+            msg["text"] = msg["thinking"] = None
+            checkpoint = (offset, len(s.chunks), self._snapshot(state, recent, msg), len(mids))
+            if limit and offset - start >= limit:
+                s.complete = False
+                break
+        if s.complete and not state["conv"] and not state["custom-title"] and not state["ai-title"]:
+            # (Claude Code 1.0-2.0 left such a file when it was started and left without a prompt.)
+            raise NotASessionFile("only summaries naming other sessions" if state["summaries"] else
+                                  "no Claude Code conversation records")
+        if replay:  # the parent holds the replayed part: counted there once, not twice
+            del entries.items[:own_from]
+            if stem.startswith(CLAUDE_COMPACT_PREFIX):
+                # The summary it wrote is in the parent too (its isCompactSummary record), after a
+                # prompt every compaction repeats: kept, as context, so it never outranks the parent.
+                for e in entries.items:
+                    e["kind"] = "context" if e["kind"] != "tool" else "tool"
         entries.into(s)
-        for ts in timestamps:
-            s.touch(ts)
+        offset, n_chunks, ck_state, n_mids = checkpoint
+        s.checkpoint = None if replay else {
+            "offset": offset, "seq": (resume["seq"] if resume else 0) + n_chunks,
+            "state": dict(ck_state, mids=" ".join(mids[:n_mids]))}
+        first_sid = state["sid"]
+        if not is_subagent and not _UUID_RE.fullmatch(stem) and first_sid:
+            s.session_id = first_sid
+        s.cwd = state["cwd"]
+        if is_subagent:
+            s.parent = self._subagent_parent(path, first_sid, stem)
+        # Title precedence, as Claude Code shows it: the user's /rename, then the generated title, then
+        # a summary line whose leaf is in this file, wherever that line was written.
+        s.name = state["custom-title"] or state["ai-title"] or state["own"] or state["folder"]
+        s.touch(state["first"])
+        s.touch(state["last"])
         _finish_times(s, path)
         return [s]
+
+    @staticmethod
+    def _call_key(rec):
+        """A call without an id that its result repeats (oh-my-opencode: tool name and input)."""
+        if "tool_input" not in rec:
+            return None
+        return _claude_block_key("call", json.dumps([rec.get("tool_name"), rec["tool_input"]], sort_keys=True,
+                                                    default=str))
+
+    @staticmethod
+    def _snapshot(state, recent, msg):
+        """The state to go on from at a clean line (plain JSON values)."""
+        return dict(state, recent=list(recent), msg=msg["id"], keys=sorted(msg["keys"]))
+
+    def __init__(self):
+        self._summaries = {}  # project folder -> its summaries and the files holding them (per run)
+
+    def new_run(self):
+        self._summaries.clear()
+
+    def _folder_summaries(self, folder, recent=False):
+        """({leafUuid: summary}, [files holding them], the newest one's time in ns) of a project
+        folder, read once per run; with `recent`, of the small files changed within
+        CLAUDE_SUMMARY_RECENT only (then a folder itself unchanged that long costs one stat).
+
+        Claude Code 1.0 to 2.0 (seen up to 2.1.1) titled a session by a `summary` record naming its
+        last message (`leafUuid`), written as the first lines of the *next* session file started in
+        the folder; a file started and left without a prompt holds nothing else. So only files that
+        start with a summary record are read, and only those lines; of several summaries of one leaf,
+        the one in the newest file wins."""
+        key = (folder, recent)
+        if key in self._summaries:
+            return self._summaries[key]
+        found = []
+        since = time.time_ns() - CLAUDE_SUMMARY_RECENT * 10 ** 9 if recent else None
+        try:
+            if since is not None and os.stat(folder).st_mtime_ns < since:
+                entries = []   # no file created or renamed there lately
+            else:
+                entries = [e for e in os.scandir(folder) if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False)]
+        except OSError:
+            entries = []
+        for e in entries:
+            try:
+                if since is not None:
+                    st = e.stat(follow_symlinks=False)
+                    if st.st_mtime_ns < since or st.st_size > CLAUDE_SUMMARY_BYTES:
+                        continue  # (a new summary file is small: summaries, then maybe a first prompt)
+                fd = os.open(e.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+                try:
+                    head = os.read(fd, 32)
+                    if _CLAUDE_SUMMARY_HEAD_RE.match(head):
+                        head += os.read(fd, CLAUDE_SUMMARY_BYTES)
+                        found.append((os.fstat(fd).st_mtime_ns, e.path, head))
+                finally:
+                    os.close(fd)
+            except OSError:
+                continue
+        found.sort()
+        names = {}
+        for _, _, head in found:
+            for raw in head.split(b"\n"):
+                try:
+                    rec = _json_decode(json_bytes(raw).decode("utf-8"))
+                except BAD_JSON:
+                    break  # the end of what was read, or not JSON
+                if not isinstance(rec, dict) or rec.get("type") != "summary":
+                    break
+                if isinstance(rec.get("leafUuid"), str) and isinstance(rec.get("summary"), str) and rec["summary"].strip():
+                    names[rec["leafUuid"]] = rec["summary"].strip()
+        self._summaries[key] = (names, [p for _, p, _ in found], found[-1][0] if found else 0)
+        return self._summaries[key]
+
+    def sidecars(self, path):
+        """The summary files written lately in this session's folder (see _folder_summaries): a new
+        one makes the session file look changed, so that it is read again and takes its name. (Once
+        such a file is older than CLAUDE_SUMMARY_RECENT, the session file looks changed once more
+        and is gone on from where it was read: it is no longer checked for them.)"""
+        if os.path.basename(path).startswith("agent-"):
+            return []
+        return [p for p in self._folder_summaries(os.path.dirname(path), recent=True)[1] if p != path]
+
+    def checkpoint_holds(self, path, checkpoint):
+        # A summary file newer than the last whole read may name one of the messages read then.
+        if os.path.basename(path).startswith("agent-"):
+            return True
+        newest = self._folder_summaries(os.path.dirname(path), recent=True)[2]
+        return newest <= (checkpoint.get("state") or {}).get("sums_at", 0)
 
     @staticmethod
     def _subagent_parent(path, record_session_id, stem):
@@ -2262,10 +2463,23 @@ class ClaudeCodeParser(Parser):
         return None
 
     @staticmethod
-    def _message_blocks(rec, report, role):
+    def _is_prompt(rec):
+        """A user record that asks something (text, not only tool results; not injected)."""
+        if rec.get("isMeta") or rec.get("isCompactSummary") or not isinstance(rec.get("message"), dict):
+            return False
+        content = rec["message"].get("content")
+        return isinstance(content, str) or (isinstance(content, list) and any(
+            isinstance(b, dict) and b.get("type") == "text" for b in content))
+
+    content_on_record = False   # oh-my-opencode writes a record's content on the record itself
+
+    @classmethod
+    def _message_blocks(cls, rec, report, role):
         """A record's message and its content as a list of blocks (a string is one text block);
         (None, None) when there is nothing to read."""
         m = rec.get("message")
+        if m is None and cls.content_on_record and isinstance(rec.get("content"), (str, list)):
+            m = {"content": rec["content"]}
         if not isinstance(m, dict):
             report.skip("malformed %s record" % role)
             return None, None
@@ -2274,25 +2488,28 @@ class ClaudeCodeParser(Parser):
         return (m, blocks) if isinstance(blocks, list) else (None, None)
 
     @classmethod
-    def _assistant(cls, rec, ts, entries, messages, report):
+    def _assistant(cls, rec, ts, entries, state, report):
         m, blocks = cls._message_blocks(rec, report, "assistant")
         if m is None:
             return
         # Streaming writes one line per content block, all with the same message.id (and some versions
-        # repeat earlier blocks): merge per message id and index each block once.
+        # repeat earlier blocks): merge the lines of one message and index each block once. `state` is
+        # the current message's: its id, the keys of its blocks, its open text and thinking entries.
         mid = m.get("id") if isinstance(m.get("id"), str) else None
-        state = messages.setdefault(mid or object(), {"keys": set(), "text": None, "thinking": None})
+        if mid is None or mid != state["id"]:
+            state.update(id=mid, keys=set(), text=None, thinking=None)
         kind_for = "context" if rec.get("isApiErrorMessage") else "assistant"
         for block in blocks:
             if not isinstance(block, dict):
                 continue
             btype = cls.block_type(report, block)
             if btype == "text" and isinstance(block.get("text"), str):
-                key, kind, text = ("text", block["text"]), kind_for, block["text"]
+                key, kind, text = _claude_block_key("text", block["text"]), kind_for, block["text"]
             elif btype == "thinking" and isinstance(block.get("thinking"), str):
-                key, kind, text = ("thinking", block["thinking"]), "thinking", block["thinking"]
+                key, kind, text = _claude_block_key("thinking", block["thinking"]), "thinking", block["thinking"]
             elif btype == "tool_use":
-                key = ("tool_use", block.get("id") or json.dumps(block.get("input"), sort_keys=True, default=str))
+                key = "tool_use " + block["id"] if isinstance(block.get("id"), str) and block["id"] else \
+                    _claude_block_key("tool_use", json.dumps(block.get("input"), sort_keys=True, default=str))
                 if key in state["keys"]:
                     continue
                 state["keys"].add(key)
@@ -2423,6 +2640,43 @@ class ClaudeCodeParser(Parser):
         if session.get("cwd"):
             cmd = "cd %s && %s" % (shell_quote(session["cwd"]), cmd)
         return cmd
+
+
+@register
+class OhMyOpenCodeParser(ClaudeCodeParser):
+    """oh-my-opencode's Claude-compatible transcripts: ~/.claude/transcripts/ses_<id>.jsonl.
+
+    The OpenCode plugin's Claude Code hooks (src/hooks/claude-code-hooks) write, per OpenCode session
+    (`ses_...`), one line per user prompt (`user`, `content`), tool call (`tool_use`, `tool_name`,
+    `tool_input`) and result (`tool_result`: the same, plus `tool_output`), for Claude Code hooks to
+    read; no assistant text, no working folder. These are the record types of Claude Code's own
+    early transcripts, so Claude Code's reading serves (appends read from where the last read
+    stopped); the session belongs to OpenCode, hence its own agent id and no `claude --resume`.
+    """
+
+    session_env = ()
+    journal = None   # ~/.claude/history.jsonl names Claude Code's sessions, not these
+    content_on_record = True
+    id, label, version = "omo", "oh-my-opencode", 1
+    verified = "its hooks' source and 3 real transcripts, 2026-11-25"
+
+    def default_roots(self, env):
+        # The plugin writes under the home folder's .claude (os.homedir()), whatever CLAUDE_CONFIG_DIR says.
+        roots = [os.path.join(_home(env), ".claude", "transcripts")]
+        return roots + [os.path.join(os.path.dirname(r), "transcripts") for r in super().default_roots(env)
+                        if os.path.join(os.path.dirname(r), "transcripts") not in roots]
+
+    def list_files(self, root):
+        return walk_files(root, lambda n: n.startswith("ses_") and n.endswith(".jsonl"), max_depth=0)
+
+    def _folder_summaries(self, folder, recent=False):
+        return {}, [], 0   # no summary records name these sessions
+
+    def retention(self, env):
+        return None
+
+    def resume_command(self, session):
+        return None   # OpenCode's, as for its own sessions (see OpenCodeParser)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -9903,7 +10157,8 @@ def _resume_point(con, job):
         return None
     try:
         ck = json.loads(con.execute("SELECT checkpoint FROM files WHERE id=?", (row.id,)).fetchone()[0] or "null")
-        if ck and job.stat.st_size >= ck["offset"] and file_checksum(job.path, ck["offset"]) == ck["checksum"]:
+        if ck and job.stat.st_size >= ck["offset"] and file_checksum(job.path, ck["offset"]) == ck["checksum"] \
+                and parser.checkpoint_holds(job.path, ck):
             return ck
     except (OSError, ValueError, KeyError, TypeError):
         pass

@@ -1198,6 +1198,43 @@ def test_claude_title_precedence_rename_then_ai_title_then_own_summary(tmp_path)
     assert parse_file("claude", p)[0].name is None
 
 
+def test_claude_summary_in_another_file_names_the_session_holding_its_leaf(env, tmp_path, capsys):
+    # Claude Code 1.0-2.0 wrote summaries of earlier sessions as the first lines of the next session
+    # file of the folder; started and left without a prompt, that file holds nothing else.
+    root = tmp_path / "claude-projects"
+    proj = root / "-proj"
+    write_jsonl(proj / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", "tune the pelican cache"),
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "text", "text": "Tuned."}])])
+    other = cc_SID.replace("5555", "6666")
+    write_jsonl(proj / (other + ".jsonl"), [
+        {"type": "summary", "summary": "Pelican cache tuning", "leafUuid": "a1"},
+        cc_cl_user("o1", "2026-01-02T00:00:00Z", "rename the heron module", sessionId=other)])
+    write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
+    code, out, _ = run(capsys, "index", "--json")
+    assert code == 0 and json.loads(out)["skipped"] == []
+    code, out, _ = run(capsys, "search", "pelican", "--json")
+    [hit] = json.loads(out)["results"]
+    assert hit["sessionId"] == cc_SID and hit["name"] == "Pelican cache tuning"
+    # A newer file of summaries alone renames it at the next index; it is no session itself.
+    time.sleep(0.01)
+    only = cc_SID.replace("5555", "7777")
+    write_jsonl(proj / (only + ".jsonl"), [
+        {"type": "summary", "summary": "Pelican cache eviction tuned", "leafUuid": "a1"},
+        {"type": "summary", "summary": "Heron module renamed", "leafUuid": "o1"}])
+    code, out, _ = run(capsys, "index", "--json")
+    [skipped] = json.loads(out)["skipped"]
+    assert only in skipped["path"] and "only summaries naming other sessions" in skipped["reason"]
+    code, out, _ = run(capsys, "search", "pelican OR heron", "--json")
+    names = {r["sessionId"]: r["name"] for r in json.loads(out)["results"]}
+    assert names == {cc_SID: "Pelican cache eviction tuned", other: "Heron module renamed"}
+    # The session's own rename still comes first.
+    with open(str(proj / (cc_SID + ".jsonl")), "a") as f:
+        f.write(json.dumps({"type": "custom-title", "sessionId": cc_SID, "customTitle": "my pelican"}) + "\n")
+    code, out, _ = run(capsys, "search", "pelican", "--json")
+    assert json.loads(out)["results"][0]["name"] == "my pelican"
+
+
 def test_claude_subagent_is_its_own_session_pointing_to_parent(tmp_path):
     p = write_jsonl(tmp_path / "-proj" / cc_SID / "subagents" / "agent-a0ad4f.jsonl", [
         cc_cl_user("c1", "2026-01-01T00:00:02Z", "Search the repo for TODO comments", isSidechain=True, agentId="a0ad4f"),
@@ -1209,6 +1246,102 @@ def test_claude_subagent_is_its_own_session_pointing_to_parent(tmp_path):
     assert texts(s, "user") == ["Search the repo for TODO comments"]
     assert PARSERS["claude"].resume_command({"session_id": s.session_id, "cwd": s.cwd, "path": p}) is None
     assert p in PARSERS["claude"].list_files(str(tmp_path))
+
+
+def test_claude_compaction_and_side_question_replays_rank_after_their_parent(env, tmp_path, capsys):
+    # /compact and side questions run as sub-agents whose files replay the parent's records (same
+    # uuids) before their own prompt; a query for the parent's words must find the parent first.
+    root = tmp_path / "claude-projects"
+    talk = [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", "why does the marmalade scheduler starve the quokka workers?"),
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "text", "text": "The marmalade scheduler pins "
+                                                                                "quokka workers to one queue."}]),
+        cc_cl_asst("a2", "2026-01-01T00:00:02Z", "m1", [{"type": "tool_use", "id": "t1", "name": "Bash",
+                                                       "input": {"command": "grep -rn quokka sched/"}}]),
+        cc_cl_user("u2", "2026-01-01T00:00:03Z", [{"type": "tool_result", "tool_use_id": "t1",
+                                                  "content": "sched/marmalade.py:12: quokka"}]),
+    ]
+    summary = "Summary: the marmalade scheduler starved quokka workers; quokka queues pinned (zanzibar)."
+    write_jsonl(root / "-proj" / (cc_SID + ".jsonl"), talk + [   # the parent keeps the summary it was given
+        cc_cl_user("s1", "2026-01-01T05:00:10Z", "This session is being continued from a previous conversation. "
+                   + summary, isCompactSummary=True)])
+    side = dict(isSidechain=True, agentId="acompact-77aa")
+    write_jsonl(root / "-proj" / cc_SID / "subagents" / "agent-acompact-77aa.jsonl", [dict(r, **side) for r in talk] + [
+        cc_cl_user("c1", "2026-01-01T05:00:00Z", "Your task is to create a detailed summary of the conversation "
+                                                 "so far.", **side),
+        cc_cl_asst("c2", "2026-01-01T05:00:09Z", "m9", [{"type": "text", "text": summary}], **side),
+    ])
+    write_jsonl(root / "-proj" / cc_SID / "subagents" / "agent-aside_question-88bb.jsonl",
+                [dict(r, **side) for r in talk] + [
+        cc_cl_user("q1", "2026-01-01T06:00:00Z", "<system-reminder>This is a side question from the user.</system-"
+                                                 "reminder>\n\nwhich file holds the marmalade quokka queue?", **side),
+        cc_cl_asst("q2", "2026-01-01T06:00:03Z", "m8", [{"type": "text", "text": "sched/marmalade.py (walrus)."}],
+                   **side)])
+    write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
+    for query in ("quokka", "marmalade quokka workers", "quokka queues pinned zanzibar"):
+        assert search_ids(capsys, query)[0] == cc_SID
+    # what the sub-agents produced stays theirs; the replayed part is not theirs. The compaction's
+    # summary is in the parent too: the compaction keeps it as context only, so it holds no
+    # conversation of its own and is no search result (see CONVERSATION_KINDS); `show` still opens it
+    assert search_ids(capsys, "zanzibar") == [cc_SID]
+    assert search_ids(capsys, "walrus") == ["agent-aside_question-88bb"]
+    [s] = parse_file("claude", root / "-proj" / cc_SID / "subagents" / "agent-acompact-77aa.jsonl")
+    assert kinds(s) == ["context", "context"] and s.created == "2026-01-01T05:00:00.000Z"
+    [s] = parse_file("claude", root / "-proj" / cc_SID / "subagents" / "agent-aside_question-88bb.jsonl")
+    assert texts(s, "user") == ["which file holds the marmalade quokka queue?"]
+
+
+def test_claude_appends_are_read_from_the_last_stop_and_match_a_full_rebuild_a_rewrite_is_read_whole(
+        env, tmp_path, capsys, monkeypatch):
+    root = tmp_path / "claude-projects"
+    path = write_jsonl(root / "-proj" / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", "set up the ocelot relay"),
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "text", "text": "Relay configured."}])])
+    write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
+    run(capsys, "index")
+    name = os.path.basename(path)
+    starts = read_starts(monkeypatch)
+
+    def append(*records, tail=""):
+        with open(path, "a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in records) + tail)
+        run(capsys, "index")
+        return os.path.getsize(path)
+    clean = os.path.getsize(path)
+    result = json.dumps(cc_cl_user("u2", "2026-01-01T00:00:04Z", [{"type": "tool_result", "tool_use_id": "t1",
+                                                                  "content": "migrated the capybara schema"}]))
+    # A streamed message whose tool call waits for its result, and the result's line half written.
+    a2 = cc_cl_asst("a2", "2026-01-01T00:00:02Z", "m2", [{"type": "text", "text": "Running the ocelot migrations."}])
+    append(a2,
+           cc_cl_asst("a3", "2026-01-01T00:00:03Z", "m2", [{"type": "tool_use", "id": "t1", "name": "Bash",
+                                                          "input": {"command": "alembic upgrade head"}}]),
+           tail=result[:40])
+    assert search_ids(capsys, "alembic") == [cc_SID]
+    # The rest of the line; the message goes on after the result, repeating a block; a rename.
+    after_result = append(tail=result[40:] + "\n")
+    append(cc_cl_asst("a4", "2026-01-01T00:00:05Z", "m2", [{"type": "text", "text": "Running the ocelot migrations."},
+                                                          {"type": "text", "text": "Done: the capybara is fine."}]),
+           {"type": "custom-title", "sessionId": cc_SID, "customTitle": "ocelot relay setup"})
+    # Each read goes on from the last line after which nothing waited (here: not the tool call).
+    assert starts == [(name, clean), (name, clean + len(json.dumps(a2)) + 1), (name, after_result)]
+    code, out, _ = run(capsys, "show", cc_SID, "--json", "--max-chars", "0")
+    shown = json.loads(out)
+    assert shown["session"]["name"] == "ocelot relay setup"
+    assert sum("Running the ocelot migrations." in c["text"] for c in shown["chunks"]) == 1
+    assert search_ids(capsys, "capybara schema", "--tool", "bash") == [cc_SID]  # the result joined its call
+    queries = ("ocelot", "capybara", "alembic upgrade", "relay setup")
+    appended = index_snapshot(capsys, queries)
+    run(capsys, "index", "--full")
+    assert index_snapshot(capsys, queries) == appended
+    assert run(capsys, "show", cc_SID, "--json", "--max-chars", "0")[1] == out
+    # A rewrite (shorter, another word) is read from the start.
+    text = open(path).read()
+    with open(path, "w") as f:
+        f.write(text.replace("ocelot relay\"", "puma relay\""))
+    del starts[:]
+    run(capsys, "index")
+    assert starts == [(name, 0)]
+    assert search_ids(capsys, "puma") == [cc_SID]
 
 
 def test_claude_spilled_tool_output_is_read_from_tool_results(tmp_path):
@@ -1316,6 +1449,40 @@ def test_claude_compact_summary_resumed_copy_and_bad_lines(tmp_path):
     [s] = PARSERS["claude"].parse(p, report)
     assert texts(s, "user") == ["port the parser to rust"]
     assert texts(s, "summary") and report.skipped_lines == 2
+
+
+def test_oh_my_opencode_transcripts_are_read_as_their_own_agent_and_appends_resume(env, tmp_path, capsys, monkeypatch):
+    # oh-my-opencode's Claude Code hooks: prompts and tool calls of an OpenCode session, no assistant
+    # text; it puts env exports before a bash command between the call and its result.
+    home = pathlib.Path(os.environ["HOME"])
+    assert PARSERS["omo"].default_roots({"HOME": "/h"}) == ["/h/.claude/transcripts"]
+    path = write_jsonl(home / ".claude" / "transcripts" / "ses_25f7abcdTUKCsb.jsonl", [
+        {"type": "user", "timestamp": "2026-04-18T12:23:35.762Z", "content": "review the walrus paper draft"},
+        {"type": "tool_use", "timestamp": "2026-04-18T12:23:46.068Z", "tool_name": "bash",
+         "tool_input": {"command": "find papers/ -name '*walrus*'", "description": "Find the paper"}},
+        {"type": "tool_use", "timestamp": "2026-04-18T12:23:46.070Z", "tool_name": "glob",
+         "tool_input": {"pattern": "**/*.tex"}},
+        {"type": "tool_result", "timestamp": "2026-04-18T12:23:46.210Z", "tool_name": "glob",
+         "tool_input": {"pattern": "**/*.tex"}, "tool_output": {"output": "papers/narwhal.tex"}},
+        {"type": "tool_result", "timestamp": "2026-04-18T12:23:46.300Z", "tool_name": "bash",
+         "tool_input": {"command": "export CI=true; find papers/ -name '*walrus*'"},
+         "tool_output": {"output": "papers/inbox/walrus_budget.tex"}},
+    ])
+    write_config({"sources": [{"parser": "omo", "path": str(home / ".claude" / "transcripts")}]}, tmp_path)
+    code, out, _ = run(capsys, "search", "walrus_budget", "--tool", "bash", "--json")
+    [hit] = json.loads(out)["results"]
+    assert hit["sessionId"] == "ses_25f7abcdTUKCsb" and hit["source"] == "omo" and hit["resumeCommand"] is None
+    assert search_ids(capsys, "narwhal", "--tool", "glob") == ["ses_25f7abcdTUKCsb"]
+    starts = read_starts(monkeypatch)
+    size = os.path.getsize(path)
+    with open(path, "a") as f:
+        f.write(json.dumps({"type": "user", "timestamp": "2026-04-18T12:30:00.000Z", "content": "now the otter "
+                                                                                                 "section"}) + "\n")
+    assert search_ids(capsys, "otter") == ["ses_25f7abcdTUKCsb"]
+    assert starts == [(os.path.basename(path), size)]
+    [s] = parse_file("omo", path)
+    assert kinds(s) == ["user", "tool", "tool", "user"] and s.modified == "2026-04-18T12:30:00.000Z"
+    assert "command: find papers/ -name '*walrus*'" in texts(s, "tool")[0]
 
 
 def test_claude_resume_command_runs_in_the_session_cwd():
@@ -4333,6 +4500,13 @@ def ct_devin(d, unknown):
     return path
 
 
+def ct_omo(d, unknown):
+    return ct_jsonl("ses_walrus.jsonl", [{"type": "user", "timestamp": CT_T % 1, "content": "the walrus question"},
+                                         {"type": "tool_use", "timestamp": CT_T % 2, "tool_name": "bash",
+                                          "tool_input": {"command": "ls"}}],
+                    unknown, lambda u: {"type": u, "timestamp": CT_T % 3})(d)
+
+
 def ct_windsurf(d, unknown):
     return write_file(d / "cascade" / "c-1.pb", "\x08\x96\x01 encrypted")
 
@@ -4362,16 +4536,19 @@ CONTRACT_FILES = {
     "omp": lambda d, u: ct_pi(d, u, agent="omp"), "openclaude": ct_claude, "claude-desktop": ct_claude,
     "traex": ct_codex, "continue": ct_continue, "copilot-chat": ct_copilot_chat, "zed": ct_zed, "vibe": ct_vibe,
     "openhands": ct_openhands, "kiro": ct_kiro, "warp": ct_warp, "devin": ct_devin, "windsurf": ct_windsurf,
-    "specstory": ct_specstory,
+    "specstory": ct_specstory, "omo": ct_omo,
 }
 # Formats that are one another's: OpenClaw and omp write pi's, Kilo CLI writes OpenCode's store,
 # OpenClaude and Claude Desktop's agent mode write Claude Code's transcripts, TraeX Codex's rollouts.
 CT_SAME_FORMAT = [{"pi", "openclaw"}, {"pi", "omp"}, {"openclaw", "omp"}, {"opencode", "kilo"},
                   {"claude", "openclaude"}, {"claude", "claude-desktop"}, {"openclaude", "claude-desktop"},
-                  {"codex", "traex"},
+                  {"codex", "traex"}, {"claude", "omo"}, {"openclaude", "omo"}, {"claude-desktop", "omo"},
                   # Cursor's transcripts and Vibe's messages are both OpenAI-style {role, content} lines:
                   # told apart by where they are kept (agent-transcripts/, session_*/messages.jsonl)
-                  {"cursor", "vibe"}]
+                  {"cursor", "vibe"},
+                  # oh-my-opencode's transcripts and Grok's chat_history are both {type: user, content}
+                  # lines: told apart by where they are kept (~/.claude/transcripts/ses_*, ~/.grok/sessions)
+                  {"grok", "omo"}]
 # Parsers that read nothing by design: they list files an agent keeps unreadable (encrypted) so that
 # `status` says why they are not indexed.
 CT_UNREADABLE = {"windsurf"}
