@@ -1660,18 +1660,48 @@ def utc_text(value):
 ZSTD_SECONDS = 30
 
 
+def _zstd_module():
+    """The standard library's compression.zstd (Python 3.14+, PEP 784, an optional module there),
+    imported by name so that older Pythons (and import checkers) see no missing import; else None."""
+    import importlib
+    try:
+        return importlib.import_module("compression.zstd")
+    except ImportError:
+        return None
+
+
+def zstd_lines(path):
+    """The lines of a zstd-compressed file, read as a stream: with compression.zstd, else through the
+    `zstd` command; NotASessionFile (the reason) when neither is here (Codex's .jsonl.zst rollouts)."""
+    module = _zstd_module()
+    if module is not None:
+        with module.open(path, "rb") as f:
+            yield from f
+        return
+    import shutil
+    import subprocess
+    exe = shutil.which("zstd")
+    if not exe:
+        raise NotASessionFile("zstd compressed; needs Python 3.14+ or the zstd command")
+    open_regular(path).close()   # a FIFO is no file to decompress
+    with subprocess.Popen([exe, "-d", "-c", "-q", "--", path], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL) as proc:
+        yield from proc.stdout
+        if proc.wait() != 0:
+            raise NotASessionFile("damaged zstd data")
+
+
 def zstd_decompress(data):
     """zstd-compressed bytes -> bytes, with what this machine has: the standard library's
     compression.zstd (Python 3.14+, PEP 784; imported by name so that older Pythons see no missing
     import), else the `zstd` command. NotASessionFile (the reason) when neither can: the caller
     reports the file or record as not indexed rather than guessing."""
-    import importlib
-    try:
-        return importlib.import_module("compression.zstd").decompress(data)
-    except ImportError:
-        pass
-    except Exception as e:   # ZstdError: damaged data
-        raise NotASessionFile("damaged zstd data (%s)" % e)
+    module = _zstd_module()
+    if module is not None:
+        try:
+            return module.decompress(data)
+        except Exception as e:   # ZstdError: damaged data
+            raise NotASessionFile("damaged zstd data (%s)" % e)
     import shutil
     import subprocess
     exe = shutil.which("zstd")
@@ -2739,27 +2769,13 @@ def _codex_output(output):
 _PATCH_FILE_RE = LazyPattern(r"^\*\*\* (?:Update|Add|Delete) File: (.+)$", re.M)
 
 
-def _codex_zstd_lines(path):
-    try:
-        # compression.zstd is standard library from Python 3.14 (PEP 784), and an optional module
-        # there; imported by name so that older Pythons (and import checkers) see no missing import.
-        import importlib
-        zstd = importlib.import_module("compression.zstd")
-    except ImportError:
-        raise NotASessionFile("zstd compressed; this Python cannot decompress it")
-    with zstd.open(path, "rb") as f:
-        for line in f:
-            yield line
-
-
 def _codex_records(path, report, start=0):
     """(offset after the line, object) of each JSON line of a rollout file, from byte `start`; the
     offset is None in a .zst file (read whole every time)."""
     if not path.endswith(".zst"):
         yield from iter_jsonl(path, report, start)
         return
-    lines = _codex_zstd_lines(path)
-    for raw in lines:
+    for raw in zstd_lines(path):
         record = json_bytes(raw)
         if not record:
             continue

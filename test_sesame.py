@@ -1713,25 +1713,30 @@ def test_codex_subagent_without_replayed_history_keeps_its_work(tmp_path):
     assert texts(s, "user") == ["Update the dependency pins"]
 
 
-def test_codex_zstd_rollouts_are_read_or_reported(tmp_path):
+def test_codex_zstd_rollouts_are_read_with_what_the_machine_has_or_reported(tmp_path, monkeypatch):
+    import importlib
     plain = write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(), cc_cx_msg("2025-11-17T21:31:00Z", "user", "compressed hello")])
     z = plain + ".zst"
-    try:
-        from compression import zstd
-    except ImportError:
-        zstd = None
     data = open(plain, "rb").read()
+    module, exe = sesame._zstd_module(), shutil.which("zstd")
+    if module is None and exe is None:
+        pytest.skip("neither compression.zstd (Python 3.14+) nor the zstd command to compress the fixture with")
+    packed = module.compress(data) if module else subprocess.run([exe, "-c", "-q"], input=data, stdout=subprocess.PIPE,
+                                                                 check=True).stdout
     with open(z, "wb") as f:
-        f.write(zstd.compress(data) if zstd else b"\x28\xb5\x2f\xfd" + data)
+        f.write(packed)
     # a plain file beside its .zst wins; the .zst alone is listed
     assert PARSERS["codex"].list_files(str(tmp_path / "sessions")) == [plain]
     os.remove(plain)
     assert PARSERS["codex"].list_files(str(tmp_path / "sessions")) == [z]
-    if zstd:
+    assert texts(parse_file("codex", z)[0], "user") == ["compressed hello"]
+    if exe:   # the zstd command alone (Python before 3.14) reads it too
+        monkeypatch.setattr(sesame, "_zstd_module", lambda: None)
         assert texts(parse_file("codex", z)[0], "user") == ["compressed hello"]
-    else:
-        with pytest.raises(NotASessionFile, match="zstd compressed; this Python cannot decompress it"):
-            parse_file("codex", z)
+    monkeypatch.setattr(sesame, "_zstd_module", lambda: None)   # neither: reported, not guessed
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(NotASessionFile, match="needs Python 3.14\\+ or the zstd command"):
+        parse_file("codex", z)
 
 
 def test_codex_roots_honour_codex_home_and_archive():
@@ -4062,14 +4067,7 @@ def test_zed_zstd_threads_are_read_with_the_zstd_command_or_counted_as_skipped(t
     [s] = PARSERS["zed"].parse(p, report)
     assert s.session_id == "th-z" and "A blocking read holds the worker." in texts(s, "assistant")
     assert sum(report.skipped.values()) == 1          # the damaged thread is counted, the rest read
-    import importlib
-    real_import = importlib.import_module
-
-    def no_zstd_module(name, *a):
-        if name == "compression.zstd":
-            raise ImportError(name)
-        return real_import(name, *a)
-    monkeypatch.setattr(importlib, "import_module", no_zstd_module)   # no decompressor on this machine
+    monkeypatch.setattr(sesame, "_zstd_module", lambda: None)   # no decompressor on this machine
     monkeypatch.setattr(shutil, "which", lambda name: None)
     report = ParseReport()
     assert PARSERS["zed"].parse(p, report) == [] and sum(report.skipped.values()) == 2
