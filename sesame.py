@@ -7667,6 +7667,74 @@ def _load_json_file_quietly(path):
 
 
 # -------------------------------------------------------------------------------------------------
+# Kiro IDE (kirodotdev, built on Continue): <Kiro>/User/globalStorage/kiro.kiroagent
+# -------------------------------------------------------------------------------------------------
+
+
+# What the Kiro IDE puts first in a conversation as the "user": its own prompt, not the user's words.
+_KIRO_SYSTEM_PREFIXES = ("# System Prompt", "# Identity", "<identity>", "## Included Rules",
+                         "You are operating in a workspace")
+
+
+@register
+class KiroIDEParser(ContinueParser):
+    """The Kiro IDE's chats, under its extension folder `globalStorage/kiro.kiroagent` (Linux
+    `~/.config/Kiro/User`, macOS `~/Library/Application Support/Kiro/User`, Windows `%APPDATA%\\Kiro\\User`).
+    Kiro's agent is built on Continue: `workspace-sessions/<workspace>/<sessionId>.json` are Continue's
+    session files (with `sessions.json` beside them) and are read by Continue's parser; the older
+    `<workspace hash>/<file hash>.chat` files hold one execution each (`{executionId, chat: [{role,
+    content}], metadata: {startTime, endTime, workflow}}`). Kiro's own prompts sent as the first "user"
+    messages (system prompt, identity, rules) are context. (Layout as agentsview's kiro_ide reader has it.)
+    """
+
+    id, label, version = "kiro-ide", "Kiro IDE", 1
+    verified = "as agentsview kiro_ide.go reads it, 2026-11-25"
+
+    def default_roots(self, env):
+        home = _home(env)
+        bases = [env_path(env, "XDG_CONFIG_HOME") or os.path.join(home, ".config"),
+                 os.path.join(home, "Library", "Application Support")]
+        if env.get("APPDATA"):
+            bases.append(env["APPDATA"])
+        roots = [os.path.join(b, "Kiro", "User", "globalStorage", "kiro.kiroagent") for b in bases]
+        found = [r for r in roots if os.path.isdir(r)]
+        return found or roots[:1]
+
+    def list_files(self, root):
+        found = walk_files(root, lambda n: n.endswith(".chat") or (n.endswith(".json") and n != "sessions.json"),
+                           max_depth=2)
+        return [p for p in found if p.endswith(".chat")
+                or os.path.basename(os.path.dirname(os.path.dirname(p))) == "workspace-sessions"]
+
+    def parse(self, path, report):
+        sessions = self._chat(path, report) if path.endswith(".chat") else super().parse(path, report)
+        for s in sessions:
+            for c in s.chunks:
+                if c.kind == "user" and c.text.lstrip().startswith(_KIRO_SYSTEM_PREFIXES):
+                    c.kind = "context"
+        return sessions
+
+    def _chat(self, path, report):
+        data = _load_json_file(path)
+        if not isinstance(data, dict) or not isinstance(data.get("chat"), list):
+            raise NotASessionFile("no Kiro chat object")
+        folder, stem = os.path.basename(os.path.dirname(path)), os.path.basename(path)[:-len(".chat")]
+        s = Session(self.id, "%s:%s" % (folder, stem), path)
+        meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+        s.name = _str(meta.get("workflow"))
+        s.touch(norm_time(meta.get("startTime")))
+        s.touch(norm_time(meta.get("endTime")))
+        for m in data["chat"]:
+            if not isinstance(m, dict):
+                report.skip("malformed message")
+                continue
+            role = self.record_type(report, m, key="role", family="role ")
+            kind = {"user": "user", "assistant": "assistant"}.get(role, "context")
+            s.add(kind, text_of(m.get("content")), role=str(role))
+        _finish_times(s, path)
+        return [s]
+
+# -------------------------------------------------------------------------------------------------
 # VS Code Copilot Chat (microsoft/vscode): <User>/workspaceStorage/<hash>/chatSessions/<id>.json[l]
 # -------------------------------------------------------------------------------------------------
 
@@ -8192,7 +8260,7 @@ class KiroParser(Parser):
     {toolUseId, name, input}} | {kind: toolResult, data: {toolUseId, content}}]}}`, beside
     `<id>.json` (`session_id, cwd, title, created_at, updated_at`); and the older SQLite store
     `kiro-cli/data.sqlite3` in the data folder (see _store). (Layouts and fields as agentsview's kiro
-    parser reads them.) The Kiro IDE's files are not read yet.
+    parser reads them.) The Kiro IDE is the kiro-ide parser's.
     """
 
     id, label, version = "kiro", "Kiro CLI", 1

@@ -4210,6 +4210,28 @@ def test_windsurf_cascade_files_are_listed_as_not_indexed_with_why(env, tmp_path
     assert [r for p, r in reasons.items() if p.endswith("c1.pb") and "encrypted" in r], reasons
 
 
+def test_kiro_ide_continue_sessions_and_legacy_chat_files_with_kiros_own_prompt_as_context(tmp_path):
+    root = tmp_path / "kiro.kiroagent"
+    ws = root / "workspace-sessions" / "L2hvbWUvdS9hcHA"
+    write_file(ws / "sessions.json", [{"sessionId": "ki-1", "title": "t", "dateCreated": "1767865803494"}])
+    p = write_file(ws / "ki-1.json", {"sessionId": "ki-1", "title": "Spec the billing page", "workspaceDirectory": "/home/u/app",
+                                      "history": [{"message": {"role": "user", "content": "# System Prompt\nYou are Kiro"}},
+                                                  {"message": {"role": "user", "content": "write the spec for invoices"}},
+                                                  {"message": {"role": "assistant", "content": "Here is requirements.md"}}]})
+    chat = write_file(root / "a1b2c3" / "d4e5f6.chat", {"executionId": "x", "actionId": "y", "metadata": {
+        "workflow": "act", "startTime": 1767865803494, "endTime": 1767865903494},
+        "chat": [{"role": "user", "content": "<identity>Kiro</identity>"}, {"role": "user", "content": "fix the flaky cron"},
+                 {"role": "assistant", "content": "The timezone was wrong."}]})
+    assert sorted(PARSERS["kiro-ide"].list_files(str(root))) == sorted([str(chat), str(p)])
+    PARSERS["kiro-ide"].new_run()
+    [s] = parse_file("kiro-ide", p)
+    assert (s.session_id, s.name, s.cwd) == ("ki-1", "Spec the billing page", "/home/u/app")
+    assert kinds(s) == ["context", "user", "assistant"] and s.created == "2026-01-08T09:50:03.494Z"
+    [c] = parse_file("kiro-ide", chat)
+    assert (c.session_id, kinds(c)) == ("a1b2c3:d4e5f6", ["context", "user", "assistant"])
+    assert (c.created, c.modified) == ("2026-01-08T09:50:03.494Z", "2026-01-08T09:51:43.494Z")
+
+
 def test_warp_prompts_grouped_by_conversation_with_utc_times(tmp_path):
     import sqlite3
     db = tmp_path / "warp.sqlite"
@@ -4613,6 +4635,7 @@ CONTRACT_FILES = {
     "traex": ct_codex, "continue": ct_continue, "copilot-chat": ct_copilot_chat, "zed": ct_zed, "vibe": ct_vibe,
     "openhands": ct_openhands, "kiro": ct_kiro, "warp": ct_warp, "devin": ct_devin, "windsurf": ct_windsurf,
     "specstory": ct_specstory, "omo": ct_omo,
+    "kiro-ide": lambda d, u: ct_continue(d / "workspace-sessions" / "ws", u),
 }
 # Formats that are one another's: OpenClaw and omp write pi's, Kilo CLI writes OpenCode's store,
 # OpenClaude and Claude Desktop's agent mode write Claude Code's transcripts, TraeX Codex's rollouts.
@@ -4624,7 +4647,9 @@ CT_SAME_FORMAT = [{"pi", "openclaw"}, {"pi", "omp"}, {"openclaw", "omp"}, {"open
                   {"cursor", "vibe"},
                   # oh-my-opencode's transcripts and Grok's chat_history are both {type: user, content}
                   # lines: told apart by where they are kept (~/.claude/transcripts/ses_*, ~/.grok/sessions)
-                  {"grok", "omo"}]
+                  {"grok", "omo"},
+                  # the Kiro IDE's agent is Continue's: its workspace sessions are Continue's session files
+                  {"continue", "kiro-ide"}]
 # Parsers that read nothing by design: they list files an agent keeps unreadable (encrypted) so that
 # `status` says why they are not indexed.
 CT_UNREADABLE = {"windsurf"}
