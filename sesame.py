@@ -1686,9 +1686,41 @@ def zstd_lines(path):
     open_regular(path).close()   # a FIFO is no file to decompress
     with subprocess.Popen([exe, "-d", "-c", "-q", "--", path], stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL) as proc:
-        yield from proc.stdout
-        if proc.wait() != 0:
+        got = False
+        for line in proc.stdout:
+            got = True
+            yield line
+        if proc.wait() != 0 and not got:   # (a frame cut at the end after good ones: what came is kept)
             raise NotASessionFile("damaged zstd data")
+
+
+def iter_jsonl_any(path, report, start=0):
+    """iter_jsonl for a plain or a zstd-compressed JSONL file (`.zst`, `.zstd`: Codex's archived
+    rollouts, DeepSeek Harness's logs): (offset after the line, object), the offset None in a
+    compressed file (it is read whole every time)."""
+    if not path.endswith((".zst", ".zstd")):
+        yield from iter_jsonl(path, report, start)
+        return
+    for raw in zstd_lines(path):
+        record = json_bytes(raw)
+        if not record:
+            continue
+        if not raw.endswith(b"\n"):
+            try:   # a last line without its newline is read when it is a whole record (see iter_jsonl)
+                obj = _json_decode(json_text(record))
+            except BAD_JSON:
+                report.skip("unfinished last line")
+                return
+        else:
+            try:
+                obj = _json_decode(json_text(record))
+            except BAD_JSON:
+                report.skip("malformed line")
+                continue
+        if isinstance(obj, dict):
+            yield None, obj
+        else:
+            report.skip("malformed line")
 
 
 def zstd_decompress(data):
@@ -2769,30 +2801,6 @@ def _codex_output(output):
 _PATCH_FILE_RE = LazyPattern(r"^\*\*\* (?:Update|Add|Delete) File: (.+)$", re.M)
 
 
-def _codex_records(path, report, start=0):
-    """(offset after the line, object) of each JSON line of a rollout file, from byte `start`; the
-    offset is None in a .zst file (read whole every time)."""
-    if not path.endswith(".zst"):
-        yield from iter_jsonl(path, report, start)
-        return
-    for raw in zstd_lines(path):
-        record = json_bytes(raw)
-        if not record:
-            continue
-        if not raw.endswith(b"\n"):
-            report.skip("unfinished last line")
-            return
-        try:
-            obj = _json_decode(record.decode("utf-8", "replace"))  # (see json_text)
-        except BAD_JSON:
-            report.skip("malformed line")
-            continue
-        if isinstance(obj, dict):
-            yield None, obj
-        else:
-            report.skip("malformed line")
-
-
 @register
 class CodexParser(Parser):
     """Codex CLI rollouts, all three eras: TypeScript-era `rollout-*.json` ({session, items}), bare
@@ -2905,7 +2913,7 @@ class CodexParser(Parser):
         if resume:
             s = self._new_session(path, st.own_id)
             s.cwd, s.parent, created = st.cwd, st.parent, st.created
-        records = _codex_records(path, report, start)
+        records = iter_jsonl_any(path, report, start)
         if head is not None and head.get("type") == "session_meta":
             # Read the meta from the head too: a file holding only an unfinished meta line (no newline
             # yet) is still a session that exists.
@@ -8484,6 +8492,92 @@ class WindsurfParser(Parser):
 
     def parse(self, path, report):
         raise NotASessionFile("Windsurf Cascade conversations are encrypted: Sesame cannot read them")
+
+# -------------------------------------------------------------------------------------------------
+# DeepSeek Harness: ${DSH_HOME:-~/.dsh}/sessions/<slug>/session-<id>/session.jsonl[.zstd]
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class DeepSeekHarnessParser(Parser):
+    """DeepSeek Harness session logs: `session.jsonl.zstd` (zstd frames of JSONL, the default; read
+    through zstd_lines) or `session.jsonl`, one folder per session. The first line is the header
+    (`{type: session, version, id, createdAt (ms), cwd, parentSession?, origin?}`), then events
+    `{type, seq, time (ms), data, surfaceOp?}`: the conversation is the "surface" events `user/message`,
+    `assistant/message` and `tool/result`, each `data.message = {id, role, content: [blocks], source:
+    {kind}}` with blocks `text`, `reasoning`, `tool-call {id, name, arguments}`, `tool-result
+    {toolCallId, content}`; a user message whose source is not the user is context; `session/title`
+    names the session; `compaction/summary` is a summary. A surface event that replaces earlier ones
+    (compaction) is indexed as well: nothing the session said is lost. The rest (turns, steps, streamed
+    chunks, requests, approvals) is bookkeeping. (Format as agentsview's deepseek_harness reader has it.)
+    """
+
+    id, label, version = "deepseek-harness", "DeepSeek Harness", 1
+    verified = "as agentsview deepseek_harness.go reads it, 2026-11-25"
+    records = ("session", "user/message", "assistant/message", "tool/result", "session/title", "compaction/summary")
+    skipped_records = ("turn/*", "step/*", "assistant/chunk", "request/*", "approval/*", "command/*", "hook/*",
+                       "llm/*", "tool/call", "tool/code-dispatch*", "tool-workflow/*", "compaction/start",
+                       "compaction/end", "compaction/prune", "agent-preset/selected", "agent/inbox/spliced",
+                       "feedback/record", "goal/change", "permission/preset", "plan/mode", "sandbox/mode",
+                       "schedule/change", "session/end-seed", "session/title-llm-request", "subagent/descriptor",
+                       "todo/write", "web/*", "text-chunks", "reasoning-chunks", "tool-call-chunks")
+    blocks, skipped_blocks = ("text", "reasoning", "tool-call", "tool-result"), ("image",)
+
+    def default_roots(self, env):
+        return [os.path.join(agent_dir(env, "DSH_HOME", ".dsh"), "sessions")]
+
+    def list_files(self, root):
+        found = walk_files(root, lambda n: n in ("session.jsonl", "session.jsonl.zstd"), max_depth=2)
+        both = set(found)
+        return [p for p in found if not (p.endswith(".jsonl") and p + ".zstd" in both)]   # zstd is the live one
+
+    def parse(self, path, report):
+        s, tools = None, None
+        for _, rec in iter_jsonl_any(path, report):
+            rtype = self.record_type(report, rec)
+            if s is None:
+                if rtype != "session" or not _str(rec.get("id")):
+                    raise NotASessionFile("no DeepSeek Harness session header")
+                s, tools = Session(self.id, rec["id"], path), None
+                s.cwd, s.parent = _str(rec.get("cwd")), _str(rec.get("parentSession"))
+                s.touch(norm_time(rec.get("createdAt")))
+                tools = ToolCalls(s)
+                continue
+            data = rec.get("data") if isinstance(rec.get("data"), dict) else {}
+            ts = norm_time(rec.get("time"))
+            s.touch(ts)
+            if rtype == "session/title":
+                s.name = _str(data.get("title")) or s.name
+            elif rtype == "compaction/summary":
+                s.add("summary", data.get("summary") if isinstance(data.get("summary"), str) else "", role="system", ts=ts)
+            elif rtype in ("user/message", "assistant/message", "tool/result"):
+                m = data.get("message") if isinstance(data.get("message"), dict) else {}
+                source = m.get("source") if isinstance(m.get("source"), dict) else {}
+                self._content(s, tools, m.get("content"), rtype, source.get("kind"), ts, report)
+        if s is None:
+            raise NotASessionFile("empty DeepSeek Harness log")
+        _finish_times(s, path)
+        return [s]
+
+    def _content(self, s, tools, content, rtype, source, ts, report):
+        text, thinking, calls = [], [], []
+        for b in content if isinstance(content, list) else []:
+            btype = self.block_type(report, b)
+            if btype == "text" and isinstance(b.get("text"), str):
+                text.append(b["text"])
+            elif btype == "reasoning" and isinstance(b.get("text"), str):
+                thinking.append(b["text"])
+            elif btype == "tool-call":
+                calls.append(b)
+            elif btype == "tool-result":
+                tools.result(b.get("toolCallId"), _out_text(b.get("content")), bool(b.get("isError")), ts=ts)
+        if rtype == "user/message":
+            s.add("user" if source in (None, "user") else "context", "\n".join(text), role="user", ts=ts)
+        elif rtype == "assistant/message":
+            s.add("thinking", "\n".join(thinking), role="assistant", ts=ts)
+            s.add("assistant", "\n".join(text), role="assistant", ts=ts)
+        for b in calls:   # after the text that announced them, as the agent showed them
+            tools.call(b.get("id"), b.get("name"), _json_arg(b.get("arguments")), ts=ts)
 
 # -------------------------------------------------------------------------------------------------
 # Warp (warpdotdev): warp.sqlite, the prompts of its agent mode (ai_queries)

@@ -4232,6 +4232,54 @@ def test_kiro_ide_continue_sessions_and_legacy_chat_files_with_kiros_own_prompt_
     assert (c.created, c.modified) == ("2026-01-08T09:50:03.494Z", "2026-01-08T09:51:43.494Z")
 
 
+def dsh_log(unknown=None):
+    ev = lambda n, t, data, **kw: dict({"type": t, "seq": n, "time": CT_MS + n * 1000, "data": data}, **kw)
+    msg = lambda mid, role, content, kind: {"message": {"id": mid, "role": role, "content": content,
+                                                        "source": {"kind": kind, "model": "m", "provider": "p"}}}
+    lines = [{"type": "session", "version": 0, "id": "dsh-1", "createdAt": CT_MS, "cwd": "/home/u/etl",
+              "delegationDepth": 0},
+             ev(1, "turn/start", {"turn": 1}),
+             ev(2, "user/message", msg("u1", "user", [{"type": "text", "text": "the parquet export drops nulls"}], "user"),
+                surfaceOp="append"),
+             ev(3, "user/message", msg("u2", "user", [{"type": "text", "text": "<env>cwd</env>"}], "system"),
+                surfaceOp="append"),
+             ev(4, "assistant/message", dict(msg("a1", "assistant", [
+                 {"type": "reasoning", "text": "check the schema"}, {"type": "text", "text": "Reading the writer."},
+                 {"type": "tool-call", "id": "c1", "name": "read", "arguments": "{\"path\": \"export.py\"}"}], "model"),
+                 turn=1, step=1), surfaceOp="append"),
+             ev(5, "tool/result", dict(msg("t1", "user", [{"type": "tool-result", "toolCallId": "c1",
+                                                           "content": "df.dropna()"}], "tool"), turn=1, step=1),
+                surfaceOp="append"),
+             ev(6, "session/title", {"title": "Parquet nulls"}),
+             ev(7, "compaction/summary", {"summary": "Nulls were dropped by dropna."})]
+    if unknown:
+        lines.append(ev(8, unknown, {}))
+    return lines
+
+
+def test_deepseek_harness_plain_and_zstd_logs(tmp_path):
+    folder = tmp_path / "sessions" / "etl" / "session-dsh-1"
+    plain = write_jsonl(folder / "session.jsonl", dsh_log("hologram_beam"))
+    assert PARSERS["deepseek-harness"].list_files(str(tmp_path / "sessions")) == [plain]
+    report = ParseReport()
+    [s] = PARSERS["deepseek-harness"].parse(plain, report)
+    assert (s.session_id, s.name, s.cwd) == ("dsh-1", "Parquet nulls", "/home/u/etl")
+    assert kinds(s) == ["user", "context", "thinking", "assistant", "tool", "summary"]
+    assert "path: export.py" in texts(s, "tool")[0] and "df.dropna()" in texts(s, "tool")[0]
+    assert report.unknown == {"hologram_beam": 1}
+    module, exe = sesame._zstd_module(), shutil.which("zstd")
+    if module is None and exe is None:
+        pytest.skip("no zstd to compress the fixture with")
+    data = open(plain, "rb").read()
+    packed = module.compress(data) if module else subprocess.run([exe, "-c", "-q"], input=data,
+                                                                 stdout=subprocess.PIPE, check=True).stdout
+    with open(plain + ".zstd", "wb") as f:
+        f.write(packed)
+    assert PARSERS["deepseek-harness"].list_files(str(tmp_path / "sessions")) == [plain + ".zstd"]   # the live one
+    [z] = parse_file("deepseek-harness", plain + ".zstd")
+    assert [c.text for c in z.chunks] == [c.text for c in s.chunks]
+
+
 def test_warp_prompts_grouped_by_conversation_with_utc_times(tmp_path):
     import sqlite3
     db = tmp_path / "warp.sqlite"
@@ -4636,6 +4684,7 @@ CONTRACT_FILES = {
     "openhands": ct_openhands, "kiro": ct_kiro, "warp": ct_warp, "devin": ct_devin, "windsurf": ct_windsurf,
     "specstory": ct_specstory, "omo": ct_omo,
     "kiro-ide": lambda d, u: ct_continue(d / "workspace-sessions" / "ws", u),
+    "deepseek-harness": lambda d, u: write_jsonl(d / "session.jsonl", dsh_log(u)),
 }
 # Formats that are one another's: OpenClaw and omp write pi's, Kilo CLI writes OpenCode's store,
 # OpenClaude and Claude Desktop's agent mode write Claude Code's transcripts, TraeX Codex's rollouts.
