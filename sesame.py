@@ -8580,6 +8580,80 @@ class DeepSeekHarnessParser(Parser):
             tools.call(b.get("id"), b.get("name"), _json_arg(b.get("arguments")), ts=ts)
 
 # -------------------------------------------------------------------------------------------------
+# Trae IDE (ByteDance, a VS Code fork): Trae[ CN]/User/{workspace,global}Storage/state.vscdb
+# -------------------------------------------------------------------------------------------------
+
+
+@register
+class TraeParser(Parser):
+    """The Trae IDE's agent chats, kept by its builds up to 2025 in the editor's `state.vscdb`
+    (ItemTable key `memento/icube-ai-agent-storage`: `{list: [{sessionId, createdAt, updatedAt,
+    messages: [{role, content, agentTaskContent?, timestamp}]}]}`), one database per workspace
+    (`workspaceStorage/<hash>/`, the project in its `workspace.json`) and one global. Newer builds keep
+    the chats in `ModularData/ai-agent/database.db`, encrypted: not readable. The CLI (TraeX) writes
+    Codex's format and is the traex parser's. (Layout as agentsview's trae reader has it.)
+    """
+
+    id, label, version = "trae", "Trae IDE", 1
+    verified = "as agentsview trae_provider.go reads it, 2026-11-25"
+    records = ("user", "assistant", "system", "tool")   # message roles
+    STORAGE_KEY = "memento/icube-ai-agent-storage"
+
+    def default_roots(self, env):
+        home = _home(env)
+        bases = [env_path(env, "XDG_CONFIG_HOME") or os.path.join(home, ".config"),
+                 os.path.join(home, "Library", "Application Support")]
+        if env.get("APPDATA"):
+            bases.append(env["APPDATA"])
+        roots = [os.path.join(b, product, "User") for b in bases for product in ("Trae", "Trae CN")]
+        found = [r for r in roots if os.path.isdir(r)]
+        return found or roots[:1]
+
+    def list_files(self, root):
+        return [p for p in walk_files(root, lambda n: n == "state.vscdb", max_depth=2)
+                if os.path.basename(os.path.dirname(os.path.dirname(p))) == "workspaceStorage"
+                or os.path.basename(os.path.dirname(p)) == "globalStorage"]
+
+    def parse(self, path, report):
+        con = open_agent_db(path)
+        try:
+            row = con.execute("SELECT value FROM ItemTable WHERE key = ?", (self.STORAGE_KEY,)).fetchone()
+        except sqlite3.DatabaseError as e:
+            raise store_failure(e)
+        finally:
+            con.close()
+        store = _json_value(row[0]) if row else None
+        if not isinstance(store, dict) or not isinstance(store.get("list"), list):
+            return []   # an editor database without agent chats
+        ws = _read_json(os.path.join(os.path.dirname(path), "workspace.json")) or {}
+        cwd = file_uri_path(ws.get("folder")) if isinstance(ws.get("folder"), str) else None
+        sessions = []
+        for item in store["list"]:
+            if not isinstance(item, dict) or not _str(item.get("sessionId")):
+                report.skip("malformed session")
+                continue
+            s = Session(self.id, item["sessionId"], path)
+            s.cwd = cwd
+            s.touch(norm_time(item.get("createdAt")))
+            s.touch(norm_time(item.get("updatedAt")))
+            for m in item.get("messages") or []:
+                if not isinstance(m, dict):
+                    continue
+                role = self.record_type(report, m, key="role", family="role ")
+                ts = norm_time(m.get("timestamp"))
+                s.touch(ts)
+                text = m.get("content") if isinstance(m.get("content"), str) else ""
+                if role == "user":
+                    s.add("user", text, role="user", ts=ts)
+                elif role == "assistant":
+                    s.add("assistant", text or _out_text(_json_arg(m.get("agentTaskContent"))), role="assistant", ts=ts)
+                elif role in ("system", "tool"):
+                    s.add("context", text, role=role, ts=ts)
+            _finish_times(s, path)
+            sessions.append(s)
+        return sessions
+
+# -------------------------------------------------------------------------------------------------
 # Warp (warpdotdev): warp.sqlite, the prompts of its agent mode (ai_queries)
 # -------------------------------------------------------------------------------------------------
 

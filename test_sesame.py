@@ -4280,6 +4280,31 @@ def test_deepseek_harness_plain_and_zstd_logs(tmp_path):
     assert [c.text for c in z.chunks] == [c.text for c in s.chunks]
 
 
+def trae_db(path, sessions):
+    import sqlite3
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(str(path))
+    con.execute("CREATE TABLE ItemTable (key TEXT UNIQUE ON CONFLICT REPLACE, value BLOB)")
+    con.execute("INSERT INTO ItemTable VALUES ('memento/icube-ai-agent-storage', ?)", (json.dumps({"list": sessions}),))
+    con.commit()
+    con.close()
+    return path
+
+
+def test_trae_ide_workspace_chats_with_the_project_and_times(tmp_path):
+    ws = tmp_path / "User" / "workspaceStorage" / "ab12"
+    write_file(ws / "workspace.json", {"folder": "file:///home/u/shop"})
+    db = trae_db(ws / "state.vscdb", [{"sessionId": "tr-1", "createdAt": 1767865803494, "updatedAt": 1767865903494,
+                                        "messages": [{"role": "user", "content": "why is the cart badge stale",
+                                                      "timestamp": 1767865804000},
+                                                     {"role": "assistant", "content": "",
+                                                      "agentTaskContent": {"text": "The store is not subscribed."}}]}])
+    assert PARSERS["trae"].list_files(str(tmp_path / "User")) == [str(db)]
+    [s] = parse_file("trae", db)
+    assert (s.session_id, s.cwd, kinds(s)) == ("tr-1", "/home/u/shop", ["user", "assistant"])
+    assert "not subscribed" in texts(s, "assistant")[0] and s.created == "2026-01-08T09:50:03.494Z"
+
+
 def test_warp_prompts_grouped_by_conversation_with_utc_times(tmp_path):
     import sqlite3
     db = tmp_path / "warp.sqlite"
@@ -4685,6 +4710,10 @@ CONTRACT_FILES = {
     "specstory": ct_specstory, "omo": ct_omo,
     "kiro-ide": lambda d, u: ct_continue(d / "workspace-sessions" / "ws", u),
     "deepseek-harness": lambda d, u: write_jsonl(d / "session.jsonl", dsh_log(u)),
+    "trae": lambda d, u: trae_db(d / "state.vscdb", [{"sessionId": "tr-1", "createdAt": CT_MS, "messages": [
+        {"role": "user", "content": "the walrus question", "timestamp": CT_MS + 1000},
+        {"role": "assistant", "content": "an answer", "timestamp": CT_MS + 2000}]
+        + ([{"role": u, "content": "x", "timestamp": CT_MS + 3000}] if u else [])}]),
 }
 # Formats that are one another's: OpenClaw and omp write pi's, Kilo CLI writes OpenCode's store,
 # OpenClaude and Claude Desktop's agent mode write Claude Code's transcripts, TraeX Codex's rollouts.
