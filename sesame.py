@@ -7585,7 +7585,8 @@ class ContinueParser(Parser):
     `{sessionId, title, workspaceDirectory (a file:// URI or path), history: [ChatHistoryItem]}`
     where an item is `{message: {role, content (text or parts), toolCalls?, toolCallId?},
     contextItems: [{name, content}], toolCallState?: {toolCallId, toolCall{function{name,
-    arguments}}, status, output: [{content}]}, reasoning?: {text}}` (core/index.d.ts). Roles: user,
+    arguments}}, status, output: [{content}]} (newer: a list, toolCallStates), reasoning?: {text}}`
+    (core/index.d.ts). Roles: user,
     assistant, thinking, tool (a result joined to its call), system (context). The files attached
     to a message (`contextItems`) are context. The session files hold no times: the creation time is
     `dateCreated` (ms) in `sessions.json`, the list of sessions; the last activity is the file's
@@ -7643,12 +7644,14 @@ class ContinueParser(Parser):
                 s.add("thinking", reasoning.get("text") if isinstance(reasoning.get("text"), str) else "",
                       role="assistant")
                 s.add("thinking" if role == "thinking" else "assistant", text_of(m.get("content")), role="assistant")
-                state = item.get("toolCallState") if isinstance(item.get("toolCallState"), dict) else {}
                 for call in m.get("toolCalls") or []:
                     fn = call.get("function") if isinstance(call, dict) else None
                     if isinstance(fn, dict):
                         tools.call(call.get("id"), fn.get("name"), _json_arg(fn.get("arguments")))
-                if state.get("toolCallId"):
+                # the calls' states: one `toolCallState`, or (newer) a list `toolCallStates`
+                states = item.get("toolCallStates") if isinstance(item.get("toolCallStates"), list) \
+                    else [item.get("toolCallState")]
+                for state in (st for st in states if isinstance(st, dict) and st.get("toolCallId")):
                     call = state.get("toolCall") if isinstance(state.get("toolCall"), dict) else {}
                     fn = call.get("function") if isinstance(call.get("function"), dict) else {}
                     tools.call(state["toolCallId"], fn.get("name"), _json_arg(fn.get("arguments")))

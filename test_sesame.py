@@ -3874,6 +3874,15 @@ def test_continue_session_roles_tools_context_name_cwd_and_creation_time(tmp_pat
     assert s.created == "2026-01-08T09:50:03.494Z" and s.modified >= s.created
 
 
+def test_continue_newer_tool_call_states_list_gives_each_call_its_output(tmp_path):
+    data = continue_session()
+    item = data["history"][1]
+    item["toolCallStates"] = [dict(item.pop("toolCallState"), output=[{"name": "Tool Result", "content": "2 failing"}])]
+    PARSERS["continue"].new_run()
+    [s] = parse_file("continue", write_file(tmp_path / "c.json", data))
+    assert "2 failing" in texts(s, "tool")[0]
+
+
 def test_continue_placeholder_title_is_no_name_and_other_json_is_refused(tmp_path):
     PARSERS["continue"].new_run()
     [s] = parse_file("continue", write_file(tmp_path / "a.json", continue_session(title="New Session")))
