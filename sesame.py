@@ -7593,7 +7593,7 @@ class ContinueParser(Parser):
     time. `sessions.json` itself is not a session. "New Session" is Continue's placeholder title.
     """
 
-    id, label, version = "continue", "Continue", 1
+    id, label, version = "continue", "Continue", 2
     records = ("user", "assistant", "thinking", "tool", "system")   # message roles
     verified = "core/index.d.ts (source), 2026-11-25"
 
