@@ -10378,9 +10378,16 @@ def _quiet_worker():
 
 def parse_all(jobs, parallel, policy):
     """Parse results for jobs, in order. With `parallel`, parsing runs in worker processes (the
-    machine's other cores) while the caller writes; a few results are kept ahead, never all."""
+    machine's other cores) while the caller writes; a few results are kept ahead, never all.
+
+    Workers are forked, and a process that runs other threads (a server's background refresh, an
+    embedding program) must not fork: a lock another thread holds at that moment (the stderr lock,
+    the allocator's, SQLite's) stays held in the child forever. There it parses in-process. (Nor can
+    it use 'spawn' or 'forkserver': installed, this file runs from a cached code object, not as a
+    module a fresh interpreter could import parse_file from.)"""
     args = [(job.path, job.parser.id, job.resume, SLICE_BYTES, policy.redact) for job in jobs]
-    if not parallel:
+    threading = sys.modules.get("threading")  # never imported: no other Python thread can be running
+    if not parallel or (threading is not None and threading.active_count() > 1):
         for a in args:
             yield parse_file(*a)
         return
@@ -11801,6 +11808,13 @@ def print_results(data, color, out, words=None):
         out.write("\n(more results: %s)\n" % (words["offset"] % data["nextOffset"]))
 
 
+def render_results(data, color=False):
+    """print_results as a string."""
+    buf = io.StringIO()
+    print_results(data, color, buf)
+    return buf.getvalue()
+
+
 def highlight(snippet, color):
     """Snippets mark matches **like this**; on a terminal that becomes colour."""
     return re.sub(r"\*\*(.+?)\*\*", "\x1b[1;33m\\1\x1b[0m", snippet) if color else snippet
@@ -13082,12 +13096,6 @@ def cmd_search(args, ctx):
     params = cli_params(args)
     sys.stdout.write(fit_budget(search_json(search_request(ctx, params, render)), search_budget(params), render))
     return EXIT_OK
-
-
-def render_results(data, color=False):
-    buf = io.StringIO()
-    print_results(data, color, buf)
-    return buf.getvalue()
 
 
 def cmd_show(args, ctx):
