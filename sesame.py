@@ -12122,11 +12122,12 @@ def show_text(data, color=False, max_chars=0, words=CLI_WORDS):
 
 
 # ==================================================================================================
-# Application: what the CLI and the MCP server both do (refresh, search, show, status, sources)
+# Application: what every front end does (refresh, options, one request per command)
 # ==================================================================================================
 
-# Both front ends call these and only these: the CLI prints what they return, the MCP server
-# returns it as tool results. They take a Context (the environment, the config, the sources).
+# The front ends (the command line, the MCP server) call these and only these: a command's request
+# function, with a Context (the environment, the config, the sources) and its options as `params`,
+# returns plain data; the CLI prints it, the MCP server returns it as a tool result.
 
 
 class Context:
