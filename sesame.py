@@ -12337,8 +12337,10 @@ class Command:
         summary is also its line in `sesame --help`).
     options: a function that declares its options with add_argument calls (on an argparse parser or
         an _OptionList).
-    request: request(ctx, params) -> data, the application's answer (None: the command is a front end
-        itself, like `watch` and `mcp`).
+    request: request(ctx, params) -> data, the application's answer, for any front end: params from
+        cli_params (argparse) or request_params (a JSON object). None: the command is a front end
+        itself, like `watch` and `mcp`. (search_request also takes the caller's render, to fill a
+        page within its budget; index_request a progress display.)
     cli: cli(args, ctx) -> exit code, what `sesame NAME` runs: it calls the request and prints its data.
     tool, mcp: the MCP tool's description (None: not a tool) and mcp(ctx, params) -> (text for the
         model, structuredContent), which calls the request and formats its data.
@@ -13246,13 +13248,6 @@ COMMANDS = {c.name: c for c in (
     Command("mcp", "", "serve search, show and status to agents over MCP", _no_arguments, None, cmd_mcp,
             context=False),
 )}
-
-
-def option_parser(command):
-    """The argparse parser of one command's options alone (command: its name)."""
-    p = argument_parser(prog="sesame " + command)
-    COMMANDS[command].options(p)
-    return p
 
 
 def build_parser(command=None):
