@@ -72,15 +72,8 @@ words ("nix flake simplify", "ECONNREFUSED in CI") find the right session first.
 needs only the Python standard library (3.9+) and an SQLite with FTS5, makes no network
 connection, and never writes to the agents' files.
 
-Usage:
-    sesame search "QUERY" [--cwd PATH] [--after WHEN] [--before WHEN] [--agent NAME] [--json]
-    sesame index [--full] [--json]      bring the index up to date (search does this by itself)
-    sesame status [--json]              what is indexed, from where, and how fresh it is
-    sesame sources [--json]             every supported agent, where it looks, what it found
-    sesame show SESSION [--around SEQ]  read one session (id, id prefix, file or name)
-    sesame watch [--interval SECONDS]   keep the index fresh
-    sesame mcp                          serve search, show and status to agents over MCP (stdio)
-    sesame forget SESSION               remove a session from the index and keep it out
+Usage (the list is made from the command table, COMMANDS, at the end of the file):
+{usage}
 
 The index lives in $SESAME_DATA_DIR (default ~/.local/share/sesame), the optional config in
 $SESAME_CONFIG_DIR/config.jsonc (default ~/.config/sesame). See README.md for everything else.
@@ -10640,9 +10633,16 @@ def _quiet_worker():
 
 def parse_all(jobs, parallel, policy):
     """Parse results for jobs, in order. With `parallel`, parsing runs in worker processes (the
-    machine's other cores) while the caller writes; a few results are kept ahead, never all."""
+    machine's other cores) while the caller writes; a few results are kept ahead, never all.
+
+    Workers are forked, and a process that runs other threads (a server's background refresh, an
+    embedding program) must not fork: a lock another thread holds at that moment (the stderr lock,
+    the allocator's, SQLite's) stays held in the child forever. There it parses in-process. (Nor can
+    it use 'spawn' or 'forkserver': installed, this file runs from a cached code object, not as a
+    module a fresh interpreter could import parse_file from.)"""
     args = [(job.path, job.parser.id, job.resume, SLICE_BYTES, policy.redact) for job in jobs]
-    if not parallel:
+    threading = sys.modules.get("threading")  # never imported: no other Python thread can be running
+    if not parallel or (threading is not None and threading.active_count() > 1):
         for a in args:
             yield parse_file(*a)
         return
@@ -11132,6 +11132,7 @@ def _needle(stem, prefix=False):
     return stem[:-1] if stem.endswith("i") and len(stem) > 1 else stem
 
 
+_NON_SPACE = LazyPattern(r"\S+")
 _TOKEN_TAIL = LazyPattern("(?:[^\\W_]|[%s])*" % _ACCENTS)  # the rest of a token, after its first letters
 
 
@@ -11363,10 +11364,12 @@ class Matcher:
 
     @staticmethod
     def snippet(text, spans, width=SNIPPET_CHARS):
-        """A window of about `width` characters around the densest cluster of matches, matches marked."""
+        """A window of about `width` characters around the densest cluster of matches, its white space
+        made single spaces: {"snippet": text, "highlights": [[start, end], ...]}, the matches' offsets
+        in it. (Offsets, not marks in the text: any mark is also text a session may hold.)"""
         if not spans:  # (never expected: the matcher's two scans agree; a search must not fail on it)
             text = " ".join(text[:width].split())
-            return text + ("…" if len(text) >= width else "")
+            return {"snippet": text + ("…" if len(text) >= width else ""), "highlights": []}
         best, best_n, j = spans[0][0], 0, 0
         window = collections.Counter()  # word -> matches starting in [start, start + 2/3 width]
         for k, (start, _, _) in enumerate(spans[:400]):  # slide a window over the matches: O(n)
@@ -11392,13 +11395,20 @@ class Matcher:
                     marks[-1][1] = max(marks[-1][1], e)
                 else:
                     marks.append([s, e])
-        out, pos = [], lo
-        for s, e in marks:
-            out.append(text[pos:s])
-            out.append(HL_OPEN + text[s:e] + HL_CLOSE)
-            pos = e
-        out.append(text[pos:hi])
-        return ("…" if lo > 0 else "") + " ".join("".join(out).split()) + ("…" if hi < len(text) else "")
+        # White space becomes single spaces, as the marks are moved along with the words they mark.
+        raw, prefix = text[lo:hi], "…" if lo > 0 else ""
+        words = [(m.start(), m.end()) for m in _NON_SPACE.finditer(raw)]
+        starts, at, n = [a for a, _ in words], [], len(prefix)
+        for a, b in words:
+            at.append(n)
+            n += b - a + 1
+
+        def moved(i, end):
+            k = bisect.bisect_right(starts, i - end) - 1  # the word holding offset i (its end: i - 1)
+            return at[k] + i - starts[k]
+        highlights = [[moved(s - lo, False), moved(e - lo, True)] for s, e in marks]
+        return {"snippet": prefix + " ".join(raw[a:b] for a, b in words) + ("…" if hi < len(text) else ""),
+                "highlights": highlights}
 
     def as_typed(self, text, spans):
         """How many different query words the spans found in the very form typed (case aside)."""
@@ -11704,7 +11714,7 @@ def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION
                    default=(0, 0))
     # "_words": the text each match found, for matchedWords (taken out by result_json).
     matches = [{"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts, "score": round(w, 3),
-                "snippet": Matcher.snippet(text, spans), "_words": {text[a:b].lower() for a, b, _ in spans}}
+                **Matcher.snippet(text, spans), "_words": {text[a:b].lower() for a, b, _ in spans}}
                for w, seq, spans, kind, role, tool, ts, text in scored[:limit]]
     if not matches and not filters.tools_only:
         # Found by its name (or summary) alone: that is the match to show (it has no chunk: seq null).
@@ -11712,7 +11722,7 @@ def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION
         spans = matcher.spans(label)
         if spans:
             matches.append({"seq": None, "kind": "name", "role": None, "tool": None, "timestamp": None,
-                            "score": 0.0, "snippet": Matcher.snippet(label, spans),
+                            "score": 0.0, **Matcher.snippet(label, spans),
                             "_words": {label[a:b].lower() for a, b, _ in spans}})
     return matches, coverage
 
@@ -11870,24 +11880,25 @@ CLI_WORDS = {"around": "--around SEQ", "max_chars": "--max-chars", "offset": "--
 MCP_WORDS = {"around": "around: SEQ", "max_chars": "max_chars", "offset": "offset: %d"}
 
 
-def use_color(stream):
-    return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
+def use_color(stream, env):
+    return "NO_COLOR" not in env and hasattr(stream, "isatty") and stream.isatty()
 
 
 def result_json(con, s, score, stage, matches, every_word_known=True):
-    """One search result as JSON (every field; the presets choose). Words the index does not have
-    at all make no result "matchedAllTerms"."""
-    snippet = matches[0]["snippet"] if matches else fallback_snippet(con, s)
+    """One search result as data (every field; the presets choose). Words the index does not have
+    at all make no result "matchedAllTerms". Snippets are plain text with the offsets of their
+    matches beside them ("highlights", "matchedHighlights"): search_json marks them for printing."""
+    first = matches[0] if matches else {"snippet": fallback_snippet(con, s), "highlights": []}
     return {
         "sessionId": s["session_id"], "shortId": short_id(con, s["session_id"], s["id"]), "source": s["agent"],
         "agent": s["agent"], "path": s["path"],
         "cwd": s["cwd"], "name": s["name"], "score": float("%.4g" % score),
         "matchedAllTerms": stage in ("words together", "all words") and every_word_known,
         "stage": stage,
-        "matchedWords": sorted({w for m in matches for w in m.pop("_words", ())}),
+        "matchedWords": sorted({w for m in matches for w in m.get("_words", ())}),
         "created": s["created"], "modified": s["modified"], "parent": s["parent"],
-        "matchedSnippet": snippet,
-        "matches": matches,
+        "matchedSnippet": first["snippet"], "matchedHighlights": first["highlights"],
+        "matches": [{k: v for k, v in m.items() if k != "_words"} for m in matches],
         "resumeCommand": resume_command(s),
         "fileDeleted": s["deleted"] is not None,
         "chunkCount": s["chunk_count"],
@@ -11919,9 +11930,36 @@ def parse_fields(spec):
 
 
 def shape_result(r, fields, full):
+    """The fields asked for of a result (its snippets keep their highlights, for search_json)."""
     out = {k: r[k] for k in fields}
+    if "matchedSnippet" in out:
+        out["matchedHighlights"] = r["matchedHighlights"]
     if "matches" in out and not full:
-        out["matches"] = [{k: m[k] for k in SUMMARY_MATCH_KEYS} for m in out["matches"][:MATCHES_PER_SESSION]]
+        out["matches"] = [{k: m[k] for k in SUMMARY_MATCH_KEYS + ("highlights",)} for m in out["matches"][:MATCHES_PER_SESSION]]
+    return out
+
+
+def marked(text, highlights):
+    """A snippet with its matches marked **like this**, as the JSON and the text output show it."""
+    out, pos = [], 0
+    for start, end in highlights:
+        out += [text[pos:start], HL_OPEN, text[start:end], HL_CLOSE]
+        pos = end
+    return "".join(out) + text[pos:] if out else text
+
+
+def _marked_match(m):
+    return {k: marked(v, m["highlights"]) if k == "snippet" and v else v for k, v in m.items() if k != "highlights"}
+
+
+def search_json(data):
+    """A search's data (search_request) as Sesame prints it and the MCP server returns it: snippets
+    marked (marked), without their offsets. A new object (fit_budget may cut it); `data` stays as it is."""
+    out = dict(data, results=[{k: marked(v, r.get("matchedHighlights") or ()) if k == "matchedSnippet" and v else
+                               [_marked_match(m) for m in v] if k == "matches" else v
+                               for k, v in r.items() if k != "matchedHighlights"} for r in data["results"]])
+    if data.get("truncated"):
+        out["truncated"] = dict(data["truncated"])
     return out
 
 
@@ -12025,6 +12063,13 @@ def print_results(data, color, out, words=None):
         out.write("\n(more results: %s)\n" % (words["offset"] % data["nextOffset"]))
 
 
+def render_results(data, color=False):
+    """print_results as a string."""
+    buf = io.StringIO()
+    print_results(data, color, buf)
+    return buf.getvalue()
+
+
 def highlight(snippet, color):
     """Snippets mark matches **like this**; on a terminal that becomes colour."""
     return re.sub(r"\*\*(.+?)\*\*", "\x1b[1;33m\\1\x1b[0m", snippet) if color else snippet
@@ -12045,7 +12090,7 @@ def emit_json(obj, out=None):
 
 
 def status_text(info):
-    """What `sesame status` prints, from status_info() (so the MCP tool does not compute it twice)."""
+    """What `sesame status` prints, from status_request() (so the MCP tool does not compute it twice)."""
     out = ["index:    %s%s" % (info["indexPath"], "" if info["indexExists"] else " (not built yet: run sesame index)")]
     if info["indexExists"]:
         out.append("size:     %.1f MB, %d sessions, %d chunks from %d files"
@@ -12332,11 +12377,12 @@ def show_text(data, color=False, max_chars=0, words=CLI_WORDS):
 
 
 # ==================================================================================================
-# Application: what the CLI and the MCP server both do (refresh, search, show, status, sources)
+# Application: what every front end does (refresh, options, one request per command)
 # ==================================================================================================
 
-# Both front ends call these and only these: the CLI prints what they return, the MCP server
-# returns it as tool results. They take a Context (the environment, the config, the sources).
+# The front ends (the command line, the MCP server) call these and only these: a command's request
+# function, with a Context (the environment, the config, the sources) and its options as `params`,
+# returns plain data; the CLI prints it, the MCP server returns it as a tool result.
 
 
 class Context:
@@ -12448,188 +12494,34 @@ def _cwd():
         return None
 
 
-def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=None, after=None, before=None,
-                    agent=None, tools=False, tool=None, path=None, fields=None, max_chars=0, render=None):
-    """A search as data: the object `sesame search --json` prints (the MCP server returns it too).
-
-    With max_chars and render (what the caller will print), results are built only while they can
-    still fit: one that cannot, even with the shortest snippets, is left for the next page."""
-    fields, full = parse_fields(fields)
-    query = Query(text)
-    if limit < 1 or offset < 0:
-        raise UsageError("--limit must be at least 1 and --offset at least 0")
-    filters = Filters(cwd=cwd, after=after, before=before, agent=agent, tools_only=tools, tool=tool, path=path,
-                      current=current_sessions(os.environ))
-    first_use = not os.path.exists(ctx.index_path)
-    store = ctx.store()
-    data = {"query": query.text, "resultCount": 0, "offset": offset, "limit": limit, "hasMore": False,
-            "nextOffset": None, "alsoSearched": [], "results": []}
-    results, page = data["results"], {}
-    try:
-        if refresh:
-            refresh_before_reading(ctx, store, first_use)
-        for hit in search(store, query, filters, limit=limit, offset=offset,
-                          matches=FULL_MATCHES if full else MATCHES_PER_SESSION, page=page):
-            if hit is None:
-                data["hasMore"] = True
-                break
-            data["alsoSearched"] = query.notes()
-            r = result_json(store.con, *hit, every_word_known=not any(w.dropped for w in query.words))
-            r["current"] = (r["agent"], r["sessionId"]) in filters.current
-            results.append(shape_result(r, fields, full))
-            if max_chars and render and len(results) > 1 and _smallest_size(data, render) > max_chars:
-                results.pop()  # it cannot fit (fit_budget would drop it): the next page starts with it
-                data["hasMore"] = True
-                data["truncated"] = {"maxChars": max_chars, "droppedResults": max(1, page.get("size", limit) - len(results)),
-                                     "snippetsShortenedTo": None, "overBudget": False}
-                break
-        data["alsoSearched"] = query.notes()
-    finally:
-        store.close()
-    data["resultCount"] = len(results)
-    data["nextOffset"] = offset + len(results) if data["hasMore"] else None
-    return data
+def _quiet(message):
+    """A warn() that says nothing: the message is still in Context.warnings (status shows it)."""
 
 
-def _smallest_size(data, render):
-    """How long render(data) is with every snippet as short as fit_budget cuts it for a page of
-    several results."""
-    return len(render(_shortened(json.loads(json.dumps(data)), SNIPPET_WIDTHS[-1])))
-
-
-def render_results(data, color=False):
-    buf = io.StringIO()
-    print_results(data, color, buf)
-    return buf.getvalue()
-
-
-def run_search(ctx, args, render):
-    """`sesame search` as data and its rendering within the budget: (text, data). The output stays
-    within DEFAULT_MAX_CHARS unless --max-chars says otherwise (0: no limit): agents pay per byte."""
-    if args.max_chars is not None and args.max_chars < 0:
-        raise UsageError("--max-chars must be 0 (no limit) or more")
-    if not args.query:
-        raise UsageError("give the words to search for", hint='sesame search "nix flake"')
-    budget = DEFAULT_MAX_CHARS if args.max_chars is None else args.max_chars
-    data = search_sessions(ctx, " ".join(args.query), limit=DEFAULT_LIMIT if args.limit is None else args.limit,
-                           offset=args.offset, refresh=not args.no_refresh, cwd=args.cwd, after=args.after,
-                           before=args.before, agent=args.agent, tools=args.tools, tool=args.tool, path=args.path,
-                           fields=args.fields, max_chars=budget, render=render)
-    return fit_budget(data, budget, render), data
-
-
-def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, everything=False, refresh=True):
-    """`sesame show --json` before --max-chars: the session's header and its chunks (all, or around one)."""
-    if context < 0:
-        raise UsageError("--context must be at least 0")
-    expand = set(COLLAPSIBLE) if everything else {"tool"} if tools else set()
-    first_use = not os.path.exists(ctx.index_path)
-    store = ctx.store()
-    try:
-        if refresh:
-            refresh_before_reading(ctx, store, first_use)
-        s = resolve_session(store.con, ref)
-        s["short_id"] = short_id(store.con, s["session_id"], s["id"])
-        last = store.last_seq(s["id"])
-        lo, hi = 0, last
-        if around is not None:
-            if not 0 <= around <= last:
-                raise UsageError("--around %d is outside the session's chunks (0-%d)" % (around, last))
-            lo, hi = max(0, around - context), min(last, around + context)
-        chunks = []
-        for seq, kind, role, tool, ts, text in store.chunks(s["id"], lo, hi):
-            short = kind in COLLAPSIBLE and kind not in expand
-            chunks.append({"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts,
-                           "text": collapse(kind, text) if short else text, "collapsed": short})
-    finally:
-        store.close()
-    return {"session": session_header(s), "around": around, "chunks": chunks, "truncated": False,
-            "omitted": {"before": lo, "after": last - hi, "cutSeq": None}}
-
-
-def run_show(ctx, args):
-    """`sesame show` as data: the session's JSON (bounded: SHOW_JSON_MAX_CHARS unless max_chars says)."""
-    if args.max_chars is not None and args.max_chars < 0:
-        raise UsageError("--max-chars must be at least 0 (0: no limit)")
-    return show_session(ctx, " ".join(args.session), around=args.around, context=args.context, tools=args.tools,
-                        everything=args.all, refresh=not args.no_refresh)
-
-
-def status_info(ctx):
-    """What `sesame status --json` prints (the MCP server returns it too)."""
-    store = ctx.store(create=False)
-    info = {"indexPath": ctx.index_path, "indexExists": store is not None, "configPath": config_path(ctx.env),
-            "configFound": ctx.cfg_path is not None, "sqliteVersion": sqlite3.sqlite_version,
-            "sesameVersion": __version__, "schemaVersion": SCHEMA_VERSION,
-            "sources": [s.as_json() for s in ctx.sources], "warnings": ctx.warnings}
-    if store is not None:
+def _keep_fresh(stop, interval, who="sesame mcp"):
+    """A server's background refresh: every file checked every `interval` seconds until `stop` is set
+    (as `sesame watch` does), so that each call's own quick refresh finds little to do. Runs in a
+    thread: the indexer then parses in-process (see parse_all)."""
+    while not stop.wait(interval):
         try:
-            per = {a: {"agent": a, "sessions": n, "chunks": c or 0, "deletedKept": d or 0}
-                   for a, n, c, d in store.agent_totals()}
-            for parser_id, seen in store.unrecognized_records():
-                p = per.setdefault(parser_id, {"agent": parser_id, "sessions": 0, "chunks": 0, "deletedKept": 0})
-                counts = p.setdefault("unrecognizedRecords", {})
-                for kind, n in (seen.get("types") or {}).items():
-                    counts[kind] = counts.get(kind, 0) + n
-                p["versionsSeen"] = sorted(set(p.get("versionsSeen", [])) | set(seen.get("versions") or []))
-            for p in per.values():
-                parser = PARSERS.get(p["agent"])
-                p["verified"] = parser.verified if parser else None
-                p["retention"] = parser.retention(ctx.env) if parser else None
-                if not p.get("unrecognizedRecords"):
-                    p.pop("unrecognizedRecords", None)
-            rows, not_indexed_count = store.files_not_indexed()
-            not_indexed = [{"path": shown_path(path), "agent": parser_id, "state": state, "reason": reason}
-                           for path, parser_id, state, reason in rows]
-            info.update({
-                "indexBytes": store.size_bytes(),
-                "lastIndex": store.meta("last_index"),
-                "sessions": sum(p["sessions"] for p in per.values()),
-                "chunks": sum(p["chunks"] for p in per.values()),
-                "files": sum(sum(c.values()) for c in store.file_states().values()),
-                "filesNotIndexed": not_indexed_count,
-                "notIndexed": not_indexed,
-                "keepDeletedSessions": ctx.policy.keep_deleted,
-                "perAgent": list(per.values()),
-                "changedSinceLastIndex": _changed_count(plan_full(store, ctx.sources, IndexSummary(), ctx.policy)),
-            })
-        finally:
-            store.close()
-    return info
+            ctx = Context(warn=_quiet)
+            store = ctx.store()
+            try:
+                if not store.readonly:
+                    refresh_index(ctx, store, wait_seconds=0)
+            finally:
+                store.close()
+        except Exception as e:  # noqa: BLE001  (a broken config or a full disk: the calls say so)
+            _stderr("%s: background refresh: %s" % (who, getattr(e, "message", e)))
 
 
-def sources_info(ctx):
-    """What `sesame sources --json` prints: per agent, where it is looked for, how many files were
-    found there and what became of them (indexed, or not and why), and the sessions indexed."""
-    store = ctx.store(create=False)
-    files, sessions = {}, collections.Counter()
-    if store is not None:
-        try:
-            files = store.file_states()
-            sessions.update({agent: n for agent, n, _, _ in store.agent_totals()})
-        finally:
-            store.close()
-    configured = {}
-    for s in ctx.sources:
-        configured.setdefault(s.parser.id, []).append(s)
-    rows = []
-    for pid, parser in PARSERS.items():
-        roots = [s.path for s in configured[pid]] if pid in configured else parser.default_roots(ctx.env)
-        seen = files.get(pid, collections.Counter())
-        rows.append({"agent": pid, "name": parser.label, "locations": [{"path": r, "exists": os.path.exists(r)} for r in roots],
-                     "active": pid in configured, "filesFound": sum(seen.values()) - seen["deleted"],
-                     "filesIndexed": seen["ok"] + seen["damaged"],
-                     "filesNotIndexed": {k: seen[k] for k in ("skipped", "damaged", "unreadable") if seen[k]},
-                     "sessionsIndexed": sessions[pid]})
-    return rows
+# --------------------------------------------------------------------------------------------------
+# Options: every command's, defined once. The command line parses them with argparse; any other
+# front end (the MCP server) passes a JSON object of them, checked against the schema made from the
+# same definitions (request_params). Either way a request function gets `params`: every option of
+# its command by name (--max-chars is max_chars), defaults filled in.
+# --------------------------------------------------------------------------------------------------
 
-
-def _changed_count(plan):
-    return len(plan.todo) + len(plan.gone)
-
-
-# The options of every command, defined once: the CLI parses them, and the MCP server makes its
-# tools' schemas from them and runs a tool call's arguments through them, so the two never drift.
 WATCH_INTERVAL = 5.0
 
 
@@ -12687,8 +12579,75 @@ def _show_arguments(sh):
     _add_json(sh)
 
 
-OPTIONS = {"search": _search_arguments, "index": _index_arguments, "status": _add_json, "watch": _watch_arguments,
-           "sources": _add_json, "forget": _forget_arguments, "show": _show_arguments, "mcp": lambda p: None}
+def _no_arguments(p):
+    pass
+
+
+class Command:
+    """One entry of the command table (COMMANDS, with the command line at the end of the file).
+    Everything a front end needs comes from it: the usage lists and `--help`, argparse's parser, the
+    MCP server's tools.
+
+    name, synopsis, summary: how the usage lists show it (`sesame NAME SYNOPSIS   SUMMARY`; the
+        summary is also its line in `sesame --help`).
+    options: a function that declares its options with add_argument calls (on an argparse parser or
+        an _OptionList).
+    request: request(ctx, params) -> data, the application's answer, for any front end: params from
+        cli_params (argparse) or request_params (a JSON object). None: the command is a front end
+        itself, like `watch` and `mcp`. (search_request also takes the caller's render, to fill a
+        page within its budget; index_request a progress display.)
+    cli: cli(args, ctx) -> exit code, what `sesame NAME` runs: it calls the request and prints its data.
+    tool, mcp: the MCP tool's description (None: not a tool) and mcp(ctx, params) -> (text for the
+        model, structuredContent), which calls the request and formats its data.
+    context: whether the command line builds a Context before cli runs (the MCP server builds one per call).
+    words: the positional words may look like options (`search -draft`): they are moved after `--`.
+    quick: a plain command line of it is read without argparse (quick_args: search, for start-up).
+    """
+
+    def __init__(self, name, synopsis, summary, options, request, cli, tool=None, mcp=None, context=True,
+                 words=False, quick=False):
+        self.name, self.synopsis, self.summary, self.options = name, synopsis, summary, options
+        self.request, self.cli, self.tool, self.mcp = request, cli, tool, mcp
+        self.context, self.words, self.quick = context, words, quick
+
+
+def usage_lines(commands, indent=2):
+    """The usage list: one line per command, as `sesame` alone and the module docstring show it."""
+    width = max(len(c.name + c.synopsis) for c in commands.values()) + 4
+    return "".join("%ssesame %-*s %s\n" % (" " * indent, width, (c.name + " " + c.synopsis).strip(), c.summary)
+                   for c in commands.values())
+
+
+class _OptionList:
+    """Takes a command's add_argument calls and keeps them: for quick_args, the MCP schema and the
+    defaults of request_params, without importing argparse."""
+
+    def __init__(self):
+        self.options, self.positional = {}, None  # "--name" -> (dest, takes a value, type, append)
+        self.defaults, self.schema = {}, {}       # dest -> default; dest -> JSON schema type, help (not --json)
+
+    def add_argument(self, name, nargs=None, action=None, type=None, default=None, help=None, **_):
+        dest = name.lstrip("-").replace("-", "_")
+        if not name.startswith("-"):
+            self.positional = dest
+            default = []
+            kind = "string"
+        elif action == "store_true":
+            default = False
+            kind = "boolean"
+        else:
+            kind = "array" if action == "append" else {int: "integer", float: "number"}.get(type, "string")
+        self.options[name] = (dest, action != "store_true", type or str, action == "append")
+        self.defaults[dest] = default
+        if dest != "json":  # a front end's choice of output, not an option of the request
+            self.schema[dest] = (kind, help or "")
+
+
+def option_list(command):
+    """A command's options, read from its definition (command: a Command)."""
+    spec = _OptionList()
+    command.options(spec)
+    return spec
 
 
 def argument_parser(**kw):
@@ -12717,13 +12676,6 @@ def argument_parser(**kw):
     return _ArgParser(formatter_class=_Formatter, **kw)
 
 
-def option_parser(command):
-    """The parser of one command's options alone."""
-    p = argument_parser(prog="sesame " + command)
-    OPTIONS[command](p)
-    return p
-
-
 def _did_you_mean(message, parser):
     """"; did you mean --limit?" for an argparse complaint about an option it does not know."""
     import difflib
@@ -12739,119 +12691,24 @@ def _did_you_mean(message, parser):
                    for u, c in close if c)
 
 
-# ==================================================================================================
-# MCP server: search, show and status as tools for agents (JSON-RPC 2.0 over stdio)
-# ==================================================================================================
-#
-# One JSON message per line on stdin, one per line on stdout; stdout carries protocol messages only,
-# logs go to stderr. Tool failures are results with isError (the model sees them and can retry);
-# protocol failures (bad JSON, unknown method or tool) are JSON-RPC errors. Every call builds a fresh
-# Context, so a config edited while the server runs is used by the next call; the index stays open
-# across calls (WarmIndex).
-
-MCP_PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
-MCP_DEFAULT_PROTOCOL = "2025-06-18"
-PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
-
-
-class RpcError(Exception):
-    def __init__(self, code, message):
-        super().__init__(message)
-        self.code, self.message = code, message
-
-
-# The tools take the options of the commands of the same name, in snake_case (--max-chars is
-# max_chars): their schemas are made from the command line's own definitions, and a call runs the
-# command line's code with them, so the two never drift apart.
-
-def tool_schema(command):
-    """The JSON schema of an MCP tool, from the options of the command it runs."""
+def option_schema(command):
+    """The JSON schema of a command's options (what an MCP tool takes): the positional words are one
+    required string, --tool NAME (repeatable) an array, numbers at least 0; --json is left out."""
+    spec = option_list(command)
     props, required = {}, []
-    for a in option_parser(command)._actions:
-        if a.dest in ("help", "json"):
-            continue
-        if not a.option_strings:
-            prop = {"type": "string"}
-            required.append(a.dest)
-        elif a.nargs == 0:
-            prop = {"type": "boolean"}
-        elif type(a).__name__ == "_AppendAction":
-            prop = {"type": "array", "items": {"type": "string"}}
-        elif a.type is int:
-            prop = {"type": "integer", "minimum": 0}
-        elif a.type is float:
-            prop = {"type": "number", "minimum": 0}
-        else:
-            prop = {"type": "string"}
-        prop["description"] = (a.help or "").replace("--", "")
-        props[a.dest] = prop
-    if command == "search":
-        props["agent"]["enum"] = list(PARSERS)
+    for dest, (kind, help_text) in spec.schema.items():
+        prop = {"type": kind}
+        if kind == "array":
+            prop["items"] = {"type": "string"}
+        elif kind in ("integer", "number"):
+            prop["minimum"] = 0
+        prop["description"] = help_text.replace("--", "")
+        if dest == "agent":
+            prop["enum"] = list(PARSERS)
+        if dest == spec.positional:
+            required.append(dest)
+        props[dest] = prop
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
-
-
-def tool_args(command, arguments):
-    """An MCP call's arguments as the command line's parsed arguments (so the same checks apply)."""
-    schema = tool_schema(command)
-    check_arguments(schema, arguments)
-    argv, words = [], []
-    for name, value in arguments.items():
-        option = "--" + name.replace("_", "-")
-        if name in schema["required"]:
-            words.append(str(value))
-        elif value is True:
-            argv.append(option)
-        elif isinstance(value, list) or (schema["properties"][name]["type"] == "array" and isinstance(value, str)):
-            for v in [value] if isinstance(value, str) else value:
-                argv += [option, v]
-        elif value is not False and value is not None:
-            argv += [option, str(value)]
-    return option_parser(command).parse_args(argv + ["--"] + words)
-
-
-def _mcp_search(ctx, arguments):
-    text, data = run_search(ctx, tool_args("search", arguments), lambda d: to_json(d) + "\n")
-    out = io.StringIO()
-    print_results(data, False, out, MCP_WORDS)
-    # The text is what most clients hand the model: say how to open each result where it matched.
-    hints = ["%s around=%d" % (r.get("shortId") or r.get("sessionId"), r["matches"][0]["seq"]) for r in data["results"]
-             if r.get("matches") and r["matches"][0]["seq"] is not None and (r.get("shortId") or r.get("sessionId"))]
-    if hints:
-        out.write("\nTo read a result, call show with session=ID and around=SEQ: %s\n" % "; ".join(hints))
-    return out.getvalue(), data
-
-
-def _mcp_show(ctx, arguments):
-    args = tool_args("show", arguments)
-    data = run_show(ctx, args)
-    limit = SHOW_JSON_MAX_CHARS if args.max_chars is None else args.max_chars
-    return show_text(data, False, limit, MCP_WORDS), bound_json(data, limit)
-
-
-def _mcp_status(ctx, arguments):
-    check_arguments(MCP_TOOLS["status"][2], arguments)
-    info = status_info(ctx)
-    return status_text(info), info
-
-
-MCP_TOOLS = {
-    "search": (_mcp_search, "Find past coding-agent sessions (pi, Claude Code, Codex, ...) by what they were about. "
-               "Ranks whole sessions; each result has sessionId and matches[].seq to pass to show. Output is "
-               "bounded (max_chars, %d by default); nextOffset pages on. Words that mean the same but are "
-               "written differently do not match: when the top snippets do not fit what you look for (or "
-               "matchedAllTerms is false), search again with two or three rephrasings in the words the session "
-               "would have used (library and tool names, the error text, file names) and compare the top "
-               "results of each before concluding it is not there." % DEFAULT_MAX_CHARS, None),
-    "show": (_mcp_show, "Read one session as a conversation. Use around=SEQ (from search matches[].seq) to read the "
-             "part that matched; output is bounded by max_chars (%d by default) and says what was left out."
-             % SHOW_JSON_MAX_CHARS, None),
-    "status": (_mcp_status, "What the session index covers: sessions per agent, sources, freshness, files not "
-               "indexed and why.", {"type": "object", "properties": {}, "required": [], "additionalProperties": False}),
-}
-
-
-def _tool_list():
-    return [{"name": n, "description": d, "inputSchema": schema or tool_schema(n)} for n, (_, d, schema) in MCP_TOOLS.items()]
 
 
 _JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list}
@@ -12879,8 +12736,415 @@ def check_arguments(schema, args):
             raise UsageError("argument %r must be one of: %s" % (name, ", ".join(prop["enum"])))
 
 
-def _quiet(message):
-    """A warn() that says nothing: the message is still in Context.warnings (status shows it)."""
+def request_params(command, arguments):
+    """A JSON object of options (an MCP call's arguments) as a request's params: checked against the
+    command's schema, given as the command line would give them (the words as a list of one, a lone
+    --tool as a list, numbers of the option's type) and every option left out at its default."""
+    check_arguments(option_schema(command), arguments)
+    spec = option_list(command)
+    params = dict(spec.defaults)
+    for dest, convert, append in ((d, t, a) for d, _, t, a in spec.options.values()):
+        if dest not in arguments or dest == "json":
+            continue
+        value = arguments[dest]
+        if dest == spec.positional or (append and isinstance(value, str)):
+            value = [value]
+        elif convert in (int, float):
+            value = convert(value)
+        params[dest] = value
+    return params
+
+
+def cli_params(args):
+    """Parsed command-line arguments as a request's params."""
+    return {k: v for k, v in vars(args).items() if k != "command"}
+
+
+# --------------------------------------------------------------------------------------------------
+# Requests: one per command. Each validates its params once, reads the environment only through
+# ctx.env, and returns plain data (the JSON the CLI prints, with snippets as text and match offsets:
+# search_json marks them); none changes its params. Front ends format what they return.
+# --------------------------------------------------------------------------------------------------
+
+
+def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=None, after=None, before=None,
+                    agent=None, tools=False, tool=None, path=None, fields=None, max_chars=0, render=None):
+    """A search as data (search_request, after its checks, calls this).
+
+    With max_chars and render (how the caller prints a page of search_json's form), results are built
+    only while they can still fit: one that cannot, even with the shortest snippets, is left for the
+    next page."""
+    fields, full = parse_fields(fields)
+    query = Query(text)
+    if limit < 1 or offset < 0:
+        raise UsageError("--limit must be at least 1 and --offset at least 0")
+    filters = Filters(cwd=cwd, after=after, before=before, agent=agent, tools_only=tools, tool=tool, path=path,
+                      current=current_sessions(ctx.env))
+    first_use = not os.path.exists(ctx.index_path)
+    store = ctx.store()
+    data = {"query": query.text, "resultCount": 0, "offset": offset, "limit": limit, "hasMore": False,
+            "nextOffset": None, "alsoSearched": [], "results": []}
+    results, page = data["results"], {}
+    try:
+        if refresh:
+            refresh_before_reading(ctx, store, first_use)
+        for hit in search(store, query, filters, limit=limit, offset=offset,
+                          matches=FULL_MATCHES if full else MATCHES_PER_SESSION, page=page):
+            if hit is None:
+                data["hasMore"] = True
+                break
+            data["alsoSearched"] = query.notes()
+            r = result_json(store.con, *hit, every_word_known=not any(w.dropped for w in query.words))
+            r["current"] = (r["agent"], r["sessionId"]) in filters.current
+            results.append(shape_result(r, fields, full))
+            if max_chars and render and len(results) > 1 and _smallest_size(data, render) > max_chars:
+                results.pop()  # it cannot fit (fit_budget would drop it): the next page starts with it
+                data["hasMore"] = True
+                data["truncated"] = {"maxChars": max_chars, "droppedResults": max(1, page.get("size", limit) - len(results)),
+                                     "snippetsShortenedTo": None, "overBudget": False}
+                break
+        data["alsoSearched"] = query.notes()
+    finally:
+        store.close()
+    data["resultCount"] = len(results)
+    data["nextOffset"] = offset + len(results) if data["hasMore"] else None
+    return data
+
+
+def _smallest_size(data, render):
+    """How long render(search_json(data)) is with every snippet as short as fit_budget cuts it for a
+    page of several results."""
+    return len(render(_shortened(search_json(data), SNIPPET_WIDTHS[-1])))
+
+
+def search_budget(params):
+    """The characters a search's output may take: DEFAULT_MAX_CHARS unless max_chars says (0: no
+    limit). Agents pay per byte."""
+    return DEFAULT_MAX_CHARS if params["max_chars"] is None else params["max_chars"]
+
+
+def search_request(ctx, params, render=None):
+    """`search`: the sessions that match, best first, as data (search_json gives the JSON printed).
+    `render`: how the caller prints a page (search_json's form), to build only results that fit
+    within the budget (search_budget); the caller then fits the page to it (fit_budget)."""
+    if params["max_chars"] is not None and params["max_chars"] < 0:
+        raise UsageError("--max-chars must be 0 (no limit) or more")
+    if not params["query"]:
+        raise UsageError("give the words to search for", hint='sesame search "nix flake"')
+    return search_sessions(ctx, " ".join(params["query"]), limit=DEFAULT_LIMIT if params["limit"] is None else params["limit"],
+                           offset=params["offset"], refresh=not params["no_refresh"], cwd=params["cwd"],
+                           after=params["after"], before=params["before"], agent=params["agent"], tools=params["tools"],
+                           tool=params["tool"], path=params["path"], fields=params["fields"],
+                           max_chars=search_budget(params), render=render)
+
+
+def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, everything=False, refresh=True):
+    """`sesame show --json` before --max-chars: the session's header and its chunks (all, or around one)."""
+    if context < 0:
+        raise UsageError("--context must be at least 0")
+    expand = set(COLLAPSIBLE) if everything else {"tool"} if tools else set()
+    first_use = not os.path.exists(ctx.index_path)
+    store = ctx.store()
+    try:
+        if refresh:
+            refresh_before_reading(ctx, store, first_use)
+        s = resolve_session(store.con, ref)
+        s["short_id"] = short_id(store.con, s["session_id"], s["id"])
+        last = store.last_seq(s["id"])
+        lo, hi = 0, last
+        if around is not None:
+            if not 0 <= around <= last:
+                raise UsageError("--around %d is outside the session's chunks (0-%d)" % (around, last))
+            lo, hi = max(0, around - context), min(last, around + context)
+        chunks = []
+        for seq, kind, role, tool, ts, text in store.chunks(s["id"], lo, hi):
+            short = kind in COLLAPSIBLE and kind not in expand
+            chunks.append({"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts,
+                           "text": collapse(kind, text) if short else text, "collapsed": short})
+    finally:
+        store.close()
+    return {"session": session_header(s), "around": around, "chunks": chunks, "truncated": False,
+            "omitted": {"before": lo, "after": last - hi, "cutSeq": None}}
+
+
+def show_request(ctx, params):
+    """`show`: one session's header and chunks, whole (front ends bound it: bound_json, show_text)."""
+    if params["max_chars"] is not None and params["max_chars"] < 0:
+        raise UsageError("--max-chars must be at least 0 (0: no limit)")
+    return show_session(ctx, " ".join(params["session"]), around=params["around"], context=params["context"],
+                        tools=params["tools"], everything=params["all"], refresh=not params["no_refresh"])
+
+
+def status_request(ctx, params=None):
+    """`status`: what is indexed, from where, how fresh (what `sesame status --json` prints)."""
+    store = ctx.store(create=False)
+    info = {"indexPath": ctx.index_path, "indexExists": store is not None, "configPath": config_path(ctx.env),
+            "configFound": ctx.cfg_path is not None, "sqliteVersion": sqlite3.sqlite_version,
+            "sesameVersion": __version__, "schemaVersion": SCHEMA_VERSION,
+            "sources": [s.as_json() for s in ctx.sources], "warnings": ctx.warnings}
+    if store is not None:
+        try:
+            per = {a: {"agent": a, "sessions": n, "chunks": c or 0, "deletedKept": d or 0}
+                   for a, n, c, d in store.agent_totals()}
+            for parser_id, seen in store.unrecognized_records():
+                p = per.setdefault(parser_id, {"agent": parser_id, "sessions": 0, "chunks": 0, "deletedKept": 0})
+                counts = p.setdefault("unrecognizedRecords", {})
+                for kind, n in (seen.get("types") or {}).items():
+                    counts[kind] = counts.get(kind, 0) + n
+                p["versionsSeen"] = sorted(set(p.get("versionsSeen", [])) | set(seen.get("versions") or []))
+            for p in per.values():
+                parser = PARSERS.get(p["agent"])
+                p["verified"] = parser.verified if parser else None
+                p["retention"] = parser.retention(ctx.env) if parser else None
+                if not p.get("unrecognizedRecords"):
+                    p.pop("unrecognizedRecords", None)
+            rows, not_indexed_count = store.files_not_indexed()
+            not_indexed = [{"path": shown_path(path), "agent": parser_id, "state": state, "reason": reason}
+                           for path, parser_id, state, reason in rows]
+            info.update({
+                "indexBytes": store.size_bytes(),
+                "lastIndex": store.meta("last_index"),
+                "sessions": sum(p["sessions"] for p in per.values()),
+                "chunks": sum(p["chunks"] for p in per.values()),
+                "files": sum(sum(c.values()) for c in store.file_states().values()),
+                "filesNotIndexed": not_indexed_count,
+                "notIndexed": not_indexed,
+                "keepDeletedSessions": ctx.policy.keep_deleted,
+                "perAgent": list(per.values()),
+                "changedSinceLastIndex": _changed_count(plan_full(store, ctx.sources, IndexSummary(), ctx.policy)),
+            })
+        finally:
+            store.close()
+    return info
+
+
+def sources_request(ctx, params=None):
+    """`sources`: what `sesame sources --json` prints: {"sources": [...]}, per agent, where it is looked for, how many files were
+    found there and what became of them (indexed, or not and why), and the sessions indexed."""
+    store = ctx.store(create=False)
+    files, sessions = {}, collections.Counter()
+    if store is not None:
+        try:
+            files = store.file_states()
+            sessions.update({agent: n for agent, n, _, _ in store.agent_totals()})
+        finally:
+            store.close()
+    configured = {}
+    for s in ctx.sources:
+        configured.setdefault(s.parser.id, []).append(s)
+    rows = []
+    for pid, parser in PARSERS.items():
+        roots = [s.path for s in configured[pid]] if pid in configured else parser.default_roots(ctx.env)
+        seen = files.get(pid, collections.Counter())
+        rows.append({"agent": pid, "name": parser.label, "locations": [{"path": r, "exists": os.path.exists(r)} for r in roots],
+                     "active": pid in configured, "filesFound": sum(seen.values()) - seen["deleted"],
+                     "filesIndexed": seen["ok"] + seen["damaged"],
+                     "filesNotIndexed": {k: seen[k] for k in ("skipped", "damaged", "unreadable") if seen[k]},
+                     "sessionsIndexed": sessions[pid]})
+    return {"sources": rows}
+
+
+def _changed_count(plan):
+    return len(plan.todo) + len(plan.gone)
+
+
+
+
+LOCK_WAIT_SECONDS = 600  # how long `sesame index` waits for another indexer before it gives up
+
+
+def index_request(ctx, params, progress=None):
+    """`index`: bring the index up to date (every file compared; --full: rebuilt from scratch), waiting
+    for another indexer up to LOCK_WAIT_SECONDS. Returns the run's IndexSummary (its as_json() is
+    what `sesame index --json` prints). `progress`: as for run_index."""
+    store = ctx.store()
+    try:
+        if store.readonly:
+            raise StoreError("the index %s cannot be written" % store.path,
+                             hint="check the permissions of %s and the files in it" % os.path.dirname(store.path))
+        lock = IndexLock(os.path.dirname(ctx.index_path))
+        if not lock.acquire(0):
+            _stderr("sesame: another sesame index is running; waiting for it to finish")
+            if not lock.acquire(LOCK_WAIT_SECONDS):
+                raise StoreError("another sesame index is still running after %ds" % LOCK_WAIT_SECONDS,
+                                 hint="try again when it has finished")
+        try:
+            try:
+                return run_index(store, ctx.sources, full=params["full"], progress=progress, policy=ctx.policy)
+            except sqlite3.DatabaseError as e:
+                if not (params["full"] and _is_corrupt(e)):
+                    raise
+                # Damage the opening checks did not see: --full starts from a new file instead.
+                store.close()
+                store = Store._rebuild_corrupt(ctx.index_path, e)
+                return run_index(store, ctx.sources, full=True, progress=progress, policy=ctx.policy)
+        finally:
+            lock.release()
+    finally:
+        store.close()
+
+
+FORGET_LOCK_WAIT = 60  # seconds forget waits for a running index (it holds an older list of forgotten sessions)
+
+
+def _forgotten(items, ref):
+    return [i for i in items if i["sessionId"] == ref] or [i for i in items if i["sessionId"].startswith(ref)]
+
+
+def _save_forgotten(items, env, what):
+    try:
+        save_forgotten(items, env)
+    except OSError as e:  # a full disk, a read-only data directory
+        raise StoreError("cannot %s: cannot write %s: %s; nothing was changed" % (what, forgotten_path(env), e.strerror or e))
+
+
+def forget_request(ctx, params):
+    """`forget`: remove a session from the index and keep it out (sessions with secrets, private
+    projects): {"forgotten": item}; with undo, {"remembered": item}; with list, {"forgotten": [items]}.
+
+    Every copy of the session goes, and its text is wiped from the index files (forget_session,
+    wipe_free_space). A failure before the session is deleted (a full disk, another indexer that does
+    not finish, a locked index) leaves the index and the list of forgotten sessions as they were; a
+    failure of the wipe after it says so, and `forget` of the same session runs the wipe again."""
+    items = load_forgotten(ctx.env)
+    if params["list"]:
+        return {"forgotten": items}
+    if not params["session"]:
+        raise UsageError("name the session to forget (or --list)")
+    ref = " ".join(params["session"])
+    if params["undo"]:
+        undone = _forgotten(items, ref)
+        if len(undone) != 1:
+            raise SesameError('"%s" matches %d forgotten sessions' % (ref, len(undone)),
+                              kind="not_found" if not undone else "ambiguous", hint="`sesame forget --list` shows them")
+        item = undone[0]
+        store = ctx.store()
+        try:
+            store.read_again(set(item.get("files") or []) | {item.get("path")})  # every file that held a copy
+        finally:
+            store.close()
+        _save_forgotten([i for i in items if i is not item], ctx.env, "undo the forget")
+        return {"remembered": item}
+    store = ctx.store()
+    lock = IndexLock(os.path.dirname(ctx.index_path))
+    try:
+        if store.readonly:
+            raise StoreError("cannot forget: the index %s cannot be written" % store.path)
+        if not lock.acquire(FORGET_LOCK_WAIT):
+            raise StoreError("cannot forget: another sesame index is still running after %ds; nothing was "
+                              "forgotten" % FORGET_LOCK_WAIT, hint="try again when it has finished")
+        try:
+            s = resolve_session(store.con, ref, any_copy=True)
+        except SesameError as e:
+            again = _forgotten(items, ref) if e.kind == "not_found" else []
+            if len(again) != 1:
+                raise
+            s, item = None, again[0]  # forgotten before: wipe the index files again (an earlier wipe failed)
+        if s is not None:
+            item = {"agent": s["agent"], "sessionId": s["session_id"], "path": s["path"], "name": s["name"],
+                    "files": session_files(store.con, s["agent"], s["session_id"]), "forgottenAt": iso(now_utc())}
+            listed = any((i["agent"], i["sessionId"]) == (item["agent"], item["sessionId"]) for i in items)
+            if not listed:
+                _save_forgotten(items + [item], ctx.env, "forget %s" % item["sessionId"])
+            try:
+                forget_session(store, item["agent"], item["sessionId"])
+            except sqlite3.Error as e:
+                if not listed:
+                    try:
+                        save_forgotten(items, ctx.env)
+                    except OSError:
+                        pass
+                raise StoreError("cannot forget %s: %s; nothing was forgotten, the index is as it was"
+                                  % (item["sessionId"], e), hint="free some disk space, or try again when "
+                                                                 "other sesame processes have finished")
+        try:
+            wipe_free_space(store)
+        except sqlite3.Error as e:
+            raise StoreError("forgot %s (no search finds it), but its text could not be wiped from the index "
+                              "files yet: %s" % (item["sessionId"], e),
+                              hint="free disk space about the index's size, then run `sesame forget %s` again"
+                                   % item["sessionId"])
+    finally:
+        lock.release()
+        store.close()
+    return {"forgotten": item}
+
+
+# ==================================================================================================
+# MCP server: search, show and status as tools for agents (JSON-RPC 2.0 over stdio)
+# ==================================================================================================
+#
+# One JSON message per line on stdin, one per line on stdout; stdout carries protocol messages only,
+# logs go to stderr. Tool failures are results with isError (the model sees them and can retry);
+# protocol failures (bad JSON, unknown method or tool) are JSON-RPC errors. Every call builds a fresh
+# Context, so a config edited while the server runs is used by the next call; the index stays open
+# across calls (WarmIndex).
+
+MCP_PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+MCP_DEFAULT_PROTOCOL = "2025-06-18"
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
+
+
+class RpcError(Exception):
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+# The tools take the options of the commands of the same name, in snake_case (--max-chars is
+
+# The tools are commands of the command table (COMMANDS, at the end of the file) that have a tool
+# description: they take the command's options in snake_case (--max-chars is max_chars), checked
+# against the schema made from the command line's own definitions (request_params), and answer with
+# the command's request, so the two never drift apart. A tool's formatter returns (the text most
+# clients hand the model, the structuredContent: the JSON `sesame COMMAND --json` prints).
+
+SEARCH_TOOL = ("Find past coding-agent sessions (pi, Claude Code, Codex, ...) by what they were about. "
+               "Ranks whole sessions; each result has sessionId and matches[].seq to pass to show. Output is "
+               "bounded (max_chars, %d by default); nextOffset pages on. Words that mean the same but are "
+               "written differently do not match: when the top snippets do not fit what you look for (or "
+               "matchedAllTerms is false), search again with two or three rephrasings in the words the session "
+               "would have used (library and tool names, the error text, file names) and compare the top "
+               "results of each before concluding it is not there." % DEFAULT_MAX_CHARS)
+SHOW_TOOL = ("Read one session as a conversation. Use around=SEQ (from search matches[].seq) to read the "
+             "part that matched; output is bounded by max_chars (%d by default) and says what was left out."
+             % SHOW_JSON_MAX_CHARS)
+STATUS_TOOL = ("What the session index covers: sessions per agent, sources, freshness, files not "
+               "indexed and why.")
+
+
+def _mcp_search(ctx, params):
+    render = lambda d: to_json(d) + "\n"  # noqa: E731  (the model is given the JSON's size of it)
+    data = search_json(search_request(ctx, params, render))
+    fit_budget(data, search_budget(params), render)
+    out = io.StringIO()
+    print_results(data, False, out, MCP_WORDS)
+    # The text is what most clients hand the model: say how to open each result where it matched.
+    hints = ["%s around=%d" % (r.get("shortId") or r.get("sessionId"), r["matches"][0]["seq"]) for r in data["results"]
+             if r.get("matches") and r["matches"][0]["seq"] is not None and (r.get("shortId") or r.get("sessionId"))]
+    if hints:
+        out.write("\nTo read a result, call show with session=ID and around=SEQ: %s\n" % "; ".join(hints))
+    return out.getvalue(), data
+
+
+def _mcp_show(ctx, params):
+    data = show_request(ctx, params)
+    limit = SHOW_JSON_MAX_CHARS if params["max_chars"] is None else params["max_chars"]
+    return show_text(data, False, limit, MCP_WORDS), bound_json(data, limit)
+
+
+def _mcp_status(ctx, params):
+    info = status_request(ctx, params)
+    return status_text(info), info
+
+
+def _tools():
+    """The commands served as tools: name -> Command."""
+    return {name: c for name, c in COMMANDS.items() if c.tool}
+
+
+def _tool_list():
+    return [{"name": n, "description": c.tool, "inputSchema": option_schema(c)} for n, c in _tools().items()]
 
 
 class _KeptStore:
@@ -12930,24 +13194,25 @@ class WarmIndex:
         self.store = self.ident = None
 
 
+
 def call_tool(params, warm=None):
     name, args = params.get("name"), params.get("arguments")
-    if name not in MCP_TOOLS:
-        raise RpcError(INVALID_PARAMS, "no tool named %r: the tools are %s" % (name, ", ".join(MCP_TOOLS))
-                       if name is not None else "tools/call needs a tool name: %s" % ", ".join(MCP_TOOLS))
+    tools = _tools()
+    if name not in tools:
+        raise RpcError(INVALID_PARAMS, "no tool named %r: the tools are %s" % (name, ", ".join(tools))
+                       if name is not None else "tools/call needs a tool name: %s" % ", ".join(tools))
     if args is None:
         args = {}
     if not isinstance(args, dict):
         raise RpcError(INVALID_PARAMS, "arguments must be an object")
-    run = MCP_TOOLS[name][0]
+    command = tools[name]
     try:
         ctx = Context(warn=_quiet)  # config warnings: once at start, and in status
         if warm is not None:
             warm.lend(ctx)
-        text, data = run(ctx, args)
+        text, data = command.mcp(ctx, request_params(command, args))
     except SesameError as e:
-        msg = "sesame: %s%s" % (e.message.replace("(see: sesame search --help)", "").replace(
-            "(see: sesame show --help)", "").strip(), " (%s)" % e.hint if e.hint else "")
+        msg = "sesame: %s%s" % (e.message, " (%s)" % e.hint if e.hint else "")
         return {"content": [{"type": "text", "text": msg}], "isError": True}
     except Exception as e:  # noqa: BLE001  (a busy index, a bad file: the server must stay up)
         _stderr("sesame mcp: %s failed:\n%s" % (name, _traceback()))
@@ -13061,28 +13326,16 @@ def serve_mcp(inp=None, out=None):
     return EXIT_OK
 
 
-def _keep_fresh(stop, interval):
-    """The MCP server's background refresh: every file checked every `interval` seconds while the
-    server runs (as `sesame watch` does), so that each call's own quick refresh finds little to do."""
-    while not stop.wait(interval):
-        try:
-            ctx = Context(warn=_quiet)
-            store = ctx.store()
-            try:
-                if not store.readonly:
-                    refresh_index(ctx, store, wait_seconds=0)
-            finally:
-                store.close()
-        except Exception as e:  # noqa: BLE001  (a broken config or a full disk: the calls say so)
-            _stderr("sesame mcp: background refresh: %s" % getattr(e, "message", e))
-
-
 # ==================================================================================================
 # Commands and CLI
 # ==================================================================================================
+#
+# One formatter per command (cmd_*): it runs the command's request with the parsed arguments and
+# prints the data, as text or with --json as JSON. The command table (COMMANDS) below names, for every
+# command, its options, request and formatters; the usage lists, argparse, quick_args and the MCP
+# server's tools are made from it, and main() runs any command the same way.
 
 
-LOCK_WAIT_SECONDS = 600
 WATCH_MAX_PAUSE = 300.0   # the longest a watch waits after a failed round (full disk) before trying again
 
 
@@ -13090,52 +13343,42 @@ def cmd_mcp(args, ctx):
     return serve_mcp()
 
 
+def cmd_search(args, ctx):
+    if args.fields and not args.json:
+        raise UsageError("--fields chooses the fields of the JSON output: add --json")
+    if args.json:
+        render = lambda d: to_json(d) + "\n"  # noqa: E731
+    else:
+        color = use_color(sys.stdout, ctx.env)
+        render = lambda d: render_results(d, color)  # noqa: E731
+    params = cli_params(args)
+    sys.stdout.write(fit_budget(search_json(search_request(ctx, params, render)), search_budget(params), render))
+    return EXIT_OK
+
+
 def cmd_show(args, ctx):
-    data = run_show(ctx, args)
+    data = show_request(ctx, cli_params(args))
     if args.json:
         emit_json(bound_json(data, SHOW_JSON_MAX_CHARS if args.max_chars is None else args.max_chars))
     else:
-        sys.stdout.write(show_text(data, use_color(sys.stdout), args.max_chars or 0))
+        sys.stdout.write(show_text(data, use_color(sys.stdout, ctx.env), args.max_chars or 0))
     return EXIT_OK
 
 
 def cmd_index(args, ctx):
-    store = ctx.store()
+    tty = sys.stderr.isatty() and not args.json
     try:
-        if store.readonly:
-            raise StoreError("the index %s cannot be written" % store.path,
-                              hint="check the permissions of %s and the files in it" % os.path.dirname(store.path))
-        tty = sys.stderr.isatty() and not args.json
-        lock = IndexLock(os.path.dirname(ctx.index_path))
-        if not lock.acquire(0):
-            _stderr("sesame: another sesame index is running; waiting for it to finish")
-            if not lock.acquire(LOCK_WAIT_SECONDS):
-                raise StoreError("another sesame index is still running after %ds" % LOCK_WAIT_SECONDS,
-                                  hint="try again when it has finished")
-        progress = _progress_printer(sys.stderr) if tty else None
-        try:
-            try:
-                summary = run_index(store, ctx.sources, full=args.full, progress=progress, policy=ctx.policy)
-            except sqlite3.DatabaseError as e:
-                if not (args.full and _is_corrupt(e)):
-                    raise
-                # Damage the opening checks did not see: --full starts from a new file instead.
-                store.close()
-                store = Store._rebuild_corrupt(ctx.index_path, e)
-                summary = run_index(store, ctx.sources, full=True, progress=progress, policy=ctx.policy)
-        finally:
-            lock.release()
+        summary = index_request(ctx, cli_params(args), progress=_progress_printer(sys.stderr) if tty else None)
+    finally:
         if tty:
             sys.stderr.write("\r\x1b[K")
-        if args.json:
-            emit_json(summary.as_json())
-        _stderr(summary.line())
-        for p in summary.problems[:20] if not args.json else []:
-            _stderr("  not indexed: %s: %s" % (escape_breaks(p["path"]), escape_breaks(p["reason"])))
-        if len(summary.problems) > 20 and not args.json:
-            _stderr("  ... and %d more (sesame index --json lists them all)" % (len(summary.problems) - 20))
-    finally:
-        store.close()
+    if args.json:
+        emit_json(summary.as_json())
+    _stderr(summary.line())
+    for p in summary.problems[:20] if not args.json else []:
+        _stderr("  not indexed: %s: %s" % (escape_breaks(p["path"]), escape_breaks(p["reason"])))
+    if len(summary.problems) > 20 and not args.json:
+        _stderr("  ... and %d more (sesame index --json lists them all)" % (len(summary.problems) - 20))
     return EXIT_OK
 
 
@@ -13192,100 +13435,17 @@ def cmd_watch(args, ctx):
     return EXIT_OK
 
 
-FORGET_LOCK_WAIT = 60  # seconds forget waits for a running index (it holds an older list of forgotten sessions)
-
-
-def _forgotten(items, ref):
-    return [i for i in items if i["sessionId"] == ref] or [i for i in items if i["sessionId"].startswith(ref)]
-
-
-def _save_forgotten(items, env, what):
-    try:
-        save_forgotten(items, env)
-    except OSError as e:  # a full disk, a read-only data directory
-        raise StoreError("cannot %s: cannot write %s: %s; nothing was changed" % (what, forgotten_path(env), e.strerror or e))
-
-
 def cmd_forget(args, ctx):
-    """Remove a session from the index and keep it out (sessions with secrets, private projects).
-
-    Every copy of the session goes, and its text is wiped from the index files (forget_session,
-    wipe_free_space). A failure before the session is deleted (a full disk, another indexer that does
-    not finish, a locked index) leaves the index and the list of forgotten sessions as they were; a
-    failure of the wipe after it says so, and `forget` of the same session runs the wipe again."""
-    items = load_forgotten(ctx.env)
-    if args.list:
-        if args.json:
-            emit_json({"forgotten": items})
-        else:
-            for i in items:
-                sys.stdout.write(visible("%s  %s  %s  %s" % (escape_breaks(i["sessionId"]), i["agent"],
-                                                             escape_breaks(i.get("name") or "Unnamed"), escape_breaks(i.get("path")))) + "\n")
-            if not items:
-                sys.stdout.write("No session is forgotten (`sesame forget SESSION` removes one from the index).\n")
-        return EXIT_OK
-    if not args.session:
-        raise UsageError("name the session to forget (or --list)")
-    ref = " ".join(args.session)
-    if args.undo:
-        undone = _forgotten(items, ref)
-        if len(undone) != 1:
-            raise SesameError('"%s" matches %d forgotten sessions' % (ref, len(undone)),
-                              kind="not_found" if not undone else "ambiguous", hint="`sesame forget --list` shows them")
-        item = undone[0]
-        store = ctx.store()
-        try:
-            store.read_again(set(item.get("files") or []) | {item.get("path")})  # every file that held a copy
-        finally:
-            store.close()
-        _save_forgotten([i for i in items if i is not item], ctx.env, "undo the forget")
-        result = {"remembered": item}
-    else:
-        store = ctx.store()
-        lock = IndexLock(os.path.dirname(ctx.index_path))
-        try:
-            if store.readonly:
-                raise StoreError("cannot forget: the index %s cannot be written" % store.path)
-            if not lock.acquire(FORGET_LOCK_WAIT):
-                raise StoreError("cannot forget: another sesame index is still running after %ds; nothing was "
-                                  "forgotten" % FORGET_LOCK_WAIT, hint="try again when it has finished")
-            try:
-                s = resolve_session(store.con, ref, any_copy=True)
-            except SesameError as e:
-                again = _forgotten(items, ref) if e.kind == "not_found" else []
-                if len(again) != 1:
-                    raise
-                s, item = None, again[0]  # forgotten before: wipe the index files again (an earlier wipe failed)
-            if s is not None:
-                item = {"agent": s["agent"], "sessionId": s["session_id"], "path": s["path"], "name": s["name"],
-                        "files": session_files(store.con, s["agent"], s["session_id"]), "forgottenAt": iso(now_utc())}
-                listed = any((i["agent"], i["sessionId"]) == (item["agent"], item["sessionId"]) for i in items)
-                if not listed:
-                    _save_forgotten(items + [item], ctx.env, "forget %s" % item["sessionId"])
-                try:
-                    forget_session(store, item["agent"], item["sessionId"])
-                except sqlite3.Error as e:
-                    if not listed:
-                        try:
-                            save_forgotten(items, ctx.env)
-                        except OSError:
-                            pass
-                    raise StoreError("cannot forget %s: %s; nothing was forgotten, the index is as it was"
-                                      % (item["sessionId"], e), hint="free some disk space, or try again when "
-                                                                     "other sesame processes have finished")
-            try:
-                wipe_free_space(store)
-            except sqlite3.Error as e:
-                raise StoreError("forgot %s (no search finds it), but its text could not be wiped from the index "
-                                  "files yet: %s" % (item["sessionId"], e),
-                                  hint="free disk space about the index's size, then run `sesame forget %s` again"
-                                       % item["sessionId"])
-        finally:
-            lock.release()
-            store.close()
-        result = {"forgotten": item}
+    result = forget_request(ctx, cli_params(args))
     if args.json:
         emit_json(result)
+    elif args.list:
+        items = result["forgotten"]
+        for i in items:
+            sys.stdout.write(visible("%s  %s  %s  %s" % (escape_breaks(i["sessionId"]), i["agent"],
+                                                         escape_breaks(i.get("name") or "Unnamed"), escape_breaks(i.get("path")))) + "\n")
+        if not items:
+            sys.stdout.write("No session is forgotten (`sesame forget SESSION` removes one from the index).\n")
     else:
         verb, item = next(iter(result.items()))
         sys.stdout.write(visible("%s %s (%s)%s\n" % (
@@ -13295,20 +13455,8 @@ def cmd_forget(args, ctx):
     return EXIT_OK
 
 
-def cmd_search(args, ctx):
-    if args.fields and not args.json:
-        raise UsageError("--fields chooses the fields of the JSON output: add --json")
-    if args.json:
-        render = lambda d: to_json(d) + "\n"  # noqa: E731
-    else:
-        color = use_color(sys.stdout)
-        render = lambda d: render_results(d, color)  # noqa: E731
-    sys.stdout.write(run_search(ctx, args, render)[0])
-    return EXIT_OK
-
-
 def cmd_status(args, ctx):
-    info = status_info(ctx)
+    info = status_request(ctx, cli_params(args))
     if args.json:
         emit_json(info)
     else:
@@ -13317,10 +13465,11 @@ def cmd_status(args, ctx):
 
 
 def cmd_sources(args, ctx):
-    rows = sources_info(ctx)
+    data = sources_request(ctx, cli_params(args))
     if args.json:
-        emit_json({"sources": rows})
+        emit_json(data)
         return EXIT_OK
+    rows = data["sources"]
     for r in rows:
         where = ", ".join("%s%s" % (escape_breaks(l["path"]), "" if l["exists"] else " (absent)") for l in r["locations"]) or "(none)"
         found = "%d file%s" % (r["filesFound"], "" if r["filesFound"] == 1 else "s")
@@ -13335,18 +13484,25 @@ def cmd_sources(args, ctx):
     return EXIT_OK
 
 
-# Every command: its help line and the function that runs it (its options: OPTIONS).
-# The order is the order of `sesame --help`.
-COMMANDS = {
-    "search": ("find sessions by what they were about (refreshes the index first)", cmd_search),
-    "index": ("bring the index up to date (incremental)", cmd_index),
-    "status": ("what is indexed, from where, and how fresh", cmd_status),
-    "watch": ("keep the index fresh until stopped (runs in the foreground; Ctrl-C stops it)", cmd_watch),
-    "sources": ("every supported agent, where it looks, what was found", cmd_sources),
-    "forget": ("remove a session from the index and keep it out", cmd_forget),
-    "show": ("print one session as a readable conversation", cmd_show),
-    "mcp": ("serve search, show and status to agents over MCP (stdio)", cmd_mcp),
-}
+# The command table: every command, in the order of `sesame --help` and the usage lists. A new
+# command is one entry here, its request (Application) and its formatters (cmd_*, and _mcp_* when
+# it is an MCP tool); see Command for the fields.
+COMMANDS = {c.name: c for c in (
+    Command("search", "WORDS...", "find sessions by what they were about", _search_arguments, search_request,
+            cmd_search, tool=SEARCH_TOOL, mcp=_mcp_search, words=True, quick=True),
+    Command("show", "SESSION", "read one session (id, id prefix, file or name)", _show_arguments, show_request,
+            cmd_show, tool=SHOW_TOOL, mcp=_mcp_show),
+    Command("status", "", "what is indexed, from where, how fresh", _add_json, status_request, cmd_status,
+            tool=STATUS_TOOL, mcp=_mcp_status),
+    Command("sources", "", "every supported agent and where it looks", _add_json, sources_request, cmd_sources),
+    Command("index", "", "bring the index up to date (search does it by itself)", _index_arguments,
+            index_request, cmd_index),
+    Command("watch", "", "keep the index fresh until stopped (Ctrl-C)", _watch_arguments, None, cmd_watch),
+    Command("forget", "SESSION", "remove a session from the index and keep it out", _forget_arguments,
+            forget_request, cmd_forget),
+    Command("mcp", "", "serve search, show and status to agents over MCP", _no_arguments, None, cmd_mcp,
+            context=False),
+)}
 
 
 def build_parser(command=None):
@@ -13357,43 +13513,24 @@ def build_parser(command=None):
     p.add_argument("--version", action="version", version="sesame " + __version__)
     # prog given: otherwise argparse formats the usage (and asks for the terminal's width) to make it
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=type(p), prog="sesame")
-    for name, (help_text, run) in COMMANDS.items():
+    for name, c in COMMANDS.items():
         if command in (None, name):
-            sp = sub.add_parser(name, help=help_text, formatter_class=p.formatter_class)
-            OPTIONS[name](sp)
-            sp.set_defaults(func=run)
+            c.options(sub.add_parser(name, help=c.summary, formatter_class=p.formatter_class))
     return p
 
 
-class _OptionList:
-    """Takes the add_argument calls of OPTIONS[command] and keeps them, for quick_args."""
-
-    def __init__(self):
-        self.options, self.positional = {}, None  # "--name" -> (dest, takes a value, type, append)
-        self.defaults = {}
-
-    def add_argument(self, name, nargs=None, action=None, type=None, default=None, **_):
-        dest = name.lstrip("-").replace("-", "_")
-        if not name.startswith("-"):
-            self.positional = dest
-            default = []
-        elif action == "store_true":
-            default = False
-        self.options[name] = (dest, action != "store_true", type or str, action == "append")
-        self.defaults[dest] = default
-
-
 def quick_args(argv):
-    """The parsed arguments of a plain search (`search WORDS... --limit 5 --json`) without argparse:
-    importing it and building the parser cost ~2 ms of a ~35 ms search. Options are read from the
-    same definitions (OPTIONS). Anything else (another command, help, options before the command,
-    abbreviated or unknown options, a value that does not convert) returns None, and argparse
-    parses it, with its messages; a test checks that both give the same arguments."""
-    if not argv or argv[0] != "search":
+    """The parsed arguments of a plain command line of a `quick` command (`search WORDS... --limit 5
+    --json`) without argparse: importing it and building the parser cost ~2 ms of a ~35 ms search.
+    Options are read from the same definitions (option_list). Anything else (another command, help,
+    options before the command, abbreviated or unknown options, a value that does not convert)
+    returns None, and argparse parses it, with its messages; a test checks that both give the same
+    arguments."""
+    command = COMMANDS.get(argv[0]) if argv else None
+    if command is None or not command.quick:
         return None
-    spec = _OptionList()
-    OPTIONS["search"](spec)
-    args = dict(spec.defaults, command="search", func=cmd_search)
+    spec = option_list(command)
+    args = dict(spec.defaults, command=command.name)
     words, i = [], 1
     while i < len(argv):
         a = argv[i]
@@ -13437,16 +13574,10 @@ class _Arguments:
         self.__dict__.update(values)
 
 
-SHORT_USAGE = """usage: sesame COMMAND [ARGUMENTS]    (sesame COMMAND --help for one, sesame --help for all)
-
-  sesame search WORDS...       find sessions by what they were about
-  sesame show SESSION          read one session (id, id prefix, file or name)
-  sesame status                what is indexed, from where, how fresh
-  sesame sources               every supported agent and where it looks
-  sesame index | watch         bring the index up to date (search does it by itself)
-  sesame forget SESSION        remove a session from the index and keep it out
-  sesame mcp                   serve search, show and status to agents over MCP
-"""
+def short_usage():
+    """What `sesame` alone prints."""
+    return ("usage: sesame COMMAND [ARGUMENTS]    (sesame COMMAND --help for one, sesame --help for all)\n\n"
+            + usage_lines(COMMANDS))
 
 
 def _command_of(argv):
@@ -13463,13 +13594,14 @@ def _command_of(argv):
                      hint="the commands are %s" % ", ".join(COMMANDS))
 
 
-def _search_argv(argv, parser):
+def _search_argv(argv, parser, command="search"):
     """Words of a search that look like options but are not ones (`-draft`, sessions without
-    "draft") are query words: move them after `--`, where argparse takes anything as a word."""
-    sub = parser._subparsers._group_actions[0].choices["search"]
+    "draft") are query words: move them after `--`, where argparse takes anything as a word.
+    (For every command whose words may look so: Command.words.)"""
+    sub = parser._subparsers._group_actions[0].choices[command]
     takes_value = {o for a in sub._actions for o in a.option_strings if a.nargs != 0}
     known = {o for a in sub._actions for o in a.option_strings}
-    options, words, i = [], [], argv.index("search") + 1
+    options, words, i = [], [], argv.index(command) + 1
     while i < len(argv):
         a = argv[i]
         if a == "--":
@@ -13484,7 +13616,7 @@ def _search_argv(argv, parser):
         else:
             words.append(a)
         i += 1
-    return argv[:argv.index("search") + 1] + options + ["--"] + words
+    return argv[:argv.index(command) + 1] + options + ["--"] + words
 
 
 def error_json(e):
@@ -13500,20 +13632,20 @@ def main(argv=None):
     want_json = "--json" in argv
     try:
         if not argv:
-            sys.stdout.write(SHORT_USAGE)
+            sys.stdout.write(short_usage())
             return EXIT_USAGE
         args = quick_args(argv)
         if args is None:
             command = _command_of(argv)
             parser = build_parser(command)
-            if command == "search":
-                argv = _search_argv(argv, parser)
+            if command in COMMANDS and COMMANDS[command].words:
+                argv = _search_argv(argv, parser, command)
             args = parser.parse_args(argv)
         if not args.command:
-            sys.stdout.write(SHORT_USAGE)
+            sys.stdout.write(short_usage())
             return EXIT_USAGE
-        # The MCP server reads the config per call (and reports a broken one per call), not at start.
-        return args.func(args, None if args.command == "mcp" else Context())
+        command = COMMANDS[args.command]
+        return command.cli(args, Context() if command.context else None)
     except SesameError as e:
         if want_json:
             emit_json(error_json(e))
@@ -13544,6 +13676,10 @@ def main(argv=None):
         except OSError:
             pass
         return EXIT_OK
+
+
+# The module docstring's usage list is the table's (the docstring is written before the table exists).
+__doc__ = __doc__.replace("{usage}\n", usage_lines(COMMANDS, 4))
 
 
 def leave(code):

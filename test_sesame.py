@@ -5091,6 +5091,23 @@ def test_every_pi_sample_user_message_is_findable(tmp_path, capsys, env):
 # Index
 # ---------------------------------------------------------------------------------------------
 
+def test_an_index_run_in_a_threaded_process_parses_in_process_without_forking(env, capsys, monkeypatch):
+    # A server's background refresh runs in a thread: forking there can copy a lock another thread
+    # holds into a worker that then waits for it forever.
+    import multiprocessing
+    for i in range(3):
+        PiWriter(env, "thread-%d" % i).user("the numbat %d plan" % i).assistant("ok").save()
+    monkeypatch.setattr(sesame, "PARALLEL_MIN_BYTES", 0)
+    forks = []
+    monkeypatch.setattr(multiprocessing, "get_context", lambda *a: forks.append(a) or pytest.fail("forked"))
+    codes = []
+    worker = threading.Thread(target=lambda: codes.append(sesame.main(["index"])))
+    worker.start()
+    worker.join(60)
+    assert codes == [0] and not forks
+    assert sorted(search_ids(capsys, "numbat", "--no-refresh")) == ["thread-0", "thread-1", "thread-2"]
+
+
 def test_index_summary_counts_files_sessions_and_skipped_lines(env, capsys):
     PiWriter(env, "i-1").user("one").save(extra="garbage line\n")
     PiWriter(env, "i-2").user("two").save()
@@ -7554,6 +7571,84 @@ def test_json_is_bounded_by_default_and_human_output_is_not(env, capsys):
     assert len(json.loads(show(capsys, "eeee", "--json", "--max-chars", "0")[1])["chunks"]) == 30
     out = show(capsys, "eeee")[1]
     assert len(out) > 60000 and "not shown" not in out
+
+
+# ---------------------------------------------------------------------------------------------
+# Application: one request per command, the front ends only format; the command table
+# ---------------------------------------------------------------------------------------------
+
+def test_the_cli_and_mcp_make_the_same_search_request_and_get_the_same_data(corpus, capsys):
+    argv = ["search", "carousel", "--limit", "3", "--tool", "bash", "--fields", "full", "--no-refresh"]
+    cli = sesame.cli_params(sesame.build_parser("search").parse_args(argv))
+    cli.pop("json")
+    mcp = sesame.request_params(sesame.COMMANDS["search"], {"query": "carousel", "limit": 3, "tool": "bash",
+                                                              "fields": "full", "no_refresh": True})
+    mcp.pop("json")
+    assert cli == mcp
+    for args in ({"query": "carousel"}, {"query": "upload bucket", "max_chars": 0, "fields": "minimal"}):
+        params = sesame.request_params(sesame.COMMANDS["search"], args)
+        asked = json.loads(json.dumps(params))
+        via_cli = sesame.search_request(sesame.Context(), sesame.cli_params(sesame.quick_args(
+            ["search", args["query"]] + (["--max-chars", "0", "--fields", "minimal"] if len(args) > 1 else []))))
+        via_mcp = sesame.search_request(sesame.Context(), params)
+        assert via_cli == via_mcp and via_cli["results"] and params == asked  # the request changed nothing given
+        assert mcp_call("search", args)["structuredContent"] == sesame.search_json(via_mcp)
+
+
+def test_search_data_gives_matches_as_offsets_and_stars_of_the_session_stay_text(env, capsys):
+    # Markdown bold in a session is "**" too: in the data it is text, and the match is an offset.
+    w = PiWriter(env, "stars-1")
+    w.user("Make the **quokka** banner bold").assistant("Done: **bold** quokka banner.").save()
+    run(capsys, "index")
+    data = sesame.search_request(sesame.Context(), sesame.request_params(sesame.COMMANDS["search"], {"query": "quokka"}))
+    r = data["results"][0]
+    assert "**quokka**" in r["matchedSnippet"] and r["matchedHighlights"]
+    assert {r["matchedSnippet"][a:b] for a, b in r["matchedHighlights"]} == {"quokka"}
+    for m in r["matches"]:
+        assert {m["snippet"][a:b] for a, b in m["highlights"]} == {"quokka"}
+    printed = json.loads(run(capsys, "search", "quokka", "--json")[1])["results"][0]
+    assert printed["matchedSnippet"] == sesame.search_json(data)["results"][0]["matchedSnippet"]
+    assert "****quokka****" in printed["matchedSnippet"] and "highlights" not in printed["matches"][0]
+
+
+def test_a_search_request_reads_the_current_session_from_its_context_env(env, capsys, tmp_path, monkeypatch):
+    projects = tmp_path / "claude-projects"
+    write_config({"sources": [{"parser": "claude", "path": str(projects)}]}, tmp_path)
+    own = "0c0c0c0c-0000-4000-8000-000000000009"
+    write_jsonl(projects / "-home-u-proj" / (own + ".jsonl"),
+                [dict(cc_cl_user("u1", "2026-02-01T10:00:00.000Z", "the wombat lattice"), sessionId=own)])
+    monkeypatch.delenv("CLAUDE_CODE_SESSION_ID", raising=False)
+    ctx = sesame.Context(dict(os.environ, CLAUDE_CODE_SESSION_ID=own))
+    data = sesame.search_request(ctx, sesame.request_params(sesame.COMMANDS["search"], {"query": "wombat"}))
+    assert [(r["sessionId"], r["current"]) for r in data["results"]] == [(own, True)]
+
+
+def test_a_command_added_to_the_table_is_in_the_usage_argparse_and_the_mcp_tools(env, capsys, monkeypatch):
+    def options(p):
+        p.add_argument("word", nargs="+", help="what to echo")
+        p.add_argument("--times", type=int, default=1, help="how often")
+        p.add_argument("--json", action="store_true", help="print JSON")
+
+    def request(ctx, params):
+        return {"echo": [" ".join(params["word"])] * params["times"]}
+
+    def cli(args, ctx):
+        data = request(ctx, sesame.cli_params(args))
+        sys.stdout.write(sesame.to_json(data) + "\n" if args.json else "\n".join(data["echo"]) + "\n")
+        return 0
+
+    echo = sesame.Command("echo", "WORD...", "say the words again", options, request, cli, tool="Echo the words.",
+                          mcp=lambda ctx, params: ("echoed", request(ctx, params)))
+    monkeypatch.setitem(sesame.COMMANDS, "echo", echo)
+    assert "sesame echo WORD..." in run(capsys, )[1]
+    assert "say the words again" in run(capsys, "--help")[1] and "--times" in run(capsys, "echo", "--help")[1]
+    assert run(capsys, "echo", "hi", "there", "--times", "2") == (0, "hi there\nhi there\n", "")
+    assert json.loads(run(capsys, "echo", "hi", "--json")[1]) == {"echo": ["hi"]}
+    assert "did you mean --times?" in run(capsys, "echo", "hi", "--tims", "2")[2]
+    tools = {t["name"]: t for t in sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})["result"]["tools"]}
+    assert tools["echo"]["inputSchema"]["required"] == ["word"] and tools["echo"]["inputSchema"]["properties"]["times"]["type"] == "integer"
+    assert mcp_call("echo", {"word": "hi", "times": 3})["structuredContent"] == {"echo": ["hi"] * 3}
+    assert mcp_call("echo", {"word": "hi", "times": "3"})["isError"] is True
 
 
 # ---------------------------------------------------------------------------------------------
