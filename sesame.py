@@ -12876,8 +12876,8 @@ def _omitted_note(data, before):
 
 
 def _fit_export(data, max_chars, block, head):
-    """`data` with only the chunks whose rendering fits max_chars beside the header (0: all), as
-    show_text() keeps them: the chunk asked for (--around) and its nearest neighbours."""
+    """`data` with only the chunks whose rendering fits max_chars beside the header `head` (0: all),
+    as show_text() keeps them: the chunk asked for (--around) and its nearest neighbours."""
     if not max_chars:
         return data
     costs = [len(block(c)) for c in data["chunks"]]
@@ -13044,13 +13044,13 @@ def session_fragment(data, link=None, children=()):
 def show_html(data, max_chars=0):
     """`sesame show --format html`: one self-contained page; no script, and a policy that lets it load
     nothing (a saved file opened in a browser makes no request, whatever the transcript holds)."""
-    head = html_header(data["session"])
-    data = _fit_export(data, max_chars, html_chunk, head)
-    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
-            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">\n'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            '<title>%s</title>\n<style>%s</style></head>\n<body><main class="session">\n%s</main></body></html>\n'
-            % (html.escape(data["session"]["name"] or "Unnamed session"), PAGE_CSS, session_fragment(data)))
+    def page(body):
+        return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
+                '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">\n'
+                '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+                '<title>%s</title>\n<style>%s</style></head>\n<body><main class="session">\n%s</main></body></html>\n'
+                % (html.escape(data["session"]["name"] or "Unnamed session"), PAGE_CSS, body))
+    return page(session_fragment(_fit_export(data, max_chars, html_chunk, page(html_header(data["session"])))))
 
 
 def export_session(data, fmt, max_chars=0):
