@@ -12421,6 +12421,9 @@ def _forget_arguments(fo):
     _add_json(fo)
 
 
+EXPORT_OPTIONS = ("format", "output", "force")  # show's options that write files: for people, not MCP callers
+
+
 def _show_arguments(sh):
     sh.add_argument("session", nargs="+", help="session id, unique id prefix, session file, or name")
     sh.add_argument("--around", type=int, metavar="SEQ", help="show the chunks around chunk SEQ (search's matches[].seq)")
@@ -12844,7 +12847,6 @@ def _keep_fresh(stop, interval):
 # as text, never as markup, except the session fragment this section rendered and escaped itself.
 
 EXPORT_FORMATS = {"markdown": "markdown", "md": "markdown", "html": "html"}
-EXPORT_OPTIONS = ("format", "output", "force")  # show's options for people, not for MCP callers
 html = _LazyModule("html")  # html.escape: imported by the commands that render HTML only
 
 
@@ -12966,6 +12968,8 @@ mark{background:var(--mark);color:inherit;border-radius:2px;padding:0 1px}
 .meta{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;font-size:13px;color:var(--muted);margin:0 0 12px}
 .meta dd{margin:0;color:var(--fg);word-break:break-all}
 .resume{display:flex;gap:8px;align-items:center;margin:0 0 14px}
+button{font:inherit;font-size:13px;padding:4px 12px;border:1px solid var(--line);border-radius:6px;
+background:var(--card);color:var(--fg);cursor:pointer}button:hover{border-color:var(--accent)}
 .resume code{background:var(--code);padding:4px 8px;border-radius:6px;flex:1;overflow-x:auto;white-space:nowrap}
 .chunk{margin:10px 0;padding:8px 12px;border:1px solid var(--line);border-radius:8px;background:var(--card);
 content-visibility:auto;contain-intrinsic-size:auto 90px}
@@ -13146,7 +13150,8 @@ async function search() {
   const r = await fetch('/api/search?' + p), d = await r.json();
   if (mine !== ticket) return;
   if (!r.ok) { list.replaceChildren(); note.textContent = d.error.message; return; }
-  note.textContent = d.resultCount ? d.resultCount + (d.hasMore ? '+' : '') + ' sessions' : 'No session matches.';
+  note.textContent = d.resultCount ? d.resultCount + (d.hasMore ? '+' : '') + (d.resultCount === 1 ? ' session' : ' sessions')
+    : 'No session matches.';
   list.replaceChildren(...d.results.map((res, i) => {
     const li = el('li'), a = el('a'), seq = res.matches && res.matches.length ? res.matches[0].seq : '';
     a.href = '#session=' + encodeURIComponent(res.shortId || res.sessionId) + (seq !== '' ? '&seq=' + seq : '');

@@ -8011,6 +8011,7 @@ def test_in_chromium_type_a_query_see_ranked_results_open_one_and_expand_a_tool_
 
 @needs_chromium
 def test_in_chromium_hostile_session_text_stays_text_and_runs_nothing(page, browser):
+    browser.call("Page.addScriptToEvaluateOnNewDocument", source="window.alert = n => { window.alerted = n; };")
     browser.call("Page.navigate", url=page.server.url + "&q=pangolin")
     browser.wait("document.querySelector('#results li .name') && true")
     assert browser.eval("document.querySelector('#results li .name').textContent") == "Pangolin " + HOSTILE[0]
@@ -8018,7 +8019,9 @@ def test_in_chromium_hostile_session_text_stays_text_and_runs_nothing(page, brow
     browser.wait("document.querySelector('#view h1') && true")
     assert browser.eval("document.querySelectorAll('#view img, #view script').length") == 0
     assert HOSTILE[1] in browser.eval("document.querySelector('#view').innerText")
-    assert browser.eval("typeof window.alerted") == "undefined"
+    browser.eval("document.querySelector('#view details.chunk.tool summary').click()")
+    assert HOSTILE[0] in browser.eval("document.querySelector('#view details.chunk.tool').innerText")
+    assert browser.eval("typeof window.alerted") == "undefined"  # neither alert(1) nor alert(2) ran
 
 
 @needs_chromium
