@@ -13081,7 +13081,9 @@ def write_export(text, output, force):
 SERVE_HOST = "127.0.0.1"
 SERVE_REFRESH_SECONDS = MCP_REFRESH_SECONDS
 SERVE_LIMIT = 30  # results the page lists
-_SESSION_REF = LazyPattern(r"[\w.:@+=~-]{1,%d}" % MAX_REF_CHARS)
+# A session id can hold almost anything ("copilot_stage0/[x]"); what the page refuses is what
+# makes it a path out of the index's reach: a ".." step, a leading "/", "\" or "~", a control character.
+_NOT_AN_ID = LazyPattern(r"[\x00-\x1f\x7f]|(^|[/\\])\.\.([/\\]|$)|^[/\\~]")
 
 
 def page_search(ctx, params):
@@ -13096,7 +13098,7 @@ def page_search(ctx, params):
 def page_session(ctx, ref, params):
     """The page's session view: show_session() whole (or --around), rendered as the HTML export's body,
     with its sub-agents; a reference that is not an id (a path, "..") is refused."""
-    if not _SESSION_REF.fullmatch(ref) or ref.startswith(".") or ".." in ref:
+    if not ref.strip() or _NOT_AN_ID.search(ref):
         raise UsageError("not a session id: %r" % ref[:80])
     data = show_session(ctx, ref, everything=True, refresh=False)
     store = ctx.store()

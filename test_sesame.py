@@ -7837,7 +7837,7 @@ def test_serve_refuses_a_foreign_host_other_methods_and_ids_that_are_paths(page)
     for method in ("POST", "PUT", "DELETE", "OPTIONS", "PATCH"):
         r, _ = page.get("/api/search?q=walrus", method=method)
         assert r.status == 405 and r.getheader("Allow") == "GET"
-    for ref in ("..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd", "..", "a%5Cb"):
+    for ref in ("..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd", "..", "a%5C..%5Cb", "~%2F.ssh", "a%00b"):
         r, body = page.get("/api/session/" + ref)
         assert r.status == 400 and "not a session id" in body
     r, body = page.get("/api/session/ffff9999")
