@@ -12910,7 +12910,7 @@ def _md_inline(text):
 def md_chunk(c):
     """One chunk as Markdown: messages as the text they are (agents write Markdown), tool calls,
     thinking and injected context in <details> (GitHub renders Markdown inside after a blank line)."""
-    who = _chunk_who(c)
+    c, who = dict(c, text=visible(c["text"])), _chunk_who(c)  # terminal escapes in tool output: shown as ^[
     head = "**[%d] %s**%s" % (c["seq"], html.escape(who), " · " + _when(c["timestamp"]).strip() if c["timestamp"] else "")
     if c["kind"] == "tool":
         args, result, output = _tool_parts(c)
@@ -12995,7 +12995,7 @@ def _attr_id(seq):
 
 def html_chunk(c):
     """One chunk as HTML, every text escaped; tool calls, thinking and context collapsed."""
-    e, who = html.escape, _chunk_who(c)
+    c, e, who = dict(c, text=visible(c["text"])), html.escape, _chunk_who(c)  # terminal escapes: shown as ^[
     when = '<span class="when">%s</span>' % e(_when(c["timestamp"]).strip()) if c["timestamp"] else ""
     seq = '<a class="seq" href="#%s">#%d</a>' % (_attr_id(c["seq"]), c["seq"])
     kind = c["kind"] if re.fullmatch(r"\w+", c["kind"] or "") else "other"
@@ -13123,7 +13123,7 @@ const q = $('#q'), list = $('#results'), view = $('#view'), note = $('#note');
 let timer = 0, ticket = 0, active = -1;
 function marked(text) {
   const frag = document.createDocumentFragment();
-  (text || '').split(/\*\*(.+?)\*\*/s).forEach((part, i) => {
+  (text || '').replace(/[\x00-\x08\x0b-\x1f\x7f]/g, c => '^' + String.fromCharCode(c.charCodeAt(0) ^ 64)).split(/\*\*(.+?)\*\*/s).forEach((part, i) => {
     if (i % 2) { const m = document.createElement('mark'); m.textContent = part; frag.append(m); }
     else frag.append(part);
   });

@@ -7712,6 +7712,7 @@ def page_sessions(env, tmp_path, capsys):
     w.user("Sanitise this pangolin comment: " + HOSTILE[0])
     w.assistant("The pangolin attribute is " + HOSTILE[1])
     w.tool("bash", {"command": "echo '%s'" % HOSTILE[0]}, HOSTILE[1])
+    w.tool("bash", {"command": "ls --color"}, "\x1b[31mred.txt\x1b[0m")
     name(w, "Pangolin " + HOSTILE[0]).save()
     root = tmp_path / "claude-projects"
     write_jsonl(root / "-proj" / (cc_SID + ".jsonl"), [
@@ -7750,7 +7751,8 @@ def test_html_export_is_one_self_contained_file_with_untrusted_text_shown_as_tex
     assert "<script" not in out and "<img" not in out  # no script needed, none let in
     assert "default-src 'none'" in out and not re.search(r"(src|href)=\"?(https?:|//)", out)
     assert "prefers-color-scheme:dark" in out and "@media print" in out
-    assert out.count("<details") == 1  # the tool call, collapsed; its output inside
+    assert out.count("<details") == 2  # the tool calls, collapsed; their output inside
+    assert "^[[31mred.txt^[[0m" in out and "\x1b" not in out  # terminal colours shown as show prints them
     assert '<code id="resume">pi --session ' in out
 
 
