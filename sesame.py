@@ -13317,7 +13317,7 @@ class PageServer:
     def answer(self, h):
         import hmac
         import urllib.parse
-        if h.headers.get("Host") not in ("%s:%d" % (SERVE_HOST, self.port),):
+        if h.headers.get("Host") not in ("%s:%d" % (SERVE_HOST, self.port), SERVE_HOST if self.port == 80 else None):
             return self._refuse(h, 421, "this server answers only at %s:%d" % (SERVE_HOST, self.port))
         url = urllib.parse.urlsplit(h.path)
         params = urllib.parse.parse_qs(url.query)

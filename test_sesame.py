@@ -7863,6 +7863,58 @@ def test_serve_page_has_a_strict_policy_no_cors_and_escapes_untrusted_session_te
     assert json.loads(body)["results"][0]["name"] == "Pangolin " + HOSTILE[0]  # data; the page sets it as text
 
 
+def test_serve_search_takes_the_cli_filters(page):
+    def names(query):
+        return [r["name"] for r in json.loads(page.get("/api/search?" + query)[1])["results"]]
+    assert names("q=capybara") and names("q=capybara&agent=pi") == []
+    assert names("q=capybara&agent=claude") == names("q=capybara")
+    assert names("q=walrus&cwd=%2Fhome%2Fdev%2Fdocs") == ["Walrus readme fences"]
+    assert names("q=walrus&cwd=%2Fhome%2Fdev%2Fweb") == []
+    assert names("q=README&tools=1") == ["Walrus readme fences"]
+    r, body = page.get("/api/search?q=walrus&after=someday")
+    assert r.status == 400 and json.loads(body)["error"]["message"]
+
+
+def test_serve_prints_its_url_and_open_hands_the_search_to_the_browser(page_sessions, capsys, monkeypatch):
+    import webbrowser
+    opened = []
+    monkeypatch.setattr(webbrowser, "open", opened.append)
+    client = sesame.PageServer(0)
+    thread = threading.Thread(target=client.serve, args=("nix flake",), daemon=True)
+    thread.start()
+    try:
+        end = time.time() + 10
+        while not opened and time.time() < end:
+            time.sleep(0.05)
+        assert opened == [client.url + "&q=nix%20flake"]
+    finally:
+        client.httpd.shutdown()
+        thread.join(10)
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sesame.py"), "serve"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/\?token=\S+", first).group(0)
+        import urllib.request
+        page = urllib.request.build_opener(urllib.request.HTTPCookieProcessor()).open(url + "&q=walrus", timeout=30)
+        assert page.status == 200 and page.url.endswith("/?q=walrus") and "<title>Sesame</title>" in page.read().decode()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line(page_sessions, capsys):
+    import socket
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    try:
+        code, out, err = run(capsys, "serve", "--port", str(busy.getsockname()[1]))
+    finally:
+        busy.close()
+    assert code == 1 and "cannot serve on 127.0.0.1:" in err and "Traceback" not in err
+
+
 def test_serve_session_links_a_session_and_its_sub_agents(page):
     parent = json.loads(page.get("/api/session/" + cc_SID)[1])
     assert parent["children"] == [{"sessionId": "agent-a0ad4f", "name": parent["children"][0]["name"]}]
