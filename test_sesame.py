@@ -8040,7 +8040,8 @@ def browser(tmp_path):
 def test_in_chromium_type_a_query_see_ranked_results_open_one_and_expand_a_tool_call(page, browser):
     browser.call("Page.navigate", url=page.server.url)
     browser.wait("document.querySelector('#q') && location.search === ''")  # the token went to a cookie
-    browser.eval("document.activeElement.blur()")  # the box has focus on load; "/" brings it back
+    browser.wait("document.activeElement.id === 'q'")  # the box has focus on load; "/" brings it back
+    browser.eval("document.activeElement.blur()")
     assert browser.eval("document.activeElement.id") != "q"
     browser.key("/", "Slash", 191, "/")
     assert browser.eval("document.activeElement.id") == "q" and browser.eval("document.querySelector('#q').value") == ""
@@ -8061,6 +8062,18 @@ def test_in_chromium_type_a_query_see_ranked_results_open_one_and_expand_a_tool_
     browser.call("Page.reload")
     browser.wait("document.querySelector('#view h1') && document.querySelector('#results li') && true")
     assert browser.eval("document.querySelector('#q').value") == "walrus fences"
+    # Arrows and Enter open the second result; a sub-agent links to its parent and back.
+    browser.eval("document.querySelector('#q').focus(); document.querySelector('#q').select()")
+    browser.call("Input.insertText", text="capybara TODO")
+    browser.wait("document.querySelectorAll('#results li').length === 2")
+    second = browser.eval("document.querySelectorAll('#results li .name')[1].textContent")
+    browser.key("ArrowDown", "ArrowDown", 40)
+    browser.key("Enter", "Enter", 13, "\r")
+    browser.wait("document.querySelector('#view h1') && document.querySelector('#view h1').textContent === %s" % json.dumps(second))
+    other = "agent-a0ad4f" if "session=" + cc_SID[:8] in browser.eval("location.hash") else cc_SID
+    browser.eval("document.querySelector('#view .subs a').click()")
+    browser.wait("location.hash.startsWith('#session=%s')" % other)
+    browser.wait("document.querySelector('#view .subs a') && document.querySelector('#view code#resume') !== undefined")
 
 
 @needs_chromium
