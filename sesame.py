@@ -12907,6 +12907,27 @@ def _md_inline(text):
     return "%s%s%s%s%s" % (ticks, pad, text, pad, ticks)
 
 
+_FENCE_LINE = LazyPattern(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+
+
+def md_closed(text):
+    """A message's Markdown with a code block it leaves open closed at its end: agents' messages
+    are cut (a length limit, an interrupted reply), and an open fence would swallow every message
+    after it. CommonMark: a fence closes at a line of the same character, at least as long, with
+    nothing after it but spaces."""
+    fence = None
+    for line in text.split("\n"):
+        m = _FENCE_LINE.match(line)
+        if not m:
+            continue
+        run, rest = m.group(1), m.group(2)
+        if fence is None and not (run[0] == "`" and "`" in rest):
+            fence = run
+        elif fence and run[0] == fence[0] and len(run) >= len(fence) and not rest.strip():
+            fence = None
+    return text if fence is None else text.rstrip("\n") + "\n" + fence
+
+
 def md_chunk(c):
     """One chunk as Markdown: messages as the text they are (agents write Markdown), tool calls,
     thinking and injected context in <details> (GitHub renders Markdown inside after a blank line)."""
@@ -12922,7 +12943,7 @@ def md_chunk(c):
     if c["kind"] in COLLAPSIBLE:
         summary = "[%d] %s: %s" % (c["seq"], who, collapse(c["kind"], c["text"]))
         return "<details><summary>%s</summary>\n\n%s\n</details>\n\n" % (html.escape(summary), md_fence(c["text"]))
-    return "%s\n\n%s\n\n" % (head, c["text"].rstrip())
+    return "%s\n\n%s\n\n" % (head, md_closed(c["text"].rstrip()))
 
 
 def md_header(h):

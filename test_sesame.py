@@ -7742,6 +7742,19 @@ def test_markdown_export_has_the_header_and_fences_longer_than_any_backtick_run_
     assert show(capsys, "aaaa1111", "--format", "markdown")[1] == out
 
 
+def test_markdown_export_closes_a_code_block_a_cut_message_left_open(env, capsys):
+    w = PiWriter(env, "ffff6666-cut", cwd="/home/dev/cut", start="2026-01-07T10:00:00.000Z")
+    w.user("Write the build script.")
+    w.assistant("Here it is:\n````sh\nmake\n```\nstill the script")  # the reply was cut mid-block
+    w.user("Thanks, now the tests.")
+    name(w, "Cut reply").save()
+    assert run(capsys, "index")[0] == 0
+    out = show(capsys, "ffff6666", "--format", "md")[1]
+    assert "still the script\n````\n\n**[2] user**" in out  # the next message is text again, not code
+    # A block that is closed stays as it is.
+    assert sesame.md_closed("a\n```py\nx\n```\nb") == "a\n```py\nx\n```\nb"
+
+
 def test_html_export_is_one_self_contained_file_with_untrusted_text_shown_as_text(page_sessions, capsys):
     code, out, err = show(capsys, "bbbb2222", "--format", "html")
     assert code == 0, err
