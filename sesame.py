@@ -13371,6 +13371,9 @@ class PageServer:
             return self.send(h, 404 if e.kind == "not_found" else 400, error_json(e))
         except sqlite3.DatabaseError as e:
             return self.send(h, 503, {"error": {"code": "index", "message": "the index is busy or unusable: %s" % e}})
+        except Exception as e:  # noqa: BLE001  (one request's failure is that request's answer)
+            _stderr("sesame serve: %s failed:\n%s" % (url.path, _traceback()))
+            return self.send(h, 500, {"error": {"code": "internal", "message": "%s failed: %s" % (url.path, e)}})
         return self._refuse(h, 404, "no such page")
 
     def serve(self, open_query=None):
