@@ -12434,8 +12434,8 @@ def _show_arguments(sh):
     sh.add_argument("--tools", action="store_true", help="show tool calls in full, not as one line")
     sh.add_argument("--all", action="store_true", help="show tool calls, thinking and injected context in full")
     sh.add_argument("--no-refresh", action="store_true", help="use the index as it is, without updating it")
-    sh.add_argument("--format", choices=("markdown", "md", "html"), help="export the whole session as Markdown or "
-                    "as one self-contained HTML file (tool calls and thinking collapsed)")
+    sh.add_argument("--format", choices=("markdown", "md", "html"), help="export the session as Markdown or as one "
+                    "self-contained HTML file (tool calls and thinking collapsed)")
     sh.add_argument("--output", metavar="FILE", help="write the export to FILE (default: stdout)")
     sh.add_argument("--force", action="store_true", help="let --output replace an existing file")
     _add_json(sh)
@@ -12855,8 +12855,8 @@ def _chunk_who(c):
 
 
 def _tool_parts(c):
-    """A tool chunk's (arguments, output) from tool_text()'s layout: "tool: NAME", argument lines,
-    then "output:" or "error:" and what the tool printed."""
+    """A tool chunk's (arguments, "output" or "error" or None, what it printed), from tool_text()'s
+    layout: "tool: NAME", argument lines, then "output:" or "error:" and the tool's output."""
     lines = c["text"].split("\n")
     if lines and lines[0] == "tool: %s" % c["tool"]:
         lines = lines[1:]
@@ -12886,6 +12886,7 @@ def _fit_export(data, max_chars, block, head):
     budget = max(max_chars - len(head) - 200, 0)  # 200: the "… N chunks not shown" notes
     if sum(costs) <= budget:
         return data
+    # A chunk too big for the budget alone is cut, leaving room for its markup (300 > any chunk's).
     return _bounded(data, costs, budget, lambda c, room: dict(c, text=c["text"][:max(room - 300, 0)] + CUT_MARK))
 
 
