@@ -12566,6 +12566,9 @@ def _forget_arguments(fo):
     _add_json(fo)
 
 
+EXPORT_OPTIONS = ("format", "output", "force")  # show's options that write files: for people, not MCP callers
+
+
 def _show_arguments(sh):
     sh.add_argument("session", nargs="+", help="session id, unique id prefix, session file, or name")
     sh.add_argument("--around", type=int, metavar="SEQ", help="show the chunks around chunk SEQ (search's matches[].seq)")
@@ -12576,7 +12579,17 @@ def _show_arguments(sh):
     sh.add_argument("--tools", action="store_true", help="show tool calls in full, not as one line")
     sh.add_argument("--all", action="store_true", help="show tool calls, thinking and injected context in full")
     sh.add_argument("--no-refresh", action="store_true", help="use the index as it is, without updating it")
+    sh.add_argument("--format", choices=("markdown", "md", "html"), help="export the session as Markdown or as one "
+                    "self-contained HTML file (tool calls and thinking collapsed)")
+    sh.add_argument("--output", metavar="FILE", help="write the export to FILE (default: stdout)")
+    sh.add_argument("--force", action="store_true", help="let --output replace an existing file")
     _add_json(sh)
+
+
+def _serve_arguments(sv):
+    sv.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    sv.add_argument("--open", metavar="QUERY", nargs="?", const="", help="open the page in the browser (searching QUERY)")
+
 
 
 def _no_arguments(p):
@@ -12697,6 +12710,8 @@ def option_schema(command):
     spec = option_list(command)
     props, required = {}, []
     for dest, (kind, help_text) in spec.schema.items():
+        if dest in EXPORT_OPTIONS:
+            continue   # files and formats are the command line's: MCP callers get the data
         prop = {"type": kind}
         if kind == "array":
             prop["items"] = {"type": "string"}
@@ -13327,6 +13342,595 @@ def serve_mcp(inp=None, out=None):
 
 
 # ==================================================================================================
+# Export and the local page: a session as Markdown or HTML, and `sesame serve`
+# ==================================================================================================
+#
+# Both exports and the page render the data show_session() returns; the page's search is
+# search_sessions(). Session text is untrusted (a transcript can hold "<script>" or a crafted
+# "<img onerror>"): every string goes through html.escape, and the page's script inserts data only
+# as text, never as markup, except the session fragment this section rendered and escaped itself.
+
+EXPORT_FORMATS = {"markdown": "markdown", "md": "markdown", "html": "html"}
+html = _LazyModule("html")  # html.escape: imported by the commands that render HTML only
+
+
+def _chunk_who(c):
+    return {"tool": "tool %s" % (c["tool"] or ""), "summary": "summary"}.get(c["kind"], c["kind"]).strip()
+
+
+def _tool_parts(c):
+    """A tool chunk's (arguments, "output" or "error" or None, what it printed), from tool_text()'s
+    layout: "tool: NAME", argument lines, then "output:" or "error:" and the tool's output."""
+    lines = c["text"].split("\n")
+    if lines and lines[0] == "tool: %s" % c["tool"]:
+        lines = lines[1:]
+    for i, line in enumerate(lines):
+        if line in ("output:", "error:"):
+            return "\n".join(lines[:i]), line[:-1], "\n".join(lines[i + 1:])
+    return "\n".join(lines), None, ""
+
+
+def _omitted_note(data, before):
+    om = data["omitted"]
+    if before:
+        return "… %s not shown" % _count_seqs(om["before"], 0) if om["before"] else ""
+    if not om["after"]:
+        return ""
+    first = data["chunks"][-1]["seq"] + 1 if data["chunks"] else om["before"]
+    return "… %s not shown (use --around SEQ%s)" % (_count_seqs(om["after"], first),
+                                                     " or a larger --max-chars" if data["truncated"] else "")
+
+
+def _fit_export(data, max_chars, block, head):
+    """`data` with only the chunks whose rendering fits max_chars beside the header `head` (0: all),
+    as show_text() keeps them: the chunk asked for (--around) and its nearest neighbours."""
+    if not max_chars:
+        return data
+    costs = [len(block(c)) for c in data["chunks"]]
+    budget = max(max_chars - len(head) - 200, 0)  # 200: the "… N chunks not shown" notes
+    if sum(costs) <= budget:
+        return data
+    # A chunk too big for the budget alone is cut, leaving room for its markup (300 > any chunk's).
+    return _bounded(data, costs, budget, lambda c, room: dict(c, text=c["text"][:max(room - 300, 0)] + CUT_MARK))
+
+
+# ---- Markdown
+
+def md_fence(text, info=""):
+    """A fenced code block GitHub renders as `text` whatever it holds: the fence is longer than any
+    run of backticks inside (CommonMark closes a fence at a run at least as long)."""
+    runs = re.findall(r"`+", text)
+    fence = "`" * max(3, max(map(len, runs), default=0) + 1)
+    return "%s%s\n%s\n%s\n" % (fence, info, text.rstrip("\n"), fence)
+
+
+def _md_inline(text):
+    """Inline code for a header value (a path, an id): delimiters longer than its backtick runs."""
+    text = escape_breaks(text)
+    ticks = "`" * (max(map(len, re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return "%s%s%s%s%s" % (ticks, pad, text, pad, ticks)
+
+
+_FENCE_LINE = LazyPattern(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+
+
+def md_closed(text):
+    """A message's Markdown with a code block it leaves open closed at its end: agents' messages
+    are cut (a length limit, an interrupted reply), and an open fence would swallow every message
+    after it. CommonMark: a fence closes at a line of the same character, at least as long, with
+    nothing after it but spaces."""
+    fence = None
+    for line in text.split("\n"):
+        m = _FENCE_LINE.match(line)
+        if not m:
+            continue
+        run, rest = m.group(1), m.group(2)
+        if fence is None and not (run[0] == "`" and "`" in rest):
+            fence = run
+        elif fence and run[0] == fence[0] and len(run) >= len(fence) and not rest.strip():
+            fence = None
+    return text if fence is None else text.rstrip("\n") + "\n" + fence
+
+
+def md_chunk(c):
+    """One chunk as Markdown: messages as the text they are (agents write Markdown), tool calls,
+    thinking and injected context in <details> (GitHub renders Markdown inside after a blank line)."""
+    c, who = dict(c, text=visible(c["text"])), _chunk_who(c)  # terminal escapes in tool output: shown as ^[
+    head = "**[%d] %s**%s" % (c["seq"], html.escape(who), " · " + _when(c["timestamp"]).strip() if c["timestamp"] else "")
+    if c["kind"] == "tool":
+        args, result, output = _tool_parts(c)
+        summary = "[%d] %s: %s" % (c["seq"], who, collapse("tool", c["text"]))
+        body = md_fence(args) if args else ""
+        if result:
+            body += "\n%s:\n\n%s" % (result, md_fence(output))
+        return "<details><summary>%s</summary>\n\n%s\n</details>\n\n" % (html.escape(summary), body)
+    if c["kind"] in COLLAPSIBLE:
+        summary = "[%d] %s: %s" % (c["seq"], who, collapse(c["kind"], c["text"]))
+        return "<details><summary>%s</summary>\n\n%s\n</details>\n\n" % (html.escape(summary), md_fence(c["text"]))
+    return "%s\n\n%s\n\n" % (head, md_closed(c["text"].rstrip()))
+
+
+def md_header(h):
+    rows = [("agent", h["agent"]), ("cwd", h["cwd"]), ("created", short_date(h["created"])),
+            ("modified", short_date(h["modified"])), ("session", h["sessionId"]), ("parent", h["parent"]),
+            ("file", h["path"])]
+    out = ["# %s\n" % html.escape(escape_breaks(h["name"] or "Unnamed session"))]
+    out += ["- %s: %s" % (k, _md_inline(v)) for k, v in rows if v]
+    if h.get("summary"):
+        out.append("- summary: %s" % html.escape(" ".join(h["summary"].split())))
+    out.append("")
+    if h["resumeCommand"]:
+        out.append("Resume:\n\n" + md_fence(h["resumeCommand"], "sh"))
+    return "\n".join(out) + "\n"
+
+
+def show_markdown(data, max_chars=0):
+    """`sesame show --format markdown`: the session as a GitHub-flavoured Markdown document."""
+    head = md_header(data["session"])
+    data = _fit_export(data, max_chars, md_chunk, head)
+    notes = [_omitted_note(data, True), _omitted_note(data, False)]
+    return "".join([head] + ["_%s_\n\n" % notes[0]] * bool(notes[0]) + [md_chunk(c) for c in data["chunks"]]
+                   + ["_%s_\n" % notes[1]] * bool(notes[1]))
+
+
+# ---- HTML
+
+# One style sheet for the export and the page: light and dark by the reader's setting, printable
+# (collapsed parts stay collapsed on paper; the page's controls are not printed).
+PAGE_CSS = """
+:root{color-scheme:light dark;--bg:#fbfbfa;--fg:#1f2328;--muted:#6a737d;--line:#e3e3e0;--card:#fff;
+--user:#eef4ff;--accent:#2f6fd6;--mark:#fff2a8;--code:#f4f4f2}
+@media (prefers-color-scheme:dark){:root{--bg:#15171a;--fg:#e6e6e6;--muted:#9aa1a9;--line:#2c3036;
+--card:#1c1f23;--user:#1b2535;--accent:#7aa7ff;--mark:#5b4d12;--code:#202328}}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--fg);font:15px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif}
+a{color:var(--accent)}
+code,pre,.mono{font-family:ui-monospace,"SFMono-Regular",Menlo,Consolas,monospace;font-size:13px}
+pre{white-space:pre-wrap;word-break:break-word;background:var(--code);padding:8px 10px;border-radius:6px;margin:6px 0}
+mark{background:var(--mark);color:inherit;border-radius:2px;padding:0 1px}
+.session{max-width:980px;margin:0 auto;padding:16px 20px 48px}
+.session h1{font-size:22px;margin:4px 0 8px}
+.meta{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;font-size:13px;color:var(--muted);margin:0 0 12px}
+.meta dd{margin:0;color:var(--fg);word-break:break-all}
+.resume{display:flex;gap:8px;align-items:center;margin:0 0 14px}
+button{font:inherit;font-size:13px;padding:4px 12px;border:1px solid var(--line);border-radius:6px;
+background:var(--card);color:var(--fg);cursor:pointer}button:hover{border-color:var(--accent)}
+.resume code{background:var(--code);padding:4px 8px;border-radius:6px;flex:1;overflow-x:auto;white-space:nowrap}
+.chunk{margin:10px 0;padding:8px 12px;border:1px solid var(--line);border-radius:8px;background:var(--card);
+content-visibility:auto;contain-intrinsic-size:auto 90px}
+.chunk.user{background:var(--user)}
+.chunk .who{font-weight:600;font-size:13px}
+.chunk .when,.chunk .seq{color:var(--muted);font-size:12px;margin-left:8px;text-decoration:none}
+.chunk .text{white-space:pre-wrap;word-break:break-word;margin-top:4px}
+details.chunk{padding:6px 12px}
+details.chunk>summary{cursor:pointer;color:var(--muted);white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+details.chunk>summary .who{color:var(--fg)}
+details.chunk.thinking,details.chunk.context{border-style:dashed}
+.chunk.hit{outline:2px solid var(--accent)}
+.omitted{color:var(--muted);font-style:italic;margin:10px 0}
+.subs{font-size:13px;margin:0 0 12px}
+@media print{body{background:#fff;color:#000}.chunk{break-inside:avoid;content-visibility:visible}
+.noprint,button{display:none}details.chunk>summary{white-space:normal}}
+"""
+
+
+def _attr_id(seq):
+    return "c%d" % seq
+
+
+def html_chunk(c):
+    """One chunk as HTML, every text escaped; tool calls, thinking and context collapsed."""
+    c, e, who = dict(c, text=visible(c["text"])), html.escape, _chunk_who(c)  # terminal escapes: shown as ^[
+    when = '<span class="when">%s</span>' % e(_when(c["timestamp"]).strip()) if c["timestamp"] else ""
+    seq = '<a class="seq" href="#%s">#%d</a>' % (_attr_id(c["seq"]), c["seq"])
+    kind = c["kind"] if re.fullmatch(r"\w+", c["kind"] or "") else "other"
+    if c["kind"] in COLLAPSIBLE:
+        if c["kind"] == "tool":
+            args, result, output = _tool_parts(c)
+            body = ("<pre>%s</pre>" % e(args) if args else "") + (
+                '<div class="who">%s</div><pre>%s</pre>' % (e(result), e(output)) if result else "")
+        else:
+            body = '<div class="text">%s</div>' % e(c["text"])
+        return ('<details class="chunk %s" id="%s"><summary><span class="who">%s</span> %s%s <span class="mono">%s</span>'
+                '</summary>%s</details>\n' % (kind, _attr_id(c["seq"]), e(who), when, seq,
+                                               e(collapse(c["kind"], c["text"])), body))
+    return '<section class="chunk %s" id="%s"><span class="who">%s</span>%s%s<div class="text">%s</div></section>\n' % (
+        kind, _attr_id(c["seq"]), e(who), when, seq, e(c["text"]))
+
+
+def html_header(h, link=None, children=()):
+    """The session's header: name, facts, resume command; `link(session_id)` makes the parent and
+    the sub-agents links (the page), else they are text (an exported file)."""
+    e = html.escape
+    rows = [("agent", h["agent"]), ("cwd", h["cwd"]), ("created", short_date(h["created"])),
+            ("modified", short_date(h["modified"])), ("session", h["sessionId"]), ("file", h["path"]),
+            ("summary", h.get("summary")), ("messages", h["chunkCount"])]
+    out = ['<h1>%s</h1><dl class="meta">' % e(h["name"] or "Unnamed session")]
+    out += ["<dt>%s</dt><dd>%s</dd>" % (k, e(str(v))) for k, v in rows if v not in (None, "")]
+    out.append("</dl>")
+    if h["resumeCommand"]:
+        out.append('<div class="resume"><code id="resume">%s</code>%s</div>' % (
+            e(h["resumeCommand"]), '<button class="noprint" id="copy" type="button">Copy</button>' if link else ""))
+    subs = []
+    if h["parent"]:
+        subs.append("sub-agent of %s" % ('<a href="%s">%s</a>' % (e(link(h["parent"])), e(h["parent"]))
+                                          if link else e(h["parent"])))
+    if children:
+        subs.append("sub-agents: " + ", ".join('<a href="%s">%s</a>' % (e(link(sid)), e(name or sid)) if link
+                                                else e(name or sid) for sid, name in children))
+    if subs:
+        out.append('<div class="subs">%s</div>' % " · ".join(subs))
+    return "".join(out) + "\n"
+
+
+def session_fragment(data, link=None, children=()):
+    """The session as the HTML inside <main>: what the export's body and the page's view show."""
+    note = lambda text: '<p class="omitted">%s</p>\n' % html.escape(text) if text else ""  # noqa: E731
+    return "".join([html_header(data["session"], link, children), note(_omitted_note(data, True))]
+                   + [html_chunk(c) for c in data["chunks"]] + [note(_omitted_note(data, False))])
+
+
+def show_html(data, max_chars=0):
+    """`sesame show --format html`: one self-contained page; no script, and a policy that lets it load
+    nothing (a saved file opened in a browser makes no request, whatever the transcript holds)."""
+    def page(body):
+        return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
+                '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">\n'
+                '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+                '<title>%s</title>\n<style>%s</style></head>\n<body><main class="session">\n%s</main></body></html>\n'
+                % (html.escape(data["session"]["name"] or "Unnamed session"), PAGE_CSS, body))
+    return page(session_fragment(_fit_export(data, max_chars, html_chunk, page(html_header(data["session"])))))
+
+
+def export_session(data, fmt, max_chars=0):
+    return (show_html if EXPORT_FORMATS[fmt] == "html" else show_markdown)(data, max_chars)
+
+
+def write_export(text, output, force):
+    """Write an export to `output` ("-" or None: stdout); an existing file is kept unless force."""
+    if output in (None, "-"):
+        sys.stdout.write(text)
+        return
+    try:
+        with open(output, "w" if force else "x", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+    except FileExistsError:
+        raise SesameError("%s exists; add --force to replace it" % output, kind="exists") from None
+    except OSError as e:
+        raise SesameError("cannot write %s: %s" % (output, e.strerror or e)) from None
+    _stderr("sesame: wrote %s" % output)
+
+
+# ---- The local page
+
+SERVE_HOST = "127.0.0.1"
+SERVE_REFRESH_SECONDS = MCP_REFRESH_SECONDS
+SERVE_LIMIT = 30  # results the page lists
+# A session id can hold almost anything ("copilot_stage0/[x]"); what the page refuses is what
+# makes it a path out of the index's reach: a ".." step, a leading "/", "\" or "~", a control character.
+_NOT_AN_ID = LazyPattern(r"[\x00-\x1f\x7f]|(^|[/\\])\.\.([/\\]|$)|^[/\\~]")
+
+
+def page_search(ctx, params):
+    """The page's search: search_sessions() with the CLI's filters (the page's query string)."""
+    get = lambda k: (params.get(k) or [""])[0].strip() or None  # noqa: E731
+    tools = params.get("tool") or None
+    data = search_sessions(ctx, get("q") or "", limit=SERVE_LIMIT, refresh=False, cwd=get("cwd"),
+                           after=get("after"), before=get("before"), agent=get("agent"),
+                           tools=get("tools") == "1", tool=tools, path=get("path"))
+    # The page marks matches from their offsets, given as [text, matched] pieces (a session's own `**`
+    # stays text; JavaScript counts string offsets otherwise than Python)
+    for r in data["results"]:
+        text, pos, parts = r.get("matchedSnippet") or "", 0, []
+        for start, end in r.pop("matchedHighlights", None) or ():
+            parts += [[text[pos:start], False], [text[start:end], True]]
+            pos = end
+        r["matchedParts"] = [p for p in parts + [[text[pos:], False]] if p[0]]
+        for m in r.get("matches") or ():
+            m.pop("highlights", None)
+    return data
+
+
+def page_session(ctx, ref, params):
+    """The page's session view: show_session() whole (or --around), rendered as the HTML export's body,
+    with its sub-agents; a reference that is not an id (a path, "..") is refused."""
+    if not ref.strip() or _NOT_AN_ID.search(ref):
+        raise UsageError("not a session id: %r" % ref[:80])
+    data = show_session(ctx, ref, everything=True, refresh=False)
+    store = ctx.store()
+    try:
+        children = store.con.execute("SELECT session_id, name FROM sessions WHERE parent = ? ORDER BY created",
+                                     (data["session"]["sessionId"],)).fetchall()
+    finally:
+        store.close()
+    link = lambda sid: "#session=" + urllib_quote(sid)  # noqa: E731
+    return {"session": data["session"], "html": session_fragment(data, link, children),
+            "children": [{"sessionId": sid, "name": name} for sid, name in children]}
+
+
+def urllib_quote(s):
+    import urllib.parse
+    return urllib.parse.quote(s, safe="")
+
+
+PAGE_SCRIPT = r"""
+const $ = s => document.querySelector(s);
+const q = $('#q'), list = $('#results'), view = $('#view'), note = $('#note');
+let timer = 0, ticket = 0, active = -1;
+function marked(parts) {
+  const frag = document.createDocumentFragment();
+  (parts || []).forEach(([text, hit]) => {
+    text = text.replace(/[\x00-\x08\x0b-\x1f\x7f]/g, c => '^' + String.fromCharCode(c.charCodeAt(0) ^ 64));
+    if (hit) { const m = document.createElement('mark'); m.textContent = text; frag.append(m); }
+    else frag.append(text);
+  });
+  return frag;
+}
+function el(tag, cls, text) { const e = document.createElement(tag); if (cls) e.className = cls; if (text != null) e.textContent = text; return e; }
+function params() {
+  const p = new URLSearchParams();
+  if (q.value.trim()) p.set('q', q.value);
+  for (const id of ['agent', 'cwd', 'after', 'before']) { const v = $('#' + id).value.trim(); if (v) p.set(id, v); }
+  if ($('#tools').checked) p.set('tools', '1');
+  return p;
+}
+function select(i) {
+  const items = list.querySelectorAll('li');
+  if (!items.length) return;
+  active = Math.max(0, Math.min(items.length - 1, i));
+  items.forEach((li, j) => li.classList.toggle('active', j === active));
+  items[active].scrollIntoView({block: 'nearest'});
+}
+async function search() {
+  const mine = ++ticket, p = params();
+  history.replaceState(null, '', (p.toString() ? '?' + p : location.pathname) + location.hash);
+  if (!p.get('q')) { list.replaceChildren(); note.textContent = 'Type to search your sessions.'; return; }
+  note.textContent = 'Searching…';
+  const r = await fetch('/api/search?' + p), d = await r.json();
+  if (mine !== ticket) return;
+  if (!r.ok) { list.replaceChildren(); note.textContent = d.error.message; return; }
+  note.textContent = d.resultCount ? d.resultCount + (d.hasMore ? '+' : '') + (d.resultCount === 1 ? ' session' : ' sessions')
+    : 'No session matches.';
+  list.replaceChildren(...d.results.map((res, i) => {
+    const li = el('li'), a = el('a'), seq = res.matches && res.matches.length ? res.matches[0].seq : '';
+    a.href = '#session=' + encodeURIComponent(res.shortId || res.sessionId) + (seq !== '' ? '&seq=' + seq : '');
+    a.append(el('span', 'name', res.name || 'Unnamed session'), el('span', 'facts', [res.agent, (res.modified || '').slice(0, 10), res.cwd || ''].join(' · ')));
+    const snip = el('span', 'snippet'); snip.append(marked(res.matchedParts)); a.append(snip);
+    li.append(a); return li;
+  }));
+  active = -1;
+  if (d.results.length) select(0);
+}
+async function open() {
+  const h = new URLSearchParams(location.hash.slice(1)), id = h.get('session');
+  if (!id) { view.replaceChildren(el('p', 'omitted', 'Open a result to read the session.')); return; }
+  view.replaceChildren(el('p', 'omitted', 'Loading…'));
+  const r = await fetch('/api/session/' + encodeURIComponent(id)), d = await r.json();
+  if (!r.ok) { view.replaceChildren(el('p', 'omitted', d.error.message)); return; }
+  view.innerHTML = d.html;  // rendered and escaped by the server (session_fragment)
+  document.title = (d.session.name || 'Unnamed session') + ' · Sesame';
+  const copy = $('#copy');
+  if (copy) copy.onclick = () => navigator.clipboard.writeText($('#resume').textContent).then(() => { copy.textContent = 'Copied'; });
+  const hit = h.get('seq') && document.getElementById('c' + h.get('seq'));
+  if (hit) {
+    hit.classList.add('hit'); if (hit.tagName === 'DETAILS') hit.open = true;
+    // Off-screen messages are laid out lazily (content-visibility): their real heights move the
+    // target as it comes into view, so it is aimed at again once they are known.
+    hit.scrollIntoView({block: 'center'});
+    requestAnimationFrame(() => requestAnimationFrame(() => hit.scrollIntoView({block: 'center'})));
+  }
+  else view.scrollTop = 0;
+}
+q.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(search, 120); });
+for (const id of ['agent', 'cwd', 'after', 'before', 'tools']) $('#' + id).addEventListener('change', search);
+document.addEventListener('keydown', ev => {
+  const typing = ['INPUT', 'SELECT', 'TEXTAREA'].includes(document.activeElement.tagName);
+  if (ev.key === '/' && !typing) { ev.preventDefault(); q.focus(); q.select(); }
+  else if (ev.key === 'ArrowDown' && (document.activeElement === q || !typing)) { ev.preventDefault(); select(active + 1); }
+  else if (ev.key === 'ArrowUp' && (document.activeElement === q || !typing)) { ev.preventDefault(); select(active - 1); }
+  else if (ev.key === 'Enter' && active >= 0 && (document.activeElement === q || !typing)) {
+    const a = list.querySelectorAll('li a')[active]; if (a) { ev.preventDefault(); location.hash = a.getAttribute('href').slice(1); }
+  } else if (ev.key === 'Escape') q.focus();
+});
+window.addEventListener('hashchange', open);
+const start = new URLSearchParams(location.search);
+q.value = start.get('q') || '';
+for (const id of ['agent', 'cwd', 'after', 'before']) $('#' + id).value = start.get(id) || '';
+$('#tools').checked = start.get('tools') === '1';
+search(); open();
+"""
+
+PAGE_LAYOUT_CSS = """
+.app{display:grid;grid-template-columns:minmax(300px,420px) 1fr;height:100vh}
+.side{border-right:1px solid var(--line);display:flex;flex-direction:column;min-height:0}
+.bar{padding:12px;border-bottom:1px solid var(--line)}
+.bar h2{font-size:15px;margin:0 0 8px;letter-spacing:.02em}.bar h2 span{color:var(--muted);font-weight:400}
+#q{width:100%;font-size:16px;padding:8px 10px;border:1px solid var(--line);border-radius:8px;background:var(--card);color:var(--fg)}
+.filters{display:grid;grid-template-columns:1fr 1fr;gap:6px;margin-top:8px;font-size:13px}
+.filters label{display:flex;gap:6px;align-items:center;color:var(--muted)}
+.filters input,.filters select{width:100%;padding:4px 6px;border:1px solid var(--line);border-radius:6px;background:var(--card);color:var(--fg)}
+.filters input[type=checkbox]{width:auto}
+#note{color:var(--muted);font-size:13px;margin:8px 0 0}
+#results{list-style:none;margin:0;padding:0;overflow-y:auto;flex:1}
+#results a{display:block;padding:10px 12px;border-bottom:1px solid var(--line);color:inherit;text-decoration:none}
+#results li.active a,#results a:hover{background:var(--user)}
+#results .name{display:block;font-weight:600}
+#results .facts{display:block;font-size:12px;color:var(--muted);white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+#results .snippet{display:block;font-size:13px;margin-top:2px;overflow-wrap:anywhere}
+#view{overflow-y:auto;min-height:0}
+kbd{border:1px solid var(--line);border-radius:4px;padding:0 4px;font-size:12px}
+@media (max-width:760px){.app{grid-template-columns:1fr;height:auto}#view{overflow:visible}}
+@media print{.side{display:none}.app{display:block;height:auto}}
+"""
+
+
+def page_html(nonce, agents):
+    """The page: search on the left, the open session on the right; script and style by nonce."""
+    options = "".join('<option value="%s">%s</option>' % (html.escape(a), html.escape(a)) for a in agents)
+    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>Sesame</title>\n'
+            '<style nonce="%(n)s">%(css)s%(layout)s</style></head>\n<body><div class="app">\n'
+            '<aside class="side noprint"><div class="bar"><h2>Sesame <span>· press <kbd>/</kbd> to search, '
+            '<kbd>↑</kbd><kbd>↓</kbd> <kbd>Enter</kbd> to open</span></h2>\n'
+            '<input id="q" type="search" placeholder="Search sessions…" autocomplete="off" autofocus>\n'
+            '<div class="filters"><select id="agent"><option value="">any agent</option>%(options)s</select>'
+            '<input id="cwd" placeholder="cwd (folder)"><input id="after" placeholder="after (7d, 2025-01-31)">'
+            '<input id="before" placeholder="before"><label><input id="tools" type="checkbox"> tool calls only</label></div>\n'
+            '<p id="note"></p></div><ul id="results"></ul></aside>\n'
+            '<main id="view" class="session"></main></div>\n'
+            '<script nonce="%(n)s">%(js)s</script></body></html>\n'
+            % {"n": nonce, "css": PAGE_CSS, "layout": PAGE_LAYOUT_CSS, "options": options, "js": PAGE_SCRIPT})
+
+
+def page_csp(nonce):
+    """Nothing but this page's own script and style, and requests to itself."""
+    return ("default-src 'none'; script-src 'nonce-%s'; style-src 'nonce-%s'; connect-src 'self'; img-src 'self' data:; "
+            "base-uri 'none'; form-action 'none'; frame-ancestors 'none'" % (nonce, nonce))
+
+
+class PageServer:
+    """`sesame serve`: the page and its JSON API on 127.0.0.1, for the user who started it only.
+
+    Other local users and any web page open in the same browser can reach a loopback port, so every
+    request must carry the random token printed in the URL (then kept in an HttpOnly, SameSite=Strict
+    cookie), compared in constant time; the Host header must be this address and port (a DNS
+    rebinding page has its own name there); only GET is answered, and no CORS header is ever sent."""
+
+    def __init__(self, port=0, env=None):
+        import http.server
+        import secrets
+        import threading
+        self.token = secrets.token_urlsafe(32)
+        self.env = env
+        self.stop = threading.Event()
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            server_version = "sesame"
+            sys_version = ""
+
+            def do_GET(self):  # noqa: N802 (http.server's naming)
+                server.answer(self)
+
+            def __getattr__(self, name):  # every other method (POST, PUT, OPTIONS, ...): 405
+                if name.startswith("do_"):
+                    return lambda: server.send(self, 405, {"error": {"code": "method", "message": "only GET"}},
+                                               extra={"Allow": "GET"})
+                raise AttributeError(name)
+
+            def log_message(self, fmt, *args):
+                pass  # no request log: the URLs hold search words
+
+        self.httpd = http.server.ThreadingHTTPServer((SERVE_HOST, port), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.cookie = "sesame_%d" % self.port  # one per port: two servers' tokens do not overwrite each other
+
+    @property
+    def url(self):
+        return "http://%s:%d/?token=%s" % (SERVE_HOST, self.port, self.token)
+
+    def context(self):
+        return Context(env=self.env, warn=_quiet)
+
+    def send(self, h, status, body, ctype="application/json; charset=utf-8", extra=None, nonce=None):
+        data = body if isinstance(body, bytes) else (body if isinstance(body, str) else to_json(body)).encode("utf-8")
+        h.send_response(status)
+        h.send_header("Content-Type", ctype)
+        h.send_header("Content-Length", str(len(data)))
+        h.send_header("Content-Security-Policy", page_csp(nonce) if nonce else "default-src 'none'; frame-ancestors 'none'")
+        h.send_header("X-Content-Type-Options", "nosniff")
+        h.send_header("Referrer-Policy", "no-referrer")
+        h.send_header("Cache-Control", "no-store")
+        h.send_header("X-Frame-Options", "DENY")
+        for k, v in (extra or {}).items():
+            h.send_header(k, v)
+        h.end_headers()
+        h.wfile.write(data)
+
+    def _refuse(self, h, status, message):
+        self.send(h, status, {"error": {"code": "refused", "message": message}})
+
+    def answer(self, h):
+        import hmac
+        import urllib.parse
+        if h.headers.get("Host") not in ("%s:%d" % (SERVE_HOST, self.port), SERVE_HOST if self.port == 80 else None):
+            return self._refuse(h, 421, "this server answers only at %s:%d" % (SERVE_HOST, self.port))
+        url = urllib.parse.urlsplit(h.path)
+        params = urllib.parse.parse_qs(url.query)
+        given = (params.pop("token", None) or [""])[0]
+        if given:
+            if not hmac.compare_digest(given.encode(), self.token.encode()):
+                return self._refuse(h, 403, "wrong token: open the URL sesame serve printed")
+            # The token leaves the address bar (and the history) for the cookie.
+            rest = urllib.parse.urlencode(params, doseq=True)
+            return self.send(h, 303, b"", "text/plain", extra={
+                "Location": url.path + ("?" + rest if rest else ""),
+                "Set-Cookie": "%s=%s; HttpOnly; SameSite=Strict; Path=/" % (self.cookie, self.token)})
+        jar = {}
+        for part in (h.headers.get("Cookie") or "").split(";"):
+            k, _, v = part.strip().partition("=")
+            jar[k] = v
+        if not hmac.compare_digest(jar.get(self.cookie, "").encode(), self.token.encode()):
+            return self._refuse(h, 403, "no token: open the URL sesame serve printed")
+        path = urllib.parse.unquote(url.path)
+        try:
+            if url.path == "/":
+                import secrets
+                nonce = secrets.token_urlsafe(16)
+                return self.send(h, 200, page_html(nonce, list(PARSERS)), "text/html; charset=utf-8", nonce=nonce)
+            if url.path == "/api/search":
+                return self.send(h, 200, page_search(self.context(), params))
+            if url.path.startswith("/api/session/"):
+                return self.send(h, 200, page_session(self.context(), path[len("/api/session/"):], params))
+        except SesameError as e:
+            return self.send(h, 404 if e.kind == "not_found" else 400, error_json(e))
+        except sqlite3.DatabaseError as e:
+            return self.send(h, 503, {"error": {"code": "index", "message": "the index is busy or unusable: %s" % e}})
+        except Exception as e:  # noqa: BLE001  (one request's failure is that request's answer)
+            _stderr("sesame serve: %s failed:\n%s" % (url.path, _traceback()))
+            return self.send(h, 500, {"error": {"code": "internal", "message": "%s failed: %s" % (url.path, e)}})
+        return self._refuse(h, 404, "no such page")
+
+    def serve(self, open_query=None):
+        """Serve until interrupted, the index refreshed in the background as the MCP server's is."""
+        import threading
+        threading.Thread(target=_keep_fresh, args=(self.stop, SERVE_REFRESH_SECONDS), daemon=True).start()
+        if open_query is not None:
+            import urllib.parse
+            import webbrowser
+            url = self.url + ("&q=" + urllib.parse.quote(open_query) if open_query else "")
+            threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+        try:
+            self.httpd.serve_forever()
+        finally:
+            self.stop.set()
+            self.httpd.server_close()
+
+
+def serve_page(ctx, port=0, open_query=None):
+    """Refresh the index once, print the URL, serve until Ctrl-C."""
+    first_use = not os.path.exists(ctx.index_path)
+    store = ctx.store()
+    try:
+        refresh_before_reading(ctx, store, first_use)
+    finally:
+        store.close()
+    try:
+        server = PageServer(port, ctx.env)
+    except OSError as e:
+        raise SesameError("cannot serve on %s:%d: %s" % (SERVE_HOST, port, e.strerror or e)) from None
+    print("sesame: serving on %s (Ctrl-C stops)" % server.url, flush=True)
+    try:
+        server.serve(open_query)
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
+
+
+
+# ==================================================================================================
 # Commands and CLI
 # ==================================================================================================
 #
@@ -13357,12 +13961,28 @@ def cmd_search(args, ctx):
 
 
 def cmd_show(args, ctx):
+    if args.format or args.output or args.force:
+        return cmd_export(args, ctx)
     data = show_request(ctx, cli_params(args))
     if args.json:
         emit_json(bound_json(data, SHOW_JSON_MAX_CHARS if args.max_chars is None else args.max_chars))
     else:
         sys.stdout.write(show_text(data, use_color(sys.stdout, ctx.env), args.max_chars or 0))
     return EXIT_OK
+
+
+def cmd_export(args, ctx):
+    if not args.format or args.json:
+        raise UsageError("--output and --force go with --format markdown or html" if not args.format else
+                         "--format and --json are two outputs: choose one")
+    args.all = True  # an export holds everything; what is long is collapsed, not left out
+    write_export(export_session(show_request(ctx, cli_params(args)), args.format, args.max_chars or 0), args.output,
+                 args.force)
+    return EXIT_OK
+
+
+def cmd_serve(args, ctx):
+    return serve_page(ctx, args.port, args.open)
 
 
 def cmd_index(args, ctx):
@@ -13502,6 +14122,8 @@ COMMANDS = {c.name: c for c in (
             forget_request, cmd_forget),
     Command("mcp", "", "serve search, show and status to agents over MCP", _no_arguments, None, cmd_mcp,
             context=False),
+    Command("serve", "[--port N] [--open QUERY]", "a local web page to search and read sessions (127.0.0.1 only)",
+            _serve_arguments, None, cmd_serve),
 )}
 
 

@@ -7975,6 +7975,442 @@ def test_forget_on_a_full_disk_or_a_locked_index_is_one_error_and_changes_nothin
 
 
 # ---------------------------------------------------------------------------------------------
+# Export and the local page: show --format markdown|html, sesame serve
+# ---------------------------------------------------------------------------------------------
+
+HOSTILE = ['<script>alert(1)</script>', '"><img src=x onerror=alert(2)>']
+
+
+@pytest.fixture
+def page_sessions(env, tmp_path, capsys):
+    """A pi session with a tool call whose output holds backtick runs, one whose text is hostile
+    markup, and a Claude Code session with a sub-agent; indexed."""
+    w = PiWriter(env, "aaaa1111-fence", cwd="/home/dev/docs", start="2026-01-05T10:00:00.000Z")
+    w.user("Why does the readme render the walrus example wrong?")
+    w.assistant("Let me look.", thinking="The fences are probably too short.")
+    w.tool("bash", {"command": "cat README.md"}, "Example:\n````md\n```js\nwalrus()\n```\n````\nend")
+    w.assistant("The inner fence has four backticks: the outer one needs five.")
+    name(w, "Walrus readme fences").save()
+    w = PiWriter(env, "bbbb2222-hostile", cwd="/home/dev/web", start="2026-01-06T10:00:00.000Z")
+    w.user("Sanitise this pangolin comment: " + HOSTILE[0])
+    w.assistant("The pangolin attribute is " + HOSTILE[1])
+    w.tool("bash", {"command": "echo '%s'" % HOSTILE[0]}, HOSTILE[1])
+    w.tool("bash", {"command": "ls --color"}, "\x1b[31mred.txt\x1b[0m")
+    name(w, "Pangolin " + HOSTILE[0]).save()
+    root = tmp_path / "claude-projects"
+    write_jsonl(root / "-proj" / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", "find the capybara TODO comments"),
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "text", "text": "I'll ask a sub-agent."}])])
+    write_jsonl(root / "-proj" / cc_SID / "subagents" / "agent-a0ad4f.jsonl", [
+        cc_cl_user("c1", "2026-01-01T00:00:02Z", "Search the repo for capybara TODO comments", isSidechain=True,
+                   agentId="a0ad4f"),
+        cc_cl_asst("c2", "2026-01-01T00:00:03Z", "msg_c", [{"type": "text", "text": "Found 3."}], isSidechain=True,
+                   agentId="a0ad4f")])
+    write_config({"sources": [{"parser": "pi", "path": str(env)}, {"parser": "claude", "path": str(root)}]}, tmp_path)
+    assert run(capsys, "index")[0] == 0
+    return tmp_path
+
+
+def test_markdown_export_has_the_header_and_fences_longer_than_any_backtick_run_inside(page_sessions, capsys):
+    code, out, err = show(capsys, "aaaa1111", "--format", "md")
+    assert code == 0, err
+    assert out.startswith("# Walrus readme fences\n") and "- cwd: `/home/dev/docs`" in out
+    assert "Resume:\n\n```sh\npi --session " in out
+    # The tool output holds runs of 3 and 4 backticks: its block is fenced with 5, so it ends where it should.
+    block = re.search(r"^(`{5})\n(.*?)\n`{5}$", out, re.S | re.M)
+    assert block and "````md\n```js\nwalrus()" in block.group(2)
+    assert "<details><summary>[1] thinking: The fences are probably too short.</summary>" in out
+    assert "<details><summary>[3] tool bash: cat README.md</summary>" in out
+    assert "The inner fence has four backticks" in out  # messages stay Markdown text
+    assert show(capsys, "aaaa1111", "--format", "markdown")[1] == out
+
+
+def test_markdown_export_closes_a_code_block_a_cut_message_left_open(env, capsys):
+    w = PiWriter(env, "ffff6666-cut", cwd="/home/dev/cut", start="2026-01-07T10:00:00.000Z")
+    w.user("Write the build script.")
+    w.assistant("Here it is:\n````sh\nmake\n```\nstill the script")  # the reply was cut mid-block
+    w.user("Thanks, now the tests.")
+    name(w, "Cut reply").save()
+    assert run(capsys, "index")[0] == 0
+    out = show(capsys, "ffff6666", "--format", "md")[1]
+    assert "still the script\n````\n\n**[2] user**" in out  # the next message is text again, not code
+    # A block that is closed stays as it is.
+    assert sesame.md_closed("a\n```py\nx\n```\nb") == "a\n```py\nx\n```\nb"
+
+
+def test_html_export_is_one_self_contained_file_with_untrusted_text_shown_as_text(page_sessions, capsys):
+    code, out, err = show(capsys, "bbbb2222", "--format", "html")
+    assert code == 0, err
+    for bad in HOSTILE:
+        assert bad not in out
+        assert html_escape(bad) in out
+    assert "<script" not in out and "<img" not in out  # no script needed, none let in
+    assert "default-src 'none'" in out and not re.search(r"(src|href)=\"?(https?:|//)", out)
+    assert "prefers-color-scheme:dark" in out and "@media print" in out
+    assert out.count("<details") == 2  # the tool calls, collapsed; their output inside
+    assert "^[[31mred.txt^[[0m" in out and "\x1b" not in out  # terminal colours shown as show prints them
+    assert '<code id="resume">pi --session ' in out
+
+
+def html_escape(text):
+    import html
+    return html.escape(text)
+
+
+def test_export_honours_around_and_max_chars_as_show_does(page_sessions, capsys):
+    out = show(capsys, "aaaa1111", "--format", "md", "--around", "3", "--context", "0")[1]
+    assert "[3] tool bash" in out and "Let me look" not in out and "four backticks" not in out
+    assert "… 3 chunks (seq 0-2) not shown" in out and "not shown (use --around SEQ)" in out
+    whole = show(capsys, "aaaa1111", "--format", "html")[1]
+    short = show(capsys, "aaaa1111", "--format", "html", "--max-chars", str(len(whole) - 100))[1]
+    assert len(short) < len(whole) - 100 and "not shown (use --around SEQ or a larger --max-chars)" in short
+
+
+def test_export_output_writes_a_file_and_refuses_to_overwrite_it_without_force(page_sessions, tmp_path, capsys):
+    target = tmp_path / "walrus.md"
+    code, out, err = show(capsys, "aaaa1111", "--format", "md", "--output", str(target))
+    assert code == 0 and out == "" and target.read_text().startswith("# Walrus readme fences")
+    target.write_text("my notes")
+    code, out, err = show(capsys, "aaaa1111", "--format", "md", "--output", str(target))
+    assert code == 1 and "exists; add --force" in err and target.read_text() == "my notes"
+    assert show(capsys, "aaaa1111", "--format", "html", "--output", str(target), "--force")[0] == 0
+    assert target.read_text().startswith("<!DOCTYPE html>")
+    code, _, err = show(capsys, "aaaa1111", "--output", str(target))
+    assert code == 2 and "--format" in err
+
+
+def test_mcp_show_tool_offers_no_export_options():
+    assert not set(sesame.option_schema(sesame.COMMANDS["show"])["properties"]) & {"format", "output", "force"}
+
+
+class PageClient:
+    """sesame serve in a thread of the test, and raw HTTP requests to it (any Host, method, cookie)."""
+
+    def __init__(self):
+        self.server = sesame.PageServer(0)
+        self.thread = threading.Thread(target=self.server.serve, daemon=True)
+        self.thread.start()
+        self.host = "127.0.0.1:%d" % self.server.port
+        self.cookie = "%s=%s" % (self.server.cookie, self.server.token)
+
+    def get(self, path, host=None, cookie=None, method="GET"):
+        import http.client
+        c = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
+        headers = {"Host": host or self.host}
+        if cookie is not False:
+            headers["Cookie"] = cookie or self.cookie
+        c.request(method, path, headers=headers)
+        r = c.getresponse()
+        body = r.read().decode("utf-8")
+        c.close()
+        return r, body
+
+    def close(self):
+        self.server.httpd.shutdown()
+        self.thread.join(10)
+
+
+@pytest.fixture
+def page(page_sessions):
+    client = PageClient()
+    yield client
+    client.close()
+
+
+def test_serve_answers_only_with_the_token_and_turns_it_into_a_strict_cookie(page):
+    assert page.get("/", cookie=False)[0].status == 403
+    assert page.get("/api/search?q=walrus", cookie=False)[0].status == 403
+    assert page.get("/", cookie="%s=%s" % (page.server.cookie, "x" * 43))[0].status == 403
+    assert page.get("/?token=wrong", cookie=False)[0].status == 403
+    r, _ = page.get("/?token=%s&q=walrus" % page.server.token, cookie=False)
+    assert r.status == 303 and r.getheader("Location") == "/?q=walrus"
+    assert r.getheader("Set-Cookie") == "%s=%s; HttpOnly; SameSite=Strict; Path=/" % (page.server.cookie, page.server.token)
+    r, body = page.get("/api/search?q=walrus")
+    assert r.status == 200 and json.loads(body)["results"][0]["name"] == "Walrus readme fences"
+
+
+def test_serve_refuses_a_foreign_host_other_methods_and_ids_that_are_paths(page):
+    assert page.get("/", host="evil.example:%d" % page.server.port)[0].status == 421  # DNS rebinding
+    assert page.get("/", host="localhost:1")[0].status == 421
+    for method in ("POST", "PUT", "DELETE", "OPTIONS", "PATCH"):
+        r, _ = page.get("/api/search?q=walrus", method=method)
+        assert r.status == 405 and r.getheader("Allow") == "GET"
+    for ref in ("..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd", "..", "a%5C..%5Cb", "~%2F.ssh", "a%00b"):
+        r, body = page.get("/api/session/" + ref)
+        assert r.status == 400 and "not a session id" in body
+    r, body = page.get("/api/session/ffff9999")
+    assert r.status == 404 and "no session matches" in body
+
+
+def test_serve_page_has_a_strict_policy_no_cors_and_escapes_untrusted_session_text(page):
+    r, body = page.get("/")
+    csp = r.getheader("Content-Security-Policy")
+    nonce = re.search(r"script-src 'nonce-([^']+)'", csp).group(1)
+    assert "default-src 'none'" in csp and "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
+    assert body.count("<script") == 1 and '<script nonce="%s">' % nonce in body
+    r2, _ = page.get("/")
+    assert r2.getheader("Content-Security-Policy") != csp  # a new nonce every time
+    r, body = page.get("/api/session/bbbb2222")
+    assert r.status == 200 and not any(k.lower().startswith("access-control") for k in r.headers)
+    fragment = json.loads(body)["html"]
+    for bad in HOSTILE:
+        assert bad not in fragment and html_escape(bad) in fragment
+    r, body = page.get("/api/search?q=pangolin")
+    assert json.loads(body)["results"][0]["name"] == "Pangolin " + HOSTILE[0]  # data; the page sets it as text
+
+
+def test_serve_search_takes_the_cli_filters(page):
+    def names(query):
+        return [r["name"] for r in json.loads(page.get("/api/search?" + query)[1])["results"]]
+    assert names("q=capybara") and names("q=capybara&agent=pi") == []
+    assert names("q=capybara&agent=claude") == names("q=capybara")
+    assert names("q=walrus&cwd=%2Fhome%2Fdev%2Fdocs") == ["Walrus readme fences"]
+    assert names("q=walrus&cwd=%2Fhome%2Fdev%2Fweb") == []
+    assert names("q=README&tools=1") == ["Walrus readme fences"]
+    r, body = page.get("/api/search?q=walrus&after=someday")
+    assert r.status == 400 and json.loads(body)["error"]["message"]
+
+
+def test_serve_prints_its_url_and_open_hands_the_search_to_the_browser(page_sessions, capsys, monkeypatch):
+    import webbrowser
+    opened = []
+    monkeypatch.setattr(webbrowser, "open", opened.append)
+    client = sesame.PageServer(0)
+    thread = threading.Thread(target=client.serve, args=("nix flake",), daemon=True)
+    thread.start()
+    try:
+        end = time.time() + 10
+        while not opened and time.time() < end:
+            time.sleep(0.05)
+        assert opened == [client.url + "&q=nix%20flake"]
+    finally:
+        client.httpd.shutdown()
+        thread.join(10)
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sesame.py"), "serve"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/\?token=\S+", first).group(0)
+        import urllib.request
+        page = urllib.request.build_opener(urllib.request.HTTPCookieProcessor()).open(url + "&q=walrus", timeout=30)
+        assert page.status == 200 and page.url.endswith("/?q=walrus") and "<title>Sesame</title>" in page.read().decode()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line(page_sessions, capsys):
+    import socket
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    try:
+        code, out, err = run(capsys, "serve", "--port", str(busy.getsockname()[1]))
+    finally:
+        busy.close()
+    assert code == 1 and "cannot serve on 127.0.0.1:" in err and "Traceback" not in err
+
+
+def test_serve_session_links_a_session_and_its_sub_agents(page):
+    parent = json.loads(page.get("/api/session/" + cc_SID)[1])
+    assert parent["children"] == [{"sessionId": "agent-a0ad4f", "name": parent["children"][0]["name"]}]
+    assert 'href="#session=agent-a0ad4f"' in parent["html"]
+    child = json.loads(page.get("/api/session/agent-a0ad4f")[1])
+    assert 'href="#session=%s"' % cc_SID in child["html"] and "sub-agent of" in child["html"]
+
+
+# Real headless Chromium (Debian's package), driven over the DevTools protocol with a minimal
+# websocket client: the page as a person uses it.
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(not CHROMIUM, reason="Chromium is not installed (apt-get install chromium; .ci/run does)")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars", "--window-size=1280,900"]
+
+
+class DevTools:
+    """A Chromium page over the DevTools protocol: JSON messages over a websocket (RFC 6455)."""
+
+    def __init__(self, ws_url):
+        import base64
+        import socket
+        import urllib.parse
+        u = urllib.parse.urlsplit(ws_url)
+        self.sock = socket.create_connection((u.hostname, u.port), timeout=30)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                           "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n" % (u.path, u.netloc, key)).encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += self.sock.recv(1)
+        assert b" 101 " in head.split(b"\r\n")[0], head
+        self.n = 0
+
+    def _read(self, n):
+        data = b""
+        while len(data) < n:
+            more = self.sock.recv(n - len(data))
+            assert more, "Chromium closed the DevTools connection"
+            data += more
+        return data
+
+    def _frame(self):
+        b0, b1 = self._read(2)
+        size = b1 & 0x7F
+        if size == 126:
+            size = int.from_bytes(self._read(2), "big")
+        elif size == 127:
+            size = int.from_bytes(self._read(8), "big")
+        return b0 & 0x80, b0 & 0x0F, self._read(size)
+
+    def call(self, method, **params):
+        self.n += 1
+        payload = json.dumps({"id": self.n, "method": method, "params": params}).encode()
+        mask = os.urandom(4)
+        size = len(payload)
+        head = bytes([0x81]) + (bytes([0x80 | size]) if size < 126 else bytes([0x80 | 126]) + size.to_bytes(2, "big")
+                                if size < 65536 else bytes([0x80 | 127]) + size.to_bytes(8, "big"))
+        self.sock.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+        while True:
+            message = b""
+            while True:
+                fin, opcode, data = self._frame()
+                message += data
+                if fin:
+                    break
+            reply = json.loads(message)
+            if reply.get("id") == self.n:
+                assert "error" not in reply, reply
+                return reply["result"]
+
+    def eval(self, expression):
+        r = self.call("Runtime.evaluate", expression=expression, awaitPromise=True, returnByValue=True)
+        assert "exceptionDetails" not in r, r
+        return r["result"].get("value")
+
+    def wait(self, expression, seconds=20):
+        end = time.time() + seconds
+        while time.time() < end:
+            value = self.eval(expression)
+            if value:
+                return value
+            time.sleep(0.05)
+        raise AssertionError("the page never showed: %s" % expression)
+
+    def key(self, key, code, vk, text=None):
+        for kind in ("keyDown", "keyUp"):
+            self.call("Input.dispatchKeyEvent", type=kind, key=key, code=code, windowsVirtualKeyCode=vk,
+                      **({"text": text} if text and kind == "keyDown" else {}))
+
+
+@pytest.fixture
+def browser(tmp_path):
+    """A headless Chromium with a new empty profile; yields a DevTools page, then stops it."""
+    profile = tmp_path / "chromium-profile"
+    proc = subprocess.Popen([CHROMIUM] + CHROMIUM_FLAGS + ["--user-data-dir=%s" % profile, "--remote-debugging-port=0",
+                                                           "about:blank"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        port_file = profile / "DevToolsActivePort"
+        end = time.time() + 30
+        while not port_file.exists() or not port_file.read_text().strip():
+            assert time.time() < end and proc.poll() is None, "Chromium did not start"
+            time.sleep(0.1)
+        port = int(port_file.read_text().split()[0])
+        import urllib.request
+        targets = json.load(urllib.request.urlopen("http://127.0.0.1:%d/json/list" % port, timeout=30))
+        page = DevTools(next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page"))
+        yield page
+        page.sock.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@needs_chromium
+def test_in_chromium_type_a_query_see_ranked_results_open_one_and_expand_a_tool_call(page, browser):
+    browser.call("Page.navigate", url=page.server.url)
+    browser.wait("document.querySelector('#q') && location.search === ''")  # the token went to a cookie
+    browser.wait("document.activeElement.id === 'q'")  # the box has focus on load; "/" brings it back
+    browser.eval("document.activeElement.blur()")
+    assert browser.eval("document.activeElement.id") != "q"
+    browser.key("/", "Slash", 191, "/")
+    assert browser.eval("document.activeElement.id") == "q" and browser.eval("document.querySelector('#q').value") == ""
+    browser.call("Input.insertText", text="walrus fences")
+    first = browser.wait("document.querySelector('#results li .name') && document.querySelector('#results li .name').textContent")
+    assert first == "Walrus readme fences"
+    assert browser.eval("location.search") == "?q=walrus+fences"
+    assert browser.eval("document.querySelector('#results li mark').textContent.toLowerCase()") in ("walrus", "fences")
+    browser.key("Enter", "Enter", 13, "\r")
+    browser.wait("document.querySelector('#view h1') && document.querySelector('#view h1').textContent === 'Walrus readme fences'")
+    assert "#session=aaaa1111" in browser.eval("location.hash")
+    tool = "document.querySelector('#view details.chunk.tool')"
+    assert browser.eval(tool + ".open") is False
+    browser.eval(tool + ".querySelector('summary').click()")
+    assert browser.eval(tool + ".open") is True
+    assert "walrus()" in browser.eval(tool + ".innerText")
+    # The same address opens the same search and session again (a reload, a link).
+    browser.call("Page.reload")
+    browser.wait("document.querySelector('#view h1') && document.querySelector('#results li') && true")
+    assert browser.eval("document.querySelector('#q').value") == "walrus fences"
+    # Arrows and Enter open the second result; a sub-agent links to its parent and back.
+    browser.eval("document.querySelector('#q').focus(); document.querySelector('#q').select()")
+    browser.call("Input.insertText", text="capybara TODO")
+    browser.wait("document.querySelectorAll('#results li').length === 2")
+    second = browser.eval("document.querySelectorAll('#results li .name')[1].textContent")
+    browser.key("ArrowDown", "ArrowDown", 40)
+    browser.key("Enter", "Enter", 13, "\r")
+    browser.wait("document.querySelector('#view h1') && document.querySelector('#view h1').textContent === %s" % json.dumps(second))
+    other = "agent-a0ad4f" if "session=" + cc_SID[:8] in browser.eval("location.hash") else cc_SID
+    browser.eval("document.querySelector('#view .subs a').click()")
+    browser.wait("location.hash.startsWith('#session=%s')" % other)
+    browser.wait("document.querySelector('#view .subs a') && document.querySelector('#view code#resume') !== undefined")
+
+
+@needs_chromium
+def test_in_chromium_hostile_session_text_stays_text_and_runs_nothing(page, browser):
+    browser.call("Page.addScriptToEvaluateOnNewDocument", source="window.alert = n => { window.alerted = n; };")
+    browser.call("Page.navigate", url=page.server.url + "&q=pangolin")
+    browser.wait("document.querySelector('#results li .name') && true")
+    assert browser.eval("document.querySelector('#results li .name').textContent") == "Pangolin " + HOSTILE[0]
+    browser.key("Enter", "Enter", 13, "\r")
+    browser.wait("document.querySelector('#view h1') && true")
+    assert browser.eval("document.querySelectorAll('#view img, #view script').length") == 0
+    assert HOSTILE[1] in browser.eval("document.querySelector('#view').innerText")
+    browser.eval("document.querySelector('#view details.chunk.tool summary').click()")
+    assert HOSTILE[0] in browser.eval("document.querySelector('#view details.chunk.tool').innerText")
+    assert browser.eval("typeof window.alerted") == "undefined"  # neither alert(1) nor alert(2) ran
+
+
+@needs_chromium
+def test_in_chromium_a_5000_message_session_opens_at_the_matching_message(env, capsys, browser):
+    w = PiWriter(env, "eeee5555-huge", cwd="/home/dev/huge", start="2026-04-01T10:00:00.000Z")
+    for i in range(1667):  # a tool call and its result are one chunk: 5,002 chunks
+        w.user("Step %d of the migration: %s" % (i, "rename the tables " * 8))
+        w.tool("bash", {"command": "psql -c 'select %d'" % i}, "row %d\n" % i * 20)
+        w.assistant("Done with step %d." % i)
+    w.user("Finally the okapi index is rebuilt.")
+    name(w, "Huge migration").save()
+    assert run(capsys, "index")[0] == 0
+    client = PageClient()
+    try:
+        browser.call("Page.navigate", url=client.server.url + "&q=okapi")
+        browser.wait("document.querySelector('#results li') && true")
+        browser.key("Enter", "Enter", 13, "\r")
+        browser.wait("document.querySelector('#view .chunk.hit') && true", seconds=60)
+        assert browser.eval("document.querySelectorAll('#view .chunk').length") == 3 * 1667 + 1
+        assert browser.eval("document.querySelector('#view .chunk.hit').innerText").endswith("okapi index is rebuilt.")
+        assert browser.eval("document.querySelectorAll('#view details[open]').length") == 0
+    finally:
+        client.close()
+
+
+# ---------------------------------------------------------------------------------------------
 # Reliability: bad input, faults of the index, concurrency. Long kill -9 trials are opt-in:
 # SESAME_FAULT_TRIALS=20 python3 -m pytest -q -k kill_9
 # ---------------------------------------------------------------------------------------------
