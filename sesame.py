@@ -1083,6 +1083,11 @@ def iter_jsonl(path, report, start=0):
     Never loads the file whole. Blank lines are ignored; lines that are not JSON objects, over
     MAX_LINE_BYTES, or an unfinished last line (an agent still writing) are skipped and counted in
     `report`, never fatal. Invalid UTF-8 is read with replacement characters (see json_text).
+
+    A last line without its newline is read when it is a whole JSON object (see last_record): Cursor
+    never ends its agent transcripts with one, and an agent may write a record and its newline apart.
+    Its offset is the file's end, so a read resumed there first meets the newline that may come later
+    (a blank line) and then what follows.
     """
     with open_regular(path) as f:
         f.seek(start)
@@ -1099,7 +1104,11 @@ def iter_jsonl(path, report, start=0):
                 report.skip("line too long")
                 continue
             if not line.endswith(b"\n"):
-                report.skip("unfinished last line")
+                obj = last_record(line)
+                if obj is None:
+                    report.skip("unfinished last line")
+                else:
+                    yield offset + len(line), obj
                 return
             offset += len(line)
             if not line.strip():
@@ -1113,6 +1122,20 @@ def iter_jsonl(path, report, start=0):
                 report.skip("malformed line")
                 continue
             yield offset, obj
+
+
+def last_record(line):
+    """The JSON object a file's last line holds when that line has no newline yet, or None while it
+    is still being written. A JSON object ends at its closing brace, so a line that parses as one
+    whole object is all of its record: nothing the writer adds can make it another record (a number
+    or a string could grow: only objects are records). Blank and NUL-only lines are None too."""
+    if not json_bytes(line):
+        return None
+    try:
+        obj = _json_decode(json_text(line))
+    except BAD_JSON:
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def first_json_line(path, limit=65536):
@@ -2764,7 +2787,11 @@ def _codex_records(path, report, start=0):
         if not record:
             continue
         if not raw.endswith(b"\n"):
-            report.skip("unfinished last line")
+            obj = last_record(raw)
+            if obj is None:
+                report.skip("unfinished last line")
+            else:
+                yield None, obj
             return
         try:
             obj = _json_decode(record.decode("utf-8", "replace"))  # (see json_text)
@@ -6340,23 +6367,35 @@ def _iter_glued_jsonl(path, report, start=0):
                         offset += len(raw)
                     report.skip("line too long")
                     continue
-                report.skip("unfinished last line")
+                values, whole = _glued_values(dec, json_text(raw))
+                if values and whole and all(isinstance(v, dict) for v in values):
+                    for obj in values:   # whole records, not a line still being written (see last_record)
+                        yield line_start, offset, obj
+                else:
+                    report.skip("unfinished last line")
                 return
-            line = json_text(raw)
-            pos = 0
-            while pos < len(line):
-                try:
-                    obj, end = dec.raw_decode(line, pos)
-                except BAD_JSON:
-                    report.skip("malformed line")
-                    break
+            values, whole = _glued_values(dec, json_text(raw))
+            for obj in values:
                 if isinstance(obj, dict):
                     yield line_start, offset, obj
                 else:
                     report.skip("malformed line")
-                pos = end
-                while pos < len(line) and line[pos] in " \t\r":
-                    pos += 1
+            if not whole:
+                report.skip("malformed line")
+
+
+def _glued_values(dec, line):
+    """(the JSON values glued together on one line, in order; whether the whole line parsed)."""
+    values, pos = [], 0
+    while pos < len(line):
+        try:
+            obj, pos = dec.raw_decode(line, pos)
+        except BAD_JSON:
+            return values, False
+        values.append(obj)
+        while pos < len(line) and line[pos] in " \t\r":
+            pos += 1
+    return values, True
 
 
 _ID_LIKE = LazyPattern(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")

@@ -2269,6 +2269,20 @@ def test_cursor_subagent_transcript_points_to_parent(tmp_path):
     assert s.session_id == "k1" and s.parent == "p1"
 
 
+def test_cursor_transcript_without_a_final_newline_has_its_last_message_found(env, tmp_path, capsys):
+    # Cursor never ends an agent transcript with a newline (checked on 100 real files); the last line
+    # is usually the assistant's closing summary.
+    cursor = tmp_path / "home" / ".cursor"
+    write_jsonl(cursor / "projects" / "Users-u-app" / "agent-transcripts" / "a1" / "a1.jsonl",
+                [ogc_cursor_line("user", {"type": "text", "text": "<user_query>\nset up the editor\n</user_query>"})],
+                raw_tail=json.dumps(ogc_cursor_line("assistant", {"type": "text", "text": "Added an LspAttach autocmd."})))
+    write_config({"sources": [{"parser": "cursor", "path": str(cursor)}]}, tmp_path)
+    assert index_json(capsys)["linesSkipped"] == 0
+    assert search_ids(capsys, "LspAttach") == ["a1"]
+    code, out, _ = run(capsys, "show", "a1", "--json")
+    assert [c["text"] for c in json.loads(out)["chunks"]] == ["set up the editor", "Added an LspAttach autocmd."]
+
+
 def ogc_store_db(path, meta, blobs=()):
     rows = [("INSERT INTO meta VALUES (?,?)", ("0", json.dumps(meta).encode().hex()))]
     for i, b in enumerate(blobs):
@@ -5661,6 +5675,58 @@ def test_each_append_is_read_from_the_last_stop_and_a_later_rewrite_is_still_not
     assert sum("about a trellis" in c["text"] for c in json.loads(out)["chunks"]) == 3
 
 
+@pytest.mark.parametrize("agent", ["pi", "claude"])
+def test_a_last_record_without_its_newline_is_read_and_appends_go_on_after_it(agent, env, tmp_path, capsys, monkeypatch):
+    # An agent may write a record and its newline apart (Cursor never writes the last newline): a
+    # last line that is a whole JSON object is read, and the checkpoint after it is right whether
+    # the newline comes alone, with the next record, or never.
+    root = tmp_path / agent
+    if agent == "pi":
+        w = PiWriter(root, "no-newline")
+        w.user("the first words about a gazebo")
+        path, sid = w.save(), "no-newline"
+
+        def record(i, word):
+            return {"type": "message", "id": "m%d" % i, "parentId": None, "timestamp": "2026-03-10T09:0%d:00.000Z" % i,
+                    "message": {"role": "user", "content": "note %d about a %s" % (i, word)}}
+    else:
+        path, sid = write_jsonl(root / "-proj" / (cc_SID + ".jsonl"),
+                                [cc_cl_user("u0", "2026-01-01T00:00:00Z", "the first words about a gazebo")]), cc_SID
+
+        def record(i, word):
+            return cc_cl_user("u%d" % i, "2026-01-01T00:00:0%dZ" % i, "note %d about a %s" % (i, word))
+    write_config({"sources": [{"parser": agent, "path": str(root)}]}, tmp_path)
+
+    def append(raw):
+        with open(path, "a") as f:
+            f.write(raw)
+        return index_json(capsys)
+
+    def chunks():
+        code, out, _ = run(capsys, "show", sid, "--json", "--max-chars", "0", "--no-refresh")
+        return [c["text"] for c in json.loads(out)["chunks"]]
+
+    assert append(json.dumps(record(1, "trellis")))["linesSkipped"] == 0
+    assert search_ids(capsys, "trellis", "--no-refresh") == [sid]
+    starts = read_starts(monkeypatch)
+    sizes = [os.path.getsize(path)]
+    append("\n")                                                    # the newline alone
+    sizes.append(os.path.getsize(path))
+    append(json.dumps(record(2, "pergola")))
+    sizes.append(os.path.getsize(path))
+    assert append("\n" + json.dumps(record(3, "wisteria")) + "\n")["linesSkipped"] == 0
+    # each read went on from the end of the last record read (a newline alone adds none)
+    assert [start for _, start in starts] == [sizes[0], sizes[0], sizes[2]]
+    for word in ("gazebo", "trellis", "pergola", "wisteria"):
+        assert search_ids(capsys, word, "--no-refresh") == [sid]
+    incremental = chunks()
+    assert [sum(word in text for text in incremental) for word in ("trellis", "pergola", "wisteria")] == [1, 1, 1]
+    run(capsys, "index", "--full")
+    assert chunks() == incremental
+    append('{"type": "message", "message": {"role": "user", "content": "half written')   # not whole: not read
+    assert search_ids(capsys, "half written", "--no-refresh") == []
+
+
 def _iso(i):
     return "2026-05-01T10:%02d:%02d.000Z" % (i // 60, i % 60)
 
@@ -5776,8 +5842,15 @@ def test_appends_to_each_agents_journal_are_read_from_the_last_stop_as_a_full_re
     run(capsys, "index")
     assert len(starts) == 1 and size <= starts[0][1] < os.path.getsize(path)
     assert search_ids(capsys, "found wisteria", "--no-refresh") == [sid]
+    append([], "\n".join(json.dumps(r) for r in turn(4, "magnolia")))    # a whole last record, no newline yet
+    run(capsys, "index")
+    assert search_ids(capsys, "found magnolia", "--no-refresh") == [sid]
+    append([], "\n")
+    append(turn(5, "camellia"))
+    run(capsys, "index")
     incremental = show()
-    assert sum("question about the wisteria" in text for _, _, text in incremental[1]) == 1
+    assert [sum("question about the %s" % w in text for _, _, text in incremental[1])
+            for w in ("wisteria", "magnolia", "camellia")] == [1, 1, 1]
     run(capsys, "index", "--full")
     assert show() == incremental                                  # what a full read of the file gives
 
