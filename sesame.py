@@ -135,7 +135,7 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 # Bump TEXT_VERSION when what is stored for a text changes (redaction rules, identifier parts): the
 # next run rebuilds the index from the session files and keeps the sessions whose files are gone.
-TEXT_VERSION = 5
+TEXT_VERSION = 6
 # Bump SCHEMA_VERSION when the tables change: an older index is then rebuilt from the session files
 # (they are the source of truth), a newer one is refused rather than damaged. From schema 4 on the
 # index also keeps sessions whose files are gone: a later migration must carry those over (their
@@ -802,6 +802,16 @@ _SHAPE_GROUPS = [  # (hints, [(kind, regex)])
     ]),
     (("hf_",), [
         ("huggingface_token", r"\bhf_[A-Za-z0-9]{34,}"),                                     # huggingface-access-token
+    ]),
+    (("gsk_",), [
+        # groq-api-key says 48 characters; the keys Groq issues (and those seen in real sessions) have 52.
+        ("groq_key", r"\bgsk_[A-Za-z0-9]{48,}"),                                             # groq-api-key
+    ]),
+    ((":AA",), [
+        # telegram-bot-api-token wants the word "telegram" before it; a bot token also comes bare
+        # (in https://api.telegram.org/bot<token>/, or pasted alone), and its shape (the bot's id,
+        # ":AA", 33 characters) is telling enough alone.
+        ("telegram_token", r"(?<![0-9])[0-9]{8,10}:AA[0-9A-Za-z_-]{33}(?![0-9A-Za-z_-])"),  # telegram-bot-api-token
     ]),
     (("npm_",), [
         ("npm_token", r"\bnpm_[A-Za-z0-9]{36}\b"),                                           # npm-access-token

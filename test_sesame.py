@@ -669,6 +669,8 @@ HF = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
 NPM = "npm_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
 SENDGRID = "SG." + "ngeVfQFYQlKU0ufo8x5d1A" + ".TwL2iGABf9DHoTf-09kqeF8tAmbihYzrnopKc-1s5cr"
 TWILIO = "SK" + "0123456789abcdef0123456789abcdef"
+GROQ = "gsk_" + "Q7vR2mXk9LpT4wZs8YdN3cHf6JbG1aEu5oKi0qWe7rTy3uIo9pAs"
+TELEGRAM = "7012345678" + ":AA" + "Fq3kZ_x9Lm2Nb7Vc5Xd1Sa8Df4Gh6Jk0P"
 PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA1c2s3ZkT4bD\nq8v9wPz0Yx7Lm3N2\n"
        "-----END RSA PRIVATE KEY-----")
 
@@ -679,6 +681,7 @@ PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA1c2s3ZkT4bD\nq8v9wPz0Yx
     (GH_FINE, "github_token"), (AWS, "aws_access_key_id"), (AWS_TMP, "aws_access_key_id"),
     (SLACK, "slack_token"), (STRIPE, "stripe_key"), (STRIPE_R, "stripe_key"), (GOOGLE, "google_api_key"),
     (JWT, "jwt"), (HF, "huggingface_token"), (NPM, "npm_token"), (SENDGRID, "sendgrid_key"), (TWILIO, "twilio_key"),
+    (GROQ, "groq_key"), (TELEGRAM, "telegram_token"),
 ])
 def test_token_shapes_are_replaced_and_surrounding_words_stay(secret, kind):
     text = "I exported the key %s before running deploy, see zanzibar" % secret
@@ -727,6 +730,7 @@ def test_pgp_private_key_and_a_key_whose_start_the_output_cap_dropped_are_redact
     "git clone https://github.com/org/repo.git", "mailto:bob@example.com and https://example.com",
     "PWD=/home/dev/project", "Basic usage of the API", "bypass_cache=True", "eyJ is how base64 JSON starts",
     "the SKU list", "mysql -u root -p", "ssh git@github.com", "Skipping 3 tests",
+    "gsk_short_name = 1", "ticket 12345678:AA is open",
 ])
 def test_code_about_secrets_hashes_ids_and_urls_stays_searchable(text):
     assert sesame.redact(text) == (text, 0), sesame.redact(text)
@@ -869,6 +873,23 @@ def test_secrets_never_reach_the_index_and_the_words_around_them_stay_searchable
     assert SECRET not in texts and SECRET.encode() not in raw and "abcdef0123456789abcdef" not in texts
     assert "OPENAI_API_KEY=[REDACTED:secret]" in texts or "[REDACTED:openai_key]" in texts
     assert search_ids(capsys, SECRET) == []
+
+
+def test_groq_keys_and_telegram_bot_tokens_are_in_no_output_and_not_in_the_index(env, tmp_path, capsys):
+    # Both seen verbatim in real Kimi sessions: the key pasted bare, the token in a bot URL.
+    w = PiWriter(env, "leaky-3")
+    w.user("use %s for the capybara summaries" % GROQ)
+    w.tool("bash", {"command": "curl https://api.telegram.org/bot%s/getMe" % TELEGRAM}, "ok capybara bot")
+    w.save()
+    for argv in (("search", "capybara"), ("search", "capybara", "--json"), ("show", "leaky-3"),
+                 ("show", "leaky-3", "--json", "--max-chars", "0")):
+        code, out, _ = run(capsys, *argv)
+        assert code == 0 and "capybara" in out
+        assert GROQ not in out and TELEGRAM not in out and "AAFq3kZ" not in out
+    texts, raw = index_bytes(tmp_path)
+    for secret in (GROQ, TELEGRAM):
+        assert secret not in texts and secret.encode() not in raw
+    assert "[REDACTED:groq_key]" in texts and "/bot[REDACTED:telegram_token]/getMe" in texts
 
 
 def test_redaction_can_be_switched_off_and_the_index_follows(env, tmp_path, capsys):
