@@ -7187,11 +7187,22 @@ class HermesParser(Parser):
     ended_at (epoch s), title, parent_session_id)` and `messages(session_id, role, content,
     tool_call_id, tool_calls JSON, tool_name, timestamp, reasoning, display_kind)`. Compression and
     sub-agents create child sessions linked by `parent_session_id`. Legacy JSON files: `{session_id,
-    session_start, last_updated, cwd | model_config.cwd, messages[]}` with OpenAI-style messages.
-    Skill preambles (`[SYSTEM: The user has invoked ...`) and hidden rows are context.
+    session_start, last_updated, cwd | model_config.cwd, messages[]}` with OpenAI-style messages;
+    the gateway (Telegram...) also writes `sessions/<id>.jsonl`, a `session_meta` line then one
+    message per line. Skill preambles (`[SYSTEM: The user has invoked ...`) and hidden rows are context.
+
+    One session, several files: Hermes keeps a session in state.db and, for the same id, may keep
+    `sessions/session_<id>.json` and `sessions/<id>.jsonl` beside it (seen in two real homes: 16
+    sessions). The copies disagree (each holds messages the others lack; the JSON's times are naive
+    local time, the db's epoch seconds), so the db owns the session: its title, times, cwd and
+    parent, its messages, and the messages of the copies it lacks, put after the last message both
+    hold. A copy whose id the db holds yields nothing (its store beside it is a sidecar: a session
+    appearing in the db takes it over); a copy without one is a session of its own. The db is read
+    again when a copy appears, goes or is renamed in (the folder's time: Hermes rewrites a copy by
+    a rename) or when the db itself changes.
     """
 
-    id, label, version = "hermes", "Hermes", 1
+    id, label, version = "hermes", "Hermes", 2
     verified = "0.19.0, 2026-11-25"
     records = ("user", "assistant", "tool", "system")   # message roles (rows of state.db, legacy JSON)
     skipped_records = ("session_meta",)   # the legacy JSON's tools and settings, no conversation
@@ -7217,9 +7228,114 @@ class HermesParser(Parser):
 
     def list_files(self, root):
         if os.path.isfile(root):
-            return [root] if root.endswith((".db", ".json")) else []
-        return walk_files(root, lambda n: n == "state.db" or (n.endswith(".json") and n.startswith("session")),
-                          max_depth=1)
+            return [root] if root.endswith((".db", ".json", ".jsonl")) else []
+        return walk_files(root, lambda n: n == "state.db" or n.endswith(".jsonl")
+                          or (n.endswith(".json") and n.startswith("session")), max_depth=1)
+
+    def new_run(self):
+        self._store_ids = {}
+
+    @staticmethod
+    def _store_beside(path):
+        """The state.db of the Hermes home whose sessions/ folder holds this copy."""
+        return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), "state.db")
+
+    @staticmethod
+    def _copy_id(path):
+        """The session id a copy's file name says: session_<id>.json, <id>.jsonl."""
+        name = os.path.basename(path)
+        if name.endswith(".jsonl"):
+            return name[:-len(".jsonl")]
+        return name[len("session_"):-len(".json")] if name.startswith("session_") else None
+
+    def sidecars(self, path):
+        if path.endswith(".db"):
+            return [os.path.join(os.path.dirname(path), "sessions")]
+        store = self._store_beside(path)
+        return [store, store + "-wal"]
+
+    def _held_by_store(self, path):
+        """Whether the state.db beside this copy holds its session (then the db indexes it)."""
+        store = self._store_beside(path)
+        try:
+            st = stat_file(store, self)
+        except OSError:
+            return False
+        cache = self.__dict__.setdefault("_store_ids", {})
+        key = (store, st.st_size, st.st_mtime_ns)
+        if key not in cache:
+            try:
+                con = open_agent_db(store)
+                try:
+                    cache[key] = {str(r[0]) for r in con.execute("SELECT id FROM sessions")}
+                finally:
+                    con.close()
+            except (OSError, sqlite3.DatabaseError, NotASessionFile):
+                cache[key] = set()
+        return self._copy_id(path) in cache[key]
+
+    def _copies(self, store, held):
+        """{session id: [messages]} of the copies in the sessions/ folder beside a state.db, of the
+        sessions it holds (`held`)."""
+        folder = os.path.join(os.path.dirname(store), "sessions")
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return {}
+        copies = {}
+        for name in names:
+            path = os.path.join(folder, name)
+            sid = self._copy_id(path) if name.endswith((".json", ".jsonl")) else None
+            if sid not in held:
+                continue
+            try:
+                messages = self._copy_messages(path, ParseReport())[1]
+            except (OSError, NotASessionFile):
+                continue
+            copies.setdefault(sid, []).append(messages)
+        return copies
+
+    def _copy_messages(self, path, report):
+        """(the session's own fields, its messages) of a JSON or gateway JSONL copy."""
+        if path.endswith(".jsonl"):
+            head = first_json_line(path)
+            if not head or head.get("role") != "session_meta":
+                raise NotASessionFile("no Hermes session_meta line")
+            messages = [m for _, m in iter_jsonl(path, report) if m.get("role") != "session_meta"]
+            return dict(head, session_id=self._copy_id(path)), messages
+        with open_regular(path) as f:
+            magic = f.read(16)
+        if not magic.lstrip(LINE_START).startswith(b"{"):
+            raise NotASessionFile("neither a Hermes state.db nor a session JSON")
+        d = _read_json(path, limit=512 << 20)
+        if not d or not isinstance(d.get("session_id"), str) or not isinstance(d.get("messages"), list):
+            raise NotASessionFile("no Hermes session_id/messages")
+        return d, d["messages"]
+
+    @staticmethod
+    def _merge_copy(rows, copy):
+        """The db's messages of a session (rows: (message, time, tool calls, hidden)) with those of a
+        copy that the db lacks, each put after the last message both hold (matched by role and text,
+        in order). A copy's message takes no time: its times are naive local time."""
+        def key(m):
+            content = m.get("content")
+            return m.get("role"), (content if isinstance(content, str) else text_of(content)).strip()
+        keys = [key(r[0]) for r in rows]
+        out, used, pos = list(rows), [False] * len(rows), 0
+        for m in copy:
+            if not isinstance(m, dict):
+                continue
+            k = key(m)
+            for i in range(pos, len(out)):
+                if not used[i] and keys[i] == k:
+                    used[i], pos = True, i + 1
+                    break
+            else:
+                out.insert(pos, (m, None, None, False))
+                keys.insert(pos, k)
+                used.insert(pos, True)
+                pos += 1
+        return out
 
     @staticmethod
     def _preamble(text):
@@ -7232,11 +7348,9 @@ class HermesParser(Parser):
             magic = f.read(16)
         if magic.startswith(b"SQLite format 3"):
             return self._db(path, report)
-        if not magic.lstrip(LINE_START).startswith(b"{"):
-            raise NotASessionFile("neither a Hermes state.db nor a session JSON")
-        d = _read_json(path, limit=512 << 20)
-        if not d or not isinstance(d.get("session_id"), str) or not isinstance(d.get("messages"), list):
-            raise NotASessionFile("no Hermes session_id/messages")
+        d, messages = self._copy_messages(path, report)
+        if self._held_by_store(path):
+            return []   # the db beside it indexes this session, with what only this copy holds
         s = Session(self.id, d["session_id"], path)
         mc = d.get("model_config") if isinstance(d.get("model_config"), dict) else {}
         cwd = _str(d.get("cwd")) or _str(mc.get("cwd"))
@@ -7246,9 +7360,11 @@ class HermesParser(Parser):
         s.modified = norm_time(d.get("last_updated")) or s.created
         s.created = s.created or s.modified
         calls = ToolCalls(s)
-        for m in d["messages"]:
+        for m in messages:
             if isinstance(m, dict):
-                self._message(s, m, None, calls, report)
+                ts = norm_time(m.get("timestamp"))
+                s.touch(ts)
+                self._message(s, m, ts, calls, report)
             else:
                 report.skip("malformed message")
         _finish_times(s, path)
@@ -7328,26 +7444,29 @@ class HermesParser(Parser):
                 opt(mcols, "tool_call_id"), opt(mcols, "tool_calls"), opt(mcols, "tool_name"),
                 opt(mcols, "timestamp"), opt(mcols, "reasoning"), opt(mcols, "display_kind"),
                 opt(mcols, "timestamp"))
+            rows = collections.defaultdict(list)   # session id -> (message, time, tool calls, hidden)
             for sid, role, content, tcid, tcalls, tname, tstamp, reasoning, display in con.execute(q):
-                entry = sessions.get(str(sid))
-                if entry is None:
+                if str(sid) not in sessions:
                     report.skip("message of unknown session")
                     continue
-                s, calls = entry
-                ts = norm_time(tstamp)
-                s.touch(ts)
                 try:
                     tc = json.loads(tcalls) if isinstance(tcalls, str) and tcalls else []
                 except BAD_JSON:
                     tc = []
                 m = {"role": role, "content": content, "tool_call_id": tcid, "tool_name": tname,
                      "reasoning": reasoning}
-                self._message(s, m, ts, calls, report, tool_calls=tc if isinstance(tc, list) else [],
-                              hidden=display == "hidden")
+                rows[str(sid)].append((m, norm_time(tstamp), tc if isinstance(tc, list) else [], display == "hidden"))
         finally:
             con.close()
+        copies = self._copies(path, sessions)
         out = []
-        for s, _ in sessions.values():
+        for sid, (s, calls) in sessions.items():
+            messages = rows.get(sid, [])
+            for copy in copies.get(sid, ()):
+                messages = self._merge_copy(messages, copy)
+            for m, ts, tc, hidden in messages:
+                s.touch(ts)
+                self._message(s, m, ts, calls, report, tool_calls=tc, hidden=hidden)
             _finish_times(s, path)
             out.append(s)
         return out

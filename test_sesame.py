@@ -3807,6 +3807,75 @@ def test_hermes_legacy_json(tmp_path):
     assert (s.session_id, s.cwd, texts(s, "user")) == ("s1", "/x", ["hello"])
 
 
+def hermes_db(path, sessions, messages):
+    """A state.db (0.19 columns) with (id, title, started_at) sessions and (session, role, content, time) messages."""
+    con = sqlite3.connect(str(path))
+    con.executescript("""
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT, model TEXT, model_config TEXT, parent_session_id TEXT,
+                               started_at REAL, ended_at REAL, cwd TEXT, title TEXT);
+        CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id TEXT, role TEXT, content TEXT, tool_call_id TEXT,
+                               tool_calls TEXT, tool_name TEXT, timestamp REAL, reasoning TEXT);""")
+    for sid, title, start in sessions:
+        con.execute("INSERT INTO sessions VALUES (?,'telegram','m','{}',NULL,?,NULL,'/srv/bot',?)", (sid, start, title))
+    for i, (sid, role, content, ts) in enumerate(messages):
+        con.execute("INSERT INTO messages VALUES (?,?,?,?,NULL,NULL,NULL,?,NULL)", (i + 1, sid, role, content, ts))
+    con.commit()
+    con.close()
+
+
+def test_hermes_session_in_state_db_and_its_json_and_gateway_copies_is_one_session(env, tmp_path, capsys):
+    # Hermes keeps a gateway session in state.db and again as sessions/session_<id>.json and
+    # sessions/<id>.jsonl; each copy holds messages the others lack, the copies' times are naive.
+    home = tmp_path / "home" / ".hermes"
+    (home / "sessions").mkdir(parents=True)
+    sid = "20260420_130311_1e415720"
+    hermes_db(home / "state.db", [(sid, "Database access", 1776690191)],
+              [(sid, "user", "set up the postgres reader", 1776690192),
+               (sid, "assistant", "The reader is configured.", 1776690193),
+               (sid, "user", "thanks, one more thing", 1776690300)])
+    naive = "2026-04-20T18:33:15.089124"
+    write_file(home / "sessions" / ("session_%s.json" % sid), {
+        "session_id": sid, "session_start": naive, "last_updated": naive, "messages": [
+            {"role": "user", "content": "set up the postgres reader"},
+            {"role": "assistant", "content": "The reader is configured."},
+            {"role": "user", "content": "now add the feedback suggestions table"},
+            {"role": "assistant", "content": "Feedback table ready."}]})
+    write_jsonl(home / "sessions" / (sid + ".jsonl"), [
+        {"role": "session_meta", "tools": [], "model": "m"},
+        {"role": "user", "content": "set up the postgres reader", "timestamp": naive},
+        {"role": "assistant", "content": "Gateway-only kookaburra note.", "timestamp": naive}])
+    write_file(home / "sessions" / "session_20260421_090000_aaaaaa.json", {
+        "session_id": "20260421_090000_aaaaaa", "session_start": naive, "last_updated": naive,
+        "messages": [{"role": "user", "content": "a legacy wombat question"}]})
+    write_jsonl(home / "sessions" / "20260422_090000_bbbbbb.jsonl", [
+        {"role": "session_meta", "tools": []},
+        {"role": "user", "content": "a gateway numbat question", "timestamp": "2026-04-22T09:00:01.000000"}])
+    write_config({"sources": [{"parser": "hermes", "path": str(home / "state.db")},
+                              {"parser": "hermes", "path": str(home / "sessions")}]}, tmp_path)
+    assert index_json(capsys)["sessions"] == 3
+    assert search_ids(capsys, "postgres reader") == [sid]
+    code, out, _ = run(capsys, "show", sid, "--json", "--max-chars", "0")
+    shown = json.loads(out)
+    assert shown["session"]["name"] == "Database access"
+    assert shown["session"]["created"] == "2026-04-20T13:03:11.000Z"
+    said = [c["text"] for c in shown["chunks"]]
+    # each copy's own messages after the last message it shares with the db: nothing twice, nothing lost
+    assert said == ["set up the postgres reader", "Gateway-only kookaburra note.", "The reader is configured.",
+                    "now add the feedback suggestions table", "Feedback table ready.", "thanks, one more thing"]
+    assert search_ids(capsys, "wombat") == ["20260421_090000_aaaaaa"]
+    assert search_ids(capsys, "numbat") == ["20260422_090000_bbbbbb"]
+    # The legacy session appears in the db (Hermes migrated it): the db owns it from the next run on.
+    con = sqlite3.connect(str(home / "state.db"))
+    con.execute("INSERT INTO sessions VALUES ('20260421_090000_aaaaaa','cli','m','{}',NULL,1776762000,NULL,NULL,"
+                "'Wombat care')")
+    con.commit()
+    con.close()
+    assert index_json(capsys)["sessions"] == 3
+    code, out, _ = run(capsys, "search", "wombat", "--json")
+    [found] = json.loads(out)["results"]
+    assert (found["sessionId"], found["name"]) == ("20260421_090000_aaaaaa", "Wombat care")
+
+
 # ---------------------------------------------------------------- antigravity
 
 
