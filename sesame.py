@@ -7198,8 +7198,9 @@ class HermesParser(Parser):
     parent, its messages, and the messages of the copies it lacks, put after the last message both
     hold. A copy whose id the db holds yields nothing (its store beside it is a sidecar: a session
     appearing in the db takes it over); a copy without one is a session of its own. The db is read
-    again when a copy appears, goes or is renamed in (the folder's time: Hermes rewrites a copy by
-    a rename) or when the db itself changes.
+    again when it changes or when a copy appears or goes (the folder's time); a copy changing alone
+    is seen with the db's next write (run_agent's _persist_session writes the JSON log and the db's
+    new messages together).
     """
 
     id, label, version = "hermes", "Hermes", 2
