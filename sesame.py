@@ -1787,6 +1787,13 @@ class ToolCalls:
             self.calls[call_id] = {"idx": len(s.chunks) - 1, "name": name, "args": args, "output": None, "error": False}
             self.waiting.add(call_id)
 
+    def arguments(self, call_id, args):
+        """The whole arguments of a call whose arguments came in parts (the chunk is rewritten)."""
+        entry = self.calls.get(call_id) if call_id else None
+        if entry is not None and args and entry["args"] != args:
+            entry["args"] = args
+            self._render(entry)
+
     def give_up(self):
         """Forget the calls still waiting for their result: they keep their chunk, without output, and
         a result that comes later is a chunk of its own (as pi does with PENDING_CALL_LINES)."""
@@ -6672,17 +6679,21 @@ class KimiParser(Parser):
     wire.jsonl, after the same metadata line `{timestamp (epoch s), message: {type, payload}}` events:
     TurnBegin/SteerInput (what the user typed), ContentPart (text, think), ToolCall, ToolResult
     (return_value: output, is_error). state.json beside it holds `custom_title`: a title the user
-    set (`title_generated`) or, until then, the shortened first prompt (not a name). A sub-agent has
-    its own wire in subagents/<agentId>/ (meta.json describes it), so the SubagentEvent copies in
-    the parent's wire are skipped. The cwd is in ~/.kimi/kimi.json, whose work_dirs are the folders
-    the sessions folder names by md5.
+    set (`title_generated`) or, until then, the shortened first prompt (not a name). A sub-agent (the
+    Task tool) has its own wire in subagents/<agentId>/ (meta.json describes it), so the
+    SubagentEvent copies in the parent's wire are skipped; releases without that folder (protocol
+    1.3: 9 sub-agents of a real session, 705 lines) write it only as SubagentEvent lines,
+    `{task_tool_call_id, event: {type, payload}}`: these become the sub-agent's session
+    `<sessionId>/<task_tool_call_id>`, named by the Task call's description (the context_sub_N.jsonl
+    files beside them hold the same conversation as the model saw it). The cwd is in
+    ~/.kimi/kimi.json, whose work_dirs are the folders the sessions folder names by md5.
 
     kimi-cli 0.x: ~/.kimi/sessions/<md5(cwd)>/<sessionId>.jsonl, the model's context itself:
     `{role, content, tool_calls, tool_call_id}` lines between `_checkpoint`/`_usage` bookkeeping
     lines, without timestamps.
     """
 
-    id, label, version = "kimi", "Kimi", 3
+    id, label, version = "kimi", "Kimi", 4
     verified = "1.52.0, 2026-11-24"   # kimi-cli (also 1.40.0 and 0.50); Kimi Code not run
     # Records read for nothing on purpose: the op log's settings, snapshots and LLM bookkeeping, and
     # kimi-cli's progress, status, approvals and hooks (the sub-agent's own wire holds its events).
@@ -6690,7 +6701,7 @@ class KimiParser(Parser):
     records = ("config.update", "profile.bind", "context.append_message", "context.append_loop_event",
                "context.apply_compaction", "turn.steer", "content.part", "tool.call", "tool.result",
                "TurnBegin", "SteerInput", "ContentPart", "ToolCall", "ToolResult", "BtwBegin", "BtwEnd", "PlanDisplay",
-               "QuestionRequest", "user", "assistant", "tool")
+               "QuestionRequest", "SubagentEvent", "ToolCallPart", "user", "assistant", "tool")
     blocks, skipped_blocks = ("text", "think"), ("image_url", "audio_url", "video_url")
     skipped_records = frozenset({
         "llm.*", "tools.*", "_*", "system", "step.begin", "step.end", "turn.begin", "turn.end", "usage", "status",
@@ -6701,7 +6712,7 @@ class KimiParser(Parser):
         "StepBegin", "StepInterrupted", "StepRetry", "TurnEnd", "StatusUpdate", "Notification",
         "HookTriggered", "HookResolved", "HookRequest", "HookResponse", "MCPLoadingBegin", "MCPLoadingEnd",
         "CompactionBegin", "CompactionEnd", "ApprovalRequest", "ApprovalResponse", "ApprovalRequestResolved",
-        "ToolCallRequest", "ToolCallPart", "QuestionResponse", "SubagentEvent"})
+        "ToolCallRequest", "QuestionResponse"})
 
     def default_roots(self, env):
         home = agent_dir(env, "KIMI_CODE_HOME", ".kimi-code")
@@ -6717,7 +6728,7 @@ class KimiParser(Parser):
         head = first_json_line(path)
         if head and head.get("type") == "metadata" and "protocol_version" in head:
             if self._is_cli_wire(path):
-                return [self._parse_wire(path, report, resume, limit)]
+                return self._parse_wire(path, report, resume, limit)
             return [self._parse_kimi_code(path, head, report, resume, limit)]
         if head and isinstance(head.get("role"), str) and _KIMI_SESSION_FILE.match(os.path.basename(path)):
             return [self._parse_context(path, report)]
@@ -6899,23 +6910,73 @@ class KimiParser(Parser):
             if title and title != "Untitled" and (state.get("title_generated") or legacy.get("title_generated")):
                 s.name = title
         s.cwd = self._work_dir(path, os.path.basename(os.path.dirname(session_dir)))
+        own_wires = os.path.isdir(os.path.join(folder, "subagents"))   # sub-agents keep their own wire
         r = Resumption(s, resume, limit)
-        calls = ToolCalls(s)
-        last = None   # the chunk kind streamed content parts extend
+        subs = {None: [s, ToolCalls(s), None]}   # task call id -> [session, its calls, the kind parts extend]
+        tasks = {}   # Task call id -> its description
+        streaming = {}   # task call id (None: the session) -> [call id, name, arguments so far] of its last call
         for offset, e in iter_jsonl(path, report, r.start):
             m = e.get("message")
             if isinstance(m, dict):
                 ts = norm_time(e.get("timestamp"))
-                s.touch(ts)
-                last = self._wire_event(s, m, ts, calls, last, report)
+                key, p = None, m.get("payload") if isinstance(m.get("payload"), dict) else {}
+                if m.get("type") == "SubagentEvent":
+                    self.record_type(report, m)
+                    # Later releases name the sub-agent (agent_id) whose own wire holds these events.
+                    if own_wires or "task_tool_call_id" not in p or not isinstance(p.get("event"), dict):
+                        m = None
+                    else:
+                        key, m = str(p.get("task_tool_call_id")), p["event"]
+                    if m is not None and key not in subs:
+                        if resume:   # a sub-agent's first event: a second session in the file
+                            raise ReadAgain()
+                        child = Session(self.id, "%s/%s" % (s.session_id, key), path)
+                        child.parent, child.cwd = s.session_id, s.cwd
+                        subs[key] = [child, ToolCalls(child), None]
+                if m is not None:
+                    sub = subs[key]
+                    sub[0].touch(ts)
+                    sub[2] = self._wire_event(sub[0], m, ts, sub[1], sub[2], report)
+                    self._streamed_arguments(m, key, sub[1], streaming, tasks)
             elif e.get("type") != "metadata":
                 report.skip("unknown line")
             # A chunk that streamed parts may still extend is not settled (see Resumption.line_done).
-            if r.line_done(offset, calls.waiting, calls.give_up, settled=last is None):
+            top = subs[None]
+            if r.line_done(offset, top[1].waiting, top[1].give_up, settled=top[2] is None) and len(subs) == 1:
                 break
-        r.finish()
-        _finish_times(s, path)
-        return s
+        out = [s]
+        if len(subs) == 1:
+            r.finish()
+        else:   # sub-agents' sessions: the file is read whole each time (the indexer resumes one session)
+            s.complete = True
+        for key, (child, _, _) in subs.items():
+            if key is not None:
+                child.name = tasks.get(key)
+                out.append(child)
+        for x in out:
+            _finish_times(x, path)
+        return out
+
+    @staticmethod
+    def _streamed_arguments(m, key, calls, streaming, tasks):
+        """Protocol 1.3 streams a call's arguments: the ToolCall holds their start (or nothing), each
+        ToolCallPart after it adds to them. The call's chunk gets them whole; a Task call's
+        description names its sub-agent."""
+        p = m.get("payload") if isinstance(m.get("payload"), dict) else {}
+        if m.get("type") == "ToolCall":
+            fn = p.get("function") if isinstance(p.get("function"), dict) else {}
+            raw = fn.get("arguments")
+            streaming[key] = [p.get("id"), fn.get("name"), raw if isinstance(raw, str) else ""]
+        elif m.get("type") == "ToolCallPart" and key in streaming and isinstance(p.get("arguments_part"), str):
+            streaming[key][2] += p["arguments_part"]
+        else:
+            return
+        call_id, name, raw = streaming[key]
+        args = _json_arg(raw)
+        if isinstance(args, dict):
+            calls.arguments(call_id, args)
+            if name == "Task":
+                tasks[str(call_id)] = _str(args.get("description"))
 
     def _wire_event(self, s, m, ts, calls, last, report):
         """One kimi-cli wire event; returns the chunk kind that the next streamed ContentPart extends."""

@@ -3622,6 +3622,45 @@ def test_kimi_cli_wire_prompts_tools_failures_cwd_and_resume(tmp_path):
         "cd /home/u/proj && kimi -r e262be1f-673c-4628-9d78-97b1c81d88be"
 
 
+def test_kimi_cli_sub_agents_written_only_in_the_parents_wire_are_child_sessions(env, tmp_path, capsys):
+    # Protocol 1.3 keeps no subagents/ folder: a Task sub-agent's events are SubagentEvent lines of
+    # the parent's wire (tagged with the Task call's id), and context_sub_N.jsonl beside it. A call's
+    # arguments stream: the ToolCall holds their start, ToolCallPart lines the rest.
+    arguments = json.dumps({"description": "Explore the referral code", "subagent_name": "coder", "prompt": "read it"})
+    task = {"type": "function", "id": "tool_T1", "function": {"name": "Task", "arguments": arguments[:25]}}
+
+    def sub(etype, payload):
+        return ("SubagentEvent", {"task_tool_call_id": "tool_T1", "event": {"type": etype, "payload": payload}})
+    events = [("TurnBegin", {"user_input": "implement the referral endpoints"}), ("ToolCall", task),
+              ("ToolCallPart", {"arguments_part": arguments[25:]}),
+              sub("TurnBegin", {"user_input": "read it"}),
+              sub("ContentPart", {"type": "text", "text": "A complete understanding of the quetzal structure."}),
+              sub("ToolCall", {"type": "function", "id": "tool_R1", "function": {
+                  "name": "ReadFile", "arguments": "{\"path\": \"app/referrals.py\"}"}}),
+              sub("ToolResult", {"tool_call_id": "tool_R1", "return_value": {"is_error": False, "output": "def refer(): pass"}}),
+              ("ToolResult", {"tool_call_id": "tool_T1", "return_value": {"is_error": False, "output": "explored"}}),
+              ("ContentPart", {"type": "text", "text": "Done with the endpoints."})]
+    p = ot_kimi_cli_session(tmp_path / "home", events[:3] + events[-2:])   # first the parent alone
+    write_config({"sources": [{"parser": "kimi", "path": str(tmp_path / "home" / ".kimi" / "sessions")}]}, tmp_path)
+    run(capsys, "index")
+    with open(p, "a") as f:   # the sub-agent's lines appended: the file is read again from its start
+        f.write("".join(json.dumps({"timestamp": 1795484200 + i, "message": {"type": t, "payload": q}}) + "\n"
+                        for i, (t, q) in enumerate(events[3:7])))
+    sid, child = "e262be1f-673c-4628-9d78-97b1c81d88be", "e262be1f-673c-4628-9d78-97b1c81d88be/tool_T1"
+    assert search_ids(capsys, "quetzal structure") == [child]
+    code, out, _ = run(capsys, "show", child, "--json", "--max-chars", "0")
+    shown = json.loads(out)
+    assert (shown["session"]["parent"], shown["session"]["name"]) == (sid, "Explore the referral code")
+    assert [(c["kind"], c["tool"] or c["text"]) for c in shown["chunks"]] == [
+        ("user", "read it"), ("assistant", "A complete understanding of the quetzal structure."), ("tool", "ReadFile")]
+    code, out, _ = run(capsys, "show", sid, "--json", "--max-chars", "0")
+    parent = json.loads(out)["chunks"]
+    assert not any("quetzal" in c["text"] for c in parent)   # not in the parent twice
+    assert [c["text"] for c in parent if c["tool"] == "Task"][0].count("Explore the referral code") == 1
+    info = json.loads(run(capsys, "status", "--json")[1])
+    assert info["sessions"] == 2 and not [a for a in info["perAgent"] if a.get("unrecognizedRecords")]
+
+
 def test_kimi_cli_title_set_by_the_user_is_the_name_and_unknown_events_are_counted(tmp_path):
     p = ot_kimi_cli_session(tmp_path, ot_KIMI_CLI_EVENTS[:1] + [("Hologram", {})],
                             state={"custom_title": "Exit codes", "title_generated": True})
