@@ -713,10 +713,12 @@ def cap_text(text, cap, head_share=0.75):
 
 
 def tool_text(name, args=None, output=None, is_error=False):
-    """The structured text of a tool call: its name, its arguments, then what it printed."""
+    """The structured text of a tool call: its name, its arguments (the file it touched first, so that
+    a one-line view names the file, not the first line of what a `write` put in it: OpenCode and
+    Kilo give `content` before `filePath`), then what it printed."""
     lines = ["tool: %s" % name]
     if isinstance(args, dict):
-        for k, v in args.items():
+        for k, v in sorted(args.items(), key=lambda kv: kv[0] not in PATH_ARG_KEYS):
             if v is None or v == "":
                 continue
             if not isinstance(v, str):
@@ -6914,6 +6916,7 @@ class KimiParser(Parser):
         r = Resumption(s, resume, limit)
         subs = {None: [s, ToolCalls(s), None]}   # task call id -> [session, its calls, the kind parts extend]
         tasks = {}   # Task call id -> its description
+        seen = {"ids": set(), "context": None}   # the session's call ids read; context.jsonl's calls once read
         streaming = {}   # task call id (None: the session) -> [call id, name, arguments so far] of its last call
         for offset, e in iter_jsonl(path, report, r.start):
             m = e.get("message")
@@ -6936,6 +6939,8 @@ class KimiParser(Parser):
                 if m is not None:
                     sub = subs[key]
                     sub[0].touch(ts)
+                    if key is None:
+                        self._call_before(m, sub[1], ts, folder, seen)
                     sub[2] = self._wire_event(sub[0], m, ts, sub[1], sub[2], report)
                     self._streamed_arguments(m, key, sub[1], streaming, tasks)
             elif e.get("type") != "metadata":
@@ -6956,6 +6961,32 @@ class KimiParser(Parser):
         for x in out:
             _finish_times(x, path)
         return out
+
+    @staticmethod
+    def _call_before(m, calls, ts, folder, seen):
+        """A wire can begin with the result of a call it does not hold (a session continued from
+        another: the call is in the model's context, context.jsonl beside it, seen in a real 1.3
+        session): the call is taken from there, so that the result is shown as that call's."""
+        p = m.get("payload") if isinstance(m.get("payload"), dict) else {}
+        if m.get("type") == "ToolCall":
+            seen["ids"].add(p.get("id"))
+            return
+        cid = p.get("tool_call_id")
+        if m.get("type") != "ToolResult" or not isinstance(cid, str) or cid in seen["ids"] or cid in calls.calls:
+            return
+        if seen["context"] is None:
+            seen["context"] = known = {}
+            try:
+                for _, line in iter_jsonl(os.path.join(folder, "context.jsonl"), ParseReport()):
+                    tool_calls = line.get("tool_calls") if line.get("role") == "assistant" else None
+                    for c in tool_calls if isinstance(tool_calls, list) else ():
+                        fn = c.get("function") if isinstance(c, dict) and isinstance(c.get("function"), dict) else None
+                        if fn is not None and isinstance(c.get("id"), str):
+                            known[c["id"]] = (fn.get("name"), _json_arg(fn.get("arguments")))
+            except OSError:
+                pass
+        if cid in seen["context"]:
+            calls.call(cid, seen["context"][cid][0], seen["context"][cid][1], ts)
 
     @staticmethod
     def _streamed_arguments(m, key, calls, streaming, tasks):

@@ -1894,6 +1894,29 @@ def test_opencode_db_gives_every_session_with_times_title_and_parent(tmp_path):
     assert child.name is None   # the placeholder title is not a name
 
 
+def test_opencode_write_tool_is_shown_by_the_file_it_wrote_not_its_first_line(env, tmp_path, capsys):
+    # OpenCode and Kilo (7.0.46) give a write's content before its filePath.
+    rows = [("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
+             ("ses_w", "p", None, "s", "/root", "Memory bank", "1.2.0", 1730000000000, 1730000009000)),
+            ("INSERT INTO message VALUES (?,?,?,?,?)", ("msg_1", "ses_w", 1730000001000, 1730000001000,
+                                                       json.dumps({"role": "assistant"})))]
+    parts = [{"type": "tool", "callID": "c1", "tool": "write", "state": {
+                 "status": "completed", "input": {"content": "# Memory Bank\nthe kinkajou notes", "filePath": "/root/MEMORY.md"},
+                 "output": "Wrote file successfully."}},
+             {"type": "text", "text": "Memory bank initialized."}]
+    for i, data in enumerate(parts):
+        rows.append(("INSERT INTO part VALUES (?,?,?,?,?,?)", ("prt_%d" % i, "msg_1", "ses_w", 0, 0, json.dumps(data))))
+    db = ogc_make_db(tmp_path / "opencode" / "opencode.db", ogc_OPENCODE_SCHEMA, rows)
+    write_config({"sources": [{"parser": "opencode", "path": str(db)}]}, tmp_path)
+    assert search_ids(capsys, "kinkajou") == ["ses_w"]
+    code, out, _ = run(capsys, "show", "ses_w")
+    tool_line = [l for l in out.splitlines() if "tool write" in l]
+    assert tool_line and tool_line[0].endswith("tool write: /root/MEMORY.md")
+    code, out, _ = run(capsys, "show", "ses_w", "--json", "--max-chars", "0")
+    [tool] = [c for c in json.loads(out)["chunks"] if c["kind"] == "tool"]
+    assert tool["text"] == "/root/MEMORY.md"   # the one-line view of the call
+
+
 def test_opencode_db_messages_in_order_with_tools_joined_and_synthetic_text_as_context(tmp_path):
     s = parse_file("opencode", ogc_opencode_db(tmp_path / "opencode.db"))[0]
     assert kinds(s) == ["user", "context", "thinking", "tool", "tool", "assistant"]
@@ -3659,6 +3682,25 @@ def test_kimi_cli_sub_agents_written_only_in_the_parents_wire_are_child_sessions
     assert [c["text"] for c in parent if c["tool"] == "Task"][0].count("Explore the referral code") == 1
     info = json.loads(run(capsys, "status", "--json")[1])
     assert info["sessions"] == 2 and not [a for a in info["perAgent"] if a.get("unrecognizedRecords")]
+
+
+def test_kimi_cli_wire_starting_with_a_result_takes_its_call_from_the_context(tmp_path):
+    # A wire that begins with the result of a call it does not hold (a real 1.3 session): the call is
+    # in context.jsonl beside it.
+    p = ot_kimi_cli_session(tmp_path, [
+        ("ToolResult", {"tool_call_id": "tool_G1", "return_value": {"is_error": False, "output": "Switched to branch 'work'"}}),
+        ("ToolResult", {"tool_call_id": "tool_G2", "return_value": {"is_error": False, "output": "orphan output"}}),
+        ("TurnBegin", {"user_input": "now deploy"})])
+    write_jsonl(os.path.join(os.path.dirname(p), "context.jsonl"), [
+        {"role": "user", "content": "switch branches"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "id": "tool_G1", "function": {
+            "name": "Shell", "arguments": json.dumps({"command": "git checkout -f work"})}}]},
+        {"role": "tool", "tool_call_id": "tool_G1", "content": "Switched to branch 'work'"}])
+    [s] = PARSERS["kimi"].parse(str(p), ParseReport())
+    first, second = [c for c in s.chunks if c.kind == "tool"]
+    assert first.tool == "Shell" and first.text == "tool: Shell\ncommand: git checkout -f work\noutput:\nSwitched to branch 'work'"
+    assert second.text == "tool: tool\noutput:\norphan output"   # a call found nowhere keeps its output
+    assert texts(s, "user") == ["now deploy"]
 
 
 def test_kimi_cli_title_set_by_the_user_is_the_name_and_unknown_events_are_counted(tmp_path):
