@@ -11472,15 +11472,26 @@ def case_insensitive_fs(path):
         d = parent
 
 
+_WINDOWS_PATH = LazyPattern(r"[A-Za-z]:(?:[\\/]|\Z)")
+
+
 class Filters:
     """Session filters shared by the CLI flags and the JSON API."""
 
     def __init__(self, cwd=None, after=None, before=None, agent=None, tools_only=False, tool=None, path=None,
                  current=()):
-        self.cwd = os.path.abspath(os.path.expanduser(cwd)).rstrip(os.sep) or os.sep if cwd else None
+        # A Windows folder (C:\Users\x, C:/Users/x, c:\...: sessions recorded on Windows, searched
+        # from anywhere) is matched as Windows sees it: either slash, any case (Qwen wrote both
+        # c:\Users\x\master and C:\Users\x\master for one folder of one project).
+        self.windows = bool(cwd) and _WINDOWS_PATH.match(cwd) is not None
+        if self.windows:
+            self.cwd = cwd.replace("/", "\\").rstrip("\\") or cwd
+            self.cwd += "\\" if self.cwd.endswith(":") else ""   # C:\ itself
+        else:
+            self.cwd = os.path.abspath(os.path.expanduser(cwd)).rstrip(os.sep) or os.sep if cwd else None
         # --cwd names a folder: the same folder, with the same rule for the folder and below it, as
         # the file system sees it (case-sensitive unless the file system ignores case).
-        self.fold_case = bool(self.cwd) and case_insensitive_fs(self.cwd)
+        self.fold_case = bool(self.cwd) and (self.windows or case_insensitive_fs(self.cwd))
         self.after = iso(parse_when(after)) if after else None
         self.before = iso(parse_when(before)) if before else None
         if agent and agent not in PARSERS:
@@ -11497,7 +11508,11 @@ class Filters:
         if self.agent:
             cond.append("s.agent = ?")
             params.append(self.agent)
-        if self.cwd:
+        if self.windows:   # LIKE ignores (ASCII) case; a stored cwd's slashes read as backslashes
+            below = self.cwd.rstrip("\\") + "\\"
+            cond.append("(replace(s.cwd, '/', '\\') LIKE ? ESCAPE '\\' OR replace(s.cwd, '/', '\\') LIKE ? ESCAPE '\\')")
+            params += [like_escape(self.cwd), like_escape(below) + "%"]
+        elif self.cwd:
             below = self.cwd.rstrip(os.sep) + os.sep
             if self.fold_case:  # LIKE ignores (ASCII) case: the folder and everything below it alike
                 cond.append("(s.cwd LIKE ? ESCAPE '\\' OR s.cwd LIKE ? ESCAPE '\\')")

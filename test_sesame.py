@@ -7023,6 +7023,21 @@ def test_cwd_filter_case_is_the_file_systems_for_the_folder_and_below(corpus, tm
     assert sesame.case_insensitive_fs(str(folder / "not-there" / "x")) is other.exists()
 
 
+def test_cwd_filter_on_a_windows_folder_matches_either_slash_and_any_case(env, capsys):
+    # Sessions recorded on Windows, searched on any system; one agent wrote both c:\ and C:\.
+    for sid, cwd in (("win-back", "C:\\Users\\linhl\\Documents\\master"), ("win-lower", "c:\\Users\\linhl\\Documents\\master"),
+                     ("win-fwd", "C:/Users/linhl/tools"), ("win-other", "C:\\Users\\linhlx"), ("posix", "/Users/linhl")):
+        w = PiWriter(env, sid, cwd=cwd)
+        w.user("the agents manage view")
+        w.save()
+    every = {"win-back", "win-lower", "win-fwd"}
+    for folder in ("C:\\Users\\linhl", "C:/Users/linhl", "c:\\users\\LINHL\\", "c:/Users/linhl/"):
+        assert set(search_ids(capsys, "agents manage", "--cwd", folder)) == every, folder
+    assert set(search_ids(capsys, "agents manage", "--cwd", "c:/users/linhl/documents/MASTER")) == {"win-back", "win-lower"}
+    assert len(search_ids(capsys, "agents manage", "--cwd", "C:\\")) == 4
+    assert search_ids(capsys, "agents manage", "--cwd", "D:\\Users\\linhl") == []
+
+
 def test_date_filters_compare_last_activity(corpus, capsys):
     ids = search_ids(capsys, "the", "--after", "2026-04-01", "--limit", "50")
     assert "aaaa1111-nix" not in ids and "cdcd8888-k8s" in ids
