@@ -4919,7 +4919,7 @@ class AiderParser(Parser):
     repo's root, so it is found only under configured folders.
     """
 
-    id, label, version = "aider", "Aider", 1
+    id, label, version = "aider", "Aider", 2
     verified = "0.86.2, 2026-11-25"
     records = ()   # Markdown: no typed records to count
 
@@ -4955,13 +4955,17 @@ class AiderParser(Parser):
                     current = _AiderSession(self.id, hashlib.sha1(key.encode("utf-8")).hexdigest()[:32], path,
                                             norm_time(start))
                 elif current:
+                    if line.startswith("> Aider v"):   # the start-up banner: "> Aider v0.85.2"
+                        report.saw_version(line[len("> Aider v"):].strip().partition(" ")[0])
                     current.line(line)
         if current:
             sessions.append(current.finish())
-        if sessions and sessions[-1].created:
+        dated = self._input_times(path, sessions)
+        if sessions and sessions[-1].created and sessions[-1] not in dated:
             # Only the last session can have gone on after its start: the file was last written then.
+            # (Not when its prompts are dated: the file's time is also when a clone or a copy of the
+            # repository wrote it, which would make every cloned session "modified today".)
             sessions[-1].modified = max(sessions[-1].created, _file_mtime(path))
-        self._input_times(path, sessions)
         # Aider writes no cwd. It writes "Cur working dir:" when launched below the repo root;
         # otherwise it was launched at the repo root, which is where it writes this file.
         for s in sessions:
@@ -4974,8 +4978,8 @@ class AiderParser(Parser):
         one in its file would fall back to its start time, and every chunk has that time. The input
         history beside it (`.aider.input.history`, "# <local time>" then "+<line>" per prompt typed)
         dates the prompts: each prompt (and what follows it) gets its time, and the last one before
-        the next run started is when the session was last active."""
-        prompts = []   # (time, first line of the prompt)
+        the next run started is when the session was last active. Returns the sessions it dated."""
+        prompts, dated = [], []   # (time, first line of the prompt)
         try:
             with open_regular(os.path.join(os.path.dirname(os.path.abspath(path)), ".aider.input.history"),
                               text=True) as f:
@@ -4988,7 +4992,7 @@ class AiderParser(Parser):
                         prompts.append((t, line[1:].strip()))
                         t = None   # later lines of a multi-line prompt
         except OSError:
-            return
+            return dated
         prompts.sort(key=lambda p: p[0])
         for s, after in zip(sessions, sessions[1:] + [None]):
             if not s.created:
@@ -4998,6 +5002,7 @@ class AiderParser(Parser):
             if not mine:
                 continue
             s.touch(mine[-1][0])
+            dated.append(s)
             i, ts = 0, None
             for c in s.chunks:
                 if c.kind == "user":
@@ -5007,6 +5012,7 @@ class AiderParser(Parser):
                         ts, i = mine[j][0], j + 1
                 if ts:
                     c.ts = ts
+        return dated
 
 
 class _AiderSession:

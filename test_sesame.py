@@ -2717,6 +2717,22 @@ def test_aider_earlier_run_keeps_its_last_prompt_time_after_a_new_run_is_appende
     assert second.created == norm_time("2026-11-26 08:00:00") and second.modified >= norm_time("2026-11-26 08:00:05")
 
 
+def test_aider_last_session_of_a_cloned_repo_is_dated_by_its_last_prompt_not_the_checkout(tmp_path):
+    # A clone (or copy) writes the history file now: its time is not when the session was active.
+    path = write_file(tmp_path / ".aider.chat.history.md",
+                      "\n# aider chat started at 2025-12-03 14:43:00\n\n> Aider v0.85.2  \n> Main model: x  \n\n"
+                      "#### add the metadata field  \n\nDone.\n\n#### and a test  \n\nAdded.\n")
+    write_file(tmp_path / ".aider.input.history", "\n# 2025-12-03 14:44:10.000000\n+add the metadata field\n"
+                                                   "\n# 2025-12-03 21:29:05.500000\n+and a test\n")
+    report = ParseReport()
+    [s] = PARSERS["aider"].parse(str(path), report)
+    assert s.created == norm_time("2025-12-03 14:43:00") and s.modified == norm_time("2025-12-03 21:29:05.5")
+    assert report.versions == {"0.85.2"}
+    os.remove(tmp_path / ".aider.input.history")   # no dated prompt: the file's time is all there is
+    [s] = parse_file("aider", path)
+    assert s.modified == sesame._file_mtime(str(path))
+
+
 def test_aider_cwd_is_recorded_dir_else_the_file_folder(tmp_path):
     path = write_file(tmp_path / "repo" / ".aider.chat.history.md", am_AIDER_HISTORY)
     first, second = parse_file("aider", path)
