@@ -2192,7 +2192,7 @@ class ClaudeCodeParser(Parser):
     """
 
     session_env = ("CLAUDE_CODE_SESSION_ID",)  # set by 2.1 for the commands and MCP servers it runs
-    id, label, version = "claude", "Claude Code", 2
+    id, label, version = "claude", "Claude Code", 3
     command = "claude"   # the command that resumes a session (OpenClaude, a fork, runs `openclaude`)
     # <config dir>/history.jsonl, the prompt history behind the up arrow: {display, pastedContents,
     # timestamp (ms), project, sessionId} per prompt (sessionId since 1.0; older lines lack it).
@@ -2307,6 +2307,10 @@ class ClaudeCodeParser(Parser):
                     recent_set.discard(recent[0])
                 recent.append(uuid)
                 recent_set.add(uuid)
+            if rtype in ("user", "assistant") and rec.get("isSidechain") and not is_subagent and self._warmup(rec, state):
+                m = rec.get("message") if isinstance(rec.get("message"), dict) else {}
+                entries.add("context", text_of(m.get("content")), ts=ts, role="warmup")
+                continue
             had_calls = bool(entries.calls or entries.unnamed_calls)
             if rtype == "assistant":
                 state["conv"] = True
@@ -2570,6 +2574,21 @@ class ClaudeCodeParser(Parser):
                 state[slot]["text"] += "\n" + text
             else:
                 state[slot] = entries.add(kind, text, ts=ts, role="assistant")
+
+    @staticmethod
+    def _warmup(rec, state):
+        """Whether a sidechain record belongs to a warm-up: 2.0.x starts each session by sending its
+        sub-agents the prompt "Warmup" in a sidechain of the main file, and the model's boilerplate
+        answer ("I'm Claude Code, Anthropic's official CLI ...") follows (2.0.19, 2.0.21 transcripts).
+        Nobody's words: kept as context, and a file holding only that is no conversation."""
+        m = rec.get("message") if isinstance(rec.get("message"), dict) else {}
+        parent, warm = rec.get("parentUuid"), state.get("warmup") or []
+        if (parent is None and rec.get("type") == "user" and text_of(m.get("content")).strip() == "Warmup") or (
+                parent and parent in warm):
+            if isinstance(rec.get("uuid"), str):
+                state["warmup"] = (warm + [rec["uuid"]])[-20:]   # (state values are replaced, see Resumption)
+            return True
+        return False
 
     def _user(self, rec, ts, entries, path, is_subagent, report):
         m, blocks = self._message_blocks(rec, report, "user")

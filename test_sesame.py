@@ -1312,6 +1312,29 @@ def test_claude_compaction_and_side_question_replays_rank_after_their_parent(env
     assert texts(s, "user") == ["which file holds the marmalade quokka queue?"]
 
 
+def test_claude_2_0_warmup_sidechain_is_context_not_the_conversations_start(tmp_path):
+    # 2.0.x opens each session with a sidechain "Warmup" prompt to its sub-agents and the model's
+    # boilerplate answer, before anything the user typed.
+    warm = dict(isSidechain=True)
+    p = write_jsonl(tmp_path / "-proj" / (cc_SID + ".jsonl"), [
+        dict(cc_cl_user("w1", "2025-10-17T01:33:38Z", "Warmup", **warm), parentUuid=None),
+        dict(cc_cl_asst("w2", "2025-10-17T01:33:40Z", "m0", [{"type": "text", "text": "I'm Claude Code, ready to "
+                                                              "help you navigate the codebase."}], **warm), parentUuid="w1"),
+        dict(cc_cl_user("u1", "2025-10-17T01:34:00Z", "draw the swarm diagram"), parentUuid=None),
+        dict(cc_cl_asst("a1", "2025-10-17T01:34:05Z", "m1", [{"type": "text", "text": "Here it is."}]), parentUuid="u1"),
+        dict(cc_cl_user("s1", "2025-10-17T01:34:06Z", "explore the agents folder", **warm), parentUuid="a1"),
+    ])
+    [s] = parse_file("claude", p)
+    assert [(c.kind, c.text) for c in s.chunks] == [
+        ("context", "Warmup"), ("context", "I'm Claude Code, ready to help you navigate the codebase."),
+        ("user", "draw the swarm diagram"), ("assistant", "Here it is."), ("custom", "explore the agents folder")]
+    alone = write_jsonl(tmp_path / "-proj" / "22222222-2222-4333-8444-555555555555.jsonl", [
+        dict(cc_cl_user("w1", "2025-10-17T01:33:38Z", "Warmup", **warm), parentUuid=None),
+        dict(cc_cl_asst("w2", "2025-10-17T01:33:40Z", "m0", [{"type": "text", "text": "Ready."}], **warm), parentUuid="w1")])
+    with pytest.raises(NotASessionFile):   # started, warmed up, left without a prompt
+        parse_file("claude", alone)
+
+
 def test_claude_appends_are_read_from_the_last_stop_and_match_a_full_rebuild_a_rewrite_is_read_whole(
         env, tmp_path, capsys, monkeypatch):
     root = tmp_path / "claude-projects"
