@@ -128,7 +128,7 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 # Bump TEXT_VERSION when what is stored for a text changes (redaction rules, identifier parts): the
 # next run rebuilds the index from the session files and keeps the sessions whose files are gone.
-TEXT_VERSION = 5
+TEXT_VERSION = 6
 # Bump SCHEMA_VERSION when the tables change: an older index is then rebuilt from the session files
 # (they are the source of truth), a newer one is refused rather than damaged. From schema 4 on the
 # index also keeps sessions whose files are gone: a later migration must carry those over (their
@@ -706,10 +706,12 @@ def cap_text(text, cap, head_share=0.75):
 
 
 def tool_text(name, args=None, output=None, is_error=False):
-    """The structured text of a tool call: its name, its arguments, then what it printed."""
+    """The structured text of a tool call: its name, its arguments (the file it touched first, so that
+    a one-line view names the file, not the first line of what a `write` put in it: OpenCode and
+    Kilo give `content` before `filePath`), then what it printed."""
     lines = ["tool: %s" % name]
     if isinstance(args, dict):
-        for k, v in args.items():
+        for k, v in sorted(args.items(), key=lambda kv: kv[0] not in PATH_ARG_KEYS):
             if v is None or v == "":
                 continue
             if not isinstance(v, str):
@@ -795,6 +797,16 @@ _SHAPE_GROUPS = [  # (hints, [(kind, regex)])
     ]),
     (("hf_",), [
         ("huggingface_token", r"\bhf_[A-Za-z0-9]{34,}"),                                     # huggingface-access-token
+    ]),
+    (("gsk_",), [
+        # groq-api-key says 48 characters; the keys Groq issues (and those seen in real sessions) have 52.
+        ("groq_key", r"\bgsk_[A-Za-z0-9]{48,}"),                                             # groq-api-key
+    ]),
+    ((":AA",), [
+        # telegram-bot-api-token wants the word "telegram" before it; a bot token also comes bare
+        # (in https://api.telegram.org/bot<token>/, or pasted alone), and its shape (the bot's id,
+        # ":AA", 33 characters) is telling enough alone.
+        ("telegram_token", r"(?<![0-9])[0-9]{8,10}:AA[0-9A-Za-z_-]{33}(?![0-9A-Za-z_-])"),  # telegram-bot-api-token
     ]),
     (("npm_",), [
         ("npm_token", r"\bnpm_[A-Za-z0-9]{36}\b"),                                           # npm-access-token
@@ -1076,6 +1088,11 @@ def iter_jsonl(path, report, start=0):
     Never loads the file whole. Blank lines are ignored; lines that are not JSON objects, over
     MAX_LINE_BYTES, or an unfinished last line (an agent still writing) are skipped and counted in
     `report`, never fatal. Invalid UTF-8 is read with replacement characters (see json_text).
+
+    A last line without its newline is read when it is a whole JSON object (see last_record): Cursor
+    never ends its agent transcripts with one, and an agent may write a record and its newline apart.
+    Its offset is the file's end, so a read resumed there first meets the newline that may come later
+    (a blank line) and then what follows.
     """
     with open_regular(path) as f:
         f.seek(start)
@@ -1092,7 +1109,11 @@ def iter_jsonl(path, report, start=0):
                 report.skip("line too long")
                 continue
             if not line.endswith(b"\n"):
-                report.skip("unfinished last line")
+                obj = last_record(line)
+                if obj is None:
+                    report.skip("unfinished last line")
+                else:
+                    yield offset + len(line), obj
                 return
             offset += len(line)
             if not line.strip():
@@ -1106,6 +1127,20 @@ def iter_jsonl(path, report, start=0):
                 report.skip("malformed line")
                 continue
             yield offset, obj
+
+
+def last_record(line):
+    """The JSON object a file's last line holds when that line has no newline yet, or None while it
+    is still being written. A JSON object ends at its closing brace, so a line that parses as one
+    whole object is all of its record: nothing the writer adds can make it another record (a number
+    or a string could grow: only objects are records). Blank and NUL-only lines are None too."""
+    if not json_bytes(line):
+        return None
+    try:
+        obj = _json_decode(json_text(line))
+    except BAD_JSON:
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def first_json_line(path, limit=65536):
@@ -1698,12 +1733,13 @@ def iter_jsonl_any(path, report, start=0):
         record = json_bytes(raw)
         if not record:
             continue
-        if not raw.endswith(b"\n"):
-            try:   # a last line without its newline is read when it is a whole record (see iter_jsonl)
-                obj = _json_decode(json_text(record))
-            except BAD_JSON:
+        if not raw.endswith(b"\n"):   # a last line without its newline: read when it is a whole record
+            obj = last_record(raw)
+            if obj is None:
                 report.skip("unfinished last line")
-                return
+            else:
+                yield None, obj
+            return
         else:
             try:
                 obj = _json_decode(json_text(record))
@@ -1808,6 +1844,13 @@ class ToolCalls:
         if call_id and len(s.chunks) > before:
             self.calls[call_id] = {"idx": len(s.chunks) - 1, "name": name, "args": args, "output": None, "error": False}
             self.waiting.add(call_id)
+
+    def arguments(self, call_id, args):
+        """The whole arguments of a call whose arguments came in parts (the chunk is rewritten)."""
+        entry = self.calls.get(call_id) if call_id else None
+        if entry is not None and args and entry["args"] != args:
+            entry["args"] = args
+            self._render(entry)
 
     def give_up(self):
         """Forget the calls still waiting for their result: they keep their chunk, without output, and
@@ -2205,7 +2248,7 @@ class ClaudeCodeParser(Parser):
     """
 
     session_env = ("CLAUDE_CODE_SESSION_ID",)  # set by 2.1 for the commands and MCP servers it runs
-    id, label, version = "claude", "Claude Code", 2
+    id, label, version = "claude", "Claude Code", 3
     command = "claude"   # the command that resumes a session (OpenClaude, a fork, runs `openclaude`)
     # <config dir>/history.jsonl, the prompt history behind the up arrow: {display, pastedContents,
     # timestamp (ms), project, sessionId} per prompt (sessionId since 1.0; older lines lack it).
@@ -2320,6 +2363,10 @@ class ClaudeCodeParser(Parser):
                     recent_set.discard(recent[0])
                 recent.append(uuid)
                 recent_set.add(uuid)
+            if rtype in ("user", "assistant") and rec.get("isSidechain") and not is_subagent and self._warmup(rec, state):
+                m = rec.get("message") if isinstance(rec.get("message"), dict) else {}
+                entries.add("context", text_of(m.get("content")), ts=ts, role="warmup")
+                continue
             had_calls = bool(entries.calls or entries.unnamed_calls)
             if rtype == "assistant":
                 state["conv"] = True
@@ -2583,6 +2630,21 @@ class ClaudeCodeParser(Parser):
                 state[slot]["text"] += "\n" + text
             else:
                 state[slot] = entries.add(kind, text, ts=ts, role="assistant")
+
+    @staticmethod
+    def _warmup(rec, state):
+        """Whether a sidechain record belongs to a warm-up: 2.0.x starts each session by sending its
+        sub-agents the prompt "Warmup" in a sidechain of the main file, and the model's boilerplate
+        answer ("I'm Claude Code, Anthropic's official CLI ...") follows (2.0.19, 2.0.21 transcripts).
+        Nobody's words: kept as context, and a file holding only that is no conversation."""
+        m = rec.get("message") if isinstance(rec.get("message"), dict) else {}
+        parent, warm = rec.get("parentUuid"), state.get("warmup") or []
+        if (parent is None and rec.get("type") == "user" and text_of(m.get("content")).strip() == "Warmup") or (
+                parent and parent in warm):
+            if isinstance(rec.get("uuid"), str):
+                state["warmup"] = (warm + [rec["uuid"]])[-20:]   # (state values are replaced, see Resumption)
+            return True
+        return False
 
     def _user(self, rec, ts, entries, path, is_subagent, report):
         m, blocks = self._message_blocks(rec, report, "user")
@@ -4890,7 +4952,7 @@ class AiderParser(Parser):
     repo's root, so it is found only under configured folders.
     """
 
-    id, label, version = "aider", "Aider", 1
+    id, label, version = "aider", "Aider", 2
     verified = "0.86.2, 2026-11-25"
     records = ()   # Markdown: no typed records to count
 
@@ -4926,13 +4988,17 @@ class AiderParser(Parser):
                     current = _AiderSession(self.id, hashlib.sha1(key.encode("utf-8")).hexdigest()[:32], path,
                                             norm_time(start))
                 elif current:
+                    if line.startswith("> Aider v"):   # the start-up banner: "> Aider v0.85.2"
+                        report.saw_version(line[len("> Aider v"):].strip().partition(" ")[0])
                     current.line(line)
         if current:
             sessions.append(current.finish())
-        if sessions and sessions[-1].created:
+        dated = self._input_times(path, sessions)
+        if sessions and sessions[-1].created and sessions[-1] not in dated:
             # Only the last session can have gone on after its start: the file was last written then.
+            # (Not when its prompts are dated: the file's time is also when a clone or a copy of the
+            # repository wrote it, which would make every cloned session "modified today".)
             sessions[-1].modified = max(sessions[-1].created, _file_mtime(path))
-        self._input_times(path, sessions)
         # Aider writes no cwd. It writes "Cur working dir:" when launched below the repo root;
         # otherwise it was launched at the repo root, which is where it writes this file.
         for s in sessions:
@@ -4945,8 +5011,8 @@ class AiderParser(Parser):
         one in its file would fall back to its start time, and every chunk has that time. The input
         history beside it (`.aider.input.history`, "# <local time>" then "+<line>" per prompt typed)
         dates the prompts: each prompt (and what follows it) gets its time, and the last one before
-        the next run started is when the session was last active."""
-        prompts = []   # (time, first line of the prompt)
+        the next run started is when the session was last active. Returns the sessions it dated."""
+        prompts, dated = [], []   # (time, first line of the prompt)
         try:
             with open_regular(os.path.join(os.path.dirname(os.path.abspath(path)), ".aider.input.history"),
                               text=True) as f:
@@ -4959,7 +5025,7 @@ class AiderParser(Parser):
                         prompts.append((t, line[1:].strip()))
                         t = None   # later lines of a multi-line prompt
         except OSError:
-            return
+            return dated
         prompts.sort(key=lambda p: p[0])
         for s, after in zip(sessions, sessions[1:] + [None]):
             if not s.created:
@@ -4969,6 +5035,7 @@ class AiderParser(Parser):
             if not mine:
                 continue
             s.touch(mine[-1][0])
+            dated.append(s)
             i, ts = 0, None
             for c in s.chunks:
                 if c.kind == "user":
@@ -4978,6 +5045,7 @@ class AiderParser(Parser):
                         ts, i = mine[j][0], j + 1
                 if ts:
                     c.ts = ts
+        return dated
 
 
 class _AiderSession:
@@ -6357,23 +6425,35 @@ def _iter_glued_jsonl(path, report, start=0):
                         offset += len(raw)
                     report.skip("line too long")
                     continue
-                report.skip("unfinished last line")
+                values, whole = _glued_values(dec, json_text(raw))
+                if values and whole and all(isinstance(v, dict) for v in values):
+                    for obj in values:   # whole records, not a line still being written (see last_record)
+                        yield line_start, offset, obj
+                else:
+                    report.skip("unfinished last line")
                 return
-            line = json_text(raw)
-            pos = 0
-            while pos < len(line):
-                try:
-                    obj, end = dec.raw_decode(line, pos)
-                except BAD_JSON:
-                    report.skip("malformed line")
-                    break
+            values, whole = _glued_values(dec, json_text(raw))
+            for obj in values:
                 if isinstance(obj, dict):
                     yield line_start, offset, obj
                 else:
                     report.skip("malformed line")
-                pos = end
-                while pos < len(line) and line[pos] in " \t\r":
-                    pos += 1
+            if not whole:
+                report.skip("malformed line")
+
+
+def _glued_values(dec, line):
+    """(the JSON values glued together on one line, in order; whether the whole line parsed)."""
+    values, pos = [], 0
+    while pos < len(line):
+        try:
+            obj, pos = dec.raw_decode(line, pos)
+        except BAD_JSON:
+            return values, False
+        values.append(obj)
+        while pos < len(line) and line[pos] in " \t\r":
+            pos += 1
+    return values, True
 
 
 _ID_LIKE = LazyPattern(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
@@ -6640,17 +6720,21 @@ class KimiParser(Parser):
     wire.jsonl, after the same metadata line `{timestamp (epoch s), message: {type, payload}}` events:
     TurnBegin/SteerInput (what the user typed), ContentPart (text, think), ToolCall, ToolResult
     (return_value: output, is_error). state.json beside it holds `custom_title`: a title the user
-    set (`title_generated`) or, until then, the shortened first prompt (not a name). A sub-agent has
-    its own wire in subagents/<agentId>/ (meta.json describes it), so the SubagentEvent copies in
-    the parent's wire are skipped. The cwd is in ~/.kimi/kimi.json, whose work_dirs are the folders
-    the sessions folder names by md5.
+    set (`title_generated`) or, until then, the shortened first prompt (not a name). A sub-agent (the
+    Task tool) has its own wire in subagents/<agentId>/ (meta.json describes it), so the
+    SubagentEvent copies in the parent's wire are skipped; releases without that folder (protocol
+    1.3: 9 sub-agents of a real session, 705 lines) write it only as SubagentEvent lines,
+    `{task_tool_call_id, event: {type, payload}}`: these become the sub-agent's session
+    `<sessionId>/<task_tool_call_id>`, named by the Task call's description (the context_sub_N.jsonl
+    files beside them hold the same conversation as the model saw it). The cwd is in
+    ~/.kimi/kimi.json, whose work_dirs are the folders the sessions folder names by md5.
 
     kimi-cli 0.x: ~/.kimi/sessions/<md5(cwd)>/<sessionId>.jsonl, the model's context itself:
     `{role, content, tool_calls, tool_call_id}` lines between `_checkpoint`/`_usage` bookkeeping
     lines, without timestamps.
     """
 
-    id, label, version = "kimi", "Kimi", 3
+    id, label, version = "kimi", "Kimi", 4
     verified = "1.52.0, 2026-11-24"   # kimi-cli (also 1.40.0 and 0.50); Kimi Code not run
     # Records read for nothing on purpose: the op log's settings, snapshots and LLM bookkeeping, and
     # kimi-cli's progress, status, approvals and hooks (the sub-agent's own wire holds its events).
@@ -6658,7 +6742,7 @@ class KimiParser(Parser):
     records = ("config.update", "profile.bind", "context.append_message", "context.append_loop_event",
                "context.apply_compaction", "turn.steer", "content.part", "tool.call", "tool.result",
                "TurnBegin", "SteerInput", "ContentPart", "ToolCall", "ToolResult", "BtwBegin", "BtwEnd", "PlanDisplay",
-               "QuestionRequest", "user", "assistant", "tool")
+               "QuestionRequest", "SubagentEvent", "ToolCallPart", "user", "assistant", "tool")
     blocks, skipped_blocks = ("text", "think"), ("image_url", "audio_url", "video_url")
     skipped_records = frozenset({
         "llm.*", "tools.*", "_*", "system", "step.begin", "step.end", "turn.begin", "turn.end", "usage", "status",
@@ -6669,7 +6753,7 @@ class KimiParser(Parser):
         "StepBegin", "StepInterrupted", "StepRetry", "TurnEnd", "StatusUpdate", "Notification",
         "HookTriggered", "HookResolved", "HookRequest", "HookResponse", "MCPLoadingBegin", "MCPLoadingEnd",
         "CompactionBegin", "CompactionEnd", "ApprovalRequest", "ApprovalResponse", "ApprovalRequestResolved",
-        "ToolCallRequest", "ToolCallPart", "QuestionResponse", "SubagentEvent"})
+        "ToolCallRequest", "QuestionResponse"})
 
     def default_roots(self, env):
         home = agent_dir(env, "KIMI_CODE_HOME", ".kimi-code")
@@ -6685,7 +6769,7 @@ class KimiParser(Parser):
         head = first_json_line(path)
         if head and head.get("type") == "metadata" and "protocol_version" in head:
             if self._is_cli_wire(path):
-                return [self._parse_wire(path, report, resume, limit)]
+                return self._parse_wire(path, report, resume, limit)
             return [self._parse_kimi_code(path, head, report, resume, limit)]
         if head and isinstance(head.get("role"), str) and _KIMI_SESSION_FILE.match(os.path.basename(path)):
             return [self._parse_context(path, report)]
@@ -6867,23 +6951,102 @@ class KimiParser(Parser):
             if title and title != "Untitled" and (state.get("title_generated") or legacy.get("title_generated")):
                 s.name = title
         s.cwd = self._work_dir(path, os.path.basename(os.path.dirname(session_dir)))
+        own_wires = os.path.isdir(os.path.join(folder, "subagents"))   # sub-agents keep their own wire
         r = Resumption(s, resume, limit)
-        calls = ToolCalls(s)
-        last = None   # the chunk kind streamed content parts extend
+        subs = {None: [s, ToolCalls(s), None]}   # task call id -> [session, its calls, the kind parts extend]
+        tasks = {}   # Task call id -> its description
+        seen = {"ids": set(), "context": None}   # the session's call ids read; context.jsonl's calls once read
+        streaming = {}   # task call id (None: the session) -> [call id, name, arguments so far] of its last call
         for offset, e in iter_jsonl(path, report, r.start):
             m = e.get("message")
             if isinstance(m, dict):
                 ts = norm_time(e.get("timestamp"))
-                s.touch(ts)
-                last = self._wire_event(s, m, ts, calls, last, report)
+                key, p = None, m.get("payload") if isinstance(m.get("payload"), dict) else {}
+                if m.get("type") == "SubagentEvent":
+                    self.record_type(report, m)
+                    # Later releases name the sub-agent (agent_id) whose own wire holds these events.
+                    if own_wires or "task_tool_call_id" not in p or not isinstance(p.get("event"), dict):
+                        m = None
+                    else:
+                        key, m = str(p.get("task_tool_call_id")), p["event"]
+                    if m is not None and key not in subs:
+                        if resume:   # a sub-agent's first event: a second session in the file
+                            raise ReadAgain()
+                        child = Session(self.id, "%s/%s" % (s.session_id, key), path)
+                        child.parent, child.cwd = s.session_id, s.cwd
+                        subs[key] = [child, ToolCalls(child), None]
+                if m is not None:
+                    sub = subs[key]
+                    sub[0].touch(ts)
+                    if key is None:
+                        self._call_before(m, sub[1], ts, folder, seen)
+                    sub[2] = self._wire_event(sub[0], m, ts, sub[1], sub[2], report)
+                    self._streamed_arguments(m, key, sub[1], streaming, tasks)
             elif e.get("type") != "metadata":
                 report.skip("unknown line")
             # A chunk that streamed parts may still extend is not settled (see Resumption.line_done).
-            if r.line_done(offset, calls.waiting, calls.give_up, settled=last is None):
+            top = subs[None]
+            if r.line_done(offset, top[1].waiting, top[1].give_up, settled=top[2] is None) and len(subs) == 1:
                 break
-        r.finish()
-        _finish_times(s, path)
-        return s
+        out = [s]
+        if len(subs) == 1:
+            r.finish()
+        else:   # sub-agents' sessions: the file is read whole each time (the indexer resumes one session)
+            s.complete = True
+        for key, (child, _, _) in subs.items():
+            if key is not None:
+                child.name = tasks.get(key)
+                out.append(child)
+        for x in out:
+            _finish_times(x, path)
+        return out
+
+    @staticmethod
+    def _call_before(m, calls, ts, folder, seen):
+        """A wire can begin with the result of a call it does not hold (a session continued from
+        another: the call is in the model's context, context.jsonl beside it, seen in a real 1.3
+        session): the call is taken from there, so that the result is shown as that call's."""
+        p = m.get("payload") if isinstance(m.get("payload"), dict) else {}
+        if m.get("type") == "ToolCall":
+            seen["ids"].add(p.get("id"))
+            return
+        cid = p.get("tool_call_id")
+        if m.get("type") != "ToolResult" or not isinstance(cid, str) or cid in seen["ids"] or cid in calls.calls:
+            return
+        if seen["context"] is None:
+            seen["context"] = known = {}
+            try:
+                for _, line in iter_jsonl(os.path.join(folder, "context.jsonl"), ParseReport()):
+                    tool_calls = line.get("tool_calls") if line.get("role") == "assistant" else None
+                    for c in tool_calls if isinstance(tool_calls, list) else ():
+                        fn = c.get("function") if isinstance(c, dict) and isinstance(c.get("function"), dict) else None
+                        if fn is not None and isinstance(c.get("id"), str):
+                            known[c["id"]] = (fn.get("name"), _json_arg(fn.get("arguments")))
+            except OSError:
+                pass
+        if cid in seen["context"]:
+            calls.call(cid, seen["context"][cid][0], seen["context"][cid][1], ts)
+
+    @staticmethod
+    def _streamed_arguments(m, key, calls, streaming, tasks):
+        """Protocol 1.3 streams a call's arguments: the ToolCall holds their start (or nothing), each
+        ToolCallPart after it adds to them. The call's chunk gets them whole; a Task call's
+        description names its sub-agent."""
+        p = m.get("payload") if isinstance(m.get("payload"), dict) else {}
+        if m.get("type") == "ToolCall":
+            fn = p.get("function") if isinstance(p.get("function"), dict) else {}
+            raw = fn.get("arguments")
+            streaming[key] = [p.get("id"), fn.get("name"), raw if isinstance(raw, str) else ""]
+        elif m.get("type") == "ToolCallPart" and key in streaming and isinstance(p.get("arguments_part"), str):
+            streaming[key][2] += p["arguments_part"]
+        else:
+            return
+        call_id, name, raw = streaming[key]
+        args = _json_arg(raw)
+        if isinstance(args, dict):
+            calls.arguments(call_id, args)
+            if name == "Task":
+                tasks[str(call_id)] = _str(args.get("description"))
 
     def _wire_event(self, s, m, ts, calls, last, report):
         """One kimi-cli wire event; returns the chunk kind that the next streamed ContentPart extends."""
@@ -7155,11 +7318,23 @@ class HermesParser(Parser):
     ended_at (epoch s), title, parent_session_id)` and `messages(session_id, role, content,
     tool_call_id, tool_calls JSON, tool_name, timestamp, reasoning, display_kind)`. Compression and
     sub-agents create child sessions linked by `parent_session_id`. Legacy JSON files: `{session_id,
-    session_start, last_updated, cwd | model_config.cwd, messages[]}` with OpenAI-style messages.
-    Skill preambles (`[SYSTEM: The user has invoked ...`) and hidden rows are context.
+    session_start, last_updated, cwd | model_config.cwd, messages[]}` with OpenAI-style messages;
+    the gateway (Telegram...) also writes `sessions/<id>.jsonl`, a `session_meta` line then one
+    message per line. Skill preambles (`[SYSTEM: The user has invoked ...`) and hidden rows are context.
+
+    One session, several files: Hermes keeps a session in state.db and, for the same id, may keep
+    `sessions/session_<id>.json` and `sessions/<id>.jsonl` beside it (seen in two real homes: 16
+    sessions). The copies disagree (each holds messages the others lack; the JSON's times are naive
+    local time, the db's epoch seconds), so the db owns the session: its title, times, cwd and
+    parent, its messages, and the messages of the copies it lacks, put after the last message both
+    hold. A copy whose id the db holds yields nothing (its store beside it is a sidecar: a session
+    appearing in the db takes it over); a copy without one is a session of its own. The db is read
+    again when it changes or when a copy appears or goes (the folder's time); a copy changing alone
+    is seen with the db's next write (run_agent's _persist_session writes the JSON log and the db's
+    new messages together).
     """
 
-    id, label, version = "hermes", "Hermes", 1
+    id, label, version = "hermes", "Hermes", 2
     verified = "0.19.0, 2026-11-25"
     records = ("user", "assistant", "tool", "system")   # message roles (rows of state.db, legacy JSON)
     skipped_records = ("session_meta",)   # the legacy JSON's tools and settings, no conversation
@@ -7185,9 +7360,114 @@ class HermesParser(Parser):
 
     def list_files(self, root):
         if os.path.isfile(root):
-            return [root] if root.endswith((".db", ".json")) else []
-        return walk_files(root, lambda n: n == "state.db" or (n.endswith(".json") and n.startswith("session")),
-                          max_depth=1)
+            return [root] if root.endswith((".db", ".json", ".jsonl")) else []
+        return walk_files(root, lambda n: n == "state.db" or n.endswith(".jsonl")
+                          or (n.endswith(".json") and n.startswith("session")), max_depth=1)
+
+    def new_run(self):
+        self._store_ids = {}
+
+    @staticmethod
+    def _store_beside(path):
+        """The state.db of the Hermes home whose sessions/ folder holds this copy."""
+        return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), "state.db")
+
+    @staticmethod
+    def _copy_id(path):
+        """The session id a copy's file name says: session_<id>.json, <id>.jsonl."""
+        name = os.path.basename(path)
+        if name.endswith(".jsonl"):
+            return name[:-len(".jsonl")]
+        return name[len("session_"):-len(".json")] if name.startswith("session_") else None
+
+    def sidecars(self, path):
+        if path.endswith(".db"):
+            return [os.path.join(os.path.dirname(path), "sessions")]
+        store = self._store_beside(path)
+        return [store, store + "-wal"]
+
+    def _held_by_store(self, path):
+        """Whether the state.db beside this copy holds its session (then the db indexes it)."""
+        store = self._store_beside(path)
+        try:
+            st = stat_file(store, self)
+        except OSError:
+            return False
+        cache = self.__dict__.setdefault("_store_ids", {})
+        key = (store, st.st_size, st.st_mtime_ns)
+        if key not in cache:
+            try:
+                con = open_agent_db(store)
+                try:
+                    cache[key] = {str(r[0]) for r in con.execute("SELECT id FROM sessions")}
+                finally:
+                    con.close()
+            except (OSError, sqlite3.DatabaseError, NotASessionFile):
+                cache[key] = set()
+        return self._copy_id(path) in cache[key]
+
+    def _copies(self, store, held):
+        """{session id: [messages]} of the copies in the sessions/ folder beside a state.db, of the
+        sessions it holds (`held`)."""
+        folder = os.path.join(os.path.dirname(store), "sessions")
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return {}
+        copies = {}
+        for name in names:
+            path = os.path.join(folder, name)
+            sid = self._copy_id(path) if name.endswith((".json", ".jsonl")) else None
+            if sid not in held:
+                continue
+            try:
+                messages = self._copy_messages(path, ParseReport())[1]
+            except (OSError, NotASessionFile):
+                continue
+            copies.setdefault(sid, []).append(messages)
+        return copies
+
+    def _copy_messages(self, path, report):
+        """(the session's own fields, its messages) of a JSON or gateway JSONL copy."""
+        if path.endswith(".jsonl"):
+            head = first_json_line(path)
+            if not head or head.get("role") != "session_meta":
+                raise NotASessionFile("no Hermes session_meta line")
+            messages = [m for _, m in iter_jsonl(path, report) if m.get("role") != "session_meta"]
+            return dict(head, session_id=self._copy_id(path)), messages
+        with open_regular(path) as f:
+            magic = f.read(16)
+        if not magic.lstrip(LINE_START).startswith(b"{"):
+            raise NotASessionFile("neither a Hermes state.db nor a session JSON")
+        d = _read_json(path, limit=512 << 20)
+        if not d or not isinstance(d.get("session_id"), str) or not isinstance(d.get("messages"), list):
+            raise NotASessionFile("no Hermes session_id/messages")
+        return d, d["messages"]
+
+    @staticmethod
+    def _merge_copy(rows, copy):
+        """The db's messages of a session (rows: (message, time, tool calls, hidden)) with those of a
+        copy that the db lacks, each put after the last message both hold (matched by role and text,
+        in order). A copy's message takes no time: its times are naive local time."""
+        def key(m):
+            content = m.get("content")
+            return m.get("role"), (content if isinstance(content, str) else text_of(content)).strip()
+        keys = [key(r[0]) for r in rows]
+        out, used, pos = list(rows), [False] * len(rows), 0
+        for m in copy:
+            if not isinstance(m, dict):
+                continue
+            k = key(m)
+            for i in range(pos, len(out)):
+                if not used[i] and keys[i] == k:
+                    used[i], pos = True, i + 1
+                    break
+            else:
+                out.insert(pos, (m, None, None, False))
+                keys.insert(pos, k)
+                used.insert(pos, True)
+                pos += 1
+        return out
 
     @staticmethod
     def _preamble(text):
@@ -7200,11 +7480,9 @@ class HermesParser(Parser):
             magic = f.read(16)
         if magic.startswith(b"SQLite format 3"):
             return self._db(path, report)
-        if not magic.lstrip(LINE_START).startswith(b"{"):
-            raise NotASessionFile("neither a Hermes state.db nor a session JSON")
-        d = _read_json(path, limit=512 << 20)
-        if not d or not isinstance(d.get("session_id"), str) or not isinstance(d.get("messages"), list):
-            raise NotASessionFile("no Hermes session_id/messages")
+        d, messages = self._copy_messages(path, report)
+        if self._held_by_store(path):
+            return []   # the db beside it indexes this session, with what only this copy holds
         s = Session(self.id, d["session_id"], path)
         mc = d.get("model_config") if isinstance(d.get("model_config"), dict) else {}
         cwd = _str(d.get("cwd")) or _str(mc.get("cwd"))
@@ -7214,9 +7492,11 @@ class HermesParser(Parser):
         s.modified = norm_time(d.get("last_updated")) or s.created
         s.created = s.created or s.modified
         calls = ToolCalls(s)
-        for m in d["messages"]:
+        for m in messages:
             if isinstance(m, dict):
-                self._message(s, m, None, calls, report)
+                ts = norm_time(m.get("timestamp"))
+                s.touch(ts)
+                self._message(s, m, ts, calls, report)
             else:
                 report.skip("malformed message")
         _finish_times(s, path)
@@ -7296,26 +7576,29 @@ class HermesParser(Parser):
                 opt(mcols, "tool_call_id"), opt(mcols, "tool_calls"), opt(mcols, "tool_name"),
                 opt(mcols, "timestamp"), opt(mcols, "reasoning"), opt(mcols, "display_kind"),
                 opt(mcols, "timestamp"))
+            rows = collections.defaultdict(list)   # session id -> (message, time, tool calls, hidden)
             for sid, role, content, tcid, tcalls, tname, tstamp, reasoning, display in con.execute(q):
-                entry = sessions.get(str(sid))
-                if entry is None:
+                if str(sid) not in sessions:
                     report.skip("message of unknown session")
                     continue
-                s, calls = entry
-                ts = norm_time(tstamp)
-                s.touch(ts)
                 try:
                     tc = json.loads(tcalls) if isinstance(tcalls, str) and tcalls else []
                 except BAD_JSON:
                     tc = []
                 m = {"role": role, "content": content, "tool_call_id": tcid, "tool_name": tname,
                      "reasoning": reasoning}
-                self._message(s, m, ts, calls, report, tool_calls=tc if isinstance(tc, list) else [],
-                              hidden=display == "hidden")
+                rows[str(sid)].append((m, norm_time(tstamp), tc if isinstance(tc, list) else [], display == "hidden"))
         finally:
             con.close()
+        copies = self._copies(path, sessions)
         out = []
-        for s, _ in sessions.values():
+        for sid, (s, calls) in sessions.items():
+            messages = rows.get(sid, [])
+            for copy in copies.get(sid, ()):
+                messages = self._merge_copy(messages, copy)
+            for m, ts, tc, hidden in messages:
+                s.touch(ts)
+                self._message(s, m, ts, calls, report, tool_calls=tc, hidden=hidden)
             _finish_times(s, path)
             out.append(s)
         return out
@@ -11476,15 +11759,26 @@ def case_insensitive_fs(path):
         d = parent
 
 
+_WINDOWS_PATH = LazyPattern(r"[A-Za-z]:(?:[\\/]|\Z)")
+
+
 class Filters:
     """Session filters shared by the CLI flags and the JSON API."""
 
     def __init__(self, cwd=None, after=None, before=None, agent=None, tools_only=False, tool=None, path=None,
                  current=()):
-        self.cwd = os.path.abspath(os.path.expanduser(cwd)).rstrip(os.sep) or os.sep if cwd else None
+        # A Windows folder (C:\Users\x, C:/Users/x, c:\...: sessions recorded on Windows, searched
+        # from anywhere) is matched as Windows sees it: either slash, any case (Qwen wrote both
+        # c:\Users\x\master and C:\Users\x\master for one folder of one project).
+        self.windows = bool(cwd) and _WINDOWS_PATH.match(cwd) is not None
+        if self.windows:
+            self.cwd = cwd.replace("/", "\\").rstrip("\\") or cwd
+            self.cwd += "\\" if self.cwd.endswith(":") else ""   # C:\ itself
+        else:
+            self.cwd = os.path.abspath(os.path.expanduser(cwd)).rstrip(os.sep) or os.sep if cwd else None
         # --cwd names a folder: the same folder, with the same rule for the folder and below it, as
         # the file system sees it (case-sensitive unless the file system ignores case).
-        self.fold_case = bool(self.cwd) and case_insensitive_fs(self.cwd)
+        self.fold_case = bool(self.cwd) and (self.windows or case_insensitive_fs(self.cwd))
         self.after = iso(parse_when(after)) if after else None
         self.before = iso(parse_when(before)) if before else None
         if agent and agent not in PARSERS:
@@ -11501,7 +11795,11 @@ class Filters:
         if self.agent:
             cond.append("s.agent = ?")
             params.append(self.agent)
-        if self.cwd:
+        if self.windows:   # LIKE ignores (ASCII) case; a stored cwd's slashes read as backslashes
+            below = self.cwd.rstrip("\\") + "\\"
+            cond.append("(replace(s.cwd, '/', '\\') LIKE ? ESCAPE '\\' OR replace(s.cwd, '/', '\\') LIKE ? ESCAPE '\\')")
+            params += [like_escape(self.cwd), like_escape(below) + "%"]
+        elif self.cwd:
             below = self.cwd.rstrip(os.sep) + os.sep
             if self.fold_case:  # LIKE ignores (ASCII) case: the folder and everything below it alike
                 cond.append("(s.cwd LIKE ? ESCAPE '\\' OR s.cwd LIKE ? ESCAPE '\\')")

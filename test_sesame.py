@@ -669,6 +669,8 @@ HF = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
 NPM = "npm_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
 SENDGRID = "SG." + "ngeVfQFYQlKU0ufo8x5d1A" + ".TwL2iGABf9DHoTf-09kqeF8tAmbihYzrnopKc-1s5cr"
 TWILIO = "SK" + "0123456789abcdef0123456789abcdef"
+GROQ = "gsk_" + "Q7vR2mXk9LpT4wZs8YdN3cHf6JbG1aEu5oKi0qWe7rTy3uIo9pAs"
+TELEGRAM = "7012345678" + ":AA" + "Fq3kZ_x9Lm2Nb7Vc5Xd1Sa8Df4Gh6Jk0P"
 PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA1c2s3ZkT4bD\nq8v9wPz0Yx7Lm3N2\n"
        "-----END RSA PRIVATE KEY-----")
 
@@ -679,6 +681,7 @@ PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA1c2s3ZkT4bD\nq8v9wPz0Yx
     (GH_FINE, "github_token"), (AWS, "aws_access_key_id"), (AWS_TMP, "aws_access_key_id"),
     (SLACK, "slack_token"), (STRIPE, "stripe_key"), (STRIPE_R, "stripe_key"), (GOOGLE, "google_api_key"),
     (JWT, "jwt"), (HF, "huggingface_token"), (NPM, "npm_token"), (SENDGRID, "sendgrid_key"), (TWILIO, "twilio_key"),
+    (GROQ, "groq_key"), (TELEGRAM, "telegram_token"),
 ])
 def test_token_shapes_are_replaced_and_surrounding_words_stay(secret, kind):
     text = "I exported the key %s before running deploy, see zanzibar" % secret
@@ -727,6 +730,7 @@ def test_pgp_private_key_and_a_key_whose_start_the_output_cap_dropped_are_redact
     "git clone https://github.com/org/repo.git", "mailto:bob@example.com and https://example.com",
     "PWD=/home/dev/project", "Basic usage of the API", "bypass_cache=True", "eyJ is how base64 JSON starts",
     "the SKU list", "mysql -u root -p", "ssh git@github.com", "Skipping 3 tests",
+    "gsk_short_name = 1", "ticket 12345678:AA is open",
 ])
 def test_code_about_secrets_hashes_ids_and_urls_stays_searchable(text):
     assert sesame.redact(text) == (text, 0), sesame.redact(text)
@@ -869,6 +873,23 @@ def test_secrets_never_reach_the_index_and_the_words_around_them_stay_searchable
     assert SECRET not in texts and SECRET.encode() not in raw and "abcdef0123456789abcdef" not in texts
     assert "OPENAI_API_KEY=[REDACTED:secret]" in texts or "[REDACTED:openai_key]" in texts
     assert search_ids(capsys, SECRET) == []
+
+
+def test_groq_keys_and_telegram_bot_tokens_are_in_no_output_and_not_in_the_index(env, tmp_path, capsys):
+    # Both seen verbatim in real Kimi sessions: the key pasted bare, the token in a bot URL.
+    w = PiWriter(env, "leaky-3")
+    w.user("use %s for the capybara summaries" % GROQ)
+    w.tool("bash", {"command": "curl https://api.telegram.org/bot%s/getMe" % TELEGRAM}, "ok capybara bot")
+    w.save()
+    for argv in (("search", "capybara"), ("search", "capybara", "--json"), ("show", "leaky-3"),
+                 ("show", "leaky-3", "--json", "--max-chars", "0")):
+        code, out, _ = run(capsys, *argv)
+        assert code == 0 and "capybara" in out
+        assert GROQ not in out and TELEGRAM not in out and "AAFq3kZ" not in out
+    texts, raw = index_bytes(tmp_path)
+    for secret in (GROQ, TELEGRAM):
+        assert secret not in texts and secret.encode() not in raw
+    assert "[REDACTED:groq_key]" in texts and "/bot[REDACTED:telegram_token]/getMe" in texts
 
 
 def test_redaction_can_be_switched_off_and_the_index_follows(env, tmp_path, capsys):
@@ -1289,6 +1310,29 @@ def test_claude_compaction_and_side_question_replays_rank_after_their_parent(env
     assert kinds(s) == ["context", "context"] and s.created == "2026-01-01T05:00:00.000Z"
     [s] = parse_file("claude", root / "-proj" / cc_SID / "subagents" / "agent-aside_question-88bb.jsonl")
     assert texts(s, "user") == ["which file holds the marmalade quokka queue?"]
+
+
+def test_claude_2_0_warmup_sidechain_is_context_not_the_conversations_start(tmp_path):
+    # 2.0.x opens each session with a sidechain "Warmup" prompt to its sub-agents and the model's
+    # boilerplate answer, before anything the user typed.
+    warm = dict(isSidechain=True)
+    p = write_jsonl(tmp_path / "-proj" / (cc_SID + ".jsonl"), [
+        dict(cc_cl_user("w1", "2025-10-17T01:33:38Z", "Warmup", **warm), parentUuid=None),
+        dict(cc_cl_asst("w2", "2025-10-17T01:33:40Z", "m0", [{"type": "text", "text": "I'm Claude Code, ready to "
+                                                              "help you navigate the codebase."}], **warm), parentUuid="w1"),
+        dict(cc_cl_user("u1", "2025-10-17T01:34:00Z", "draw the swarm diagram"), parentUuid=None),
+        dict(cc_cl_asst("a1", "2025-10-17T01:34:05Z", "m1", [{"type": "text", "text": "Here it is."}]), parentUuid="u1"),
+        dict(cc_cl_user("s1", "2025-10-17T01:34:06Z", "explore the agents folder", **warm), parentUuid="a1"),
+    ])
+    [s] = parse_file("claude", p)
+    assert [(c.kind, c.text) for c in s.chunks] == [
+        ("context", "Warmup"), ("context", "I'm Claude Code, ready to help you navigate the codebase."),
+        ("user", "draw the swarm diagram"), ("assistant", "Here it is."), ("custom", "explore the agents folder")]
+    alone = write_jsonl(tmp_path / "-proj" / "22222222-2222-4333-8444-555555555555.jsonl", [
+        dict(cc_cl_user("w1", "2025-10-17T01:33:38Z", "Warmup", **warm), parentUuid=None),
+        dict(cc_cl_asst("w2", "2025-10-17T01:33:40Z", "m0", [{"type": "text", "text": "Ready."}], **warm), parentUuid="w1")])
+    with pytest.raises(NotASessionFile):   # started, warmed up, left without a prompt
+        parse_file("claude", alone)
 
 
 def test_claude_appends_are_read_from_the_last_stop_and_match_a_full_rebuild_a_rewrite_is_read_whole(
@@ -1878,6 +1922,29 @@ def test_opencode_db_gives_every_session_with_times_title_and_parent(tmp_path):
     assert child.name is None   # the placeholder title is not a name
 
 
+def test_opencode_write_tool_is_shown_by_the_file_it_wrote_not_its_first_line(env, tmp_path, capsys):
+    # OpenCode and Kilo (7.0.46) give a write's content before its filePath.
+    rows = [("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
+             ("ses_w", "p", None, "s", "/root", "Memory bank", "1.2.0", 1730000000000, 1730000009000)),
+            ("INSERT INTO message VALUES (?,?,?,?,?)", ("msg_1", "ses_w", 1730000001000, 1730000001000,
+                                                       json.dumps({"role": "assistant"})))]
+    parts = [{"type": "tool", "callID": "c1", "tool": "write", "state": {
+                 "status": "completed", "input": {"content": "# Memory Bank\nthe kinkajou notes", "filePath": "/root/MEMORY.md"},
+                 "output": "Wrote file successfully."}},
+             {"type": "text", "text": "Memory bank initialized."}]
+    for i, data in enumerate(parts):
+        rows.append(("INSERT INTO part VALUES (?,?,?,?,?,?)", ("prt_%d" % i, "msg_1", "ses_w", 0, 0, json.dumps(data))))
+    db = ogc_make_db(tmp_path / "opencode" / "opencode.db", ogc_OPENCODE_SCHEMA, rows)
+    write_config({"sources": [{"parser": "opencode", "path": str(db)}]}, tmp_path)
+    assert search_ids(capsys, "kinkajou") == ["ses_w"]
+    code, out, _ = run(capsys, "show", "ses_w")
+    tool_line = [l for l in out.splitlines() if "tool write" in l]
+    assert tool_line and tool_line[0].endswith("tool write: /root/MEMORY.md")
+    code, out, _ = run(capsys, "show", "ses_w", "--json", "--max-chars", "0")
+    [tool] = [c for c in json.loads(out)["chunks"] if c["kind"] == "tool"]
+    assert tool["text"] == "/root/MEMORY.md"   # the one-line view of the call
+
+
 def test_opencode_db_messages_in_order_with_tools_joined_and_synthetic_text_as_context(tmp_path):
     s = parse_file("opencode", ogc_opencode_db(tmp_path / "opencode.db"))[0]
     assert kinds(s) == ["user", "context", "thinking", "tool", "tool", "assistant"]
@@ -2274,6 +2341,20 @@ def test_cursor_subagent_transcript_points_to_parent(tmp_path):
     assert s.session_id == "k1" and s.parent == "p1"
 
 
+def test_cursor_transcript_without_a_final_newline_has_its_last_message_found(env, tmp_path, capsys):
+    # Cursor never ends an agent transcript with a newline (checked on 100 real files); the last line
+    # is usually the assistant's closing summary.
+    cursor = tmp_path / "home" / ".cursor"
+    write_jsonl(cursor / "projects" / "Users-u-app" / "agent-transcripts" / "a1" / "a1.jsonl",
+                [ogc_cursor_line("user", {"type": "text", "text": "<user_query>\nset up the editor\n</user_query>"})],
+                raw_tail=json.dumps(ogc_cursor_line("assistant", {"type": "text", "text": "Added an LspAttach autocmd."})))
+    write_config({"sources": [{"parser": "cursor", "path": str(cursor)}]}, tmp_path)
+    assert index_json(capsys)["linesSkipped"] == 0
+    assert search_ids(capsys, "LspAttach") == ["a1"]
+    code, out, _ = run(capsys, "show", "a1", "--json")
+    assert [c["text"] for c in json.loads(out)["chunks"]] == ["set up the editor", "Added an LspAttach autocmd."]
+
+
 def ogc_store_db(path, meta, blobs=()):
     rows = [("INSERT INTO meta VALUES (?,?)", ("0", json.dumps(meta).encode().hex()))]
     for i, b in enumerate(blobs):
@@ -2662,6 +2743,22 @@ def test_aider_earlier_run_keeps_its_last_prompt_time_after_a_new_run_is_appende
     assert [c.ts for c in first.chunks if c.kind == "user"] == [
         norm_time("2026-11-25 02:06:52.104711"), norm_time("2026-11-25 02:07:10.5"), norm_time("2026-11-25 02:09:30.25")]
     assert second.created == norm_time("2026-11-26 08:00:00") and second.modified >= norm_time("2026-11-26 08:00:05")
+
+
+def test_aider_last_session_of_a_cloned_repo_is_dated_by_its_last_prompt_not_the_checkout(tmp_path):
+    # A clone (or copy) writes the history file now: its time is not when the session was active.
+    path = write_file(tmp_path / ".aider.chat.history.md",
+                      "\n# aider chat started at 2025-12-03 14:43:00\n\n> Aider v0.85.2  \n> Main model: x  \n\n"
+                      "#### add the metadata field  \n\nDone.\n\n#### and a test  \n\nAdded.\n")
+    write_file(tmp_path / ".aider.input.history", "\n# 2025-12-03 14:44:10.000000\n+add the metadata field\n"
+                                                   "\n# 2025-12-03 21:29:05.500000\n+and a test\n")
+    report = ParseReport()
+    [s] = PARSERS["aider"].parse(str(path), report)
+    assert s.created == norm_time("2025-12-03 14:43:00") and s.modified == norm_time("2025-12-03 21:29:05.5")
+    assert report.versions == {"0.85.2"}
+    os.remove(tmp_path / ".aider.input.history")   # no dated prompt: the file's time is all there is
+    [s] = parse_file("aider", path)
+    assert s.modified == sesame._file_mtime(str(path))
 
 
 def test_aider_cwd_is_recorded_dir_else_the_file_folder(tmp_path):
@@ -3592,6 +3689,64 @@ def test_kimi_cli_wire_prompts_tools_failures_cwd_and_resume(tmp_path):
         "cd /home/u/proj && kimi -r e262be1f-673c-4628-9d78-97b1c81d88be"
 
 
+def test_kimi_cli_sub_agents_written_only_in_the_parents_wire_are_child_sessions(env, tmp_path, capsys):
+    # Protocol 1.3 keeps no subagents/ folder: a Task sub-agent's events are SubagentEvent lines of
+    # the parent's wire (tagged with the Task call's id), and context_sub_N.jsonl beside it. A call's
+    # arguments stream: the ToolCall holds their start, ToolCallPart lines the rest.
+    arguments = json.dumps({"description": "Explore the referral code", "subagent_name": "coder", "prompt": "read it"})
+    task = {"type": "function", "id": "tool_T1", "function": {"name": "Task", "arguments": arguments[:25]}}
+
+    def sub(etype, payload):
+        return ("SubagentEvent", {"task_tool_call_id": "tool_T1", "event": {"type": etype, "payload": payload}})
+    events = [("TurnBegin", {"user_input": "implement the referral endpoints"}), ("ToolCall", task),
+              ("ToolCallPart", {"arguments_part": arguments[25:]}),
+              sub("TurnBegin", {"user_input": "read it"}),
+              sub("ContentPart", {"type": "text", "text": "A complete understanding of the quetzal structure."}),
+              sub("ToolCall", {"type": "function", "id": "tool_R1", "function": {
+                  "name": "ReadFile", "arguments": "{\"path\": \"app/referrals.py\"}"}}),
+              sub("ToolResult", {"tool_call_id": "tool_R1", "return_value": {"is_error": False, "output": "def refer(): pass"}}),
+              ("ToolResult", {"tool_call_id": "tool_T1", "return_value": {"is_error": False, "output": "explored"}}),
+              ("ContentPart", {"type": "text", "text": "Done with the endpoints."})]
+    p = ot_kimi_cli_session(tmp_path / "home", events[:3] + events[-2:])   # first the parent alone
+    write_config({"sources": [{"parser": "kimi", "path": str(tmp_path / "home" / ".kimi" / "sessions")}]}, tmp_path)
+    run(capsys, "index")
+    with open(p, "a") as f:   # the sub-agent's lines appended: the file is read again from its start
+        f.write("".join(json.dumps({"timestamp": 1795484200 + i, "message": {"type": t, "payload": q}}) + "\n"
+                        for i, (t, q) in enumerate(events[3:7])))
+    sid, child = "e262be1f-673c-4628-9d78-97b1c81d88be", "e262be1f-673c-4628-9d78-97b1c81d88be/tool_T1"
+    assert search_ids(capsys, "quetzal structure") == [child]
+    code, out, _ = run(capsys, "show", child, "--json", "--max-chars", "0")
+    shown = json.loads(out)
+    assert (shown["session"]["parent"], shown["session"]["name"]) == (sid, "Explore the referral code")
+    assert [(c["kind"], c["tool"] or c["text"]) for c in shown["chunks"]] == [
+        ("user", "read it"), ("assistant", "A complete understanding of the quetzal structure."), ("tool", "ReadFile")]
+    code, out, _ = run(capsys, "show", sid, "--json", "--max-chars", "0")
+    parent = json.loads(out)["chunks"]
+    assert not any("quetzal" in c["text"] for c in parent)   # not in the parent twice
+    assert [c["text"] for c in parent if c["tool"] == "Task"][0].count("Explore the referral code") == 1
+    info = json.loads(run(capsys, "status", "--json")[1])
+    assert info["sessions"] == 2 and not [a for a in info["perAgent"] if a.get("unrecognizedRecords")]
+
+
+def test_kimi_cli_wire_starting_with_a_result_takes_its_call_from_the_context(tmp_path):
+    # A wire that begins with the result of a call it does not hold (a real 1.3 session): the call is
+    # in context.jsonl beside it.
+    p = ot_kimi_cli_session(tmp_path, [
+        ("ToolResult", {"tool_call_id": "tool_G1", "return_value": {"is_error": False, "output": "Switched to branch 'work'"}}),
+        ("ToolResult", {"tool_call_id": "tool_G2", "return_value": {"is_error": False, "output": "orphan output"}}),
+        ("TurnBegin", {"user_input": "now deploy"})])
+    write_jsonl(os.path.join(os.path.dirname(p), "context.jsonl"), [
+        {"role": "user", "content": "switch branches"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "id": "tool_G1", "function": {
+            "name": "Shell", "arguments": json.dumps({"command": "git checkout -f work"})}}]},
+        {"role": "tool", "tool_call_id": "tool_G1", "content": "Switched to branch 'work'"}])
+    [s] = PARSERS["kimi"].parse(str(p), ParseReport())
+    first, second = [c for c in s.chunks if c.kind == "tool"]
+    assert first.tool == "Shell" and first.text == "tool: Shell\ncommand: git checkout -f work\noutput:\nSwitched to branch 'work'"
+    assert second.text == "tool: tool\noutput:\norphan output"   # a call found nowhere keeps its output
+    assert texts(s, "user") == ["now deploy"]
+
+
 def test_kimi_cli_title_set_by_the_user_is_the_name_and_unknown_events_are_counted(tmp_path):
     p = ot_kimi_cli_session(tmp_path, ot_KIMI_CLI_EVENTS[:1] + [("Hologram", {})],
                             state={"custom_title": "Exit codes", "title_generated": True})
@@ -3775,6 +3930,75 @@ def test_hermes_legacy_json(tmp_path):
                              "messages": [{"role": "user", "content": "hello"}, {"role": "session_meta"}]}))
     [s] = parse_file("hermes", p)
     assert (s.session_id, s.cwd, texts(s, "user")) == ("s1", "/x", ["hello"])
+
+
+def hermes_db(path, sessions, messages):
+    """A state.db (0.19 columns) with (id, title, started_at) sessions and (session, role, content, time) messages."""
+    con = sqlite3.connect(str(path))
+    con.executescript("""
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT, model TEXT, model_config TEXT, parent_session_id TEXT,
+                               started_at REAL, ended_at REAL, cwd TEXT, title TEXT);
+        CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id TEXT, role TEXT, content TEXT, tool_call_id TEXT,
+                               tool_calls TEXT, tool_name TEXT, timestamp REAL, reasoning TEXT);""")
+    for sid, title, start in sessions:
+        con.execute("INSERT INTO sessions VALUES (?,'telegram','m','{}',NULL,?,NULL,'/srv/bot',?)", (sid, start, title))
+    for i, (sid, role, content, ts) in enumerate(messages):
+        con.execute("INSERT INTO messages VALUES (?,?,?,?,NULL,NULL,NULL,?,NULL)", (i + 1, sid, role, content, ts))
+    con.commit()
+    con.close()
+
+
+def test_hermes_session_in_state_db_and_its_json_and_gateway_copies_is_one_session(env, tmp_path, capsys):
+    # Hermes keeps a gateway session in state.db and again as sessions/session_<id>.json and
+    # sessions/<id>.jsonl; each copy holds messages the others lack, the copies' times are naive.
+    home = tmp_path / "home" / ".hermes"
+    (home / "sessions").mkdir(parents=True)
+    sid = "20260420_130311_1e415720"
+    hermes_db(home / "state.db", [(sid, "Database access", 1776690191)],
+              [(sid, "user", "set up the postgres reader", 1776690192),
+               (sid, "assistant", "The reader is configured.", 1776690193),
+               (sid, "user", "thanks, one more thing", 1776690300)])
+    naive = "2026-04-20T18:33:15.089124"
+    write_file(home / "sessions" / ("session_%s.json" % sid), {
+        "session_id": sid, "session_start": naive, "last_updated": naive, "messages": [
+            {"role": "user", "content": "set up the postgres reader"},
+            {"role": "assistant", "content": "The reader is configured."},
+            {"role": "user", "content": "now add the feedback suggestions table"},
+            {"role": "assistant", "content": "Feedback table ready."}]})
+    write_jsonl(home / "sessions" / (sid + ".jsonl"), [
+        {"role": "session_meta", "tools": [], "model": "m"},
+        {"role": "user", "content": "set up the postgres reader", "timestamp": naive},
+        {"role": "assistant", "content": "Gateway-only kookaburra note.", "timestamp": naive}])
+    write_file(home / "sessions" / "session_20260421_090000_aaaaaa.json", {
+        "session_id": "20260421_090000_aaaaaa", "session_start": naive, "last_updated": naive,
+        "messages": [{"role": "user", "content": "a legacy wombat question"}]})
+    write_jsonl(home / "sessions" / "20260422_090000_bbbbbb.jsonl", [
+        {"role": "session_meta", "tools": []},
+        {"role": "user", "content": "a gateway numbat question", "timestamp": "2026-04-22T09:00:01.000000"}])
+    write_config({"sources": [{"parser": "hermes", "path": str(home / "state.db")},
+                              {"parser": "hermes", "path": str(home / "sessions")}]}, tmp_path)
+    assert index_json(capsys)["sessions"] == 3
+    assert search_ids(capsys, "postgres reader") == [sid]
+    code, out, _ = run(capsys, "show", sid, "--json", "--max-chars", "0")
+    shown = json.loads(out)
+    assert shown["session"]["name"] == "Database access"
+    assert shown["session"]["created"] == "2026-04-20T13:03:11.000Z"
+    said = [c["text"] for c in shown["chunks"]]
+    # each copy's own messages after the last message it shares with the db: nothing twice, nothing lost
+    assert said == ["set up the postgres reader", "Gateway-only kookaburra note.", "The reader is configured.",
+                    "now add the feedback suggestions table", "Feedback table ready.", "thanks, one more thing"]
+    assert search_ids(capsys, "wombat") == ["20260421_090000_aaaaaa"]
+    assert search_ids(capsys, "numbat") == ["20260422_090000_bbbbbb"]
+    # The legacy session appears in the db (Hermes migrated it): the db owns it from the next run on.
+    con = sqlite3.connect(str(home / "state.db"))
+    con.execute("INSERT INTO sessions VALUES ('20260421_090000_aaaaaa','cli','m','{}',NULL,1776762000,NULL,NULL,"
+                "'Wombat care')")
+    con.commit()
+    con.close()
+    assert index_json(capsys)["sessions"] == 3
+    code, out, _ = run(capsys, "search", "wombat", "--json")
+    [found] = json.loads(out)["results"]
+    assert (found["sessionId"], found["name"]) == ("20260421_090000_aaaaaa", "Wombat care")
 
 
 # ---------------------------------------------------------------- antigravity
@@ -5866,6 +6090,58 @@ def test_each_append_is_read_from_the_last_stop_and_a_later_rewrite_is_still_not
     assert sum("about a trellis" in c["text"] for c in json.loads(out)["chunks"]) == 3
 
 
+@pytest.mark.parametrize("agent", ["pi", "claude"])
+def test_a_last_record_without_its_newline_is_read_and_appends_go_on_after_it(agent, env, tmp_path, capsys, monkeypatch):
+    # An agent may write a record and its newline apart (Cursor never writes the last newline): a
+    # last line that is a whole JSON object is read, and the checkpoint after it is right whether
+    # the newline comes alone, with the next record, or never.
+    root = tmp_path / agent
+    if agent == "pi":
+        w = PiWriter(root, "no-newline")
+        w.user("the first words about a gazebo")
+        path, sid = w.save(), "no-newline"
+
+        def record(i, word):
+            return {"type": "message", "id": "m%d" % i, "parentId": None, "timestamp": "2026-03-10T09:0%d:00.000Z" % i,
+                    "message": {"role": "user", "content": "note %d about a %s" % (i, word)}}
+    else:
+        path, sid = write_jsonl(root / "-proj" / (cc_SID + ".jsonl"),
+                                [cc_cl_user("u0", "2026-01-01T00:00:00Z", "the first words about a gazebo")]), cc_SID
+
+        def record(i, word):
+            return cc_cl_user("u%d" % i, "2026-01-01T00:00:0%dZ" % i, "note %d about a %s" % (i, word))
+    write_config({"sources": [{"parser": agent, "path": str(root)}]}, tmp_path)
+
+    def append(raw):
+        with open(path, "a") as f:
+            f.write(raw)
+        return index_json(capsys)
+
+    def chunks():
+        code, out, _ = run(capsys, "show", sid, "--json", "--max-chars", "0", "--no-refresh")
+        return [c["text"] for c in json.loads(out)["chunks"]]
+
+    assert append(json.dumps(record(1, "trellis")))["linesSkipped"] == 0
+    assert search_ids(capsys, "trellis", "--no-refresh") == [sid]
+    starts = read_starts(monkeypatch)
+    sizes = [os.path.getsize(path)]
+    append("\n")                                                    # the newline alone
+    sizes.append(os.path.getsize(path))
+    append(json.dumps(record(2, "pergola")))
+    sizes.append(os.path.getsize(path))
+    assert append("\n" + json.dumps(record(3, "wisteria")) + "\n")["linesSkipped"] == 0
+    # each read went on from the end of the last record read (a newline alone adds none)
+    assert [start for _, start in starts] == [sizes[0], sizes[0], sizes[2]]
+    for word in ("gazebo", "trellis", "pergola", "wisteria"):
+        assert search_ids(capsys, word, "--no-refresh") == [sid]
+    incremental = chunks()
+    assert [sum(word in text for text in incremental) for word in ("trellis", "pergola", "wisteria")] == [1, 1, 1]
+    run(capsys, "index", "--full")
+    assert chunks() == incremental
+    append('{"type": "message", "message": {"role": "user", "content": "half written')   # not whole: not read
+    assert search_ids(capsys, "half written", "--no-refresh") == []
+
+
 def _iso(i):
     return "2026-05-01T10:%02d:%02d.000Z" % (i // 60, i % 60)
 
@@ -5981,8 +6257,15 @@ def test_appends_to_each_agents_journal_are_read_from_the_last_stop_as_a_full_re
     run(capsys, "index")
     assert len(starts) == 1 and size <= starts[0][1] < os.path.getsize(path)
     assert search_ids(capsys, "found wisteria", "--no-refresh") == [sid]
+    append([], "\n".join(json.dumps(r) for r in turn(4, "magnolia")))    # a whole last record, no newline yet
+    run(capsys, "index")
+    assert search_ids(capsys, "found magnolia", "--no-refresh") == [sid]
+    append([], "\n")
+    append(turn(5, "camellia"))
+    run(capsys, "index")
     incremental = show()
-    assert sum("question about the wisteria" in text for _, _, text in incremental[1]) == 1
+    assert [sum("question about the %s" % w in text for _, _, text in incremental[1])
+            for w in ("wisteria", "magnolia", "camellia")] == [1, 1, 1]
     run(capsys, "index", "--full")
     assert show() == incremental                                  # what a full read of the file gives
 
@@ -6982,6 +7265,21 @@ def test_cwd_filter_case_is_the_file_systems_for_the_folder_and_below(corpus, tm
     folder.mkdir()
     other = tmp_path / "cASEpROBE"
     assert sesame.case_insensitive_fs(str(folder / "not-there" / "x")) is other.exists()
+
+
+def test_cwd_filter_on_a_windows_folder_matches_either_slash_and_any_case(env, capsys):
+    # Sessions recorded on Windows, searched on any system; one agent wrote both c:\ and C:\.
+    for sid, cwd in (("win-back", "C:\\Users\\linhl\\Documents\\master"), ("win-lower", "c:\\Users\\linhl\\Documents\\master"),
+                     ("win-fwd", "C:/Users/linhl/tools"), ("win-other", "C:\\Users\\linhlx"), ("posix", "/Users/linhl")):
+        w = PiWriter(env, sid, cwd=cwd)
+        w.user("the agents manage view")
+        w.save()
+    every = {"win-back", "win-lower", "win-fwd"}
+    for folder in ("C:\\Users\\linhl", "C:/Users/linhl", "c:\\users\\LINHL\\", "c:/Users/linhl/"):
+        assert set(search_ids(capsys, "agents manage", "--cwd", folder)) == every, folder
+    assert set(search_ids(capsys, "agents manage", "--cwd", "c:/users/linhl/documents/MASTER")) == {"win-back", "win-lower"}
+    assert len(search_ids(capsys, "agents manage", "--cwd", "C:\\")) == 4
+    assert search_ids(capsys, "agents manage", "--cwd", "D:\\Users\\linhl") == []
 
 
 def test_date_filters_compare_last_activity(corpus, capsys):
