@@ -81,6 +81,7 @@ Usage:
     sesame watch [--interval SECONDS]   keep the index fresh
     sesame mcp                          serve search, show and status to agents over MCP (stdio)
     sesame forget SESSION               remove a session from the index and keep it out
+    sesame remote add NAME [--host H]   another machine's sessions, copied over ssh by `sesame sync`
 
 The index lives in $SESAME_DATA_DIR (default ~/.local/share/sesame), the optional config in
 $SESAME_CONFIG_DIR/config.jsonc (default ~/.config/sesame). See README.md for everything else.
@@ -456,7 +457,7 @@ class Source:
 
 # Every key the config may hold (and the keys of one "sources" entry). Others are reported, with the
 # nearest known key: a misspelt "source" would otherwise silently index the default places.
-CONFIG_KEYS = ("sources", "piSessionPaths", "exclude", "redact", "keepDeletedSessions")
+CONFIG_KEYS = ("sources", "piSessionPaths", "exclude", "redact", "keepDeletedSessions", "remoteSyncSeconds")
 SOURCE_KEYS = ("parser", "path")
 
 
@@ -11215,7 +11216,7 @@ class Filters:
     """Session filters shared by the CLI flags and the JSON API."""
 
     def __init__(self, cwd=None, after=None, before=None, agent=None, tools_only=False, tool=None, path=None,
-                 current=()):
+                 current=(), host=None):
         self.cwd = os.path.abspath(os.path.expanduser(cwd)).rstrip(os.sep) or os.sep if cwd else None
         # --cwd names a folder: the same folder, with the same rule for the folder and below it, as
         # the file system sees it (case-sensitive unless the file system ignores case).
@@ -11229,6 +11230,7 @@ class Filters:
         self.tools_only = tools_only or bool(self.tool)
         self.path = path
         self.current = set(current)  # (agent, session id) of the sessions the caller runs inside
+        self.host = host  # (path prefix, inside): a remote's mirror, or outside every mirror (host_filter)
 
     def sql(self):
         """WHERE conditions on sessions `s`, and their parameters."""
@@ -11257,6 +11259,9 @@ class Filters:
         if self.path:
             cond.append("EXISTS(SELECT 1 FROM touched t WHERE t.session = s.id AND t.path LIKE ? ESCAPE '\\')")
             params.append("%" + like_escape(self.path) + "%")
+        if self.host:
+            cond.append("(substr(s.path, 1, ?) %s ?)" % ("=" if self.host[1] else "IS NOT"))
+            params += [len(self.host[0]), self.host[0]]
         return (" AND " + " AND ".join(cond)) if cond else "", params
 
 
@@ -11641,8 +11646,9 @@ def result_json(con, s, score, stage, matches, every_word_known=True):
 
 # The JSON contract of a search result, by preset (--fields). "summary" is the default shape.
 FIELD_PRESETS = {
-    "minimal": ("sessionId", "shortId", "agent", "name", "modified", "score", "resumeCommand", "fileDeleted", "current"),
-    "summary": ("sessionId", "shortId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
+    "minimal": ("sessionId", "shortId", "agent", "host", "name", "modified", "score", "resumeCommand", "fileDeleted",
+                "current"),
+    "summary": ("sessionId", "shortId", "source", "agent", "host", "path", "cwd", "name", "score", "matchedAllTerms", "created",
                 "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted", "current"),
 }
 FIELD_PRESETS["full"] = FIELD_PRESETS["summary"] + ("chunkCount", "stage", "matchedWords")
@@ -11752,8 +11758,9 @@ def print_results(data, color, out, words=None):
                   "such as library, tool or file names, or the error text)\n")
     for rank, r in enumerate(results, data["offset"] + 1):
         # The rank, not the score: bm25 scores mean little to a reader (and round to 0.00 in a small index).
-        out.write(visible("\n%d. %s (%s) - %s%s\n" % (
+        out.write(visible("\n%d. %s (%s)%s - %s%s\n" % (
             rank, escape_breaks(r.get("shortId") or r.get("sessionId")), escape_breaks(r.get("name") or "Unnamed"),
+            " [%s]" % r["host"] if r.get("host") else "",
             short_date(r.get("modified")),
             " (file deleted)" if r.get("fileDeleted") else " (this session)" if r.get("current") else "")))
         if "cwd" in r:
@@ -11821,6 +11828,9 @@ def status_text(info):
                     if f["state"] != "skipped"][:10]
     out.append("config:   %s%s" % (info["configPath"], "" if info["configFound"] else " (none: using discovered sources)"))
     out += ["warning:  %s" % w for w in info.get("warnings") or ()]
+    out += ["remote:   %s (%s): last sync %s%s" % (r["name"], r["host"], r["lastSync"] or "never",
+                                                  "; last attempt %s failed: %s" % (r["lastAttempt"], r["error"]) if r["error"] else "")
+            for r in info.get("remotes") or ()]
     out += ["source:   %-11s %s (%s)" % (s["parser"], escape_breaks(s["path"]), s["origin"]) for s in info["sources"]]
     if not info["sources"]:
         out.append("source:   none found (configure one in %s)" % info["configPath"])
@@ -12035,7 +12045,7 @@ def chunk_block(c, color=False, collapsed=False):
 
 def header_text(h):
     rows = [("session", h["sessionId"]), ("agent", h["agent"]), ("name", h["name"] or "Unnamed"),
-            ("cwd", h["cwd"] or "-"), ("created", short_date(h["created"])), ("modified", short_date(h["modified"])),
+            ("host", h.get("host")), ("cwd", h["cwd"] or "-"), ("created", short_date(h["created"])), ("modified", short_date(h["modified"])),
             ("path", (h["path"] or "-") + (" (file deleted: shown from the index)" if h.get("fileDeleted") else "")),
             ("parent", h["parent"] or "-"), ("resume", h["resumeCommand"] or "-"),
             ("summary", h["summary"]), ("chunks", h["chunkCount"])]
@@ -12098,6 +12108,8 @@ class Context:
             self.warnings.append(message)
             (warn or _warn)(message)
         self.sources = resolve_sources(self.cfg, self.cfg_path, self.env, note)
+        self.remotes = load_remotes(self.env)   # other machines' sessions: their mirrors are sources too
+        self.sources += remote_sources(self.env, self.remotes)
         exclude, redact_secrets = self.cfg.get("exclude", []), self.cfg.get("redact", True)
         if not isinstance(exclude, list) or not set(map(type, exclude)) <= {str} or not all(map(str.strip, exclude)):
             raise ConfigError('%s: "exclude" must be a list of path patterns (non-empty strings)' % self.cfg_path)
@@ -12194,7 +12206,7 @@ def _cwd():
 
 
 def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=None, after=None, before=None,
-                    agent=None, tools=False, tool=None, path=None, fields=None, max_chars=0, render=None):
+                    agent=None, tools=False, tool=None, path=None, fields=None, max_chars=0, render=None, host=None):
     """A search as data: the object `sesame search --json` prints (the MCP server returns it too).
 
     With max_chars and render (what the caller will print), results are built only while they can
@@ -12204,7 +12216,7 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
     if limit < 1 or offset < 0:
         raise UsageError("--limit must be at least 1 and --offset at least 0")
     filters = Filters(cwd=cwd, after=after, before=before, agent=agent, tools_only=tools, tool=tool, path=path,
-                      current=current_sessions(os.environ))
+                      current=current_sessions(os.environ), host=host_filter(ctx.env, ctx.remotes, host))
     first_use = not os.path.exists(ctx.index_path)
     store = ctx.store()
     data = {"query": query.text, "resultCount": 0, "offset": offset, "limit": limit, "hasMore": False,
@@ -12219,8 +12231,9 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
                 data["hasMore"] = True
                 break
             data["alsoSearched"] = query.notes()
-            r = result_json(store.con, *hit, every_word_known=not any(w.dropped for w in query.words))
-            r["current"] = (r["agent"], r["sessionId"]) in filters.current
+            r = place_session(ctx.env, ctx.remotes, hit[0], result_json(
+                store.con, *hit, every_word_known=not any(w.dropped for w in query.words)))
+            r["current"] = not r["host"] and (r["agent"], r["sessionId"]) in filters.current
             results.append(shape_result(r, fields, full))
             if max_chars and render and len(results) > 1 and _smallest_size(data, render) > max_chars:
                 results.pop()  # it cannot fit (fit_budget would drop it): the next page starts with it
@@ -12259,7 +12272,7 @@ def run_search(ctx, args, render):
     data = search_sessions(ctx, " ".join(args.query), limit=DEFAULT_LIMIT if args.limit is None else args.limit,
                            offset=args.offset, refresh=not args.no_refresh, cwd=args.cwd, after=args.after,
                            before=args.before, agent=args.agent, tools=args.tools, tool=args.tool, path=args.path,
-                           fields=args.fields, max_chars=budget, render=render)
+                           fields=args.fields, max_chars=budget, render=render, host=args.host)
     return fit_budget(data, budget, render), data
 
 
@@ -12288,7 +12301,7 @@ def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, every
                            "text": collapse(kind, text) if short else text, "collapsed": short})
     finally:
         store.close()
-    return {"session": session_header(s), "around": around, "chunks": chunks, "truncated": False,
+    return {"session": place_session(ctx.env, ctx.remotes, s, session_header(s)), "around": around, "chunks": chunks, "truncated": False,
             "omitted": {"before": lo, "after": last - hi, "cutSeq": None}}
 
 
@@ -12306,7 +12319,8 @@ def status_info(ctx):
     info = {"indexPath": ctx.index_path, "indexExists": store is not None, "configPath": config_path(ctx.env),
             "configFound": ctx.cfg_path is not None, "sqliteVersion": sqlite3.sqlite_version,
             "sesameVersion": __version__, "schemaVersion": SCHEMA_VERSION,
-            "sources": [s.as_json() for s in ctx.sources], "warnings": ctx.warnings}
+            "sources": [s.as_json() for s in ctx.sources], "warnings": ctx.warnings,
+            "remotes": remote_list(ctx.env) if ctx.remotes else []}
     if store is not None:
         try:
             per = {a: {"agent": a, "sessions": n, "chunks": c or 0, "deletedKept": d or 0}
@@ -12394,6 +12408,8 @@ def _search_arguments(s):
     s.add_argument("--tools", action="store_true", help="match only inside tool calls and their output")
     s.add_argument("--tool", action="append", metavar="NAME", help="match only inside calls of this tool (repeatable)")
     s.add_argument("--path", metavar="TEXT", help="only sessions whose tool calls touched a path containing TEXT")
+    s.add_argument("--host", metavar="NAME", help="only sessions of this remote (sesame remote list), or of %r "
+                                                  "(this machine)" % LOCAL_HOST)
     s.add_argument("--no-refresh", action="store_true", help="search the index as it is, without updating it")
     s.add_argument("--fields", metavar="PRESET", help="JSON fields: minimal, summary (default), full, or a "
                                                       "comma-separated list of field names")
@@ -12432,8 +12448,22 @@ def _show_arguments(sh):
     _add_json(sh)
 
 
+def _remote_arguments(r):
+    r.add_argument("action", metavar="add|list|remove", help="add NAME, list, or remove NAME")
+    r.add_argument("name", nargs="?", help="the remote's name (shown as [NAME] beside its sessions)")
+    r.add_argument("--host", help="the ssh destination, as `ssh HOST` reaches it (default: NAME)")
+    r.add_argument("--agents", metavar="A,B", help="only these agents' sessions (default: every agent)")
+    _add_json(r)
+
+
+def _sync_arguments(sy):
+    sy.add_argument("names", nargs="*", metavar="NAME", help="the remotes to sync (default: all)")
+    _add_json(sy)
+
+
 OPTIONS = {"search": _search_arguments, "index": _index_arguments, "status": _add_json, "watch": _watch_arguments,
-           "sources": _add_json, "forget": _forget_arguments, "show": _show_arguments, "mcp": lambda p: None}
+           "sources": _add_json, "forget": _forget_arguments, "show": _show_arguments, "mcp": lambda p: None,
+           "remote": _remote_arguments, "sync": _sync_arguments}
 
 
 def argument_parser(**kw):
@@ -12482,6 +12512,467 @@ def _did_you_mean(message, parser):
     # not there: say where it goes rather than "did you mean --version?"
     return "".join("; %s goes before the command (sesame %s)" % (u, u) if c[0] == u else "; did you mean %s?" % c[0]
                    for u, c in close if c)
+
+
+# ==================================================================================================
+# Other machines: remotes over ssh
+# ==================================================================================================
+#
+# A remote is a machine the user reaches with `ssh HOST` (their own ssh config, keys and agent do
+# the authentication: Sesame never sees a password or a key). `sesame sync` asks the remote, in one
+# ssh call, where its agents keep sessions (its $HOME, $CODEX_HOME, $XDG_DATA_HOME...: the parsers'
+# own default_roots, given the remote's environment), copies those folders with rsync into a mirror
+# under the data directory, and the mirror is then indexed like any local folder, by the same
+# parsers. Layout, per remote NAME:
+#   <data dir>/remotes/NAME/files/<the remote's absolute path>   the mirror (0700, never pruned:
+#                                                                a session the remote deleted stays)
+#   <data dir>/remotes/NAME/sync.json                            the last sync: when, the error, roots
+# The list of remotes is in <config dir>/remotes.json, a file Sesame alone writes: `remote add` never
+# rewrites the user's hand-written config.jsonc (its comments and layout would be at risk).
+# Whatever the remote sends is untrusted: rsync drops symlinks that point out of the copied tree
+# (--safe-links), the mirror is checked for such links after every sync, and the tar fallback takes
+# regular files with plain relative names only.
+
+REMOTE_NAME_RE = LazyPattern(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+# An ssh destination: [user@]host, letters, digits and . _ - only (no ':' either: rsync reads
+# "host:path"); never a leading '-', which ssh and rsync would take as an option.
+REMOTE_HOST_RE = LazyPattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(?:@[A-Za-z0-9_][A-Za-z0-9_.-]*)?\Z")
+LOCAL_HOST = "local"          # `--host local`: the sessions of this machine only (no remote may take the name)
+SSH_CONNECT_TIMEOUT = 10      # seconds before an unreachable remote is given up
+SYNC_TIMEOUT = 3600           # seconds one copy may take at most (a first sync of a large history)
+REMOTE_SYNC_SECONDS = 900     # `watch` and `mcp` sync each remote this often (config "remoteSyncSeconds")
+
+
+def check_remote_name(name):
+    if not isinstance(name, str) or not REMOTE_NAME_RE.match(name) or name == LOCAL_HOST:
+        raise UsageError("invalid remote name %r: letters, digits, '.', '_' and '-' only, not starting with "
+                         "'-' (and not %r)" % (name, LOCAL_HOST))
+    return name
+
+
+def check_remote_host(host):
+    if not isinstance(host, str) or len(host) > 255 or not REMOTE_HOST_RE.match(host):
+        raise UsageError("invalid ssh host %r: [user@]host with letters, digits, '.', '_' and '-' only, "
+                         "not starting with '-' (options belong in ~/.ssh/config)" % (host,))
+    return host
+
+
+def remotes_path(env):
+    return os.path.join(config_dir(env), "remotes.json")
+
+
+def remote_dir(env, name):
+    return os.path.abspath(os.path.join(data_dir(env), "remotes", name))
+
+
+def remote_mirror(env, name):
+    """The folder a remote's session folders are copied into (their absolute paths below it)."""
+    return os.path.join(remote_dir(env, name), "files")
+
+
+def load_remotes(env):
+    """{name: {"host": ssh host, "agents": [parser ids] or None}} from remotes.json; entries that are
+    not valid (a hand edit) are refused with the file's name."""
+    path = remotes_path(env)
+    if not os.path.exists(path):
+        return {}
+    data = load_jsonc(path)
+    remotes = data.get("remotes") if isinstance(data, dict) else None
+    if not isinstance(remotes, dict):
+        raise ConfigError('%s: must be {"remotes": {NAME: {"host": ..., "agents": [...]}}}' % path)
+    for name, entry in remotes.items():
+        try:
+            check_remote_name(name)
+            check_remote_host(entry.get("host") if isinstance(entry, dict) else None)
+            _check_agents(entry.get("agents"))
+        except UsageError as e:
+            raise ConfigError("%s: %s" % (path, e.message))
+    return remotes
+
+
+def _check_agents(agents):
+    if agents is None:
+        return None
+    if not isinstance(agents, list) or not agents or not all(isinstance(a, str) and a in PARSERS for a in agents):
+        raise UsageError("agents must be a list of known agents (%s)" % ", ".join(PARSERS))
+    return agents
+
+
+def _write_json(path, obj):
+    """Write a small file Sesame owns, atomically, readable by the user alone."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
+        f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def remote_add(env, name, host=None, agents=None):
+    """Add (or change) a remote: the data `remote add` prints."""
+    check_remote_name(name)
+    check_remote_host(host or name)
+    if isinstance(agents, str):
+        agents = [a.strip() for a in agents.split(",") if a.strip()]
+    _check_agents(agents or None)
+    remotes = load_remotes(env)
+    remotes[name] = {"host": host or name, "agents": agents or None}
+    _write_json(remotes_path(env), {"remotes": remotes})
+    return dict(remotes[name], name=name, mirror=remote_mirror(env, name))
+
+
+def remote_list(env):
+    """Every remote with its last sync (the data `remote list` prints)."""
+    return [dict(entry, name=name, mirror=remote_mirror(env, name), **sync_state(env, name))
+            for name, entry in sorted(load_remotes(env).items())]
+
+
+def remote_remove(env, name):
+    """Forget a remote: it leaves the list, its mirror is deleted and its sessions leave the index."""
+    remotes = load_remotes(env)
+    if name not in remotes:
+        raise UsageError("no remote named %r (sesame remote list shows them)" % name)
+    del remotes[name]
+    _write_json(remotes_path(env), {"remotes": remotes})
+    prefix = remote_mirror(env, name) + os.sep
+    if os.path.exists(index_path(env)):
+        store = Store.open(index_path(env))
+        lock = IndexLock(os.path.dirname(index_path(env)))
+        try:
+            if lock.acquire(LOCK_WAIT_SECONDS):
+                with store.transaction():
+                    where = "substr(path, 1, ?) = ?"
+                    delete_sessions(store.con, "file_id IN (SELECT id FROM files WHERE %s)" % where, (len(prefix), prefix))
+                    store.con.execute("DELETE FROM files WHERE " + where, (len(prefix), prefix))
+                    store.con.execute("DELETE FROM dirs WHERE substr(source, 1, ?) = ?", (len(prefix), prefix))
+        finally:
+            lock.release()
+            store.close()
+    import shutil
+    shutil.rmtree(remote_dir(env, name), ignore_errors=True)
+    return {"name": name, "removed": True}
+
+
+def sync_state(env, name):
+    """What the last sync of a remote left: lastSync (success), lastAttempt, error, method, roots."""
+    try:
+        with open_regular(os.path.join(remote_dir(env, name), "sync.json"), text=True) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        state = {}
+    state = state if isinstance(state, dict) else {}
+    return {"lastSync": state.get("lastSync"), "lastAttempt": state.get("lastAttempt"), "error": state.get("error"),
+            "method": state.get("method"), "roots": [r for r in state.get("roots") or () if isinstance(r, list)]}
+
+
+def remote_sources(env, remotes):
+    """The mirrors' session folders as sources (roots found by the last sync that reached the remote)."""
+    sources = []
+    for name, entry in sorted(remotes.items()):
+        mirror = remote_mirror(env, name)
+        for agent, root in sync_state(env, name)["roots"]:
+            if agent in PARSERS and isinstance(root, str) and root.startswith("/") and os.path.exists(mirror + root):
+                sources.append(Source(PARSERS[agent], mirror + root, "remote " + name))
+    return sources
+
+
+def session_host(env, remotes, path):
+    """The remote a session's file was copied from (None: this machine)."""
+    path = fs_path(path) or ""
+    for name in remotes:
+        if path.startswith(remote_mirror(env, name) + os.sep):
+            return name
+    return None
+
+
+def host_filter(env, remotes, host):
+    """--host as (path prefix, inside): sessions whose file is (or is not) under that prefix."""
+    if not host:
+        return None
+    if host == LOCAL_HOST:
+        return (os.path.join(remote_dir(env, "x"), "")[:-2], False)   # <data dir>/remotes/
+    if host not in remotes:
+        raise UsageError("unknown host %r (known: %s)" % (host, ", ".join([LOCAL_HOST] + sorted(remotes))))
+    return (remote_mirror(env, host) + os.sep, True)
+
+
+def place_session(env, remotes, s, out):
+    """Set `host` and, for a remote's session, the resume command that runs there, in a result or a
+    header (`out`) made from the session row `s`."""
+    host = session_host(env, remotes, s["path"]) if remotes else None
+    out["host"] = host
+    if host:
+        mirror = remote_mirror(env, host)
+        inner = resume_command(dict(s, path=fs_path(s["path"])[len(mirror):]))  # pi names the remote's file
+        # The command runs in the remote's shell: quoted once for it (by the parser), once more here
+        # for the local shell the user pastes it into.
+        out["resumeCommand"] = ("ssh -t %s %s" % (remotes[host]["host"], shell_quote(inner))) if inner else None
+    return out
+
+
+# What the remote is asked first: its environment (the variables the parsers read) and whether it
+# has rsync. The names are the parsers' own (found by running default_roots with an environment
+# that records what is read), so an agent added later is synced without a change here.
+class _RecordingEnv(dict):
+    def __init__(self, home):
+        super().__init__(HOME=home)
+        self.names = {"HOME"}
+
+    def get(self, key, default=None):
+        self.names.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.names.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key):
+        self.names.add(key)
+        return super().__contains__(key)
+
+
+def _env_names(agents):
+    env = _RecordingEnv("/nonexistent-home")
+    for p in agents:
+        p.default_roots(env)
+    return sorted(n for n in env.names if re.fullmatch(r"[A-Z_][A-Z0-9_]*", n))
+
+
+def probe_snippet(names):
+    """A POSIX sh line printing NAME=VALUE\\0 for each set variable, then rsync\\0 when rsync exists."""
+    return "".join('[ -n "${%s+x}" ] && printf \'%%s=%%s\\0\' %s "$%s"; ' % (n, n, n) for n in names) + \
+        "command -v rsync >/dev/null 2>&1 && printf 'rsync\\0'; exit 0"
+
+
+def ssh_command(host, *remote):
+    """ssh that never prompts (BatchMode: a sync must not hang on a password or a host key question)
+    and gives up on an unreachable host."""
+    return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % SSH_CONNECT_TIMEOUT, host] + list(remote)
+
+
+def remote_roots(mirror, remote_env, agents):
+    """[(agent, remote root)] the agents keep sessions in on the remote. default_roots is given the
+    remote's environment with every path moved under the mirror, so that its checks for folders
+    (some agents' places count only when present) look at the copy, not at this machine."""
+    def moved(value):
+        return ",".join(mirror + v if v.startswith("/") else v for v in value.split(","))
+    env = {k: moved(v) for k, v in remote_env.items()}
+    roots = []
+    for p in agents:
+        for root in p.default_roots(env):
+            if root.startswith(mirror + "/") and (p.id, root[len(mirror):]) not in roots:
+                roots.append((p.id, root[len(mirror):]))
+    return roots
+
+
+class SyncFailure(SesameError):
+    """A remote could not be synced (unreachable, refused, a copy that failed)."""
+
+
+def _run(cmd, stdin=None, timeout=SYNC_TIMEOUT):
+    import subprocess
+    try:
+        return subprocess.run(cmd, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    except OSError as e:
+        raise SyncFailure("cannot run %s: %s" % (cmd[0], e.strerror or e))
+    except subprocess.TimeoutExpired:
+        raise SyncFailure("%s took longer than %ds" % (cmd[0], timeout))
+
+
+def _last_line(stderr):
+    lines = [l.strip() for l in stderr.decode("utf-8", "replace").splitlines() if l.strip()]
+    return visible(lines[-1]) if lines else "no message"
+
+
+def _rsync_copy(host, roots, mirror):
+    """Copy the roots with rsync (append-friendly: an appended file moves only its new bytes)."""
+    ssh = " ".join(ssh_command(host)[:-1])
+    cmd = ["rsync", "-a", "--partial", "--relative", "--protect-args", "--safe-links", "--ignore-missing-args",
+           "--stats", "-e", ssh, "--"] + ["%s:%s" % (host, r) for r in roots] + [mirror + "/"]
+    done = _run(cmd)
+    if done.returncode not in (0, 24):  # 24: a file vanished while copied (an agent rotated it)
+        raise SyncFailure("rsync failed (exit %d): %s" % (done.returncode, _last_line(done.stderr)))
+    stats = done.stdout.decode("utf-8", "replace")
+    found = re.search(r"Literal data: ([\d,]+)", stats)
+    return int(found.group(1).replace(",", "")) if found else None
+
+
+def _tar_copy(host, roots, mirror, since):
+    """Copy with `ssh HOST tar` where rsync is missing: the files changed since the last sync (by the
+    remote's clock, -mmin), whole. Only regular files with plain relative names are written."""
+    import tarfile
+    newer = ""
+    if since:
+        minutes = int((time.time() - parse_time(since).timestamp()) / 60) + 2
+        newer = " -mmin -%d" % max(minutes, 1)
+    import shlex
+    script = "cd / && for d in %s; do [ -e \"$d\" ] && find \"$d\" -type f%s; done | tar -cf - -T - 2>/dev/null; exit 0" % (
+        " ".join(shlex.quote(r.lstrip("/")) for r in roots), newer)
+    done = _run(ssh_command(host, "sh -c " + shlex.quote(script)))
+    if done.returncode != 0:
+        raise SyncFailure("ssh tar failed (exit %d): %s" % (done.returncode, _last_line(done.stderr)))
+    moved = 0
+    if not done.stdout:
+        return 0
+    try:
+        with tarfile.open(fileobj=io.BytesIO(done.stdout), mode="r:") as tar:
+            for m in tar:
+                parts = m.name.split("/")
+                if not m.isfile() or m.name.startswith("/") or any(p in ("", ".", "..") for p in parts) or \
+                        not any(m.name.startswith(r.lstrip("/") + "/") for r in roots):
+                    continue
+                target = os.path.join(mirror, *parts)
+                os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+                if os.path.islink(os.path.dirname(target)) or os.path.islink(target):
+                    continue
+                tmp = target + ".sesame-part"
+                with tar.extractfile(m) as src, open(tmp, "wb") as dst:
+                    import shutil
+                    shutil.copyfileobj(src, dst)
+                os.utime(tmp, (m.mtime, m.mtime))
+                os.replace(tmp, target)
+                moved += m.size
+    except tarfile.TarError as e:
+        raise SyncFailure("the remote's tar output cannot be read: %s" % e)
+    return moved
+
+
+def _drop_escaping_links(mirror):
+    """Remove symlinks in the mirror that point outside it (the remote's data is untrusted: a link
+    to /etc/passwd would otherwise be indexed as a session file of this machine)."""
+    top = os.path.realpath(mirror)
+    dropped = 0
+    for folder, dirs, files in os.walk(mirror):
+        for n in dirs + files:
+            p = os.path.join(folder, n)
+            if os.path.islink(p):
+                target = os.path.realpath(p)
+                if target != top and not target.startswith(top + os.sep):
+                    os.unlink(p)
+                    dropped += 1
+    return dropped
+
+
+def sync_remote(env, name, entry, note=None):
+    """Copy one remote's session folders into its mirror. Returns what was done (dict); raises
+    SyncFailure (recorded in sync.json for `status`) when the remote cannot be reached or copied."""
+    note = note or (lambda message: None)
+    host = check_remote_host(entry["host"])
+    home = remote_dir(env, name)
+    mirror = remote_mirror(env, name)
+    os.makedirs(mirror, mode=0o700, exist_ok=True)
+    os.chmod(home, 0o700)
+    state = sync_state(env, name)
+    state["lastAttempt"] = iso(now_utc())
+    lock = IndexLock(home)  # one sync of a remote at a time
+    if not lock.acquire(0):
+        raise SyncFailure("another sync of %s is running" % name)
+    try:
+        agents = [PARSERS[a] for a in entry.get("agents") or PARSERS]
+        import shlex
+        probe = _run(ssh_command(host, "sh -c " + shlex.quote(probe_snippet(_env_names(agents)))), timeout=60)
+        if probe.returncode != 0:
+            raise SyncFailure("cannot reach %s: %s" % (host, _last_line(probe.stderr)))
+        fields = probe.stdout.decode("utf-8", "surrogateescape").split("\0")
+        remote_env = dict(f.split("=", 1) for f in fields if "=" in f)
+        if not remote_env.get("HOME", "").startswith("/"):
+            raise SyncFailure("%s did not say its home folder" % host)
+        roots = remote_roots(mirror, remote_env, agents)
+        paths = sorted({r for _, r in roots})
+        if "rsync" in fields and _which("rsync", env):
+            method, moved = "rsync", _rsync_copy(host, paths, mirror)
+        else:
+            note("sesame: %s: rsync is missing %s; copying changed files with ssh and tar"
+                 % (name, "on the remote" if "rsync" not in fields else "here"))
+            method, moved = "tar", _tar_copy(host, paths, mirror, state.get("lastSync"))
+        dropped = _drop_escaping_links(mirror)
+        state.update(lastSync=state["lastAttempt"], error=None, method=method, roots=[list(r) for r in roots])
+        return {"name": name, "host": host, "ok": True, "method": method, "bytesCopied": moved,
+                "roots": [r for _, r in roots if os.path.exists(mirror + r)], "linksDropped": dropped}
+    except SyncFailure as e:
+        state["error"] = e.message
+        raise
+    finally:
+        lock.release()
+        _write_json(os.path.join(home, "sync.json"), state)
+
+
+def _which(program, env):
+    import shutil
+    return shutil.which(program, path=env.get("PATH") or os.defpath)
+
+
+def sync_request(ctx, names=(), note=None):
+    """Sync the remotes named (all when none), then index their mirrors: {"remotes": [...], "index": ...}.
+    A remote that fails is reported in its entry ("ok": false, "error"); the others go on."""
+    remotes = load_remotes(ctx.env)
+    for n in names:
+        if n not in remotes:
+            raise UsageError("no remote named %r (sesame remote list shows them)" % n)
+    done = []
+    for name in names or sorted(remotes):
+        try:
+            done.append(sync_remote(ctx.env, name, remotes[name], note))
+        except SyncFailure as e:
+            done.append({"name": name, "host": remotes[name]["host"], "ok": False, "error": e.message})
+    ctx = Context(ctx.env, warn=_quiet)   # the mirrors' folders found by this sync are sources now
+    store = ctx.store()
+    try:
+        summary = None if store.readonly else refresh_index(ctx, store, wait_seconds=LOCK_WAIT_SECONDS)
+    finally:
+        store.close()
+    return {"remotes": done, "index": summary.line() if summary else None}
+
+
+class RemoteSyncer:
+    """What `watch` and the MCP server use: a sync of the remotes in a background thread every
+    remoteSyncSeconds, so that a search never waits for ssh."""
+
+    def __init__(self):
+        self.thread = None
+
+    def poke(self, ctx):
+        remotes = getattr(ctx, "remotes", None)
+        if not remotes or (self.thread and self.thread.is_alive()):
+            return False
+        every = ctx.cfg.get("remoteSyncSeconds", REMOTE_SYNC_SECONDS)
+        every = every if isinstance(every, (int, float)) and every > 0 else REMOTE_SYNC_SECONDS
+        now = time.time()
+        due = [n for n in remotes if (lambda t: not t or now - parse_time(t).timestamp() >= every)(
+            sync_state(ctx.env, n)["lastAttempt"])]
+        if not due:
+            return False
+        import threading
+
+        def run():
+            try:
+                for r in sync_request(ctx, due, note=_stderr)["remotes"]:
+                    if not r["ok"]:
+                        _stderr("sesame: sync %s: %s" % (r["name"], r["error"]))
+            except Exception as e:  # noqa: BLE001  (the next round tries again; searches go on)
+                _stderr("sesame: sync: %s" % getattr(e, "message", e))
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        return True
+
+
+def sync_text(data):
+    out = []
+    for r in data["remotes"]:
+        if r["ok"]:
+            out.append("%s: synced from %s with %s (%s bytes copied, %d session folders)%s" % (
+                r["name"], r["host"], r["method"], "?" if r["bytesCopied"] is None else r["bytesCopied"],
+                len(r["roots"]), "; %d links out of the mirror dropped" % r["linksDropped"] if r["linksDropped"] else ""))
+    if data["index"]:
+        out.append(data["index"])
+    return visible("\n".join(out) + "\n") if out else ""
+
+
+def remote_list_text(rows):
+    if not rows:
+        return "no remotes (add one: sesame remote add NAME --host SSH_HOST)\n"
+    return visible("".join("%-12s %s%s  last sync: %s%s\n" % (
+        r["name"], r["host"], " (%s)" % ",".join(r["agents"]) if r.get("agents") else "", r["lastSync"] or "never",
+        "; last attempt failed: %s" % r["error"] if r["error"] else "") for r in rows))
 
 
 # ==================================================================================================
@@ -12809,9 +13300,11 @@ def serve_mcp(inp=None, out=None):
 def _keep_fresh(stop, interval):
     """The MCP server's background refresh: every file checked every `interval` seconds while the
     server runs (as `sesame watch` does), so that each call's own quick refresh finds little to do."""
+    syncer = RemoteSyncer()   # remotes are copied in the background, every remoteSyncSeconds
     while not stop.wait(interval):
         try:
             ctx = Context(warn=_quiet)
+            syncer.poke(ctx)
             store = ctx.store()
             try:
                 if not store.readonly:
@@ -12892,6 +13385,7 @@ def cmd_watch(args, ctx):
     _stderr("sesame: keeping %s fresh every %gs (Ctrl-C stops)" % (ctx.index_path, args.interval))
     pause = args.interval
     warned = set(ctx.warnings)  # each config warning once, not at every round
+    syncer = RemoteSyncer()   # remotes are copied in the background, every remoteSyncSeconds
 
     def warn_once(message):
         if message not in warned:
@@ -12914,6 +13408,7 @@ def cmd_watch(args, ctx):
     try:
         while not stop:
             try:
+                syncer.poke(ctx)
                 store = ctx.store()
                 try:
                     summary = refresh_index(ctx, store, wait_seconds=0)
@@ -13040,6 +13535,43 @@ def cmd_forget(args, ctx):
     return EXIT_OK
 
 
+def cmd_remote(args, ctx):
+    if args.action not in ("add", "list", "remove"):
+        raise UsageError("unknown remote action %r: add, list or remove" % args.action)
+    if args.action != "list" and not args.name:
+        raise UsageError("remote %s needs a NAME" % args.action, hint="sesame remote add devbox --host me@devbox")
+    if args.action == "add":
+        data = remote_add(ctx.env, args.name, args.host, args.agents)
+        text = "added %s (ssh %s); `sesame sync %s` copies its sessions into %s\n" % (
+            data["name"], data["host"], data["name"], data["mirror"])
+    elif args.action == "remove":
+        data = remote_remove(ctx.env, args.name)
+        text = "removed %s, its copied sessions and their index entries\n" % args.name
+    else:
+        data = {"remotes": remote_list(ctx.env)}
+        text = remote_list_text(data["remotes"])
+    if args.json:
+        emit_json(data)
+    else:
+        sys.stdout.write(visible(text))
+    return EXIT_OK
+
+
+def cmd_sync(args, ctx):
+    """Copy the remotes' sessions and index them; exit 1 (one line per remote) when one failed."""
+    if not ctx.remotes:
+        raise UsageError("no remotes to sync", hint="sesame remote add NAME --host SSH_HOST")
+    data = sync_request(ctx, args.names, note=_stderr)
+    if args.json:
+        emit_json(data)
+    else:
+        sys.stdout.write(sync_text(data))
+    failed = [r for r in data["remotes"] if not r["ok"]]
+    for r in failed:
+        _stderr(visible("sesame: sync %s: %s" % (r["name"], r["error"])))
+    return EXIT_ERROR if failed else EXIT_OK
+
+
 def cmd_search(args, ctx):
     if args.fields and not args.json:
         raise UsageError("--fields chooses the fields of the JSON output: add --json")
@@ -13091,6 +13623,8 @@ COMMANDS = {
     "forget": ("remove a session from the index and keep it out", cmd_forget),
     "show": ("print one session as a readable conversation", cmd_show),
     "mcp": ("serve search, show and status to agents over MCP (stdio)", cmd_mcp),
+    "remote": ("add, list or remove a machine whose sessions are copied over ssh", cmd_remote),
+    "sync": ("copy the remotes' sessions over ssh (rsync) and index them", cmd_sync),
 }
 
 
@@ -13191,6 +13725,7 @@ SHORT_USAGE = """usage: sesame COMMAND [ARGUMENTS]    (sesame COMMAND --help for
   sesame index | watch         bring the index up to date (search does it by itself)
   sesame forget SESSION        remove a session from the index and keep it out
   sesame mcp                   serve search, show and status to agents over MCP
+  sesame remote add NAME | sync   search sessions of other machines too (over ssh)
 """
 
 
