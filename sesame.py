@@ -70,7 +70,8 @@ Sesame indexes the session transcripts that coding agents (pi, Claude Code, Code
 disk into one SQLite FTS5 index and ranks whole sessions with BM25, so that a few remembered
 words ("nix flake simplify", "ECONNREFUSED in CI") find the right session first. It is one file,
 needs only the Python standard library (3.9+) and an SQLite with FTS5, makes no network
-connection, and never writes to the agents' files.
+connection of its own (`sesame sync` runs the user's ssh to the machines they added), and never
+writes to the agents' files.
 
 Usage:
     sesame search "QUERY" [--cwd PATH] [--after WHEN] [--before WHEN] [--agent NAME] [--json]

@@ -7494,6 +7494,25 @@ def test_remote_append_moves_only_the_new_bytes_and_is_found(sshd, capsys):
     assert search_ids(capsys, "cormorant") == [REMOTE_SID]
 
 
+def test_without_rsync_changed_files_come_over_ssh_tar_said_once(sshd, capsys, monkeypatch):
+    old = remote_claude(sshd["home"], "01d00000-0000-4000-8000-000000000001", ["the old puffin session " + "y" * 50000])
+    hour_ago = time.time() - 3600
+    os.utime(old, (hour_ago, hour_ago))
+    path = remote_claude(sshd["home"], REMOTE_SID, ["the osprey session"], cwd="/srv/app")
+    monkeypatch.setenv("PATH", str(sshd["bin"]))   # ssh only: no rsync here
+    run(capsys, "remote", "add", "devbox", "--host", sshd["host"])
+    code, out, err = run(capsys, "sync", "--json")
+    assert code == 0 and json.loads(out)["remotes"][0]["method"] == "tar", err
+    assert err.count("rsync is missing here") == 1
+    assert search_ids(capsys, "osprey") == [REMOTE_SID] and len(search_ids(capsys, "puffin")) == 1
+    with open(path, "a") as f:
+        f.write(json.dumps({"type": "user", "uuid": "later", "sessionId": REMOTE_SID, "cwd": "/srv/app", "isSidechain": False,
+                            "timestamp": "2026-02-01T11:00:00Z", "message": {"role": "user", "content": "then the gannet"}}) + "\n")
+    code, out, err = run(capsys, "sync", "--json")
+    assert code == 0 and json.loads(out)["remotes"][0]["bytesCopied"] == os.path.getsize(path)   # the old file stays
+    assert search_ids(capsys, "gannet") == [REMOTE_SID]
+
+
 def test_unreachable_remote_fails_sync_in_one_line_shows_in_status_and_keeps_its_sessions(sshd, capsys, tmp_path):
     remote_claude(sshd["home"], REMOTE_SID, ["the heron outage"])
     run(capsys, "remote", "add", "devbox", "--host", sshd["host"])
