@@ -12690,7 +12690,7 @@ def host_filter(env, remotes, host):
     if not host:
         return None
     if host == LOCAL_HOST:
-        return (os.path.join(remote_dir(env, "x"), "")[:-2], False)   # <data dir>/remotes/
+        return (os.path.join(os.path.abspath(data_dir(env)), "remotes", ""), False)
     if host not in remotes:
         raise UsageError("unknown host %r (known: %s)" % (host, ", ".join([LOCAL_HOST] + sorted(remotes))))
     return (remote_mirror(env, host) + os.sep, True)
@@ -12784,13 +12784,15 @@ def _last_line(stderr):
     return visible(lines[-1]) if lines else "no message"
 
 
-def _rsync_copy(host, roots, mirror):
+def _rsync_copy(host, roots, mirror, note):
     """Copy the roots with rsync (append-friendly: an appended file moves only its new bytes)."""
     ssh = " ".join(ssh_command(host)[:-1])
     cmd = ["rsync", "-a", "--partial", "--relative", "--protect-args", "--safe-links", "--ignore-missing-args",
            "--stats", "-e", ssh, "--"] + ["%s:%s" % (host, r) for r in roots] + [mirror + "/"]
     done = _run(cmd)
-    if done.returncode not in (0, 24):  # 24: a file vanished while copied (an agent rotated it)
+    if done.returncode == 23:  # some files could not be read there: the others are copied, say which
+        note("sesame: %s: some files were not copied: %s" % (host, _last_line(done.stderr)))
+    elif done.returncode not in (0, 24):  # 24: a file vanished while copied (an agent rotated it)
         raise SyncFailure("rsync failed (exit %d): %s" % (done.returncode, _last_line(done.stderr)))
     stats = done.stdout.decode("utf-8", "replace")
     found = re.search(r"Literal data: ([\d,]+)", stats)
@@ -12808,14 +12810,31 @@ def _tar_copy(host, roots, mirror, since):
     import shlex
     script = "cd / && for d in %s; do [ -e \"$d\" ] && find \"$d\" -type f%s; done | tar -cf - -T - 2>/dev/null; exit 0" % (
         " ".join(shlex.quote(r.lstrip("/")) for r in roots), newer)
-    done = _run(ssh_command(host, "sh -c " + shlex.quote(script)))
-    if done.returncode != 0:
-        raise SyncFailure("ssh tar failed (exit %d): %s" % (done.returncode, _last_line(done.stderr)))
+    import subprocess
+    import tempfile
     moved = 0
-    if not done.stdout:
-        return 0
+    with tempfile.TemporaryFile() as errors:
+        try:
+            proc = subprocess.Popen(ssh_command(host, "sh -c " + shlex.quote(script)), stdout=subprocess.PIPE,
+                                    stderr=errors)
+        except OSError as e:
+            raise SyncFailure("cannot run ssh: %s" % (e.strerror or e))
+        try:
+            moved = _untar(proc.stdout, roots, mirror)   # read as it comes: memory stays bounded
+        finally:
+            proc.stdout.close()
+            code = proc.wait()
+        errors.seek(0)
+        if code != 0:
+            raise SyncFailure("ssh tar failed (exit %d): %s" % (code, _last_line(errors.read())))
+    return moved
+
+
+def _untar(stream, roots, mirror):
+    import tarfile
+    moved = 0
     try:
-        with tarfile.open(fileobj=io.BytesIO(done.stdout), mode="r:") as tar:
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
             for m in tar:
                 parts = m.name.split("/")
                 if not m.isfile() or m.name.startswith("/") or any(p in ("", ".", "..") for p in parts) or \
@@ -12860,7 +12879,8 @@ def sync_remote(env, name, entry, note=None):
     host = check_remote_host(entry["host"])
     home = remote_dir(env, name)
     mirror = remote_mirror(env, name)
-    os.makedirs(mirror, mode=0o700, exist_ok=True)
+    for folder in (data_dir(env), os.path.dirname(home), home, mirror):  # each one 0700, like the index's
+        os.makedirs(folder, mode=0o700, exist_ok=True)
     os.chmod(home, 0o700)
     state = sync_state(env, name)
     state["lastAttempt"] = iso(now_utc())
@@ -12880,7 +12900,7 @@ def sync_remote(env, name, entry, note=None):
         roots = remote_roots(mirror, remote_env, agents)
         paths = sorted({r for _, r in roots})
         if "rsync" in fields and _which("rsync", env):
-            method, moved = "rsync", _rsync_copy(host, paths, mirror)
+            method, moved = "rsync", _rsync_copy(host, paths, mirror, note)
         else:
             note("sesame: %s: rsync is missing %s; copying changed files with ssh and tar"
                  % (name, "on the remote" if "rsync" not in fields else "here"))
