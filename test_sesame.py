@@ -6954,12 +6954,12 @@ def test_a_newline_in_a_name_folder_or_file_name_stays_inside_its_field(env, cap
 
 
 @pytest.mark.parametrize("preset,keys", [
-    ("minimal", ["sessionId", "shortId", "agent", "name", "modified", "score", "resumeCommand", "fileDeleted",
+    ("minimal", ["sessionId", "shortId", "agent", "host", "name", "modified", "score", "resumeCommand", "fileDeleted",
                  "current"]),
-    ("summary", ["sessionId", "shortId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms",
+    ("summary", ["sessionId", "shortId", "source", "agent", "host", "path", "cwd", "name", "score", "matchedAllTerms",
                  "created", "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted",
                  "current"]),
-    ("full", ["sessionId", "shortId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
+    ("full", ["sessionId", "shortId", "source", "agent", "host", "path", "cwd", "name", "score", "matchedAllTerms", "created",
               "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted", "current",
               "chunkCount", "stage", "matchedWords"]),
     ("name,score", ["name", "score"]),
@@ -7544,6 +7544,20 @@ def test_remote_symlink_out_of_the_mirror_is_not_followed(sshd, capsys, tmp_path
     mirror = tmp_path / "data" / "remotes" / "devbox" / "files"
     assert not any(os.path.islink(os.path.join(d, n)) for d, ds, fs in os.walk(str(mirror)) for n in ds + fs)
     assert search_ids(capsys, "albatross") == [] and search_ids(capsys, "ibis") == [REMOTE_SID]
+
+
+def test_watch_and_mcp_sync_remotes_in_the_background_every_remote_sync_seconds(sshd, capsys, env):
+    remote_claude(sshd["home"], REMOTE_SID, ["the skua sighting"])
+    run(capsys, "remote", "add", "devbox", "--host", sshd["host"])
+    syncer = sesame.RemoteSyncer()   # what watch and the MCP server's refresh thread poke each round
+    assert syncer.poke(sesame.Context())   # never synced: due
+    syncer.thread.join(120)
+    assert search_ids(capsys, "skua") == [REMOTE_SID]
+    assert not syncer.poke(sesame.Context())   # synced a moment ago: not due for remoteSyncSeconds
+    write_config({"sources": [{"parser": "pi", "path": str(env)}], "remoteSyncSeconds": 0.001}, env.parent)
+    assert syncer.poke(sesame.Context())
+    syncer.thread.join(120)
+    assert "host" in sesame.tool_schema("search")["properties"]   # the MCP search tool filters by host too
 
 
 def test_hostile_remote_names_and_hosts_are_refused(env, capsys, tmp_path):
