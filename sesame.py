@@ -11928,7 +11928,8 @@ def resolve_session(con, ref, any_copy=False):
 
 
 def session_header(s):
-    return {"sessionId": s["session_id"], "shortId": s.get("short_id"), "agent": s["agent"], "name": s["name"],
+    return {"sessionId": s["session_id"], "shortId": s.get("short_id"), "agent": s["agent"], "host": None,
+            "name": s["name"],
             "cwd": s["cwd"],
             "created": s["created"], "modified": s["modified"], "path": s["path"], "parent": s["parent"],
             "resumeCommand": resume_command(s), "fileDeleted": s["deleted"] is not None,

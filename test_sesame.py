@@ -7305,7 +7305,7 @@ def test_tools_expands_tool_calls_and_all_expands_thinking_too(sessions, capsys)
 def test_json_has_header_chunks_and_what_was_omitted(sessions, capsys):
     data = show_json(capsys, "aaaa")
     assert data["session"] == {
-        "sessionId": "aaaa1111-nix", "shortId": "aaaa1111", "agent": "pi", "name": "Simplify the nix flake",
+        "sessionId": "aaaa1111-nix", "shortId": "aaaa1111", "agent": "pi", "host": None, "name": "Simplify the nix flake",
         "cwd": "/home/dev/infra",
         "created": "2026-01-05T10:00:00.000Z", "modified": data["session"]["modified"], "path": sessions["nix"],
         "parent": None, "resumeCommand": "pi --session " + sessions["nix"], "fileDeleted": False, "summary": None,
