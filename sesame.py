@@ -11232,6 +11232,16 @@ class Filters:
         self.path = path
         self.current = set(current)  # (agent, session id) of the sessions the caller runs inside
         self.host = host  # (path prefix, inside): a remote's mirror, or outside every mirror (host_filter)
+        self.mirrors = None  # <data dir>/remotes/: sessions below it were copied from other machines
+
+    def key(self, agent, session_id, path):
+        """What makes two stored sessions one for the ranking (an agent's database and its older JSON
+        files hold the same session): the agent and the id, and the machine the file came from (ids
+        repeat across machines: a history copied to a second machine goes on differently there)."""
+        path = fs_path(path)
+        if self.mirrors and path and path.startswith(self.mirrors):
+            return agent, session_id, path[len(self.mirrors):].split(os.sep, 1)[0]
+        return agent, session_id
 
     def sql(self):
         """WHERE conditions on sessions `s`, and their parameters."""
@@ -11369,11 +11379,11 @@ def ranked_sessions(con, query, filters, need, per_stage=0, path=None):
                    "WHERE docs_fts MATCH ?)")
         params = params + [" OR ".join(query.excluded)]
     if where or exclude:
-        sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id "
-               "FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
+        sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id, "
+               "s.path FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
                "WHERE docs_fts MATCH ?%s%s ORDER BY score, d.id LIMIT ?") % (_doc_weights(), where, exclude)
     else:  # nothing to filter on: the joins are made for the rows kept only (10-20% of a stage at 1 GB)
-        sql = ("SELECT d.session, f.score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id FROM "
+        sql = ("SELECT d.session, f.score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id, s.path FROM "
                "(SELECT rowid, bm25(docs_fts, %s) AS score FROM docs_fts WHERE docs_fts MATCH ? "
                "ORDER BY score, rowid LIMIT ?) f JOIN docs d ON d.id = f.rowid JOIN sessions s ON s.id = d.session "
                "ORDER BY f.score, d.id") % _doc_weights()
@@ -11400,7 +11410,7 @@ def ranked_sessions(con, query, filters, need, per_stage=0, path=None):
                     rows = prefetch.take(limit) if prefetch and stage == 1 else None
                     if rows is None:
                         rows = con.execute(sql, [run] + params + [limit]).fetchall()
-                    fresh = {r[0] for r in rows if r[0] not in seen and (r[4], r[5]) not in keys}
+                    fresh = {r[0] for r in rows if r[0] not in seen and filters.key(*r[4:6], r[7]) not in keys}
                     if len(fresh) >= want or len(rows) < limit:
                         break
                     limit = min(limit * 4, 1 << 62)
@@ -11411,11 +11421,12 @@ def ranked_sessions(con, query, filters, need, per_stage=0, path=None):
             finally:
                 con.set_progress_handler(None, 0)
             stricter, cut = expr, cut or len(rows) >= limit
-            for sid, score, first, last, agent, session_id, doc in rows:
-                if sid not in seen and (agent, session_id) not in keys:
+            for sid, score, first, last, agent, session_id, doc, path in rows:
+                key = filters.key(agent, session_id, path)
+                if sid not in seen and key not in keys:
                     seen.add(sid)
-                    keys.add((agent, session_id))
-                    out.append(Candidate(sid, -score, stage, name, (first, last), doc, (agent, session_id)))
+                    keys.add(key)
+                    out.append(Candidate(sid, -score, stage, name, (first, last), doc, key))
             if len(out) >= need and not per_stage:
                 break
     finally:
@@ -12219,6 +12230,7 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
         raise UsageError("--limit must be at least 1 and --offset at least 0")
     filters = Filters(cwd=cwd, after=after, before=before, agent=agent, tools_only=tools, tool=tool, path=path,
                       current=current_sessions(os.environ), host=host_filter(ctx.env, ctx.remotes, host))
+    filters.mirrors = os.path.join(os.path.abspath(data_dir(ctx.env)), "remotes", "") if ctx.remotes else None
     first_use = not os.path.exists(ctx.index_path)
     store = ctx.store()
     data = {"query": query.text, "resultCount": 0, "offset": offset, "limit": limit, "hasMore": False,
@@ -12691,7 +12703,7 @@ def host_filter(env, remotes, host):
     if not host:
         return None
     if host == LOCAL_HOST:
-        return (os.path.join(os.path.abspath(data_dir(env)), "remotes", ""), False)
+        return (os.path.join(os.path.abspath(data_dir(env)), "remotes", ""), False)   # below no mirror
     if host not in remotes:
         raise UsageError("unknown host %r (known: %s)" % (host, ", ".join([LOCAL_HOST] + sorted(remotes))))
     return (remote_mirror(env, host) + os.sep, True)

@@ -7351,7 +7351,7 @@ def test_max_chars_with_around_keeps_the_asked_for_chunk(sessions, capsys):
     assert 20 in seqs and seqs == list(range(seqs[0], seqs[-1] + 1))
     assert data["omitted"]["before"] == seqs[0] and data["omitted"]["after"] == 39 - seqs[-1]
     # A chunk bigger than the whole budget is cut rather than dropped.
-    data = show_json(capsys, "dddd", "--around", "5", "--max-chars", "800")
+    data = show_json(capsys, "dddd", "--around", "5", "--max-chars", "850")
     assert [c["seq"] for c in data["chunks"]] == [5] and data["omitted"]["cutSeq"] == 5
     assert data["chunks"][0]["text"].endswith("[…cut]")
 
@@ -7593,7 +7593,7 @@ def test_same_session_id_on_two_machines_both_searchable_and_showable(sshd, caps
     run(capsys, "remote", "add", "devbox", "--host", sshd["host"])
     assert run(capsys, "sync")[0] == 0
     results = json.loads(run(capsys, "search", "kestrel", "--json")[1])["results"]
-    assert sorted((r["host"], r["cwd"]) for r in results) == [(None, "/home/u/here"), ("devbox", "/srv/box")]
+    assert sorted((r["host"] or "", r["cwd"]) for r in results) == [("", "/home/u/here"), ("devbox", "/srv/box")]
     shown = {json.loads(run(capsys, "show", r["shortId"], "--json")[1])["session"]["cwd"] for r in results}
     assert shown == {"/home/u/here", "/srv/box"}
 
@@ -7686,7 +7686,7 @@ def mcp_call(tool, arguments):
 def test_mcp_tools_take_every_option_of_their_command_in_snake_case(corpus, capsys):
     tools = {t["name"]: t["inputSchema"] for t in sesame.handle_message(
         {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})["result"]["tools"]}
-    assert set(tools["search"]["properties"]) == {"query", "limit", "offset", "cwd", "after", "before", "agent",
+    assert set(tools["search"]["properties"]) == {"query", "limit", "offset", "cwd", "after", "before", "agent", "host",
                                                   "tools", "tool", "path", "no_refresh", "fields", "max_chars"}
     assert set(tools["show"]["properties"]) == {"session", "around", "context", "max_chars", "tools", "all",
                                                 "no_refresh"}
