@@ -10365,9 +10365,14 @@ def index_file(batch, job, result, summary, policy):
         resume = checkpoint
         result = parse_file(job.path, job.parser.id, resume, SLICE_BYTES, policy.redact)
     # A session found in this file that the index kept from a file now gone has moved here: the
-    # kept copy goes (the session follows its file).
+    # kept copy goes (the session follows its file), when it was on the same machine: ids repeat
+    # across machines, and a copy from another one (<data dir>/remotes/NAME/, see "Other machines")
+    # is another session.
+    mirrors = os.path.join(os.path.abspath(os.path.dirname(batch.store.path)), "remotes", "")
+    machine = mirrors + job.path[len(mirrors):].split(os.sep, 1)[0] + os.sep if job.path.startswith(mirrors) else mirrors
     for agent, session_id in written:
-        delete_sessions(con, "agent=? AND session_id=? AND deleted IS NOT NULL", (agent, session_id))
+        delete_sessions(con, "agent=? AND session_id=? AND deleted IS NOT NULL AND (substr(path, 1, ?) %s ?)"
+                        % ("=" if machine != mirrors else "IS NOT"), (agent, session_id, len(machine), machine))
     if result.status == "skipped":
         summary.problem(job.path, result.payload)  # (counted as not indexed, not as indexed)
     else:

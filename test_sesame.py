@@ -7546,6 +7546,20 @@ def test_remote_symlink_out_of_the_mirror_is_not_followed(sshd, capsys, tmp_path
     assert search_ids(capsys, "albatross") == [] and search_ids(capsys, "ibis") == [REMOTE_SID]
 
 
+def test_a_deleted_local_session_is_kept_when_a_remote_has_the_same_id(sshd, capsys, env):
+    local = remote_claude(pathlib.Path(os.environ["HOME"]), REMOTE_SID, ["the plover work here"], cwd="/home/u/here")
+    write_config({"sources": [{"parser": "pi", "path": str(env)},
+                              {"parser": "claude", "path": os.path.dirname(os.path.dirname(local))}]}, env.parent)
+    assert search_ids(capsys, "plover") == [REMOTE_SID]
+    os.remove(local)   # the agent deleted it here: Sesame keeps it
+    assert run(capsys, "index")[0] == 0
+    remote_claude(sshd["home"], REMOTE_SID, ["the plover work on the box"], cwd="/srv/box")
+    run(capsys, "remote", "add", "devbox", "--host", sshd["host"])
+    assert run(capsys, "sync")[0] == 0
+    results = json.loads(run(capsys, "search", "plover", "--json")[1])["results"]
+    assert sorted((r["host"] or "", r["fileDeleted"]) for r in results) == [("", True), ("devbox", False)]
+
+
 def test_watch_and_mcp_sync_remotes_in_the_background_every_remote_sync_seconds(sshd, capsys, env):
     remote_claude(sshd["home"], REMOTE_SID, ["the skua sighting"])
     run(capsys, "remote", "add", "devbox", "--host", sshd["host"])
