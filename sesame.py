@@ -12563,6 +12563,7 @@ REMOTE_SYNC_SECONDS = 900     # `watch` and `mcp` sync each remote this often (c
 
 
 def check_remote_name(name):
+    """The name as given, or a UsageError: it becomes a folder name and a [tag] in the output."""
     if not isinstance(name, str) or not REMOTE_NAME_RE.match(name) or name == LOCAL_HOST:
         raise UsageError("invalid remote name %r: letters, digits, '.', '_' and '-' only, not starting with "
                          "'-' (and not %r)" % (name, LOCAL_HOST))
@@ -12570,6 +12571,7 @@ def check_remote_name(name):
 
 
 def check_remote_host(host):
+    """The ssh destination as given, or a UsageError: it reaches ssh and rsync as an argument."""
     if not isinstance(host, str) or len(host) > 255 or not REMOTE_HOST_RE.match(host):
         raise UsageError("invalid ssh host %r: [user@]host with letters, digits, '.', '_' and '-' only, "
                          "not starting with '-' (options belong in ~/.ssh/config)" % (host,))
@@ -12577,10 +12579,12 @@ def check_remote_host(host):
 
 
 def remotes_path(env):
+    """The list of remotes: a file of Sesame's own beside the user's config."""
     return os.path.join(config_dir(env), "remotes.json")
 
 
 def remote_dir(env, name):
+    """Everything Sesame keeps about one remote: its mirror and its last sync."""
     return os.path.abspath(os.path.join(data_dir(env), "remotes", name))
 
 
@@ -12820,16 +12824,15 @@ def _rsync_copy(host, roots, mirror, note):
 def _tar_copy(host, roots, mirror, since):
     """Copy with `ssh HOST tar` where rsync is missing: the files changed since the last sync (by the
     remote's clock, -mmin), whole. Only regular files with plain relative names are written."""
-    import tarfile
+    import shlex
+    import subprocess
+    import tempfile
     newer = ""
     if since:
         minutes = int((time.time() - parse_time(since).timestamp()) / 60) + 2
         newer = " -mmin -%d" % max(minutes, 1)
-    import shlex
     script = "cd / && for d in %s; do [ -e \"$d\" ] && find \"$d\" -type f%s; done | tar -cf - -T - 2>/dev/null; exit 0" % (
         " ".join(shlex.quote(r.lstrip("/")) for r in roots), newer)
-    import subprocess
-    import tempfile
     moved = 0
     with tempfile.TemporaryFile() as errors:
         try:
@@ -12849,6 +12852,9 @@ def _tar_copy(host, roots, mirror, since):
 
 
 def _untar(stream, roots, mirror):
+    """Write the regular files of a tar stream that lie inside the roots into the mirror; returns
+    their bytes. Anything else (links, devices, absolute or `..` names) is left out."""
+    import shutil
     import tarfile
     moved = 0
     try:
@@ -12864,7 +12870,6 @@ def _untar(stream, roots, mirror):
                     continue
                 tmp = target + ".sesame-part"
                 with tar.extractfile(m) as src, open(tmp, "wb") as dst:
-                    import shutil
                     shutil.copyfileobj(src, dst)
                 os.utime(tmp, (m.mtime, m.mtime))
                 os.replace(tmp, target)
@@ -12995,6 +13000,7 @@ class RemoteSyncer:
 
 
 def sync_text(data):
+    """What `sesame sync` prints for the remotes that synced (the failed ones go to stderr)."""
     out = []
     for r in data["remotes"]:
         if r["ok"]:
@@ -13007,6 +13013,7 @@ def sync_text(data):
 
 
 def remote_list_text(rows):
+    """What `sesame remote list` prints."""
     if not rows:
         return "no remotes (add one: sesame remote add NAME --host SSH_HOST)\n"
     return visible("".join("%-12s %s%s  last sync: %s%s\n" % (
