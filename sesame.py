@@ -12810,7 +12810,8 @@ def _rsync_copy(host, roots, mirror, note):
     """Copy the roots with rsync (append-friendly: an appended file moves only its new bytes)."""
     ssh = " ".join(ssh_command(host)[:-1])
     cmd = ["rsync", "-a", "--partial", "--relative", "--protect-args", "--safe-links", "--ignore-missing-args",
-           "--stats", "-e", ssh, "--"] + ["%s:%s" % (host, r) for r in roots] + [mirror + "/"]
+           "--stats", "-e", ssh, "--"] + ["%s:%s/" % (host, r) for r in roots] + [mirror + "/"]
+    # (The trailing "/" copies what a root that is a symlink points to, as a local read would.)
     done = _run(cmd)
     if done.returncode == 23:  # some files could not be read there: the others are copied, say which
         note("sesame: %s: some files were not copied: %s" % (host, _last_line(done.stderr)))
@@ -12831,7 +12832,7 @@ def _tar_copy(host, roots, mirror, since):
     if since:
         minutes = int((time.time() - parse_time(since).timestamp()) / 60) + 2
         newer = " -mmin -%d" % max(minutes, 1)
-    script = "cd / && for d in %s; do [ -e \"$d\" ] && find \"$d\" -type f%s; done | tar -cf - -T - 2>/dev/null; exit 0" % (
+    script = "cd / && for d in %s; do [ -e \"$d\" ] && find -H \"$d\" -type f%s; done | tar -cf - -T - 2>/dev/null; exit 0" % (
         " ".join(shlex.quote(r.lstrip("/")) for r in roots), newer)
     moved = 0
     with tempfile.TemporaryFile() as errors:
@@ -12921,7 +12922,9 @@ def sync_remote(env, name, entry, note=None):
         if not remote_env.get("HOME", "").startswith("/"):
             raise SyncFailure("%s did not say its home folder" % host)
         roots = remote_roots(mirror, remote_env, agents)
-        paths = sorted({r for _, r in roots})
+        # A root that is an SQLite store (Hermes' state.db) comes with its -wal: a running agent's
+        # newest rows are there (missing files are skipped by both copies).
+        paths = sorted({r for _, r in roots} | {r + "-wal" for _, r in roots if r.endswith(SQLITE_SUFFIXES)})
         if "rsync" in fields and _which("rsync", env):
             method, moved = "rsync", _rsync_copy(host, paths, mirror, note)
         else:

@@ -7574,6 +7574,16 @@ def test_watch_and_mcp_sync_remotes_in_the_background_every_remote_sync_seconds(
     assert "host" in sesame.tool_schema("search")["properties"]   # the MCP search tool filters by host too
 
 
+def test_a_remote_session_folder_that_is_a_symlink_is_copied_as_its_target(sshd, capsys, tmp_path):
+    dotfiles = tmp_path / "dotfiles"   # ~/.claude/projects -> a folder elsewhere on the remote (dotfiles)
+    remote_claude(dotfiles, REMOTE_SID, ["the shearwater session"])
+    os.makedirs(str(sshd["home"] / ".claude"))
+    os.symlink(str(dotfiles / ".claude" / "projects"), str(sshd["home"] / ".claude" / "projects"))
+    run(capsys, "remote", "add", "devbox", "--host", sshd["host"])
+    assert run(capsys, "sync")[0] == 0
+    assert search_ids(capsys, "shearwater") == [REMOTE_SID]
+
+
 def test_hostile_remote_names_and_hosts_are_refused(env, capsys, tmp_path):
     for argv in (["-oProxyCommand=touch"], ["dev;rm"], ["dev box"], ["$(id)"], ["local"],
                  ["dev", "--host=-oProxyCommand=touch /tmp/x"], ["dev", "--host", "a b"], ["dev", "--host", "h`id`"],
