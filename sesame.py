@@ -70,7 +70,8 @@ Sesame indexes the session transcripts that coding agents (pi, Claude Code, Code
 disk into one SQLite FTS5 index and ranks whole sessions with BM25, so that a few remembered
 words ("nix flake simplify", "ECONNREFUSED in CI") find the right session first. It is one file,
 needs only the Python standard library (3.9+) and an SQLite with FTS5, makes no network
-connection, and never writes to the agents' files.
+connection of its own (`sesame sync` runs the user's ssh to the machines they added), and never
+writes to the agents' files.
 
 Usage (the list is made from the command table, COMMANDS, at the end of the file):
 {usage}
@@ -449,7 +450,7 @@ class Source:
 
 # Every key the config may hold (and the keys of one "sources" entry). Others are reported, with the
 # nearest known key: a misspelt "source" would otherwise silently index the default places.
-CONFIG_KEYS = ("sources", "piSessionPaths", "exclude", "redact", "keepDeletedSessions")
+CONFIG_KEYS = ("sources", "piSessionPaths", "exclude", "redact", "keepDeletedSessions", "remoteSyncSeconds")
 SOURCE_KEYS = ("parser", "path")
 
 
@@ -10894,9 +10895,14 @@ def index_file(batch, job, result, summary, policy):
         resume = checkpoint
         result = parse_file(job.path, job.parser.id, resume, SLICE_BYTES, policy.redact)
     # A session found in this file that the index kept from a file now gone has moved here: the
-    # kept copy goes (the session follows its file).
+    # kept copy goes (the session follows its file), when it was on the same machine: ids repeat
+    # across machines, and a copy from another one (<data dir>/remotes/NAME/, see "Other machines")
+    # is another session.
+    mirrors = os.path.join(os.path.abspath(os.path.dirname(batch.store.path)), "remotes", "")
+    machine = mirrors + job.path[len(mirrors):].split(os.sep, 1)[0] + os.sep if job.path.startswith(mirrors) else mirrors
     for agent, session_id in written:
-        delete_sessions(con, "agent=? AND session_id=? AND deleted IS NOT NULL", (agent, session_id))
+        delete_sessions(con, "agent=? AND session_id=? AND deleted IS NOT NULL AND (substr(path, 1, ?) %s ?)"
+                        % ("=" if machine != mirrors else "IS NOT"), (agent, session_id, len(machine), machine))
     if result.status == "skipped":
         summary.problem(job.path, result.payload)  # (counted as not indexed, not as indexed)
     else:
@@ -11766,7 +11772,7 @@ class Filters:
     """Session filters shared by the CLI flags and the JSON API."""
 
     def __init__(self, cwd=None, after=None, before=None, agent=None, tools_only=False, tool=None, path=None,
-                 current=()):
+                 current=(), host=None):
         # A Windows folder (C:\Users\x, C:/Users/x, c:\...: sessions recorded on Windows, searched
         # from anywhere) is matched as Windows sees it: either slash, any case (Qwen wrote both
         # c:\Users\x\master and C:\Users\x\master for one folder of one project).
@@ -11788,6 +11794,17 @@ class Filters:
         self.tools_only = tools_only or bool(self.tool)
         self.path = path
         self.current = set(current)  # (agent, session id) of the sessions the caller runs inside
+        self.host = host  # (path prefix, inside): a remote's mirror, or outside every mirror (host_filter)
+        self.mirrors = None  # <data dir>/remotes/: sessions below it were copied from other machines
+
+    def key(self, agent, session_id, path):
+        """What makes two stored sessions one for the ranking (an agent's database and its older JSON
+        files hold the same session): the agent and the id, and the machine the file came from (ids
+        repeat across machines: a history copied to a second machine goes on differently there)."""
+        path = fs_path(path)
+        if self.mirrors and path and path.startswith(self.mirrors):
+            return agent, session_id, path[len(self.mirrors):].split(os.sep, 1)[0]
+        return agent, session_id
 
     def sql(self):
         """WHERE conditions on sessions `s`, and their parameters."""
@@ -11820,6 +11837,9 @@ class Filters:
         if self.path:
             cond.append("EXISTS(SELECT 1 FROM touched t WHERE t.session = s.id AND t.path LIKE ? ESCAPE '\\')")
             params.append("%" + like_escape(self.path) + "%")
+        if self.host:
+            cond.append("(substr(s.path, 1, ?) %s ?)" % ("=" if self.host[1] else "IS NOT"))
+            params += [len(self.host[0]), self.host[0]]
         return (" AND " + " AND ".join(cond)) if cond else "", params
 
 
@@ -11926,11 +11946,11 @@ def ranked_sessions(con, query, filters, need, per_stage=0, path=None):
                    "WHERE docs_fts MATCH ?)")
         params = params + [" OR ".join(query.excluded)]
     if where or exclude:
-        sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id "
-               "FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
+        sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id, "
+               "s.path FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
                "WHERE docs_fts MATCH ?%s%s ORDER BY score, d.id LIMIT ?") % (_doc_weights(), where, exclude)
     else:  # nothing to filter on: the joins are made for the rows kept only (10-20% of a stage at 1 GB)
-        sql = ("SELECT d.session, f.score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id FROM "
+        sql = ("SELECT d.session, f.score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id, s.path FROM "
                "(SELECT rowid, bm25(docs_fts, %s) AS score FROM docs_fts WHERE docs_fts MATCH ? "
                "ORDER BY score, rowid LIMIT ?) f JOIN docs d ON d.id = f.rowid JOIN sessions s ON s.id = d.session "
                "ORDER BY f.score, d.id") % _doc_weights()
@@ -11957,7 +11977,7 @@ def ranked_sessions(con, query, filters, need, per_stage=0, path=None):
                     rows = prefetch.take(limit) if prefetch and stage == 1 else None
                     if rows is None:
                         rows = con.execute(sql, [run] + params + [limit]).fetchall()
-                    fresh = {r[0] for r in rows if r[0] not in seen and (r[4], r[5]) not in keys}
+                    fresh = {r[0] for r in rows if r[0] not in seen and filters.key(*r[4:6], r[7]) not in keys}
                     if len(fresh) >= want or len(rows) < limit:
                         break
                     limit = min(limit * 4, 1 << 62)
@@ -11968,11 +11988,12 @@ def ranked_sessions(con, query, filters, need, per_stage=0, path=None):
             finally:
                 con.set_progress_handler(None, 0)
             stricter, cut = expr, cut or len(rows) >= limit
-            for sid, score, first, last, agent, session_id, doc in rows:
-                if sid not in seen and (agent, session_id) not in keys:
+            for sid, score, first, last, agent, session_id, doc, path in rows:
+                key = filters.key(agent, session_id, path)
+                if sid not in seen and key not in keys:
                     seen.add(sid)
-                    keys.add((agent, session_id))
-                    out.append(Candidate(sid, -score, stage, name, (first, last), doc, (agent, session_id)))
+                    keys.add(key)
+                    out.append(Candidate(sid, -score, stage, name, (first, last), doc, key))
             if len(out) >= need and not per_stage:
                 break
     finally:
@@ -12205,8 +12226,9 @@ def result_json(con, s, score, stage, matches, every_word_known=True):
 
 # The JSON contract of a search result, by preset (--fields). "summary" is the default shape.
 FIELD_PRESETS = {
-    "minimal": ("sessionId", "shortId", "agent", "name", "modified", "score", "resumeCommand", "fileDeleted", "current"),
-    "summary": ("sessionId", "shortId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
+    "minimal": ("sessionId", "shortId", "agent", "host", "name", "modified", "score", "resumeCommand", "fileDeleted",
+                "current"),
+    "summary": ("sessionId", "shortId", "source", "agent", "host", "path", "cwd", "name", "score", "matchedAllTerms", "created",
                 "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted", "current"),
 }
 FIELD_PRESETS["full"] = FIELD_PRESETS["summary"] + ("chunkCount", "stage", "matchedWords")
@@ -12343,8 +12365,9 @@ def print_results(data, color, out, words=None):
                   "such as library, tool or file names, or the error text)\n")
     for rank, r in enumerate(results, data["offset"] + 1):
         # The rank, not the score: bm25 scores mean little to a reader (and round to 0.00 in a small index).
-        out.write(visible("\n%d. %s (%s) - %s%s\n" % (
+        out.write(visible("\n%d. %s (%s)%s - %s%s\n" % (
             rank, escape_breaks(r.get("shortId") or r.get("sessionId")), escape_breaks(r.get("name") or "Unnamed"),
+            " [%s]" % r["host"] if r.get("host") else "",
             short_date(r.get("modified")),
             " (file deleted)" if r.get("fileDeleted") else " (this session)" if r.get("current") else "")))
         if "cwd" in r:
@@ -12419,6 +12442,9 @@ def status_text(info):
                     if f["state"] != "skipped"][:10]
     out.append("config:   %s%s" % (info["configPath"], "" if info["configFound"] else " (none: using discovered sources)"))
     out += ["warning:  %s" % w for w in info.get("warnings") or ()]
+    out += ["remote:   %s (%s): last sync %s%s" % (r["name"], r["host"], r["lastSync"] or "never",
+                                                  "; last attempt %s failed: %s" % (r["lastAttempt"], r["error"]) if r["error"] else "")
+            for r in info.get("remotes") or ()]
     out += ["source:   %-11s %s (%s)" % (s["parser"], escape_breaks(s["path"]), s["origin"]) for s in info["sources"]]
     if not info["sources"]:
         out.append("source:   none found (configure one in %s)" % info["configPath"])
@@ -12515,7 +12541,8 @@ def resolve_session(con, ref, any_copy=False):
 
 
 def session_header(s):
-    return {"sessionId": s["session_id"], "shortId": s.get("short_id"), "agent": s["agent"], "name": s["name"],
+    return {"sessionId": s["session_id"], "shortId": s.get("short_id"), "agent": s["agent"], "host": None,
+            "name": s["name"],
             "cwd": s["cwd"],
             "created": s["created"], "modified": s["modified"], "path": s["path"], "parent": s["parent"],
             "resumeCommand": resume_command(s), "fileDeleted": s["deleted"] is not None,
@@ -12633,7 +12660,7 @@ def chunk_block(c, color=False, collapsed=False):
 
 def header_text(h):
     rows = [("session", h["sessionId"]), ("agent", h["agent"]), ("name", h["name"] or "Unnamed"),
-            ("cwd", h["cwd"] or "-"), ("created", short_date(h["created"])), ("modified", short_date(h["modified"])),
+            ("host", h.get("host")), ("cwd", h["cwd"] or "-"), ("created", short_date(h["created"])), ("modified", short_date(h["modified"])),
             ("path", (h["path"] or "-") + (" (file deleted: shown from the index)" if h.get("fileDeleted") else "")),
             ("parent", h["parent"] or "-"), ("resume", h["resumeCommand"] or "-"),
             ("summary", h["summary"]), ("chunks", h["chunkCount"])]
@@ -12697,6 +12724,8 @@ class Context:
             self.warnings.append(message)
             (warn or _warn)(message)
         self.sources = resolve_sources(self.cfg, self.cfg_path, self.env, note)
+        self.remotes = load_remotes(self.env)   # other machines' sessions: their mirrors are sources too
+        self.sources += remote_sources(self.env, self.remotes)
         exclude, redact_secrets = self.cfg.get("exclude", []), self.cfg.get("redact", True)
         if not isinstance(exclude, list) or not set(map(type, exclude)) <= {str} or not all(map(str.strip, exclude)):
             raise ConfigError('%s: "exclude" must be a list of path patterns (non-empty strings)' % self.cfg_path)
@@ -12799,10 +12828,13 @@ def _quiet(message):
 def _keep_fresh(stop, interval, who="sesame mcp"):
     """A server's background refresh: every file checked every `interval` seconds until `stop` is set
     (as `sesame watch` does), so that each call's own quick refresh finds little to do. Runs in a
-    thread: the indexer then parses in-process (see parse_all)."""
+    thread: the indexer then parses in-process (see parse_all). Remotes are synced in the background
+    too, every remoteSyncSeconds (RemoteSyncer), never holding up a call."""
+    syncer = RemoteSyncer()
     while not stop.wait(interval):
         try:
             ctx = Context(warn=_quiet)
+            syncer.poke(ctx)
             store = ctx.store()
             try:
                 if not store.readonly:
@@ -12844,6 +12876,8 @@ def _search_arguments(s):
                                                       "comma-separated list of field names")
     s.add_argument("--max-chars", type=int, metavar="N", help="keep the output under N characters (default: %d "
                    "unless --limit is given; 0 = no limit)" % DEFAULT_MAX_CHARS)
+    s.add_argument("--host", metavar="NAME", help="only sessions of this remote (sesame remote list), or of %r "
+                                                  "(this machine)" % LOCAL_HOST)
     _add_json(s)
 
 
@@ -12888,6 +12922,19 @@ def _serve_arguments(sv):
     sv.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     sv.add_argument("--open", metavar="QUERY", nargs="?", const="", help="open the page in the browser (searching QUERY)")
 
+
+
+def _remote_arguments(r):
+    r.add_argument("action", metavar="add|list|remove", help="add NAME, list, or remove NAME")
+    r.add_argument("name", nargs="?", help="the remote's name (shown as [NAME] beside its sessions)")
+    r.add_argument("--host", help="the ssh destination, as `ssh HOST` reaches it (default: NAME)")
+    r.add_argument("--agents", metavar="A,B", help="only these agents' sessions (default: every agent)")
+    _add_json(r)
+
+
+def _sync_arguments(sy):
+    sy.add_argument("names", nargs="*", metavar="NAME", help="the remotes to sync (default: all)")
+    _add_json(sy)
 
 
 def _no_arguments(p):
@@ -13081,7 +13128,7 @@ def cli_params(args):
 
 
 def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=None, after=None, before=None,
-                    agent=None, tools=False, tool=None, path=None, fields=None, max_chars=0, render=None):
+                    agent=None, tools=False, tool=None, path=None, fields=None, max_chars=0, render=None, host=None):
     """A search as data (search_request, after its checks, calls this).
 
     With max_chars and render (how the caller prints a page of search_json's form), results are built
@@ -13092,7 +13139,8 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
     if limit < 1 or offset < 0:
         raise UsageError("--limit must be at least 1 and --offset at least 0")
     filters = Filters(cwd=cwd, after=after, before=before, agent=agent, tools_only=tools, tool=tool, path=path,
-                      current=current_sessions(ctx.env))
+                      current=current_sessions(ctx.env), host=host_filter(ctx.env, ctx.remotes, host))
+    filters.mirrors = os.path.join(os.path.abspath(data_dir(ctx.env)), "remotes", "") if ctx.remotes else None
     first_use = not os.path.exists(ctx.index_path)
     store = ctx.store()
     data = {"query": query.text, "resultCount": 0, "offset": offset, "limit": limit, "hasMore": False,
@@ -13107,8 +13155,9 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
                 data["hasMore"] = True
                 break
             data["alsoSearched"] = query.notes()
-            r = result_json(store.con, *hit, every_word_known=not any(w.dropped for w in query.words))
-            r["current"] = (r["agent"], r["sessionId"]) in filters.current
+            r = place_session(ctx.env, ctx.remotes, hit[0], result_json(
+                store.con, *hit, every_word_known=not any(w.dropped for w in query.words)))
+            r["current"] = not r["host"] and (r["agent"], r["sessionId"]) in filters.current
             results.append(shape_result(r, fields, full))
             if max_chars and render and len(results) > 1 and _smallest_size(data, render) > max_chars:
                 results.pop()  # it cannot fit (fit_budget would drop it): the next page starts with it
@@ -13148,7 +13197,7 @@ def search_request(ctx, params, render=None):
                            offset=params["offset"], refresh=not params["no_refresh"], cwd=params["cwd"],
                            after=params["after"], before=params["before"], agent=params["agent"], tools=params["tools"],
                            tool=params["tool"], path=params["path"], fields=params["fields"],
-                           max_chars=search_budget(params), render=render)
+                           max_chars=search_budget(params), render=render, host=params.get("host"))
 
 
 def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, everything=False, refresh=True):
@@ -13176,7 +13225,7 @@ def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, every
                            "text": collapse(kind, text) if short else text, "collapsed": short})
     finally:
         store.close()
-    return {"session": session_header(s), "around": around, "chunks": chunks, "truncated": False,
+    return {"session": place_session(ctx.env, ctx.remotes, s, session_header(s)), "around": around, "chunks": chunks, "truncated": False,
             "omitted": {"before": lo, "after": last - hi, "cutSeq": None}}
 
 
@@ -13194,7 +13243,8 @@ def status_request(ctx, params=None):
     info = {"indexPath": ctx.index_path, "indexExists": store is not None, "configPath": config_path(ctx.env),
             "configFound": ctx.cfg_path is not None, "sqliteVersion": sqlite3.sqlite_version,
             "sesameVersion": __version__, "schemaVersion": SCHEMA_VERSION,
-            "sources": [s.as_json() for s in ctx.sources], "warnings": ctx.warnings}
+            "sources": [s.as_json() for s in ctx.sources], "warnings": ctx.warnings,
+            "remotes": remote_list(ctx.env) if ctx.remotes else []}
     if store is not None:
         try:
             per = {a: {"agent": a, "sessions": n, "chunks": c or 0, "deletedKept": d or 0}
@@ -13381,6 +13431,497 @@ def forget_request(ctx, params):
         lock.release()
         store.close()
     return {"forgotten": item}
+
+
+# ==================================================================================================
+# Other machines: remotes over ssh
+# ==================================================================================================
+#
+# A remote is a machine the user reaches with `ssh HOST` (their own ssh config, keys and agent do
+# the authentication: Sesame never sees a password or a key). `sesame sync` asks the remote, in one
+# ssh call, where its agents keep sessions (its $HOME, $CODEX_HOME, $XDG_DATA_HOME...: the parsers'
+# own default_roots, given the remote's environment), copies those folders with rsync into a mirror
+# under the data directory, and the mirror is then indexed like any local folder, by the same
+# parsers. Layout, per remote NAME:
+#   <data dir>/remotes/NAME/files/<the remote's absolute path>   the mirror (0700, never pruned:
+#                                                                a session the remote deleted stays)
+#   <data dir>/remotes/NAME/sync.json                            the last sync: when, the error, roots
+# The list of remotes is in <config dir>/remotes.json, a file Sesame alone writes: `remote add` never
+# rewrites the user's hand-written config.jsonc (its comments and layout would be at risk).
+# Whatever the remote sends is untrusted: rsync drops symlinks that point out of the copied tree
+# (--safe-links), the mirror is checked for such links after every sync, and the tar fallback takes
+# regular files with plain relative names only.
+
+REMOTE_NAME_RE = LazyPattern(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+# An ssh destination: [user@]host, letters, digits and . _ - only (no ':' either: rsync reads
+# "host:path"); never a leading '-', which ssh and rsync would take as an option.
+REMOTE_HOST_RE = LazyPattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(?:@[A-Za-z0-9_][A-Za-z0-9_.-]*)?\Z")
+LOCAL_HOST = "local"          # `--host local`: the sessions of this machine only (no remote may take the name)
+SSH_CONNECT_TIMEOUT = 10      # seconds before an unreachable remote is given up
+SYNC_TIMEOUT = 3600           # seconds one copy may take at most (a first sync of a large history)
+REMOTE_SYNC_SECONDS = 900     # `watch` and `mcp` sync each remote this often (config "remoteSyncSeconds")
+
+
+def check_remote_name(name):
+    """The name as given, or a UsageError: it becomes a folder name and a [tag] in the output."""
+    if not isinstance(name, str) or not REMOTE_NAME_RE.match(name) or name == LOCAL_HOST:
+        raise UsageError("invalid remote name %r: letters, digits, '.', '_' and '-' only, not starting with "
+                         "'-' (and not %r)" % (name, LOCAL_HOST))
+    return name
+
+
+def check_remote_host(host):
+    """The ssh destination as given, or a UsageError: it reaches ssh and rsync as an argument."""
+    if not isinstance(host, str) or len(host) > 255 or not REMOTE_HOST_RE.match(host):
+        raise UsageError("invalid ssh host %r: [user@]host with letters, digits, '.', '_' and '-' only, "
+                         "not starting with '-' (options belong in ~/.ssh/config)" % (host,))
+    return host
+
+
+def remotes_path(env):
+    """The list of remotes: a file of Sesame's own beside the user's config."""
+    return os.path.join(config_dir(env), "remotes.json")
+
+
+def remote_dir(env, name):
+    """Everything Sesame keeps about one remote: its mirror and its last sync."""
+    return os.path.abspath(os.path.join(data_dir(env), "remotes", name))
+
+
+def remote_mirror(env, name):
+    """The folder a remote's session folders are copied into (their absolute paths below it)."""
+    return os.path.join(remote_dir(env, name), "files")
+
+
+def load_remotes(env):
+    """{name: {"host": ssh host, "agents": [parser ids] or None}} from remotes.json; entries that are
+    not valid (a hand edit) are refused with the file's name."""
+    path = remotes_path(env)
+    if not os.path.exists(path):
+        return {}
+    data = load_jsonc(path)
+    remotes = data.get("remotes") if isinstance(data, dict) else None
+    if not isinstance(remotes, dict):
+        raise ConfigError('%s: must be {"remotes": {NAME: {"host": ..., "agents": [...]}}}' % path)
+    for name, entry in remotes.items():
+        try:
+            check_remote_name(name)
+            check_remote_host(entry.get("host") if isinstance(entry, dict) else None)
+            _check_agents(entry.get("agents"))
+        except UsageError as e:
+            raise ConfigError("%s: %s" % (path, e.message))
+    return remotes
+
+
+def _check_agents(agents):
+    if agents is None:
+        return None
+    if not isinstance(agents, list) or not agents or not all(isinstance(a, str) and a in PARSERS for a in agents):
+        raise UsageError("agents must be a list of known agents (%s)" % ", ".join(PARSERS))
+    return agents
+
+
+def _write_json(path, obj):
+    """Write a small file Sesame owns, atomically, readable by the user alone."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
+        f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def remote_add(env, name, host=None, agents=None):
+    """Add (or change) a remote: the data `remote add` prints."""
+    check_remote_name(name)
+    check_remote_host(host or name)
+    if isinstance(agents, str):
+        agents = [a.strip() for a in agents.split(",") if a.strip()]
+    _check_agents(agents or None)
+    remotes = load_remotes(env)
+    remotes[name] = {"host": host or name, "agents": agents or None}
+    _write_json(remotes_path(env), {"remotes": remotes})
+    return dict(remotes[name], name=name, mirror=remote_mirror(env, name))
+
+
+def remote_list(env):
+    """Every remote with its last sync (the data `remote list` prints)."""
+    return [dict(entry, name=name, mirror=remote_mirror(env, name), **sync_state(env, name))
+            for name, entry in sorted(load_remotes(env).items())]
+
+
+def remote_remove(env, name):
+    """Forget a remote: it leaves the list, its mirror is deleted and its sessions leave the index."""
+    remotes = load_remotes(env)
+    if name not in remotes:
+        raise UsageError("no remote named %r (sesame remote list shows them)" % name)
+    del remotes[name]
+    _write_json(remotes_path(env), {"remotes": remotes})
+    prefix = remote_mirror(env, name) + os.sep
+    if os.path.exists(index_path(env)):
+        store = Store.open(index_path(env))
+        lock = IndexLock(os.path.dirname(index_path(env)))
+        try:
+            if lock.acquire(LOCK_WAIT_SECONDS):
+                with store.transaction():
+                    where = "substr(path, 1, ?) = ?"
+                    delete_sessions(store.con, "file_id IN (SELECT id FROM files WHERE %s)" % where, (len(prefix), prefix))
+                    store.con.execute("DELETE FROM files WHERE " + where, (len(prefix), prefix))
+                    store.con.execute("DELETE FROM dirs WHERE substr(source, 1, ?) = ?", (len(prefix), prefix))
+        finally:
+            lock.release()
+            store.close()
+    import shutil
+    shutil.rmtree(remote_dir(env, name), ignore_errors=True)
+    return {"name": name, "removed": True}
+
+
+def sync_state(env, name):
+    """What the last sync of a remote left: lastSync (success), lastAttempt, error, method, roots."""
+    try:
+        with open_regular(os.path.join(remote_dir(env, name), "sync.json"), text=True) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        state = {}
+    state = state if isinstance(state, dict) else {}
+    return {"lastSync": state.get("lastSync"), "lastAttempt": state.get("lastAttempt"), "error": state.get("error"),
+            "method": state.get("method"), "roots": [r for r in state.get("roots") or () if isinstance(r, list)]}
+
+
+def remote_sources(env, remotes):
+    """The mirrors' session folders as sources (roots found by the last sync that reached the remote)."""
+    sources = []
+    for name, entry in sorted(remotes.items()):
+        mirror = remote_mirror(env, name)
+        for agent, root in sync_state(env, name)["roots"]:
+            if agent in PARSERS and isinstance(root, str) and root.startswith("/") and os.path.exists(mirror + root):
+                sources.append(Source(PARSERS[agent], mirror + root, "remote " + name))
+    return sources
+
+
+def session_host(env, remotes, path):
+    """The remote a session's file was copied from (None: this machine)."""
+    path = fs_path(path) or ""
+    for name in remotes:
+        if path.startswith(remote_mirror(env, name) + os.sep):
+            return name
+    return None
+
+
+def host_filter(env, remotes, host):
+    """--host as (path prefix, inside): sessions whose file is (or is not) under that prefix."""
+    if not host:
+        return None
+    if host == LOCAL_HOST:
+        return (os.path.join(os.path.abspath(data_dir(env)), "remotes", ""), False)   # below no mirror
+    if host not in remotes:
+        raise UsageError("unknown host %r (known: %s)" % (host, ", ".join([LOCAL_HOST] + sorted(remotes))))
+    return (remote_mirror(env, host) + os.sep, True)
+
+
+def place_session(env, remotes, s, out):
+    """Set `host` and, for a remote's session, the resume command that runs there, in a result or a
+    header (`out`) made from the session row `s`."""
+    host = session_host(env, remotes, s["path"]) if remotes else None
+    out["host"] = host
+    if host:
+        mirror = remote_mirror(env, host)
+        inner = resume_command(dict(s, path=fs_path(s["path"])[len(mirror):]))  # pi names the remote's file
+        # The command runs in the remote's shell: quoted once for it (by the parser), once more here
+        # for the local shell the user pastes it into.
+        out["resumeCommand"] = ("ssh -t %s %s" % (remotes[host]["host"], shell_quote(inner))) if inner else None
+    return out
+
+
+# What the remote is asked first: its environment (the variables the parsers read) and whether it
+# has rsync. The names are the parsers' own (found by running default_roots with an environment
+# that records what is read), so an agent added later is synced without a change here.
+class _RecordingEnv(dict):
+    def __init__(self, home):
+        super().__init__(HOME=home)
+        self.names = {"HOME"}
+
+    def get(self, key, default=None):
+        self.names.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.names.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key):
+        self.names.add(key)
+        return super().__contains__(key)
+
+
+def _env_names(agents):
+    env = _RecordingEnv("/nonexistent-home")
+    for p in agents:
+        p.default_roots(env)
+    return sorted(n for n in env.names if re.fullmatch(r"[A-Z_][A-Z0-9_]*", n))
+
+
+def probe_snippet(names):
+    """A POSIX sh line printing NAME=VALUE\\0 for each set variable, then rsync\\0 when rsync exists."""
+    return "".join('[ -n "${%s+x}" ] && printf \'%%s=%%s\\0\' %s "$%s"; ' % (n, n, n) for n in names) + \
+        "command -v rsync >/dev/null 2>&1 && printf 'rsync\\0'; exit 0"
+
+
+def ssh_command(host, *remote):
+    """ssh that never prompts (BatchMode: a sync must not hang on a password or a host key question)
+    and gives up on an unreachable host."""
+    return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % SSH_CONNECT_TIMEOUT, host] + list(remote)
+
+
+def remote_roots(mirror, remote_env, agents):
+    """[(agent, remote root)] the agents keep sessions in on the remote. default_roots is given the
+    remote's environment with every path moved under the mirror, so that its checks for folders
+    (some agents' places count only when present) look at the copy, not at this machine."""
+    def moved(value):
+        return ",".join(mirror + v if v.startswith("/") else v for v in value.split(","))
+    env = {k: moved(v) for k, v in remote_env.items()}
+    roots = []
+    for p in agents:
+        for root in p.default_roots(env):
+            if root.startswith(mirror + "/") and (p.id, root[len(mirror):]) not in roots:
+                roots.append((p.id, root[len(mirror):]))
+    return roots
+
+
+class SyncFailure(SesameError):
+    """A remote could not be synced (unreachable, refused, a copy that failed)."""
+
+
+def _run(cmd, stdin=None, timeout=SYNC_TIMEOUT):
+    import subprocess
+    try:
+        return subprocess.run(cmd, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    except OSError as e:
+        raise SyncFailure("cannot run %s: %s" % (cmd[0], e.strerror or e))
+    except subprocess.TimeoutExpired:
+        raise SyncFailure("%s took longer than %ds" % (cmd[0], timeout))
+
+
+def _last_line(stderr):
+    lines = [l.strip() for l in stderr.decode("utf-8", "replace").splitlines() if l.strip()]
+    return visible(lines[-1]) if lines else "no message"
+
+
+def _rsync_copy(host, roots, mirror, note):
+    """Copy the roots with rsync (append-friendly: an appended file moves only its new bytes)."""
+    ssh = " ".join(ssh_command(host)[:-1])
+    cmd = ["rsync", "-a", "--partial", "--relative", "--protect-args", "--safe-links", "--ignore-missing-args",
+           "--stats", "-e", ssh, "--"] + ["%s:%s/" % (host, r) for r in roots] + [mirror + "/"]
+    # (The trailing "/" copies what a root that is a symlink points to, as a local read would.)
+    done = _run(cmd)
+    if done.returncode == 23:  # some files could not be read there: the others are copied, say which
+        note("sesame: %s: some files were not copied: %s" % (host, _last_line(done.stderr)))
+    elif done.returncode not in (0, 24):  # 24: a file vanished while copied (an agent rotated it)
+        raise SyncFailure("rsync failed (exit %d): %s" % (done.returncode, _last_line(done.stderr)))
+    stats = done.stdout.decode("utf-8", "replace")
+    found = re.search(r"Literal data: ([\d,]+)", stats)
+    return int(found.group(1).replace(",", "")) if found else None
+
+
+def _tar_copy(host, roots, mirror, since):
+    """Copy with `ssh HOST tar` where rsync is missing: the files changed since the last sync (by the
+    remote's clock, -mmin), whole. Only regular files with plain relative names are written."""
+    import shlex
+    import subprocess
+    import tempfile
+    newer = ""
+    if since:
+        minutes = int((time.time() - parse_time(since).timestamp()) / 60) + 2
+        newer = " -mmin -%d" % max(minutes, 1)
+    script = "cd / && for d in %s; do [ -e \"$d\" ] && find -H \"$d\" -type f%s; done | tar -cf - -T - 2>/dev/null; exit 0" % (
+        " ".join(shlex.quote(r.lstrip("/")) for r in roots), newer)
+    moved = 0
+    with tempfile.TemporaryFile() as errors:
+        try:
+            proc = subprocess.Popen(ssh_command(host, "sh -c " + shlex.quote(script)), stdout=subprocess.PIPE,
+                                    stderr=errors)
+        except OSError as e:
+            raise SyncFailure("cannot run ssh: %s" % (e.strerror or e))
+        try:
+            moved = _untar(proc.stdout, roots, mirror)   # read as it comes: memory stays bounded
+        finally:
+            proc.stdout.close()
+            code = proc.wait()
+        errors.seek(0)
+        if code != 0:
+            raise SyncFailure("ssh tar failed (exit %d): %s" % (code, _last_line(errors.read())))
+    return moved
+
+
+def _untar(stream, roots, mirror):
+    """Write the regular files of a tar stream that lie inside the roots into the mirror; returns
+    their bytes. Anything else (links, devices, absolute or `..` names) is left out."""
+    import shutil
+    import tarfile
+    moved = 0
+    try:
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
+            for m in tar:
+                parts = m.name.split("/")
+                if not m.isfile() or m.name.startswith("/") or any(p in ("", ".", "..") for p in parts) or \
+                        not any(m.name.startswith(r.lstrip("/") + "/") for r in roots):
+                    continue
+                target = os.path.join(mirror, *parts)
+                os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+                if os.path.islink(os.path.dirname(target)) or os.path.islink(target):
+                    continue
+                tmp = target + ".sesame-part"
+                with tar.extractfile(m) as src, open(tmp, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                os.utime(tmp, (m.mtime, m.mtime))
+                os.replace(tmp, target)
+                moved += m.size
+    except tarfile.TarError as e:
+        raise SyncFailure("the remote's tar output cannot be read: %s" % e)
+    return moved
+
+
+def _drop_escaping_links(mirror):
+    """Remove symlinks in the mirror that point outside it (the remote's data is untrusted: a link
+    to /etc/passwd would otherwise be indexed as a session file of this machine)."""
+    top = os.path.realpath(mirror)
+    dropped = 0
+    for folder, dirs, files in os.walk(mirror):
+        for n in dirs + files:
+            p = os.path.join(folder, n)
+            if os.path.islink(p):
+                target = os.path.realpath(p)
+                if target != top and not target.startswith(top + os.sep):
+                    os.unlink(p)
+                    dropped += 1
+    return dropped
+
+
+def sync_remote(env, name, entry, note=None):
+    """Copy one remote's session folders into its mirror. Returns what was done (dict); raises
+    SyncFailure (recorded in sync.json for `status`) when the remote cannot be reached or copied."""
+    note = note or (lambda message: None)
+    host = check_remote_host(entry["host"])
+    home = remote_dir(env, name)
+    mirror = remote_mirror(env, name)
+    for folder in (data_dir(env), os.path.dirname(home), home, mirror):  # each one 0700, like the index's
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.chmod(home, 0o700)
+    state = sync_state(env, name)
+    state["lastAttempt"] = iso(now_utc())
+    lock = IndexLock(home)  # one sync of a remote at a time
+    if not lock.acquire(0):
+        raise SyncFailure("another sync of %s is running" % name)
+    try:
+        agents = [PARSERS[a] for a in entry.get("agents") or PARSERS]
+        import shlex
+        probe = _run(ssh_command(host, "sh -c " + shlex.quote(probe_snippet(_env_names(agents)))), timeout=60)
+        if probe.returncode != 0:
+            raise SyncFailure("cannot reach %s: %s" % (host, _last_line(probe.stderr)))
+        fields = probe.stdout.decode("utf-8", "surrogateescape").split("\0")
+        remote_env = dict(f.split("=", 1) for f in fields if "=" in f)
+        if not remote_env.get("HOME", "").startswith("/"):
+            raise SyncFailure("%s did not say its home folder" % host)
+        roots = remote_roots(mirror, remote_env, agents)
+        # A root that is an SQLite store (Hermes' state.db) comes with its -wal: a running agent's
+        # newest rows are there (missing files are skipped by both copies).
+        paths = sorted({r for _, r in roots} | {r + "-wal" for _, r in roots if r.endswith(SQLITE_SUFFIXES)})
+        if "rsync" in fields and _which("rsync", env):
+            method, moved = "rsync", _rsync_copy(host, paths, mirror, note)
+        else:
+            note("sesame: %s: rsync is missing %s; copying changed files with ssh and tar"
+                 % (name, "on the remote" if "rsync" not in fields else "here"))
+            method, moved = "tar", _tar_copy(host, paths, mirror, state.get("lastSync"))
+        dropped = _drop_escaping_links(mirror)
+        state.update(lastSync=state["lastAttempt"], error=None, method=method, roots=[list(r) for r in roots])
+        return {"name": name, "host": host, "ok": True, "method": method, "bytesCopied": moved,
+                "roots": [r for _, r in roots if os.path.exists(mirror + r)], "linksDropped": dropped}
+    except SyncFailure as e:
+        state["error"] = e.message
+        raise
+    finally:
+        lock.release()
+        _write_json(os.path.join(home, "sync.json"), state)
+
+
+def _which(program, env):
+    import shutil
+    return shutil.which(program, path=env.get("PATH") or os.defpath)
+
+
+def sync_request(ctx, names=(), note=None):
+    """Sync the remotes named (all when none), then index their mirrors: {"remotes": [...], "index": ...}.
+    A remote that fails is reported in its entry ("ok": false, "error"); the others go on."""
+    remotes = load_remotes(ctx.env)
+    for n in names:
+        if n not in remotes:
+            raise UsageError("no remote named %r (sesame remote list shows them)" % n)
+    done = []
+    for name in names or sorted(remotes):
+        try:
+            done.append(sync_remote(ctx.env, name, remotes[name], note))
+        except SyncFailure as e:
+            done.append({"name": name, "host": remotes[name]["host"], "ok": False, "error": e.message})
+    ctx = Context(ctx.env, warn=_quiet)   # the mirrors' folders found by this sync are sources now
+    store = ctx.store()
+    try:
+        summary = None if store.readonly else refresh_index(ctx, store, wait_seconds=LOCK_WAIT_SECONDS)
+    finally:
+        store.close()
+    return {"remotes": done, "index": summary.line() if summary else None}
+
+
+class RemoteSyncer:
+    """What `watch` and the MCP server use: a sync of the remotes in a background thread every
+    remoteSyncSeconds, so that a search never waits for ssh."""
+
+    def __init__(self):
+        self.thread = None
+
+    def poke(self, ctx):
+        remotes = getattr(ctx, "remotes", None)
+        if not remotes or (self.thread and self.thread.is_alive()):
+            return False
+        every = ctx.cfg.get("remoteSyncSeconds", REMOTE_SYNC_SECONDS)
+        every = every if isinstance(every, (int, float)) and every > 0 else REMOTE_SYNC_SECONDS
+        now = time.time()
+        due = [n for n in remotes if (lambda t: not t or now - parse_time(t).timestamp() >= every)(
+            sync_state(ctx.env, n)["lastAttempt"])]
+        if not due:
+            return False
+        import threading
+
+        def run():
+            try:
+                for r in sync_request(ctx, due, note=_stderr)["remotes"]:
+                    if not r["ok"]:
+                        _stderr("sesame: sync %s: %s" % (r["name"], r["error"]))
+            except Exception as e:  # noqa: BLE001  (the next round tries again; searches go on)
+                _stderr("sesame: sync: %s" % getattr(e, "message", e))
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        return True
+
+
+def sync_text(data):
+    """What `sesame sync` prints for the remotes that synced (the failed ones go to stderr)."""
+    out = []
+    for r in data["remotes"]:
+        if r["ok"]:
+            out.append("%s: synced from %s with %s (%s bytes copied, %d session folders)%s" % (
+                r["name"], r["host"], r["method"], "?" if r["bytesCopied"] is None else r["bytesCopied"],
+                len(r["roots"]), "; %d links out of the mirror dropped" % r["linksDropped"] if r["linksDropped"] else ""))
+    if data["index"]:
+        out.append(data["index"])
+    return visible("\n".join(out) + "\n") if out else ""
+
+
+def remote_list_text(rows):
+    """What `sesame remote list` prints."""
+    if not rows:
+        return "no remotes (add one: sesame remote add NAME --host SSH_HOST)\n"
+    return visible("".join("%-12s %s%s  last sync: %s%s\n" % (
+        r["name"], r["host"], " (%s)" % ",".join(r["agents"]) if r.get("agents") else "", r["lastSync"] or "never",
+        "; last attempt failed: %s" % r["error"] if r["error"] else "") for r in rows))
 
 
 # ==================================================================================================
@@ -14245,6 +14786,43 @@ def cmd_mcp(args, ctx):
     return serve_mcp()
 
 
+def cmd_remote(args, ctx):
+    if args.action not in ("add", "list", "remove"):
+        raise UsageError("unknown remote action %r: add, list or remove" % args.action)
+    if args.action != "list" and not args.name:
+        raise UsageError("remote %s needs a NAME" % args.action, hint="sesame remote add devbox --host me@devbox")
+    if args.action == "add":
+        data = remote_add(ctx.env, args.name, args.host, args.agents)
+        text = "added %s (ssh %s); `sesame sync %s` copies its sessions into %s\n" % (
+            data["name"], data["host"], data["name"], data["mirror"])
+    elif args.action == "remove":
+        data = remote_remove(ctx.env, args.name)
+        text = "removed %s, its copied sessions and their index entries\n" % args.name
+    else:
+        data = {"remotes": remote_list(ctx.env)}
+        text = remote_list_text(data["remotes"])
+    if args.json:
+        emit_json(data)
+    else:
+        sys.stdout.write(visible(text))
+    return EXIT_OK
+
+
+def cmd_sync(args, ctx):
+    """Copy the remotes' sessions and index them; exit 1 (one line per remote) when one failed."""
+    if not ctx.remotes:
+        raise UsageError("no remotes to sync", hint="sesame remote add NAME --host SSH_HOST")
+    data = sync_request(ctx, args.names, note=_stderr)
+    if args.json:
+        emit_json(data)
+    else:
+        sys.stdout.write(sync_text(data))
+    failed = [r for r in data["remotes"] if not r["ok"]]
+    for r in failed:
+        _stderr(visible("sesame: sync %s: %s" % (r["name"], r["error"])))
+    return EXIT_ERROR if failed else EXIT_OK
+
+
 def cmd_search(args, ctx):
     if args.fields and not args.json:
         raise UsageError("--fields chooses the fields of the JSON output: add --json")
@@ -14308,6 +14886,7 @@ def cmd_watch(args, ctx):
     _stderr("sesame: keeping %s fresh every %gs (Ctrl-C stops)" % (ctx.index_path, args.interval))
     pause = args.interval
     warned = set(ctx.warnings)  # each config warning once, not at every round
+    syncer = RemoteSyncer()   # remotes are copied in the background, every remoteSyncSeconds
 
     def warn_once(message):
         if message not in warned:
@@ -14330,6 +14909,7 @@ def cmd_watch(args, ctx):
     try:
         while not stop:
             try:
+                syncer.poke(ctx)
                 store = ctx.store()
                 try:
                     summary = refresh_index(ctx, store, wait_seconds=0)
@@ -14422,6 +15002,10 @@ COMMANDS = {c.name: c for c in (
             context=False),
     Command("serve", "[--port N] [--open QUERY]", "a local web page to search and read sessions (127.0.0.1 only)",
             _serve_arguments, None, cmd_serve),
+    Command("remote", "add|list|remove [NAME]", "another machine whose sessions are copied over ssh",
+            _remote_arguments, None, cmd_remote),
+    Command("sync", "[NAME...]", "copy the remotes' sessions over ssh (rsync) and index them", _sync_arguments,
+            None, cmd_sync),
 )}
 
 

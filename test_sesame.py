@@ -7457,12 +7457,12 @@ def test_a_newline_in_a_name_folder_or_file_name_stays_inside_its_field(env, cap
 
 
 @pytest.mark.parametrize("preset,keys", [
-    ("minimal", ["sessionId", "shortId", "agent", "name", "modified", "score", "resumeCommand", "fileDeleted",
+    ("minimal", ["sessionId", "shortId", "agent", "host", "name", "modified", "score", "resumeCommand", "fileDeleted",
                  "current"]),
-    ("summary", ["sessionId", "shortId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms",
+    ("summary", ["sessionId", "shortId", "source", "agent", "host", "path", "cwd", "name", "score", "matchedAllTerms",
                  "created", "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted",
                  "current"]),
-    ("full", ["sessionId", "shortId", "source", "agent", "path", "cwd", "name", "score", "matchedAllTerms", "created",
+    ("full", ["sessionId", "shortId", "source", "agent", "host", "path", "cwd", "name", "score", "matchedAllTerms", "created",
               "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted", "current",
               "chunkCount", "stage", "matchedWords"]),
     ("name,score", ["name", "score"]),
@@ -7808,7 +7808,7 @@ def test_tools_expands_tool_calls_and_all_expands_thinking_too(sessions, capsys)
 def test_json_has_header_chunks_and_what_was_omitted(sessions, capsys):
     data = show_json(capsys, "aaaa")
     assert data["session"] == {
-        "sessionId": "aaaa1111-nix", "shortId": "aaaa1111", "agent": "pi", "name": "Simplify the nix flake",
+        "sessionId": "aaaa1111-nix", "shortId": "aaaa1111", "agent": "pi", "host": None, "name": "Simplify the nix flake",
         "cwd": "/home/dev/infra",
         "created": "2026-01-05T10:00:00.000Z", "modified": data["session"]["modified"], "path": sessions["nix"],
         "parent": None, "resumeCommand": "pi --session " + sessions["nix"], "fileDeleted": False, "summary": None,
@@ -7854,7 +7854,7 @@ def test_max_chars_with_around_keeps_the_asked_for_chunk(sessions, capsys):
     assert 20 in seqs and seqs == list(range(seqs[0], seqs[-1] + 1))
     assert data["omitted"]["before"] == seqs[0] and data["omitted"]["after"] == 39 - seqs[-1]
     # A chunk bigger than the whole budget is cut rather than dropped.
-    data = show_json(capsys, "dddd", "--around", "5", "--max-chars", "800")
+    data = show_json(capsys, "dddd", "--around", "5", "--max-chars", "850")
     assert [c["seq"] for c in data["chunks"]] == [5] and data["omitted"]["cutSeq"] == 5
     assert data["chunks"][0]["text"].endswith("[…cut]")
 
@@ -7950,6 +7950,260 @@ def test_a_command_added_to_the_table_is_in_the_usage_argparse_and_the_mcp_tools
 
 
 # ---------------------------------------------------------------------------------------------
+# Other machines: remotes over ssh, against a real sshd on 127.0.0.1
+# ---------------------------------------------------------------------------------------------
+
+SSHD = "/usr/sbin/sshd"
+REMOTE_SID = "4e5e0000-0000-4000-8000-00000000abcd"
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def sshd(tmp_path, env, monkeypatch):
+    """A real sshd on 127.0.0.1 (run as this test's own process) whose logins get a temporary HOME,
+    the "remote", with a stub `claude` on its PATH; `ssh` on the local PATH is a wrapper naming the
+    test's ssh config (key, known host). Returns a dict: host, remote home, stub log, bin dir."""
+    missing = [p for p in (SSHD, shutil.which("ssh"), shutil.which("ssh-keygen"), shutil.which("rsync")) if not p or not os.path.exists(p)]
+    if missing or not os.path.exists(SSHD):
+        pytest.skip("needs openssh-server (%s) and rsync (apt-get install -y openssh-server rsync)" % SSHD)
+    d = tmp_path / "ssh"
+    d.mkdir()
+    remote_home, stub = tmp_path / "remote-home", tmp_path / "remote-bin"
+    remote_home.mkdir()
+    stub.mkdir()
+    for key in ("host_key", "client_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key)], check=True)
+    shutil.copy(str(d / "client_key.pub"), str(d / "authorized_keys"))
+    # The stub agent prints where it runs and what it was given (the resume command's test).
+    write_file(stub / "claude", '#!/bin/sh\necho "stub-claude cwd=$(pwd) args=$*"\n')
+    os.chmod(str(stub / "claude"), 0o755)
+    port = _free_port()
+    write_file(d / "sshd_config", "\n".join([
+        "ListenAddress 127.0.0.1", "HostKey %s" % (d / "host_key"), "AuthorizedKeysFile %s" % (d / "authorized_keys"),
+        "PasswordAuthentication no", "KbdInteractiveAuthentication no", "PubkeyAuthentication yes", "UsePAM no",
+        "PermitRootLogin yes", "StrictModes no", "PidFile none",
+        "SetEnv HOME=%s PATH=%s:/usr/bin:/bin" % (remote_home, stub), ""]))
+    known = "sesame-test " + " ".join((d / "host_key.pub").read_text().split()[:2])
+    write_file(d / "known_hosts", known + "\n")
+    import getpass
+    write_file(d / "ssh_config", "\n".join([  # (ssh takes the first value it reads for each option)
+        "Host sesame-down", "  Port %d" % _free_port(),
+        "Host sesame-test sesame-down", "  HostName 127.0.0.1", "  Port %d" % port, "  User %s" % getpass.getuser(),
+        "  IdentityFile %s" % (d / "client_key"), "  IdentitiesOnly yes", "  UserKnownHostsFile %s" % (d / "known_hosts"),
+        "  HostKeyAlias sesame-test", "  StrictHostKeyChecking yes", "  LogLevel ERROR", ""]))
+    bindir = tmp_path / "local-bin"
+    bindir.mkdir()
+    write_file(bindir / "ssh", '#!/bin/sh\nexec %s -F %s "$@"\n' % (shutil.which("ssh"), d / "ssh_config"))
+    os.chmod(str(bindir / "ssh"), 0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ.get("PATH", "/usr/bin:/bin")))
+    try:  # sshd refuses to start without its privilege separation folder (the package makes it at boot)
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+    except OSError:
+        pass
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config"), "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=open(str(d / "sshd.log"), "w"))
+    try:
+        for _ in range(100):
+            if subprocess.run(["ssh", "-o", "BatchMode=yes", "sesame-test", "true"], capture_output=True).returncode == 0:
+                break
+            if proc.poll() is not None:
+                pytest.skip("sshd did not start: %s" % (d / "sshd.log").read_text()[-300:])
+            time.sleep(0.1)
+        else:
+            pytest.skip("sshd did not answer: %s" % (d / "sshd.log").read_text()[-300:])
+        yield {"host": "sesame-test", "home": remote_home, "bin": bindir}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def remote_claude(home, sid, words, cwd="/srv/deploy app"):
+    """A Claude Code session on the remote, in its ~/.claude/projects."""
+    recs = [{"type": "user", "uuid": sid + "-u%d" % i, "sessionId": sid, "cwd": cwd, "isSidechain": False,
+             "timestamp": "2026-02-01T10:00:%02dZ" % i, "message": {"role": "user", "content": w}}
+            for i, w in enumerate(words)]
+    return write_jsonl(home / ".claude" / "projects" / ("-" + cwd.strip("/").replace("/", "-").replace(" ", "-")) /
+                       (sid + ".jsonl"), recs)
+
+
+def test_remote_session_found_after_sync_with_host_and_a_resume_command_that_works(sshd, capsys, tmp_path):
+    cwd = sshd["home"] / "deploy app"   # a folder on the "remote" (this machine), with a space
+    cwd.mkdir()
+    remote_claude(sshd["home"], REMOTE_SID, ["the deploy pipeline broke on the flamingo step"], cwd=str(cwd))
+    assert run(capsys, "remote", "add", "devbox", "--host", sshd["host"])[0] == 0
+    code, out, err = run(capsys, "sync")
+    assert code == 0, err
+    assert "devbox: synced from sesame-test with rsync" in out
+    mirror = tmp_path / "data" / "remotes" / "devbox"
+    assert stat.S_IMODE(os.stat(str(mirror)).st_mode) == 0o700
+    code, out, err = run(capsys, "search", "flamingo", "--json")
+    r = json.loads(out)["results"][0]
+    assert (r["sessionId"], r["host"], r["cwd"]) == (REMOTE_SID, "devbox", str(cwd))
+    assert r["path"].startswith(str(mirror) + os.sep)
+    assert "[devbox]" in run(capsys, "search", "flamingo")[1]
+    assert run(capsys, "show", REMOTE_SID[:8])[1].count("host:") == 1
+    # The resume command, pasted into a shell: the stub agent on the remote says where it ran.
+    done = subprocess.run(r["resumeCommand"].replace("ssh -t ", "ssh -tt ", 1), shell=True, capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert "stub-claude cwd=%s args=--resume %s" % (cwd, REMOTE_SID) in done.stdout, (r["resumeCommand"], done)
+    # --host filters: the remote's name, or this machine.
+    assert search_ids(capsys, "flamingo", "--host", "devbox") == [REMOTE_SID]
+    assert search_ids(capsys, "flamingo", "--host", "local") == []
+    assert run(capsys, "search", "flamingo", "--host", "nosuch")[0] == 2
+
+
+def test_remote_append_moves_only_the_new_bytes_and_is_found(sshd, capsys):
+    words = ["first message about the pelican migration " + "x" * 200000]
+    path = remote_claude(sshd["home"], REMOTE_SID, words, cwd="/srv/app")
+    run(capsys, "remote", "add", "devbox", "--host", sshd["host"])
+    code, out, err = run(capsys, "sync", "devbox", "--json")
+    first = json.loads(out)["remotes"][0]
+    assert code == 0 and first["bytesCopied"] >= 200000, err
+    rec = {"type": "user", "uuid": "later", "sessionId": REMOTE_SID, "cwd": "/srv/app", "isSidechain": False,
+           "timestamp": "2026-02-01T11:00:00Z", "message": {"role": "user", "content": "now the cormorant rollout"}}
+    with open(path, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    code, out, err = run(capsys, "sync", "devbox", "--json")
+    again = json.loads(out)["remotes"][0]
+    assert code == 0 and again["bytesCopied"] < 2000, again
+    assert search_ids(capsys, "cormorant") == [REMOTE_SID]
+
+
+def test_without_rsync_changed_files_come_over_ssh_tar_said_once(sshd, capsys, monkeypatch):
+    old = remote_claude(sshd["home"], "01d00000-0000-4000-8000-000000000001", ["the old puffin session " + "y" * 50000])
+    hour_ago = time.time() - 3600
+    os.utime(old, (hour_ago, hour_ago))
+    path = remote_claude(sshd["home"], REMOTE_SID, ["the osprey session"], cwd="/srv/app")
+    monkeypatch.setenv("PATH", str(sshd["bin"]))   # ssh only: no rsync here
+    run(capsys, "remote", "add", "devbox", "--host", sshd["host"])
+    code, out, err = run(capsys, "sync", "--json")
+    assert code == 0 and json.loads(out)["remotes"][0]["method"] == "tar", err
+    assert err.count("rsync is missing here") == 1
+    assert search_ids(capsys, "osprey") == [REMOTE_SID] and len(search_ids(capsys, "puffin")) == 1
+    with open(path, "a") as f:
+        f.write(json.dumps({"type": "user", "uuid": "later", "sessionId": REMOTE_SID, "cwd": "/srv/app", "isSidechain": False,
+                            "timestamp": "2026-02-01T11:00:00Z", "message": {"role": "user", "content": "then the gannet"}}) + "\n")
+    code, out, err = run(capsys, "sync", "--json")
+    assert code == 0 and json.loads(out)["remotes"][0]["bytesCopied"] == os.path.getsize(path)   # the old file stays
+    assert search_ids(capsys, "gannet") == [REMOTE_SID]
+
+
+def test_unreachable_remote_fails_sync_in_one_line_shows_in_status_and_keeps_its_sessions(sshd, capsys, tmp_path):
+    remote_claude(sshd["home"], REMOTE_SID, ["the heron outage"])
+    run(capsys, "remote", "add", "devbox", "--host", sshd["host"])
+    assert run(capsys, "sync")[0] == 0
+    # The same remote now points at a port nobody listens on.
+    data = json.loads((tmp_path / "config" / "remotes.json").read_text())
+    data["remotes"]["devbox"]["host"] = "sesame-down"
+    (tmp_path / "config" / "remotes.json").write_text(json.dumps(data))
+    code, out, err = run(capsys, "sync")
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert code == 1 and len(lines) == 1 and lines[0].startswith("sesame: sync devbox: cannot reach sesame-down"), err
+    status = json.loads(run(capsys, "status", "--json")[1])["remotes"][0]
+    assert status["error"].startswith("cannot reach") and status["lastSync"] and status["lastAttempt"] >= status["lastSync"]
+    assert "remote:   devbox (sesame-down): last sync" in run(capsys, "status")[1]
+    assert search_ids(capsys, "heron") == [REMOTE_SID]
+
+
+def test_remote_symlink_out_of_the_mirror_is_not_followed(sshd, capsys, tmp_path):
+    remote_claude(sshd["home"], REMOTE_SID, ["the ibis session"])
+    secret = write_jsonl(tmp_path / "outside" / "x.jsonl", [
+        {"type": "user", "uuid": "s1", "sessionId": "5ec2e700-0000-4000-8000-000000000001", "cwd": "/etc",
+         "isSidechain": False, "timestamp": "2026-02-01T10:00:00Z", "message": {"role": "user", "content": "albatross secret"}}])
+    folder = sshd["home"] / ".claude" / "projects" / "-leak"
+    folder.mkdir()
+    os.symlink(secret, str(folder / "5ec2e700-0000-4000-8000-000000000001.jsonl"))
+    os.symlink(str(tmp_path / "outside"), str(sshd["home"] / ".claude" / "projects" / "-leakdir"))
+    run(capsys, "remote", "add", "devbox", "--host", sshd["host"])
+    assert run(capsys, "sync")[0] == 0
+    mirror = tmp_path / "data" / "remotes" / "devbox" / "files"
+    assert not any(os.path.islink(os.path.join(d, n)) for d, ds, fs in os.walk(str(mirror)) for n in ds + fs)
+    assert search_ids(capsys, "albatross") == [] and search_ids(capsys, "ibis") == [REMOTE_SID]
+
+
+def test_a_deleted_local_session_is_kept_when_a_remote_has_the_same_id(sshd, capsys, env):
+    local = remote_claude(pathlib.Path(os.environ["HOME"]), REMOTE_SID, ["the plover work here"], cwd="/home/u/here")
+    write_config({"sources": [{"parser": "pi", "path": str(env)},
+                              {"parser": "claude", "path": os.path.dirname(os.path.dirname(local))}]}, env.parent)
+    assert search_ids(capsys, "plover") == [REMOTE_SID]
+    os.remove(local)   # the agent deleted it here: Sesame keeps it
+    assert run(capsys, "index")[0] == 0
+    remote_claude(sshd["home"], REMOTE_SID, ["the plover work on the box"], cwd="/srv/box")
+    run(capsys, "remote", "add", "devbox", "--host", sshd["host"])
+    assert run(capsys, "sync")[0] == 0
+    results = json.loads(run(capsys, "search", "plover", "--json")[1])["results"]
+    assert sorted((r["host"] or "", r["fileDeleted"]) for r in results) == [("", True), ("devbox", False)]
+
+
+def test_watch_and_mcp_sync_remotes_in_the_background_every_remote_sync_seconds(sshd, capsys, env):
+    remote_claude(sshd["home"], REMOTE_SID, ["the skua sighting"])
+    run(capsys, "remote", "add", "devbox", "--host", sshd["host"])
+    syncer = sesame.RemoteSyncer()   # what watch and the MCP server's refresh thread poke each round
+    assert syncer.poke(sesame.Context())   # never synced: due
+    syncer.thread.join(120)
+    assert search_ids(capsys, "skua") == [REMOTE_SID]
+    assert not syncer.poke(sesame.Context())   # synced a moment ago: not due for remoteSyncSeconds
+    write_config({"sources": [{"parser": "pi", "path": str(env)}], "remoteSyncSeconds": 0.001}, env.parent)
+    assert syncer.poke(sesame.Context())
+    syncer.thread.join(120)
+    assert "host" in sesame.tool_schema("search")["properties"]   # the MCP search tool filters by host too
+
+
+def test_a_remote_session_folder_that_is_a_symlink_is_copied_as_its_target(sshd, capsys, tmp_path):
+    dotfiles = tmp_path / "dotfiles"   # ~/.claude/projects -> a folder elsewhere on the remote (dotfiles)
+    remote_claude(dotfiles, REMOTE_SID, ["the shearwater session"])
+    os.makedirs(str(sshd["home"] / ".claude"))
+    os.symlink(str(dotfiles / ".claude" / "projects"), str(sshd["home"] / ".claude" / "projects"))
+    run(capsys, "remote", "add", "devbox", "--host", sshd["host"])
+    assert run(capsys, "sync")[0] == 0
+    assert search_ids(capsys, "shearwater") == [REMOTE_SID]
+
+
+def test_hostile_remote_names_and_hosts_are_refused(env, capsys, tmp_path):
+    for argv in (["-oProxyCommand=touch"], ["dev;rm"], ["dev box"], ["$(id)"], ["local"],
+                 ["dev", "--host=-oProxyCommand=touch /tmp/x"], ["dev", "--host", "a b"], ["dev", "--host", "h`id`"],
+                 ["dev", "--host", "host:path"]):
+        code, out, err = run(capsys, "remote", "add", *argv)
+        assert code == 2 and err.startswith("sesame: ") and len(err.splitlines()) == 1, (argv, err)
+    assert not (tmp_path / "config" / "remotes.json").exists()
+    (tmp_path / "config" / "remotes.json").write_text('{"remotes": {"x": {"host": "-oProxyCommand=evil"}}}')
+    code, out, err = run(capsys, "sync")
+    assert code == 1 and "invalid ssh host" in err
+
+
+def test_remote_add_list_remove(env, capsys, tmp_path):
+    cfg = (tmp_path / "config" / "config.jsonc").read_text()
+    code, out, err = run(capsys, "remote", "add", "devbox", "--host", "me@devbox.lan", "--agents", "claude,codex")
+    assert code == 0, err
+    rows = json.loads(run(capsys, "remote", "list", "--json")[1])["remotes"]
+    assert [(r["name"], r["host"], r["agents"], r["lastSync"]) for r in rows] == [("devbox", "me@devbox.lan", ["claude", "codex"], None)]
+    assert (tmp_path / "config" / "config.jsonc").read_text() == cfg   # the user's own file is never rewritten
+    assert run(capsys, "remote", "add", "x", "--agents", "nosuch")[0] == 2
+    assert run(capsys, "remote", "remove", "devbox")[0] == 0
+    assert json.loads(run(capsys, "remote", "list", "--json")[1])["remotes"] == []
+    assert run(capsys, "remote", "remove", "devbox")[0] == 2
+
+
+def test_same_session_id_on_two_machines_both_searchable_and_showable(sshd, capsys, env):
+    remote_claude(sshd["home"], REMOTE_SID, ["the kestrel work on the box"], cwd="/srv/box")
+    local = remote_claude(pathlib.Path(os.environ["HOME"]), REMOTE_SID, ["the kestrel work here"], cwd="/home/u/here")
+    write_config({"sources": [{"parser": "pi", "path": str(env)},
+                              {"parser": "claude", "path": os.path.dirname(os.path.dirname(local))}]}, env.parent)
+    run(capsys, "remote", "add", "devbox", "--host", sshd["host"])
+    assert run(capsys, "sync")[0] == 0
+    results = json.loads(run(capsys, "search", "kestrel", "--json")[1])["results"]
+    assert sorted((r["host"] or "", r["cwd"]) for r in results) == [("", "/home/u/here"), ("devbox", "/srv/box")]
+    shown = {json.loads(run(capsys, "show", r["shortId"], "--json")[1])["session"]["cwd"] for r in results}
+    assert shown == {"/home/u/here", "/srv/box"}
+
+
+# ---------------------------------------------------------------------------------------------
 # MCP server, driven as a subprocess the way an agent runs it
 # ---------------------------------------------------------------------------------------------
 
@@ -8037,7 +8291,7 @@ def mcp_call(tool, arguments):
 def test_mcp_tools_take_every_option_of_their_command_in_snake_case(corpus, capsys):
     tools = {t["name"]: t["inputSchema"] for t in sesame.handle_message(
         {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})["result"]["tools"]}
-    assert set(tools["search"]["properties"]) == {"query", "limit", "offset", "cwd", "after", "before", "agent",
+    assert set(tools["search"]["properties"]) == {"query", "limit", "offset", "cwd", "after", "before", "agent", "host",
                                                   "tools", "tool", "path", "no_refresh", "fields", "max_chars"}
     assert set(tools["show"]["properties"]) == {"session", "around", "context", "max_chars", "tools", "all",
                                                 "no_refresh"}
