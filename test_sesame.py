@@ -8152,7 +8152,7 @@ def test_watch_and_mcp_sync_remotes_in_the_background_every_remote_sync_seconds(
     write_config({"sources": [{"parser": "pi", "path": str(env)}], "remoteSyncSeconds": 0.001}, env.parent)
     assert syncer.poke(sesame.Context())
     syncer.thread.join(120)
-    assert "host" in sesame.tool_schema("search")["properties"]   # the MCP search tool filters by host too
+    assert "host" in sesame.option_schema(sesame.COMMANDS["search"])["properties"]   # the MCP search tool filters by host too
 
 
 def test_a_remote_session_folder_that_is_a_symlink_is_copied_as_its_target(sshd, capsys, tmp_path):
