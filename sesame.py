@@ -13121,8 +13121,8 @@ def _jsonc_insert(text, node, key, value):
     nl = text.find("\n", last_end, close)
     head = text[:last_end] + ("" if trailing else ",")
     if nl < 0:  # the closing brace follows on the same line
-        return head + gap.rstrip() + "\n" + ind + rendered + "\n" + _indent_at(text, node["start"]) + text[close:]
-    return head + text[last_end:nl] + "\n" + ind + rendered + text[nl:]
+        return head + gap.rstrip() + "\n" + ind + rendered + gap[len(gap.rstrip()):] + text[close:]
+    return head + text[last_end:nl] + "\n" + ind + rendered + ("," if trailing else "") + text[nl:]
 
 
 def jsonc_remove(text, keys, drop_empty=None):
@@ -13164,11 +13164,14 @@ def _jsonc_cut(text, blank, parent, member):
         nline = _line_start(text, nxt)
         end = nline - 1 if not text[nline:nxt].strip() and nline > v_end else nxt
         return text[:start] + text[end:]
-    comma_end = v_end + re.match(r"[ \t]*,?", text[v_end:]).end()  # its own trailing comma (JSONC)
+    own_comma = re.match(r"[ \t]*,", text[v_end:])  # its own trailing comma (JSONC)
+    comma_end = v_end + own_comma.end() if own_comma else v_end
     if i == 0:  # the only member
         close = parent["end"] - 1
         if not text[parent["start"] + 1:key_start].strip() and not text[comma_end:close].strip():
             return text[:parent["start"] + 1] + text[close:]
+        return text[:start] + text[comma_end:]
+    if text[v_end:comma_end].strip():  # its own trailing comma: the one before it stays (the file's style)
         return text[:start] + text[comma_end:]
     prev_end = members[i - 1][3]
     comma = blank.find(",", prev_end, key_start)
@@ -13551,6 +13554,7 @@ def plan_agent(agent, env, force=False, command=None):
                               % (SETUP_NAME, " ".join(map(str, [where[0]] + where[1])) if where else "something else"))
             else:
                 after, created = _entry_set(agent, text, entry)
+                _writable(path)  # said now, so that nothing of this agent is changed
                 change.update(state="replace" if current is not None else "add", after=after, created=created,
                               entry=entry)
                 cli = _cli_path(agent, env)
@@ -13576,7 +13580,14 @@ def plan_agent(agent, env, force=False, command=None):
             with open(source, encoding="utf-8") as f:
                 skill = f.read()
             raw, text = _read_text(path)
-            if raw is None:
+            try:
+                if raw is None or (text != skill and force):
+                    _writable(path)
+            except SetupError as e:
+                change.update(state="error", message=e.message)
+            if change.get("state"):
+                pass
+            elif raw is None:
                 change.update(state="add", before=None, after=skill)
             elif text == skill:
                 change["state"] = "done"
@@ -13718,8 +13729,11 @@ def setup_request(ctx, params):
     result = {"command": [command] + args, "applied": apply, "agents": []}
     for agent in (chosen if names or everything else found):
         changes = plan_agent(agent, env, params.get("force", False), (command, args))
+        blocked = any(c["state"] == "error" for c in changes)  # one agent's changes are made together or not at all
         for change in changes:
-            if change["state"] in ("add", "replace"):
+            if change["state"] in ("add", "replace") and apply and blocked:
+                change.update(state="skipped", message="not made either, because of the error above")
+            elif change["state"] in ("add", "replace"):
                 if change["kind"] == "skill" and change.get("before") is None:
                     change["message"] = "a copy of %s (%d lines)" % (_skill_source(), change["after"].count("\n"))
                 else:
@@ -13808,7 +13822,8 @@ def wiring_status(env):
 # --- Human text
 
 SETUP_STATES = {"add": "would add", "replace": "would replace", "added": "added", "replaced": "replaced",
-                "done": "already there", "conflict": "left alone", "error": "not changed", "manual": "by hand"}
+                "done": "already there", "conflict": "left alone", "error": "not changed", "manual": "by hand",
+                "skipped": "not changed"}
 
 
 def setup_text(result, dry_run=False):
