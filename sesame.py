@@ -13604,8 +13604,9 @@ def _run_cli(argv, env):
     """Run an agent's own command; None when it succeeded, else what went wrong (one line)."""
     import subprocess
     try:
+        # run from the home folder: Gemini CLI and Qwen Code register the folder they run in as a project
         p = subprocess.run(argv, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, timeout=SETUP_CLI_TIMEOUT)
+                           stderr=subprocess.STDOUT, timeout=SETUP_CLI_TIMEOUT, cwd=_home(env))
     except (OSError, subprocess.TimeoutExpired) as e:
         return "%s: %s" % (argv[0], e)
     if p.returncode:
