@@ -13629,8 +13629,10 @@ def _missing_dirs(path):
 
 
 def apply_change(change, agent, env):
-    """Make one planned change; returns the record undo needs: the file's bytes before (None: there
-    was no file), a hash of its bytes after, the entry, the folders created."""
+    """Make one planned change; returns the record undo needs: hashes of the file's bytes before
+    (None: there was no file; the bytes themselves are in the backup beside it, not copied into
+    Sesame's data dir: an agent's config can hold credentials) and after, the entry, the folders
+    created."""
     path = change["path"]
     raw, _ = _read_text(path)
     dirs = _missing_dirs(path)
@@ -13653,7 +13655,7 @@ def apply_change(change, agent, env):
         write_atomic(path, _encode(raw, change["after"]), backup=raw)
         new_raw = _read_text(path)[0]
     return {"kind": change["kind"], "path": path, "via": change["via"], "created": change.get("created"),
-            "entry": change.get("entry"), "before": raw.decode("utf-8", "surrogateescape") if raw is not None else None,
+            "entry": change.get("entry"), "before": _sha(raw) if raw is not None else None,
             "after": _sha(new_raw), "backup": path + SETUP_BACKUP if raw is not None else None, "dirs": dirs}
 
 
@@ -13662,10 +13664,12 @@ def undo_change(item, agent, env):
     path = item["path"]
     raw, text = _read_text(path)
     backup = item.get("backup")
-    before = item["before"].encode("utf-8", "surrogateescape") if item.get("before") is not None else None
+    before = _read_text(backup)[0] if backup else None
+    if before is not None and _sha(before) != item["before"]:
+        before = backup = None  # the backup is not the file Sesame saw: it cannot be put back
     if raw is None:
         return "gone", "%s no longer exists" % _shown(env, path)
-    if _sha(raw) == item["after"]:  # as Sesame left it: the old bytes go back
+    if _sha(raw) == item["after"] and (before is not None or item["before"] is None):  # as Sesame left it
         _writable(path)
         if before is None:
             os.remove(path)
@@ -13699,7 +13703,7 @@ def undo_change(item, agent, env):
 
 
 def _remove_backup(backup, before):
-    if backup and os.path.exists(backup) and _read_text(backup)[0] == before:
+    if backup and before is not None:
         os.remove(backup)
 
 
@@ -13743,9 +13747,6 @@ def setup_request(ctx, params):
                     try:
                         done = apply_change(change, agent, env)
                         kept = [r for r in record.get(agent.id, []) if r["path"] != done["path"] or r["kind"] != done["kind"]]
-                        old = [r for r in record.get(agent.id, []) if r["path"] == done["path"] and r["kind"] == done["kind"]]
-                        if old and change["state"] == "replace":  # --force over Sesame's own entry: undo goes back further
-                            done["before"], done["created"] = old[0]["before"], old[0].get("created")
                         record[agent.id] = kept + [done]
                         save_setup_record(env, record)
                         change["state"] = "added" if change["state"] == "add" else "replaced"
@@ -14114,8 +14115,10 @@ def cmd_setup(args, ctx):
         emit_json(result)
     else:
         sys.stdout.write(setup_text(result, args.dry_run))
-    failed = any(c["state"] == "error" for a in result["agents"] for c in a["changes"])
-    return EXIT_ERROR if failed and result["applied"] else EXIT_OK
+    errors = [c["message"] for a in result["agents"] for c in a["changes"] if c["state"] == "error"]
+    for message in errors if result["applied"] else ():
+        _stderr("sesame: setup: %s" % message)
+    return EXIT_ERROR if errors and result["applied"] else EXIT_OK
 
 
 def cmd_sources(args, ctx):

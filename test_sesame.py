@@ -7792,6 +7792,7 @@ def test_setup_refuses_a_config_it_cannot_parse_and_leaves_it_untouched(fmt, set
     before = tree_bytes(tmp_path / "home")
     code, out, err = run(capsys, "setup", agent.id)
     assert code == 1 and "cannot be parsed" in out and agent.config(setup_env) in out, out
+    assert one_line_error(err) and "cannot be parsed" in err, err
     assert tree_bytes(tmp_path / "home") == before
     assert not os.path.exists(sesame.setup_record_path(setup_env)) or sesame.load_setup_record(setup_env) == {}
 
@@ -7802,7 +7803,7 @@ def test_setup_read_only_config_is_a_clear_error_with_nothing_half_written(setup
     os.chmod(agent.config(setup_env), 0o444)
     before = tree_bytes(tmp_path / "home")
     code, out, err = run(capsys, "setup", "gemini")
-    assert code == 1 and "read-only; nothing was changed" in out, out
+    assert code == 1 and "read-only; nothing was changed" in out and one_line_error(err), out + err
     assert tree_bytes(tmp_path / "home") == before  # no temporary file, no backup, no skill
     os.chmod(agent.config(setup_env), 0o644)
 
