@@ -13505,9 +13505,12 @@ def save_setup_record(env, record):
 # --- Planning, applying, undoing
 
 def _skill_source():
-    """SKILL.md beside this file (the repository's copy), or None when it is not there."""
-    path = os.path.join(os.path.dirname(os.path.realpath(__file__)), "SKILL.md")
-    return path if os.path.isfile(path) else None
+    """SKILL.md beside this file, or beside the file a symlink to it points to (the repository's
+    copy); None when there is none."""
+    for folder in (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.realpath(__file__))):
+        if os.path.isfile(os.path.join(folder, "SKILL.md")):
+            return os.path.join(folder, "SKILL.md")
+    return None
 
 
 def _diff(path, before, after, env):
@@ -13575,7 +13578,8 @@ def plan_agent(agent, env, force=False, command=None):
         source = _skill_source()
         change = {"kind": "skill", "path": path, "via": "file"}
         if source is None:
-            change.update(state="error", message="no SKILL.md beside %s to copy" % os.path.realpath(__file__))
+            change.update(state="manual", message="no SKILL.md beside %s to copy: put it there (or run setup from "
+                                                   "a symlink to the repository's sesame.py)" % os.path.abspath(__file__))
         else:
             with open(source, encoding="utf-8") as f:
                 skill = f.read()

@@ -7863,6 +7863,16 @@ def test_setup_lists_only_agents_found_and_dry_run_changes_nothing(setup_env, tm
     assert code == 2 and "did you mean 'codex'" in err
 
 
+def test_setup_without_skill_md_beside_sesame_still_adds_the_mcp_server(setup_env, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sesame, "_skill_source", lambda: None)  # installed as ~/.local/bin/sesame alone
+    agent = sesame.SETUP_BY_ID["claude"]
+    make_found(agent, setup_env)
+    code, out, err = run(capsys, "setup", "claude")
+    assert code == 0 and "no SKILL.md beside" in out, out
+    assert json.load(open(agent.config(setup_env)))["mcpServers"]["sesame"]["args"] == sesame.sesame_command()[1]
+    assert not os.path.exists(os.path.join(agent.skills(setup_env), "sesame"))
+
+
 @pytest.mark.parametrize("text", [
     '{}', '{"a": 1}', '{\n  "a": 1\n}\n', '{\n  "a": 1, // why\n}\n', '{\n  "a": 1 /* c */ }',
     '{\n    "mcpServers": {\n        "x": {}\n    }\n}', '{\n\t"mcpServers": {},\n\t"b": [1, {"c": 2}]\n}\n',
