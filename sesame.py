@@ -12672,10 +12672,11 @@ class WarmIndex:
             ident = (st.st_dev, st.st_ino)
         except OSError:
             ident = None
+        if ident is None:  # no index yet: this call builds it, and says so, as a search does
+            self.close()
+            return
         if ident != self.ident:
             self.close()
-            if ident is None:
-                return  # no index yet: this call builds it, and says so, as a search does
             self.store = Store.open(ctx.index_path)
             self.ident = ident
         ctx.kept = _KeptStore(self.store)

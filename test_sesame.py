@@ -7373,6 +7373,21 @@ def test_json_is_bounded_by_default_and_human_output_is_not(env, capsys):
 # ---------------------------------------------------------------------------------------------
 
 
+def test_mcp_search_before_any_index_exists_builds_it_and_finds_the_session(env):
+    # The first call of a server started before the first index (an agent wired in by `sesame setup`
+    # on a new machine) found no index to keep open and was given none: "'NoneType' object has no
+    # attribute 'con'".
+    PiWriter(env, "first-1").user("the zanzibarquux cache keeps stale prices").save()
+    warm = sesame.WarmIndex()
+    try:
+        reply = sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                       "params": {"name": "search", "arguments": {"query": "zanzibarquux"}}}, warm)
+        assert reply["result"]["isError"] is False, reply
+        assert [r["sessionId"] for r in reply["result"]["structuredContent"]["results"]] == ["first-1"]
+    finally:
+        warm.close()
+
+
 def test_mcp_server_full_exchange_over_stdio(sessions, tmp_path):
     proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sesame.py"), "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=str(tmp_path))
@@ -7953,6 +7968,97 @@ def test_setup_all_then_each_agents_own_mcp_list_shows_sesame_and_undo_all_resto
     assert {k: after.get(k) for k in before if after.get(k) != before[k]} == {}, p.stdout
     new = set(after) - set(before)
     assert not [k for k in new if "sesame" in k or "/skills" in k], new
+
+
+class _SearchingModel:
+    """A mock Anthropic Messages server (127.0.0.1) for Claude Code: to a prompt it answers with one
+    call of Sesame's MCP search tool (the word after "sesame-query=" in the prompt); once the tool's result
+    is back, it answers with that result's text. Claude Code streams, so replies are SSE."""
+
+    def __init__(self):
+        import http.server
+        model = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                if not self.path.split("?")[0].endswith("/messages"):
+                    data = json.dumps({"input_tokens": 10}).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                tools = [t.get("name") for t in body.get("tools") or []]
+                last = body["messages"][-1]["content"]
+                results = [b for b in last if isinstance(b, dict) and b.get("type") == "tool_result"] if isinstance(last, list) else []
+                if results:
+                    content = results[0]["content"]
+                    text = content if isinstance(content, str) else "".join(c.get("text", "") for c in content)
+                    block = {"type": "text", "text": "FOUND: " + text}
+                elif "mcp__sesame__search" in tools:
+                    model.tools_seen = tools
+                    block = {"type": "tool_use", "id": "toolu_1", "name": "mcp__sesame__search",
+                             "input": {"query": re.search(r"sesame-query=(\w+)", json.dumps(body["messages"])).group(1)}}
+                else:
+                    block = {"type": "text", "text": "mock title"}
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+
+                def event(name, obj):
+                    self.wfile.write(("event: %s\ndata: %s\n\n" % (name, json.dumps(obj))).encode())
+                usage = {"input_tokens": 10, "output_tokens": 1}
+                event("message_start", {"type": "message_start", "message": {"id": "msg_1", "type": "message",
+                      "role": "assistant", "model": body.get("model"), "content": [], "stop_reason": None, "usage": usage}})
+                if block["type"] == "text":
+                    event("content_block_start", {"type": "content_block_start", "index": 0,
+                                                  "content_block": {"type": "text", "text": ""}})
+                    event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                  "delta": {"type": "text_delta", "text": block["text"]}})
+                else:
+                    event("content_block_start", {"type": "content_block_start", "index": 0, "content_block":
+                                                  {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}})
+                    event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta":
+                                                  {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}})
+                event("content_block_stop", {"type": "content_block_stop", "index": 0})
+                event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use" if block["type"]
+                                        == "tool_use" else "end_turn"}, "usage": {"output_tokens": 5}})
+                event("message_stop", {"type": "message_stop"})
+
+        self.tools_seen = None
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_claude_code_after_setup_calls_sesames_search_tool_and_gets_the_session(tmp_path):
+    exe = shutil.which("claude")
+    if not exe:
+        pytest.skip("Claude Code is not installed (npm i -g @anthropic-ai/claude-code; .ci/run installs it)")
+    home = tmp_path / "home"
+    PiWriter(home / ".pi" / "agent" / "sessions", "e2e-1", cwd="/home/dev/shop").user(
+        "the zanzibarquux cache keeps stale prices").assistant("Flush it on deploy.").save()
+    os.makedirs(str(home / ".claude"))
+    env = cli_env(home, os.path.dirname(exe))
+    p = subprocess.run([sys.executable, SESAME, "setup", "claude"], env=env, stdout=subprocess.PIPE, timeout=300)
+    assert p.returncode == 0 and b"added" in p.stdout, p.stdout
+    model = _SearchingModel()
+    try:
+        env.update(ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="x")
+        p = subprocess.run([exe, "-p", "which old session was it? sesame-query=zanzibarquux", "--allowedTools", "mcp__sesame__search"],
+                           env=env, cwd=str(home), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=300)
+    finally:
+        model.server.shutdown()
+    out = p.stdout.decode("utf-8", "replace")
+    assert model.tools_seen and "mcp__sesame__search" in model.tools_seen, p.stderr
+    assert "FOUND:" in out and "e2e-1" in out, out + p.stderr.decode("utf-8", "replace")
 
 
 @pytest.mark.parametrize("agent_id", list(AGENT_CLIS))
