@@ -12962,10 +12962,11 @@ SETUP_AGENTS = [
     SetupAgent("droid", "Factory Droid", "droid", lambda e: os.path.join(_home(e), ".factory", "mcp.json"), "json",
                ("mcpServers",), lambda c, a: {"type": "stdio", "command": c, "args": a},
                skills=lambda e: os.path.join(_home(e), ".factory", "skills"), checked="docs, 2026"),
-    # moonshotai.github.io/kimi-cli/en/customization/mcp (~/.kimi/mcp.json, mcpServers; Kimi Code:
-    # ~/.kimi-code/mcp.json)
+    # moonshotai.github.io/kimi-cli/en/customization/mcp and reference/kimi-mcp (~/.kimi/mcp.json,
+    # mcpServers; `kimi mcp add --transport stdio NAME -- COMMAND...`); Kimi Code: ~/.kimi-code/mcp.json
     SetupAgent("kimi", "Kimi", "kimi", lambda e: os.path.join(_kimi_dir(e), "mcp.json"), "json", ("mcpServers",),
-               _std_entry, checked="docs, 2026"),
+               _std_entry, ["kimi", "mcp", "add", "--transport", "stdio", SETUP_NAME, "--"],
+               ["kimi", "mcp", "remove", SETUP_NAME], checked="docs, 2026"),
     # pi has no MCP by design (badlogic/pi-mono coding-agent README); it reads skills from
     # ~/.pi/agent/skills
     SetupAgent("pi", "pi", "pi", skills=lambda e: os.path.join(agent_dir(e, "PI_CODING_AGENT_DIR", ".pi", "agent"),

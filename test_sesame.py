@@ -7878,6 +7878,20 @@ def test_setup_lists_only_agents_found_and_dry_run_changes_nothing(setup_env, tm
     assert code == 2 and "did you mean 'codex'" in err
 
 
+def test_setup_falls_back_to_editing_the_file_when_the_agents_command_fails(setup_env, tmp_path, capsys):
+    fake = tmp_path / "bin" / "codex"
+    fake.write_text("#!/bin/sh\necho 'codex: something broke' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    agent = sesame.SETUP_BY_ID["codex"]
+    make_found(agent, setup_env, USER_CONFIGS["toml"])
+    code, out, err = run(capsys, "setup", "codex")
+    assert code == 0 and "exited with 3: codex: something broke" in out and "the file was edited" in out, out
+    assert sesame._command_of_entry(sesame.toml_get(open(agent.config(setup_env)).read(), ("mcp_servers", "sesame"))) \
+        == sesame.sesame_command()
+    run(capsys, "setup", "--undo", "codex")
+    assert open(agent.config(setup_env)).read() == USER_CONFIGS["toml"]
+
+
 def test_setup_without_skill_md_beside_sesame_still_adds_the_mcp_server(setup_env, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sesame, "_skill_source", lambda: None)  # installed as ~/.local/bin/sesame alone
     agent = sesame.SETUP_BY_ID["claude"]
