@@ -12902,13 +12902,14 @@ SETUP_AGENTS = [
                lambda e: os.path.join(agent_dir(e, "CLAUDE_CONFIG_DIR", ".claude"), "skills"), "2.1.197",
                lambda e: agent_dir(e, "CLAUDE_CONFIG_DIR", ".claude")),
     # developers.openai.com/codex/mcp ($CODEX_HOME/config.toml, [mcp_servers.NAME] command, args);
-    # skills: developers.openai.com/codex/skills ($CODEX_HOME/skills)
+    # skills: developers.openai.com/codex/skills (user skills in $HOME/.agents/skills, the open
+    # standard's folder; Gemini CLI and Copilot CLI read it too, and the same name is one skill there)
     SetupAgent("codex", "Codex", "codex", lambda e: os.path.join(agent_dir(e, "CODEX_HOME", ".codex"), "config.toml"),
                "toml", ("mcp_servers",), _std_entry, ["codex", "mcp", "add", SETUP_NAME, "--"],
                ["codex", "mcp", "remove", SETUP_NAME],
-               lambda e: os.path.join(agent_dir(e, "CODEX_HOME", ".codex"), "skills"), "0.169.0"),
+               lambda e: os.path.join(_home(e), ".agents", "skills"), "0.169.0"),
     # google-gemini/gemini-cli docs/tools/mcp-server.md (~/.gemini/settings.json, mcpServers; `gemini
-    # mcp add --scope user`); skills: docs/cli/skills.md (~/.gemini/skills)
+    # mcp add --scope user`); skills: docs/cli/using-agent-skills.md ("User Skills: ~/.gemini/skills")
     SetupAgent("gemini", "Gemini CLI", "gemini", lambda e: os.path.join(_home(e), ".gemini", "settings.json"), "json",
                ("mcpServers",), _std_entry, ["gemini", "mcp", "add", "--scope", "user", SETUP_NAME],
                ["gemini", "mcp", "remove", "--scope", "user", SETUP_NAME],
@@ -12942,7 +12943,8 @@ SETUP_AGENTS = [
                "json", ("mcpServers",), _std_entry, checked="source, 2026",
                folder=lambda e: _vscode_storage(e, "kilocode.kilo-code")),
     # docs.github.com/en/copilot/how-tos/copilot-cli/customize-copilot/add-mcp-servers
-    # (~/.copilot/mcp-config.json, mcpServers, "type": "local", "tools": ["*"]; `/mcp add` is interactive)
+    # (~/.copilot/mcp-config.json, mcpServers, "type": "local", "tools": ["*"]; `/mcp add` is interactive);
+    # skills: .../copilot-cli/customize-copilot/add-skills ("personal skills": ~/.copilot/skills)
     SetupAgent("copilot", "GitHub Copilot CLI", "copilot", lambda e: os.path.join(_home(e), ".copilot", "mcp-config.json"),
                "json", ("mcpServers",), lambda c, a: {"type": "local", "command": c, "args": a, "tools": ["*"]},
                skills=lambda e: os.path.join(_home(e), ".copilot", "skills"), checked="docs, 2026"),
@@ -13121,6 +13123,9 @@ def _jsonc_insert(text, node, key, value):
     gap = text[last_end:close]
     trailing = "," in re.sub(r"//[^\n]*|/\*.*?\*/", "", gap, flags=re.S)  # a trailing comma already there
     nl = text.find("\n", last_end, close)
+    for comment in re.finditer(r"/\*.*?\*/", gap, flags=re.S):  # not inside a comment over several lines
+        if comment.start() <= nl - last_end < comment.end():
+            nl = text.find("\n", last_end + comment.end(), close)
     head = text[:last_end] + ("" if trailing else ",")
     if nl < 0:  # the closing brace follows on the same line
         return head + gap.rstrip() + "\n" + ind + rendered + gap[len(gap.rstrip()):] + text[close:]
@@ -13143,8 +13148,7 @@ def jsonc_remove(text, keys, drop_empty=None):
 
 def _jsonc_cut_path(text, keys):
     root, blank = _jsonc_tree(text)
-    node = parent = member = None
-    node = root
+    node, parent, member = root, None, None
     for k in keys:
         found = [m for m in (node or {"members": []})["members"] if m[0] == k]
         if not found:

@@ -7904,7 +7904,7 @@ def test_setup_without_skill_md_beside_sesame_still_adds_the_mcp_server(setup_en
 
 @pytest.mark.parametrize("text", [
     '{}', '{"a": 1}', '{\n  "a": 1\n}\n', '{\n  "a": 1, // why\n}\n', '{\n  "a": 1 /* c */ }',
-    '{\n    "mcpServers": {\n        "x": {}\n    }\n}', '{\n\t"mcpServers": {},\n\t"b": [1, {"c": 2}]\n}\n',
+    '{\n    "mcpServers": {\n        "x": {}\n    }\n}', '{\n  "a": 1 /* one\n  two */\n}\n', '{\n\t"mcpServers": {},\n\t"b": [1, {"c": 2}]\n}\n',
 ])
 def test_jsonc_editor_adds_one_member_and_removes_it_to_the_same_bytes(text):
     keys = ("mcpServers", "sesame")
