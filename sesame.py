@@ -13540,12 +13540,17 @@ def _cli_path(agent, env):
     return shutil.which(agent.cli[0], path=env.get("PATH"))
 
 
-def plan_agent(agent, env, force=False, command=None):
+def plan_agent(agent, env, force=False, command=None, added=()):
     """What setup would change for one agent: a list of changes, each a dict with "kind" ("mcp",
     "skill", "note"), "path", "state" ("add", "replace", "done", "conflict", "error", "manual"),
-    and for additions the file's text before and after ("before", "after") and "via"."""
+    and for additions the file's text before and after ("before", "after") and "via". `added` is
+    what setup added to this agent before (its record): an entry or a SKILL.md of Sesame's own
+    that is out of date (Sesame moved, a newer SKILL.md) is updated without --force."""
     command, args = command or sesame_command()
     changes = []
+
+    def earlier(kind, path):
+        return next((r for r in added if r["kind"] == kind and r["path"] == path), None)
     if agent.fmt:
         path = agent.config(env)
         change = {"kind": "mcp", "path": path, "via": "file"}
@@ -13557,7 +13562,8 @@ def plan_agent(agent, env, force=False, command=None):
             change["before"] = text if raw is not None else None
             if current is not None and _command_of_entry(current) == (command, args):
                 change["state"] = "done"
-            elif current is not None and not force:
+            elif current is not None and not force and not (
+                    earlier("mcp", path) and _command_of_entry(current) == _command_of_entry(earlier("mcp", path)["entry"])):
                 where = _command_of_entry(current)
                 change.update(state="conflict", message="an entry %r already runs %s; left alone (--force replaces it)"
                               % (SETUP_NAME, " ".join(map(str, [where[0]] + where[1])) if where else "something else"))
@@ -13567,7 +13573,7 @@ def plan_agent(agent, env, force=False, command=None):
                 change.update(state="replace" if current is not None else "add", after=after, created=created,
                               entry=entry)
                 cli = _cli_path(agent, env)
-                if cli and current is None:
+                if cli and current is None and not earlier("mcp", path):
                     change.update(via="cli", argv=[cli] + agent.cli[1:] + [command] + args)
         except SetupError as e:
             change.update(state="error", message=e.message)
@@ -13601,7 +13607,7 @@ def plan_agent(agent, env, force=False, command=None):
                 change.update(state="add", before=None, after=skill)
             elif text == skill:
                 change["state"] = "done"
-            elif force:
+            elif force or (earlier("skill", path) and _sha(raw) == earlier("skill", path)["after"]):
                 change.update(state="replace", before=text, after=skill)
             else:
                 change.update(state="conflict", message="%s differs from Sesame's SKILL.md; left alone (--force "
@@ -13662,7 +13668,7 @@ def apply_change(change, agent, env):
         if raw is not None:
             write_atomic(path + SETUP_BACKUP, raw)
     else:
-        write_atomic(path, _encode(raw, change["after"]), backup=raw)
+        write_atomic(path, _encode(raw, change["after"]), backup=None if change.get("earlier") else raw)
         new_raw = _read_text(path)[0]
     return {"kind": change["kind"], "path": path, "via": change["via"], "created": change.get("created"),
             "entry": change.get("entry"), "before": _sha(raw) if raw is not None else None,
@@ -13740,10 +13746,10 @@ def setup_request(ctx, params):
     chosen = _select(names, everything, found)
     apply = bool(names or everything) and not params.get("dry_run")
     command, args = sesame_command()
-    record = load_setup_record(env) if apply else {}
+    record = load_setup_record(env)
     result = {"command": [command] + args, "applied": apply, "agents": []}
     for agent in (chosen if names or everything else found):
-        changes = plan_agent(agent, env, params.get("force", False), (command, args))
+        changes = plan_agent(agent, env, params.get("force", False), (command, args), record.get(agent.id, ()))
         blocked = any(c["state"] == "error" for c in changes)  # one agent's changes are made together or not at all
         for change in changes:
             if change["state"] in ("add", "replace") and apply and blocked:
@@ -13755,7 +13761,11 @@ def setup_request(ctx, params):
                     change["diff"] = _diff(change["path"], change.get("before"), change["after"], env)
                 if apply:
                     try:
+                        old = [r for r in record.get(agent.id, []) if r["path"] == change["path"] and r["kind"] == change["kind"]]
+                        change["earlier"] = bool(old) and change["state"] == "replace"
                         done = apply_change(change, agent, env)
+                        if change["earlier"]:  # Sesame's own change updated: undo still goes back to before it
+                            done.update({k: old[0].get(k) for k in ("before", "backup", "dirs", "created")})
                         kept = [r for r in record.get(agent.id, []) if r["path"] != done["path"] or r["kind"] != done["kind"]]
                         record[agent.id] = kept + [done]
                         save_setup_record(env, record)

@@ -7840,6 +7840,25 @@ def test_setup_leaves_a_sesame_entry_that_runs_something_else_unless_forced(setu
     assert open(agent.config(setup_env)).read() == mine and not os.path.exists(agent.config(setup_env) + ".sesame-backup")
 
 
+def test_setup_updates_what_it_added_earlier_and_undo_still_goes_back_to_before(setup_env, tmp_path, capsys,
+                                                                                 monkeypatch):
+    agent = sesame.SETUP_BY_ID["gemini"]
+    make_found(agent, setup_env, USER_CONFIGS["json"])
+    before = tree_bytes(tmp_path / "home")
+    with monkeypatch.context() as m:  # an older Sesame, elsewhere, with an older SKILL.md
+        old_skill = tmp_path / "old" / "SKILL.md"
+        old_skill.parent.mkdir()
+        old_skill.write_text("---\nname: sesame\ndescription: old\n---\n")
+        m.setattr(sesame, "sesame_command", lambda: ("/opt/old/sesame", ["mcp"]))
+        m.setattr(sesame, "_skill_source", lambda: str(old_skill))
+        assert run(capsys, "setup", "gemini")[0] == 0
+    code, out, err = run(capsys, "setup", "gemini")
+    assert code == 0 and out.count("replaced") == 2 and "left alone" not in out, out
+    assert open(agent.config(setup_env) + ".sesame-backup").read() == USER_CONFIGS["json"]  # still the user's own
+    run(capsys, "setup", "--undo", "gemini")
+    assert tree_bytes(tmp_path / "home") == before
+
+
 def test_setup_undo_after_the_user_edited_the_file_removes_only_the_entry(setup_env, tmp_path, capsys):
     agent = sesame.SETUP_BY_ID["codex"]
     make_found(agent, setup_env, USER_CONFIGS["toml"])
