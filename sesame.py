@@ -13201,7 +13201,8 @@ def jsonc_get(text, keys):
 # --- the file and removed with its lines; the rest of the file is not touched.
 
 def _toml_header(keys):
-    return LazyPattern(r"(?m)^[ \t]*\[[ \t]*%s[ \t]*\][ \t]*(#.*)?$" % r"[ \t]*\.[ \t]*".join(
+    """The header line of the table [keys] (keys bare or quoted, spaces allowed around the dots)."""
+    return re.compile(r"(?m)^[ \t]*\[[ \t]*%s[ \t]*\][ \t]*(#.*)?$" % r"[ \t]*\.[ \t]*".join(
         "(?:%s|\"%s\"|'%s')" % ((re.escape(k),) * 3) for k in keys))
 
 
@@ -13210,6 +13211,7 @@ def _toml_value(value):
 
 
 def toml_table(keys, entry):
+    """[keys] and its `key = value` lines (strings and lists as JSON writes them: valid TOML)."""
     return "[%s]\n%s" % (".".join(keys), "".join("%s = %s\n" % (k, _toml_value(v)) for k, v in entry.items()))
 
 
@@ -13263,6 +13265,8 @@ def toml_get(text, keys):
 
 
 def toml_set(text, keys, entry):
+    """The text with the table [keys] appended (or, there already, replaced in place); returns
+    (new text, the first key created)."""
     span = _toml_span(text, keys)
     table = toml_table(keys, entry)
     if span is not None:  # --force: the table replaced in place
@@ -13275,6 +13279,8 @@ def toml_set(text, keys, entry):
 
 
 def toml_remove(text, keys, drop_empty=None):
+    """The text without the table [keys] and its sub-tables (a TOML table leaves no container
+    behind, so drop_empty has nothing to do)."""
     span = _toml_span(text, keys)
     if span is None:
         return text
@@ -13319,6 +13325,7 @@ def _yaml_child(lines, i, j, indent, name):
 
 
 def yaml_check(text):
+    """What Sesame can tell without a YAML parser: tabs in indentation are not YAML."""
     if "\t" in "".join(l[:len(l) - len(l.lstrip())] for l in text.splitlines()):
         raise ValueError("tabs in indentation (YAML allows only spaces)")
 
@@ -13330,6 +13337,8 @@ def _yaml_entry(indent, name, entry):
 
 
 def yaml_get(text, keys, name):
+    """The entry `name` under the top-level block keys[0], its `key: value` lines read as JSON
+    values where they are (Sesame writes them so), or None."""
     block = _yaml_block(text, keys[0])
     if block is None:
         return None
@@ -13348,6 +13357,8 @@ def yaml_get(text, keys, name):
 
 
 def yaml_set(text, keys, name, entry):
+    """The text with the block `name:` added at the end of the top-level block keys[0] (created
+    at the end of the file where missing), indented as its other entries."""
     block = _yaml_block(text, keys[0])
     lines = text.splitlines(True)
     if block is None:
@@ -13363,6 +13374,7 @@ def yaml_set(text, keys, name, entry):
 
 
 def yaml_remove(text, keys, name, drop_empty=None):
+    """The text without the block `name:` (and keys[0] when Sesame created it and it is empty)."""
     block = _yaml_block(text, keys[0])
     if block is None:
         return text
@@ -13859,7 +13871,7 @@ def setup_text(result, dry_run=False):
             state = SETUP_STATES.get(c["state"], c["state"])
             what = {"mcp": "MCP server", "skill": "skill", "note": "note"}[c["kind"]]
             line = "  %-10s %-14s %s" % (what, state, c.get("path") or "")
-            if c.get("command") and c["state"] in ("add",):
+            if c.get("command") and c.get("via") == "cli" and c["state"] in ("add", "added"):
                 line += "  (with `%s`)" % " ".join([os.path.basename(c["command"][0])] + c["command"][1:3])
             out.append(line.rstrip() + "\n")
             if c.get("message"):
