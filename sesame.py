@@ -13460,12 +13460,13 @@ def _encode(original, text):
 
 def _writable(path):
     """A clear error for a file or folder Sesame cannot write, before anything is written."""
-    target = path if os.path.exists(path) else os.path.dirname(path)
-    while not os.path.exists(target):
-        target = os.path.dirname(target)
-    mode = os.stat(target).st_mode
-    if not os.access(target, os.W_OK) or not mode & stat.S_IWUSR:
-        raise SetupError("%s is read-only; nothing was changed" % target, hint="make it writable, or add the entry by hand")
+    folder = os.path.dirname(path)
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    # the file, and the folder the new file is written in and renamed over it
+    for target in ([path] if os.path.exists(path) else []) + [folder]:
+        if not os.access(target, os.W_OK) or not os.stat(target).st_mode & stat.S_IWUSR:  # root ignores the mode
+            raise SetupError("%s is read-only; nothing was changed" % target, hint="make it writable, or add the entry by hand")
 
 
 def write_atomic(path, data, backup=None):

@@ -7821,6 +7821,14 @@ def test_setup_read_only_config_is_a_clear_error_with_nothing_half_written(setup
     assert code == 1 and "read-only; nothing was changed" in out and one_line_error(err), out + err
     assert tree_bytes(tmp_path / "home") == before  # no temporary file, no backup, no skill
     os.chmod(agent.config(setup_env), 0o644)
+    os.chmod(os.path.dirname(agent.config(setup_env)), 0o555)  # the file writable, its folder not
+    try:
+        code, out, err = run(capsys, "setup", "gemini")
+        assert code == 1 and "read-only; nothing was changed" in out, out + err
+        assert err and all(one_line_error(l + "\n") for l in err.splitlines()), err  # the MCP entry, the skill
+        assert tree_bytes(tmp_path / "home") == before
+    finally:
+        os.chmod(os.path.dirname(agent.config(setup_env)), 0o755)
 
 
 def test_setup_leaves_a_sesame_entry_that_runs_something_else_unless_forced(setup_env, tmp_path, capsys):
