@@ -12924,7 +12924,7 @@ SETUP_AGENTS = [
     # opencode.ai/docs/config (~/.config/opencode/opencode.json); skills: opencode.ai/docs/skills
     SetupAgent("opencode", "OpenCode", "opencode", lambda e: _xdg_config(e, "opencode", "opencode.json"), "json",
                ("mcp",), lambda c, a: {"type": "local", "command": [c] + a},
-               skills=lambda e: _xdg_config(e, "opencode", "skills"), checked="1.18.33 (docs)"),
+               skills=lambda e: _xdg_config(e, "opencode", "skills"), checked="1.18.33"),
     # cursor.com/docs/context/mcp (~/.cursor/mcp.json, mcpServers)
     SetupAgent("cursor", "Cursor", "cursor", lambda e: os.path.join(_home(e), ".cursor", "mcp.json"), "json",
                ("mcpServers",), _std_entry, checked="docs, 2026"),

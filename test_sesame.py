@@ -7952,16 +7952,17 @@ def test_toml_and_yaml_editors_remove_what_they_added_to_the_same_bytes():
 
 
 # The agents' own CLIs (npm: @anthropic-ai/claude-code, @openai/codex, @google/gemini-cli,
-# @qwen-code/qwen-code; .ci/run installs them), run offline: their `mcp list` only reads the config
-# and starts the server for a health check.
-AGENT_CLIS = {"claude": "claude", "codex": "codex", "gemini": "gemini", "qwen": "qwen"}
+# @qwen-code/qwen-code, opencode-ai; .ci/run installs them), run offline: their `mcp list` only
+# reads the config and starts the server for a health check. OpenCode has no command that adds a
+# server without asking: setup edits its file, and `opencode mcp list` checks the edit.
+AGENT_CLIS = {"claude": "claude", "codex": "codex", "gemini": "gemini", "qwen": "qwen", "opencode": "opencode"}
 
 
 def cli_env(home, bin_dir):
     return {"HOME": str(home), "PATH": os.pathsep.join([bin_dir, "/usr/local/bin", "/usr/bin", "/bin"]),
             "LANG": "C.UTF-8", "SESAME_DATA_DIR": str(home) + "-sesame-data", "DISABLE_AUTOUPDATER": "1",
             "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "NO_COLOR": "1",
-            "GEMINI_CLI_TRUST_WORKSPACE": "true"}
+            "GEMINI_CLI_TRUST_WORKSPACE": "true", "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1"}
 
 
 def mcp_list(agent_id, env):
@@ -7980,9 +7981,10 @@ def test_setup_all_then_each_agents_own_mcp_list_shows_sesame_and_undo_all_resto
     env = cli_env(home, bin_dir)
     # three or four agents configured, each with a file of the user's
     configs = {"codex": ".codex/config.toml", "gemini": ".gemini/settings.json", "qwen": ".qwen/settings.json",
-               "claude": ".claude/settings.json"}
+               "claude": ".claude/settings.json", "opencode": ".config/opencode/opencode.json"}
     contents = {"codex": '# mine\nmodel = "o3"\n', "gemini": '{\n  // mine\n  "ui": {"theme": "x"}\n}\n',
-                "qwen": '{\n  "general": {"vimMode": false}\n}\n', "claude": '{\n  "theme": "dark"\n}\n'}
+                "qwen": '{\n  "general": {"vimMode": false}\n}\n', "claude": '{\n  "theme": "dark"\n}\n',
+                "opencode": '{\n  // mine\n  "$schema": "https://opencode.ai/config.json"\n}\n'}
     for agent_id in installed:
         os.makedirs(os.path.dirname(str(home / configs[agent_id])), exist_ok=True)
         (home / configs[agent_id]).write_text(contents[agent_id])
@@ -7993,7 +7995,8 @@ def test_setup_all_then_each_agents_own_mcp_list_shows_sesame_and_undo_all_resto
     result = json.loads(p.stdout)
     wired = {a["agent"]: a["changes"][0] for a in result["agents"]}
     for agent_id in installed:
-        assert wired[agent_id]["state"] == "added" and wired[agent_id]["via"] == "cli", wired[agent_id]
+        via = "cli" if sesame.SETUP_BY_ID[agent_id].cli else "file"
+        assert wired[agent_id]["state"] == "added" and wired[agent_id]["via"] == via, wired[agent_id]
         # the agent's own list, in a copy of the HOME (its runs write their own state files there)
         copy = tmp_path / ("run-" + agent_id)
         shutil.copytree(str(home), str(copy), symlinks=True)
