@@ -13275,6 +13275,10 @@ def toml_set(text, keys, entry):
         raise ValueError("%s is not a table of its own (an inline table?): change it by hand" % ".".join(keys))
     # a blank line before it, as `codex mcp add` writes it
     sep = "" if not text or text.endswith("\n\n") else "\n" if text.endswith("\n") else "\n\n"
+    try:
+        toml_check(text + sep + table)
+    except ValueError:  # `mcp_servers = {...}` written inline cannot take a [mcp_servers.sesame] table
+        raise ValueError("%s is an inline table here: add the entry by hand" % ".".join(keys[:-1]))
     return text + sep + table, keys[0]
 
 
@@ -13307,6 +13311,8 @@ def _yaml_block(text, key):
             while j > i + 1 and not lines[j - 1].strip():
                 j -= 1
             return i, j, indent or "  "
+        if re.match(r"%s:[ \t]*\{\}[ \t]*(#.*)?$" % re.escape(key), line.rstrip("\r\n")):
+            return None  # `key: {}`, as agents write an empty table: no entries (yaml_set opens it)
         if re.match(r"%s:" % re.escape(key), line):
             raise ValueError("%r is not a block mapping (an inline value?): change it by hand" % key)
     return None
@@ -13359,6 +13365,10 @@ def yaml_get(text, keys, name):
 def yaml_set(text, keys, name, entry):
     """The text with the block `name:` added at the end of the top-level block keys[0] (created
     at the end of the file where missing), indented as its other entries."""
+    empty = re.search(r"(?m)^%s:[ \t]*\{\}([ \t]*#[^\r\n]*)?$" % re.escape(keys[0]), text)
+    if empty:  # `key: {}` becomes `key:` with the one entry under it
+        entry_text = _yaml_entry("  ", name, entry).rstrip("\n")
+        return text[:empty.start()] + keys[0] + ":" + (empty.group(1) or "") + "\n" + entry_text + text[empty.end():], None
     block = _yaml_block(text, keys[0])
     lines = text.splitlines(True)
     if block is None:

@@ -7949,6 +7949,13 @@ def test_toml_and_yaml_editors_remove_what_they_added_to_the_same_bytes():
         after, created = sesame.yaml_set(text, ("mcp_servers",), "sesame", {"command": "/x", "args": ["mcp"]})
         assert sesame.yaml_get(after, ("mcp_servers",), "sesame") == {"command": "/x", "args": ["mcp"]}
         assert sesame.yaml_remove(after, ("mcp_servers",), "sesame", created) == text
+    if sys.version_info >= (3, 11):  # checked with tomllib: never a file TOML refuses
+        with pytest.raises(ValueError, match="inline table"):
+            sesame.toml_set('mcp_servers = { x = { command = "y" } }\n', ("mcp_servers", "sesame"), {"command": "/x"})
+    # an empty table written inline (`mcp_servers: {}`) is opened for the entry, not refused
+    after, _ = sesame.yaml_set("a: 1\nmcp_servers: {}  # none yet\nb: 2\n", ("mcp_servers",), "sesame", {"command": "/x"})
+    assert after == 'a: 1\nmcp_servers:  # none yet\n  sesame:\n    command: "/x"\nb: 2\n'
+    assert sesame.yaml_get(after, ("mcp_servers",), "sesame") == {"command": "/x"}
 
 
 # The agents' own CLIs (npm: @anthropic-ai/claude-code, @openai/codex, @google/gemini-cli,
