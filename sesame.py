@@ -12937,6 +12937,15 @@ def _sync_arguments(sy):
     _add_json(sy)
 
 
+def _setup_arguments(se):
+    se.add_argument("agents", nargs="*", metavar="AGENT", help="the agents to wire in (see the list `sesame setup` prints)")
+    se.add_argument("--all", action="store_true", help="every agent found")
+    se.add_argument("--dry-run", action="store_true", help="print each change as a diff; change nothing")
+    se.add_argument("--undo", action="store_true", help="take out what setup added (all, or these agents)")
+    se.add_argument("--force", action="store_true", help="replace a `sesame` entry that runs something else")
+    _add_json(se)
+
+
 def _no_arguments(p):
     pass
 
@@ -14034,10 +14043,11 @@ class WarmIndex:
             ident = (st.st_dev, st.st_ino)
         except OSError:
             ident = None
+        if ident is None:  # no index yet: this call builds it, and says so, as a search does
+            self.close()
+            return
         if ident != self.ident:
             self.close()
-            if ident is None:
-                return  # no index yet: this call builds it, and says so, as a search does
             self.store = Store.open(ctx.index_path)
             self.ident = ident
         ctx.kept = _KeptStore(self.store)
@@ -14770,6 +14780,1083 @@ def serve_page(ctx, port=0, open_query=None):
 
 
 # ==================================================================================================
+# Setup: wiring Sesame into agents
+# ==================================================================================================
+#
+# `sesame setup` adds Sesame's MCP server (and SKILL.md where an agent reads skills) to the agents
+# found on this machine, and `--undo` takes out exactly that. Where the agent has its own command
+# (`claude mcp add`, ...), it is used; otherwise Sesame edits the agent's config file itself, and
+# edits only the one key or table it adds: comments, key order and spacing elsewhere stay byte for
+# byte, through the two small editors below (JSONC, TOML; YAML for Goose and Hermes). Every change
+# is written atomically with the previous file kept beside it (FILE.sesame-backup), and recorded in
+# Sesame's data dir (setup.json) with the file's bytes before and a hash of them after: undo puts
+# the old bytes back while the file is still as Sesame left it, and otherwise removes only the
+# entry, after checking that it still points where Sesame put it.
+
+SETUP_NAME = "sesame"          # the server's name in every agent's config
+SETUP_BACKUP = ".sesame-backup"
+
+
+class SetupAgent:
+    """One agent Sesame can be wired into: where its MCP config is (a function of the environment),
+    the config's format ("json", "toml", "yaml", or None: no MCP), the keys leading to its table of
+    servers, how one server entry looks there, the agent's own add/remove commands (argv before the
+    server's command; None: none), and the folder it reads skills from (None: none)."""
+
+    def __init__(self, id, label, discover, config=None, fmt=None, keys=(), entry=None, cli=None, cli_remove=None,
+                 skills=None, checked="", folder=None):
+        self.id, self.label, self.discover, self.config, self.fmt = id, label, discover, config, fmt
+        # the agent's own folder: found when it exists (default: the config file's folder)
+        self.folder = folder or (lambda env: os.path.dirname(config(env)))
+        self.keys, self.entry, self.cli, self.cli_remove, self.skills = keys, entry, cli, cli_remove, skills
+        self.checked = checked
+
+
+def _std_entry(command, args):
+    """The entry most agents share (Claude Desktop's `mcpServers` shape)."""
+    return {"command": command, "args": args}
+
+
+def _vscode_storage(env, extension):
+    """A VS Code extension's globalStorage folder (Linux, macOS)."""
+    base = (os.path.join(_home(env), "Library", "Application Support", "Code") if sys.platform == "darwin"
+            else os.path.join(env_path(env, "XDG_CONFIG_HOME") or os.path.join(_home(env), ".config"), "Code"))
+    return os.path.join(base, "User", "globalStorage", extension)
+
+
+def _xdg_config(env, *parts):
+    return os.path.join(env_path(env, "XDG_CONFIG_HOME") or os.path.join(_home(env), ".config"), *parts)
+
+
+def _kimi_dir(env):
+    # Kimi Code (the newer CLI) keeps ~/.kimi-code, kimi-cli ~/.kimi: the one that exists
+    new = agent_dir(env, "KIMI_CODE_HOME", ".kimi-code")
+    return new if os.path.isdir(new) else os.path.join(_home(env), ".kimi")
+
+
+# The agents, each with its source. Paths are the user-level ones (every project, not one repo's).
+# `discover` is the agent's parser id: the agent counts as found where `sources` finds it, or where
+# its config folder exists (an agent installed but not used yet).
+SETUP_AGENTS = [
+    # docs.claude.com/en/docs/claude-code/mcp ("user scope": ~/.claude.json, top-level mcpServers);
+    # skills: docs.claude.com/en/docs/claude-code/skills (~/.claude/skills/NAME/SKILL.md)
+    SetupAgent("claude", "Claude Code", "claude", lambda e: os.path.join(env_path(e, "CLAUDE_CONFIG_DIR") or _home(e),
+               ".claude.json"), "json", ("mcpServers",),
+               _std_entry, ["claude", "mcp", "add", "--scope", "user", SETUP_NAME, "--"],
+               ["claude", "mcp", "remove", "--scope", "user", SETUP_NAME],
+               lambda e: os.path.join(agent_dir(e, "CLAUDE_CONFIG_DIR", ".claude"), "skills"), "2.1.197",
+               lambda e: agent_dir(e, "CLAUDE_CONFIG_DIR", ".claude")),
+    # developers.openai.com/codex/mcp ($CODEX_HOME/config.toml, [mcp_servers.NAME] command, args);
+    # skills: developers.openai.com/codex/skills (user skills in $HOME/.agents/skills, the open
+    # standard's folder; Gemini CLI and Copilot CLI read it too, and the same name is one skill there)
+    SetupAgent("codex", "Codex", "codex", lambda e: os.path.join(agent_dir(e, "CODEX_HOME", ".codex"), "config.toml"),
+               "toml", ("mcp_servers",), _std_entry, ["codex", "mcp", "add", SETUP_NAME, "--"],
+               ["codex", "mcp", "remove", SETUP_NAME],
+               lambda e: os.path.join(_home(e), ".agents", "skills"), "0.169.0"),
+    # google-gemini/gemini-cli docs/tools/mcp-server.md (~/.gemini/settings.json, mcpServers; `gemini
+    # mcp add --scope user`); skills: docs/cli/using-agent-skills.md ("User Skills: ~/.gemini/skills")
+    SetupAgent("gemini", "Gemini CLI", "gemini", lambda e: os.path.join(_home(e), ".gemini", "settings.json"), "json",
+               ("mcpServers",), _std_entry, ["gemini", "mcp", "add", "--scope", "user", SETUP_NAME],
+               ["gemini", "mcp", "remove", "--scope", "user", SETUP_NAME],
+               lambda e: os.path.join(_home(e), ".gemini", "skills"), "0.61.0"),
+    # QwenLM/qwen-code docs (a Gemini CLI fork: ~/.qwen/settings.json, mcpServers, `qwen mcp add`;
+    # skills in ~/.qwen/skills)
+    SetupAgent("qwen", "Qwen Code", "qwen", lambda e: os.path.join(_home(e), ".qwen", "settings.json"), "json",
+               ("mcpServers",), _std_entry, ["qwen", "mcp", "add", "--scope", "user", SETUP_NAME],
+               ["qwen", "mcp", "remove", "--scope", "user", SETUP_NAME],
+               lambda e: os.path.join(_home(e), ".qwen", "skills"), "0.15.10"),
+    # opencode.ai/docs/mcp-servers ("mcp": {NAME: {"type": "local", "command": [...]}}) and
+    # opencode.ai/docs/config (~/.config/opencode/opencode.json); skills: opencode.ai/docs/skills
+    SetupAgent("opencode", "OpenCode", "opencode", lambda e: _xdg_config(e, "opencode", "opencode.json"), "json",
+               ("mcp",), lambda c, a: {"type": "local", "command": [c] + a},
+               skills=lambda e: _xdg_config(e, "opencode", "skills"), checked="1.18.33"),
+    # cursor.com/docs/context/mcp (~/.cursor/mcp.json, mcpServers)
+    SetupAgent("cursor", "Cursor", "cursor", lambda e: os.path.join(_home(e), ".cursor", "mcp.json"), "json",
+               ("mcpServers",), _std_entry, checked="docs, 2026"),
+    # cline/cline src/core/storage/disk.ts (settings/cline_mcp_settings.json in the extension's
+    # globalStorage); Roo Code and Kilo Code (its forks) name it settings/mcp_settings.json
+    SetupAgent("cline", "Cline (VS Code)", "cline",
+               lambda e: os.path.join(_vscode_storage(e, "saoudrizwan.claude-dev"), "settings", "cline_mcp_settings.json"),
+               "json", ("mcpServers",), _std_entry, checked="source, 2026",
+               folder=lambda e: _vscode_storage(e, "saoudrizwan.claude-dev")),
+    SetupAgent("roo", "Roo Code (VS Code)", None,
+               lambda e: os.path.join(_vscode_storage(e, "rooveterinaryinc.roo-cline"), "settings", "mcp_settings.json"),
+               "json", ("mcpServers",), _std_entry, checked="source, 2026",
+               folder=lambda e: _vscode_storage(e, "rooveterinaryinc.roo-cline")),
+    SetupAgent("kilocode", "Kilo Code (VS Code)", None,
+               lambda e: os.path.join(_vscode_storage(e, "kilocode.kilo-code"), "settings", "mcp_settings.json"),
+               "json", ("mcpServers",), _std_entry, checked="source, 2026",
+               folder=lambda e: _vscode_storage(e, "kilocode.kilo-code")),
+    # docs.github.com/en/copilot/how-tos/copilot-cli/customize-copilot/add-mcp-servers
+    # (~/.copilot/mcp-config.json, mcpServers, "type": "local", "tools": ["*"]; `/mcp add` is interactive);
+    # skills: .../copilot-cli/customize-copilot/add-skills ("personal skills": ~/.copilot/skills)
+    SetupAgent("copilot", "GitHub Copilot CLI", "copilot", lambda e: os.path.join(_home(e), ".copilot", "mcp-config.json"),
+               "json", ("mcpServers",), lambda c, a: {"type": "local", "command": c, "args": a, "tools": ["*"]},
+               skills=lambda e: os.path.join(_home(e), ".copilot", "skills"), checked="docs, 2026"),
+    # charmbracelet/crush README ("mcp": {NAME: {"type": "stdio", "command", "args"}} in
+    # ~/.config/crush/crush.json)
+    SetupAgent("crush", "Crush", "crush", lambda e: _xdg_config(e, "crush", "crush.json"), "json", ("mcp",),
+               lambda c, a: {"type": "stdio", "command": c, "args": a}, checked="README, 2026"),
+    # block/goose docs: ~/.config/goose/config.yaml, extensions: NAME: {cmd, args, enabled, type: stdio, ...}
+    SetupAgent("goose", "Goose", "goose", lambda e: _xdg_config(e, "goose", "config.yaml"), "yaml", ("extensions",),
+               lambda c, a: {"name": SETUP_NAME, "type": "stdio", "cmd": c, "args": a, "enabled": True,
+                             "envs": {}, "timeout": 300}, checked="docs, 2026"),
+    # ampcode.com/manual ("amp.mcpServers" in ~/.config/amp/settings.json)
+    SetupAgent("amp", "Amp", "amp", lambda e: _xdg_config(e, "amp", "settings.json"), "json", ("amp.mcpServers",),
+               _std_entry, checked="manual, 2026"),
+    # docs.factory.ai/cli/configuration/mcp (~/.factory/mcp.json, mcpServers, "type": "stdio");
+    # skills: docs.factory.ai (~/.factory/skills)
+    SetupAgent("droid", "Factory Droid", "droid", lambda e: os.path.join(_home(e), ".factory", "mcp.json"), "json",
+               ("mcpServers",), lambda c, a: {"type": "stdio", "command": c, "args": a},
+               skills=lambda e: os.path.join(_home(e), ".factory", "skills"), checked="docs, 2026"),
+    # moonshotai.github.io/kimi-cli/en/customization/mcp and reference/kimi-mcp (~/.kimi/mcp.json,
+    # mcpServers; `kimi mcp add --transport stdio NAME -- COMMAND...`); Kimi Code: ~/.kimi-code/mcp.json
+    SetupAgent("kimi", "Kimi", "kimi", lambda e: os.path.join(_kimi_dir(e), "mcp.json"), "json", ("mcpServers",),
+               _std_entry, ["kimi", "mcp", "add", "--transport", "stdio", SETUP_NAME, "--"],
+               ["kimi", "mcp", "remove", SETUP_NAME], checked="docs, 2026"),
+    # pi has no MCP by design (badlogic/pi-mono coding-agent README); it reads skills from
+    # ~/.pi/agent/skills
+    SetupAgent("pi", "pi", "pi", skills=lambda e: os.path.join(agent_dir(e, "PI_CODING_AGENT_DIR", ".pi", "agent"),
+                                                                  "skills"), checked="0.73",
+               folder=lambda e: agent_dir(e, "PI_CODING_AGENT_DIR", ".pi", "agent")),
+    # hermes-agent website/docs/user-guide/features/mcp.md (v0.22: ~/.hermes/config.yaml, mcp_servers:
+    # NAME: {command, args}); skills in ~/.hermes/skills
+    SetupAgent("hermes", "Hermes", "hermes", lambda e: os.path.join(_home(e), ".hermes", "config.yaml"), "yaml",
+               ("mcp_servers",), _std_entry, skills=lambda e: os.path.join(_home(e), ".hermes", "skills"),
+               checked="0.22 (docs)"),
+    # Aider has no MCP client (aider.chat/docs); it reads a conventions file given with `read:` in
+    # ~/.aider.conf.yml (aider.chat/docs/usage/conventions.html)
+    SetupAgent("aider", "Aider", "aider", lambda e: os.path.join(_home(e), ".aider.conf.yml"), checked="0.86.2",
+               folder=lambda e: os.path.join(_home(e), ".aider.conf.yml")),
+]
+SETUP_BY_ID = {a.id: a for a in SETUP_AGENTS}
+
+
+class SetupError(SesameError):
+    kind = "setup"
+
+
+def _sha(data):
+    import hashlib
+    return hashlib.sha256(data).hexdigest()
+
+
+def _shown(env, path):
+    """A path as printed: the home folder as ~."""
+    home = _home(env).rstrip(os.sep)
+    return "~" + path[len(home):] if path.startswith(home + os.sep) else path
+
+
+def sesame_command():
+    """How an agent starts this Sesame: the absolute path of this file when it can be run (the
+    installed command), else this Python with the file's path."""
+    path = os.path.abspath(__file__)
+    if os.access(path, os.X_OK):
+        return path, ["mcp"]
+    return sys.executable, [path, "mcp"]
+
+
+# --- A minimal JSONC editor: where every key and value is, so that one member can be added,
+# --- replaced or removed by splicing the text; the rest of the file is never re-serialised.
+
+def _jsonc_tree(text):
+    """The file's objects with positions: comments and trailing commas are blanked by jsonc_to_json
+    (which keeps every character's position), so positions in the blanked text are positions in the
+    user's text. Returns the top value's node; objects are {"start", "end", "members": [(key,
+    key_start, value_start, value_end, node)]}. Raises ValueError on what JSON does not allow."""
+    s = jsonc_to_json(text)
+    json.loads(s)  # the error message and its line come from json itself
+    ws = re.compile(r"\s*")
+    from json.decoder import scanstring
+
+    def value(i):
+        i = ws.match(s, i).end()
+        c = s[i]
+        if c == "{":
+            node, j, members = {"start": i, "members": []}, i + 1, []
+            while True:
+                j = ws.match(s, j).end()
+                if s[j] == "}":
+                    break
+                key, k_end = scanstring(s, j + 1)
+                colon = ws.match(s, k_end).end()
+                v_start = ws.match(s, colon + 1).end()
+                v_end, child = value(v_start)
+                members.append((key, j, v_start, v_end, child))
+                j = ws.match(s, v_end).end()
+                if s[j] == ",":
+                    j += 1
+            node["members"], node["end"] = members, j + 1
+            return j + 1, node
+        if c == "[":
+            j = i + 1
+            while True:
+                j = ws.match(s, j).end()
+                if s[j] == "]":
+                    return j + 1, None
+                j, _ = value(j)
+                j = ws.match(s, j).end()
+                if s[j] == ",":
+                    j += 1
+        if c == '"':
+            return scanstring(s, i + 1)[1], None
+        return re.compile(r"-?[\w.+-]+").match(s, i).end(), None
+
+    return value(0)[1], s
+
+
+def _line_start(text, i):
+    return text.rfind("\n", 0, i) + 1
+
+
+def _indent_at(text, i):
+    start = _line_start(text, i)
+    return text[start:start + len(text[start:]) - len(text[start:].lstrip(" \t"))]
+
+
+def _indent_unit(text):
+    m = re.search(r"\n([ \t]+)\S", text)
+    return m.group(1) if m else "  "
+
+
+def jsonc_set(text, keys, value):
+    """The text with keys[-1] set to value inside the objects keys[:-1] (created where missing);
+    everything else byte for byte. Returns (new text, keys created: the first missing one or None)."""
+    if not text.strip():
+        obj = value
+        for k in reversed(keys):
+            obj = {k: obj}
+        return json.dumps(obj, indent=2) + "\n", keys[0]
+    root, _ = _jsonc_tree(text)
+    if root is None:
+        raise ValueError("the file is not a JSON object")
+    node, depth = root, 0
+    while depth < len(keys):
+        found = [m for m in node["members"] if m[0] == keys[depth]]
+        if not found:
+            break
+        member = found[-1]
+        if depth == len(keys) - 1:  # replace the value (--force)
+            ind = _indent_at(text, member[1])
+            rendered = json.dumps(value, indent=_indent_unit(text)).replace("\n", "\n" + ind)
+            return text[:member[2]] + rendered + text[member[3]:], None
+        if member[4] is None:
+            raise ValueError("%r is not an object" % keys[depth])
+        node, depth = member[4], depth + 1
+    created = keys[depth]
+    obj = value
+    for k in reversed(keys[depth + 1:]):
+        obj = {k: obj}
+    return _jsonc_insert(text, node, keys[depth], obj), created
+
+
+def _jsonc_insert(text, node, key, value):
+    """Add `"key": value` as the last member of the object `node`."""
+    unit = _indent_unit(text)
+    close = node["end"] - 1
+    members = node["members"]
+    if members and text.count("\n", members[0][1], close) == 0 and text.count("\n", node["start"], members[0][1]) == 0:
+        # an object on one line stays on one line
+        at = members[-1][3]
+        return text[:at] + ", " + json.dumps(key) + ": " + json.dumps(value) + text[at:]
+    ind = _indent_at(text, members[-1][1]) if members else _indent_at(text, node["start"]) + unit
+    rendered = json.dumps(key) + ": " + json.dumps(value, indent=unit).replace("\n", "\n" + ind)
+    if not members:
+        outer = _indent_at(text, node["start"])
+        return text[:node["start"] + 1] + "\n" + ind + rendered + "\n" + outer + text[close:]
+    last_end = members[-1][3]
+    gap = text[last_end:close]
+    trailing = "," in re.sub(r"//[^\n]*|/\*.*?\*/", "", gap, flags=re.S)  # a trailing comma already there
+    nl = text.find("\n", last_end, close)
+    for comment in re.finditer(r"/\*.*?\*/", gap, flags=re.S):  # not inside a comment over several lines
+        if comment.start() <= nl - last_end < comment.end():
+            nl = text.find("\n", last_end + comment.end(), close)
+    head = text[:last_end] + ("" if trailing else ",")
+    if nl < 0:  # the closing brace follows on the same line
+        return head + gap.rstrip() + "\n" + ind + rendered + gap[len(gap.rstrip()):] + text[close:]
+    return head + text[last_end:nl] + "\n" + ind + rendered + ("," if trailing else "") + text[nl:]
+
+
+def jsonc_remove(text, keys, drop_empty=None):
+    """The text without the member keys[-1] (inside keys[:-1]); `drop_empty` names a container key
+    (one of keys[:-1], created by Sesame) to remove as well when nothing else was put in it."""
+    text = _jsonc_cut_path(text, keys)
+    if drop_empty in keys[:-1]:
+        d = keys.index(drop_empty)
+        empty = {}
+        for k in reversed(keys[d + 1:-1]):
+            empty = {k: empty}
+        if jsonc_get(text, keys[:d + 1]) == empty:
+            text = _jsonc_cut_path(text, keys[:d + 1])
+    return text
+
+
+def _jsonc_cut_path(text, keys):
+    root, blank = _jsonc_tree(text)
+    node, parent, member = root, None, None
+    for k in keys:
+        found = [m for m in (node or {"members": []})["members"] if m[0] == k]
+        if not found:
+            return text
+        parent, member = node, found[-1]
+        node = member[4]
+    return _jsonc_cut(text, blank, parent, member)
+
+
+def _jsonc_cut(text, blank, parent, member):
+    members = parent["members"]
+    i = members.index(member)
+    key_start, v_end = member[1], member[3]
+    line = _line_start(text, key_start)
+    own_line = not text[line:key_start].strip()
+    start = line - 1 if own_line and line > 0 else key_start
+    if i + 1 < len(members):  # not the last: up to the next member
+        nxt = members[i + 1][1]
+        nline = _line_start(text, nxt)
+        end = nline - 1 if not text[nline:nxt].strip() and nline > v_end else nxt
+        return text[:start] + text[end:]
+    own_comma = re.match(r"[ \t]*,", text[v_end:])  # its own trailing comma (JSONC)
+    comma_end = v_end + own_comma.end() if own_comma else v_end
+    if i == 0:  # the only member
+        close = parent["end"] - 1
+        if not text[parent["start"] + 1:key_start].strip() and not text[comma_end:close].strip():
+            return text[:parent["start"] + 1] + text[close:]
+        return text[:start] + text[comma_end:]
+    if text[v_end:comma_end].strip():  # its own trailing comma: the one before it stays (the file's style)
+        return text[:start] + text[comma_end:]
+    prev_end = members[i - 1][3]
+    comma = blank.find(",", prev_end, key_start)
+    between = text[prev_end:key_start]
+    if between == blank[prev_end:key_start] and not own_line:  # nothing but space and the comma
+        return text[:prev_end] + text[comma_end:]
+    return text[:comma] + text[comma + 1:start] + text[comma_end:]
+
+
+def jsonc_get(text, keys):
+    """The value at keys (None when absent)."""
+    value = json.loads(jsonc_to_json(text)) if text.strip() else {}
+    for k in keys:
+        if not isinstance(value, dict) or k not in value:
+            return None
+        value = value[k]
+    return value
+
+
+# --- A minimal TOML editor: Sesame's entry is one table, [<keys>.sesame], appended at the end of
+# --- the file and removed with its lines; the rest of the file is not touched.
+
+def _toml_header(keys):
+    """The header line of the table [keys] (keys bare or quoted, spaces allowed around the dots)."""
+    return re.compile(r"(?m)^[ \t]*\[[ \t]*%s[ \t]*\][ \t]*(#.*)?$" % r"[ \t]*\.[ \t]*".join(
+        "(?:%s|\"%s\"|'%s')" % ((re.escape(k),) * 3) for k in keys))
+
+
+def _toml_value(value):
+    return json.dumps(value) if isinstance(value, (str, list)) else str(value).lower()
+
+
+def toml_table(keys, entry):
+    """[keys] and its `key = value` lines (strings and lists as JSON writes them: valid TOML)."""
+    return "[%s]\n%s" % (".".join(keys), "".join("%s = %s\n" % (k, _toml_value(v)) for k, v in entry.items()))
+
+
+def toml_check(text):
+    """Refuse a file TOML does not allow (with tomllib, Python 3.11+; older Pythons check nothing)."""
+    try:
+        import tomllib
+    except ImportError:
+        return
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(str(e))
+
+
+def _toml_span(text, keys):
+    """Where the table [keys] and its sub-tables are: (start, end) or None."""
+    m = _toml_header(keys).search(text)
+    if not m:
+        return None
+    prefix = ".".join(keys) + "."
+    for n in re.finditer(r"(?m)^[ \t]*\[\[?([^\]\n]*)\]", text[m.end():]):
+        if not re.sub(r"[\s\"']", "", n.group(1)).startswith(prefix):
+            return m.start(), m.end() + n.start()
+    return m.start(), len(text)
+
+
+def toml_get(text, keys):
+    """The table at keys as a dict (strings and lists of strings read), or None."""
+    try:
+        import tomllib
+        value = tomllib.loads(text)
+        for k in keys:
+            if not isinstance(value, dict) or k not in value:
+                return None
+            value = value[k]
+        return value
+    except ImportError:
+        span = _toml_span(text, keys)
+        if span is None:
+            return None
+        table = {}
+        for line in text[span[0]:span[1]].splitlines()[1:]:
+            k, eq, v = line.partition("=")
+            if eq:
+                try:
+                    table[k.strip()] = json.loads(v.split(" #")[0].strip())
+                except ValueError:
+                    table[k.strip()] = v.strip()
+        return table
+
+
+def toml_set(text, keys, entry):
+    """The text with the table [keys] appended (or, there already, replaced in place); returns
+    (new text, the first key created)."""
+    span = _toml_span(text, keys)
+    table = toml_table(keys, entry)
+    if span is not None:  # --force: the table replaced in place
+        return text[:span[0]] + table + ("\n" if span[1] < len(text) else "") + text[span[1]:], None
+    if toml_get(text, keys) is not None:
+        raise ValueError("%s is not a table of its own (an inline table?): change it by hand" % ".".join(keys))
+    # a blank line before it, as `codex mcp add` writes it
+    sep = "" if not text or text.endswith("\n\n") else "\n" if text.endswith("\n") else "\n\n"
+    try:
+        toml_check(text + sep + table)
+    except ValueError:  # `mcp_servers = {...}` written inline cannot take a [mcp_servers.sesame] table
+        raise ValueError("%s is an inline table here: add the entry by hand" % ".".join(keys[:-1]))
+    return text + sep + table, keys[0]
+
+
+def toml_remove(text, keys, drop_empty=None):
+    """The text without the table [keys] and its sub-tables (a TOML table leaves no container
+    behind, so drop_empty has nothing to do)."""
+    span = _toml_span(text, keys)
+    if span is None:
+        return text
+    start, end = span
+    if end == len(text) and text[:start].endswith("\n\n"):
+        start -= 1  # the blank line Sesame put before it
+    return text[:start] + text[end:]
+
+
+# --- A minimal YAML editor (Goose, Hermes): Sesame's entry is one block under a top-level key.
+
+def _yaml_block(text, key):
+    """(line index of `key:`, index after its block, child indent) of a top-level block, or None."""
+    lines = text.splitlines(True)
+    for i, line in enumerate(lines):
+        m = re.match(r"%s:[ \t]*(#.*)?$" % re.escape(key), line.rstrip("\r\n"))
+        if m:
+            j, indent = i + 1, None
+            while j < len(lines) and (not lines[j].strip() or lines[j].lstrip().startswith("#")
+                                      or lines[j][0] in " \t" or lines[j].startswith("- ")):
+                if indent is None and lines[j].strip() and not lines[j].lstrip().startswith("#"):
+                    indent = lines[j][:len(lines[j]) - len(lines[j].lstrip(" "))]
+                j += 1
+            while j > i + 1 and not lines[j - 1].strip():
+                j -= 1
+            return i, j, indent or "  "
+        if re.match(r"%s:[ \t]*\{\}[ \t]*(#.*)?$" % re.escape(key), line.rstrip("\r\n")):
+            return None  # `key: {}`, as agents write an empty table: no entries (yaml_set opens it)
+        if re.match(r"%s:" % re.escape(key), line):
+            raise ValueError("%r is not a block mapping (an inline value?): change it by hand" % key)
+    return None
+
+
+def _yaml_child(lines, i, j, indent, name):
+    for n in range(i + 1, j):
+        if re.match(r"%s(%s|\"%s\"|'%s'):[ \t]*(#.*)?$" % (re.escape(indent), name, name, name), lines[n].rstrip("\r\n")):
+            end = n + 1
+            while end < j and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip(" ")) > len(indent)):
+                end += 1
+            while end > n + 1 and not lines[end - 1].strip():
+                end -= 1
+            return n, end
+    return None
+
+
+def yaml_check(text):
+    """What Sesame can tell without a YAML parser: tabs in indentation are not YAML."""
+    if "\t" in "".join(l[:len(l) - len(l.lstrip())] for l in text.splitlines()):
+        raise ValueError("tabs in indentation (YAML allows only spaces)")
+
+
+def _yaml_entry(indent, name, entry):
+    def scalar(v):
+        return "{}" if v == {} else json.dumps(v)
+    return "%s%s:\n%s" % (indent, name, "".join("%s%s%s: %s\n" % (indent, indent, k, scalar(v)) for k, v in entry.items()))
+
+
+def yaml_get(text, keys, name):
+    """The entry `name` under the top-level block keys[0], its `key: value` lines read as JSON
+    values where they are (Sesame writes them so), or None."""
+    block = _yaml_block(text, keys[0])
+    if block is None:
+        return None
+    lines = text.splitlines(True)
+    child = _yaml_child(lines, *block, name)
+    if child is None:
+        return None
+    entry = {}
+    for line in lines[child[0] + 1:child[1]]:
+        k, _, v = line.strip().partition(":")
+        try:
+            entry[k] = json.loads(v.strip())
+        except ValueError:
+            entry[k] = v.strip().strip("'\"")
+    return entry
+
+
+def yaml_set(text, keys, name, entry):
+    """The text with the block `name:` added at the end of the top-level block keys[0] (created
+    at the end of the file where missing), indented as its other entries."""
+    empty = re.search(r"(?m)^%s:[ \t]*\{\}([ \t]*#[^\r\n]*)?$" % re.escape(keys[0]), text)
+    if empty:  # `key: {}` becomes `key:` with the one entry under it
+        entry_text = _yaml_entry("  ", name, entry).rstrip("\n")
+        return text[:empty.start()] + keys[0] + ":" + (empty.group(1) or "") + "\n" + entry_text + text[empty.end():], None
+    block = _yaml_block(text, keys[0])
+    lines = text.splitlines(True)
+    if block is None:
+        sep = "" if not text or text.endswith("\n") else "\n"
+        return text + sep + "%s:\n%s" % (keys[0], _yaml_entry("  ", name, entry)), keys[0]
+    i, j, indent = block
+    child = _yaml_child(lines, i, j, indent, name)
+    if child is not None:
+        return "".join(lines[:child[0]]) + _yaml_entry(indent, name, entry) + "".join(lines[child[1]:]), None
+    if j > 0 and not lines[j - 1].endswith("\n"):
+        lines[j - 1] += "\n"
+    return "".join(lines[:j]) + _yaml_entry(indent, name, entry) + "".join(lines[j:]), None
+
+
+def yaml_remove(text, keys, name, drop_empty=None):
+    """The text without the block `name:` (and keys[0] when Sesame created it and it is empty)."""
+    block = _yaml_block(text, keys[0])
+    if block is None:
+        return text
+    lines = text.splitlines(True)
+    child = _yaml_child(lines, *block, name)
+    if child is None:
+        return text
+    del lines[child[0]:child[1]]
+    if drop_empty == keys[0]:
+        i = block[0]
+        if i + 1 >= len(lines) or (lines[i + 1].strip() and lines[i + 1][0] not in " \t#"):
+            del lines[i]
+    return "".join(lines)
+
+
+# --- One agent's MCP entry through the format's editor.
+
+def _entry_get(agent, text):
+    if agent.fmt == "json":
+        return jsonc_get(text, agent.keys + (SETUP_NAME,))
+    if agent.fmt == "toml":
+        return toml_get(text, agent.keys + (SETUP_NAME,))
+    return yaml_get(text, agent.keys, SETUP_NAME)
+
+
+def _entry_set(agent, text, entry):
+    if agent.fmt == "json":
+        return jsonc_set(text, agent.keys + (SETUP_NAME,), entry)
+    if agent.fmt == "toml":
+        return toml_set(text, agent.keys + (SETUP_NAME,), entry)
+    return yaml_set(text, agent.keys, SETUP_NAME, entry)
+
+
+def _entry_remove(agent, text, created):
+    if agent.fmt == "json":
+        return jsonc_remove(text, agent.keys + (SETUP_NAME,), created)
+    if agent.fmt == "toml":
+        return toml_remove(text, agent.keys + (SETUP_NAME,), created)
+    return yaml_remove(text, agent.keys, SETUP_NAME, created)
+
+
+def _check(agent, text):
+    """ValueError when the file is not of the agent's format (Sesame then leaves it alone)."""
+    if agent.fmt == "json":
+        if text.strip():
+            _jsonc_tree(text)
+            if not isinstance(json.loads(jsonc_to_json(text)), dict):
+                raise ValueError("not a JSON object")
+    elif agent.fmt == "toml":
+        toml_check(text)
+    else:
+        yaml_check(text)
+
+
+def _command_of_entry(entry):
+    """(command, args) an entry starts, whatever the agent's shape."""
+    if not isinstance(entry, dict):
+        return None
+    command = entry.get("command", entry.get("cmd"))
+    if isinstance(command, list):
+        return (command[0], list(command[1:])) if command else None
+    return command, list(entry.get("args") or [])
+
+
+def _read_text(path):
+    """(bytes, text) of a config file, or (None, "") when there is none. A BOM stays in the bytes."""
+    try:
+        with open_regular(path) as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None, ""
+    except OSError as e:
+        raise SetupError("%s: cannot read: %s" % (path, e.strerror or e))
+    try:
+        return data, data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise SetupError("%s: not UTF-8 text; left unchanged" % path)
+
+
+def _encode(original, text):
+    return (b"\xef\xbb\xbf" if original and original.startswith(b"\xef\xbb\xbf") else b"") + text.encode("utf-8")
+
+
+def _writable(path):
+    """A clear error for a file or folder Sesame cannot write, before anything is written."""
+    folder = os.path.dirname(path)
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    # the file, and the folder the new file is written in and renamed over it
+    for target in ([path] if os.path.exists(path) else []) + [folder]:
+        if not os.access(target, os.W_OK) or not os.stat(target).st_mode & stat.S_IWUSR:  # root ignores the mode
+            raise SetupError("%s is read-only; nothing was changed" % target, hint="make it writable, or add the entry by hand")
+
+
+def write_atomic(path, data, backup=None):
+    """Write data to path through a temporary file beside it (never half-written), keeping the file's
+    mode; `backup` (bytes) is written first to path + SETUP_BACKUP."""
+    _writable(path)
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    mode = stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path) else 0o600
+    if backup is not None:
+        _write_file(path + SETUP_BACKUP, backup, mode)
+    _write_file(path, data, mode)
+
+
+def _write_file(path, data, mode):
+    tmp = "%s.%d.sesame-tmp" % (path, os.getpid())
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with open(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise SetupError("cannot write %s: %s; nothing was changed" % (path, e.strerror or e))
+
+
+# --- The record of what setup added (Sesame's data dir, setup.json)
+
+def setup_record_path(env):
+    return os.path.join(data_dir(env), "setup.json")
+
+
+def load_setup_record(env):
+    try:
+        with open_regular(setup_record_path(env)) as f:
+            record = json.loads(f.read().decode("utf-8"))
+        return record if isinstance(record, dict) else {}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise SetupError("cannot read %s: %s" % (setup_record_path(env), e), hint="fix or delete that file")
+
+
+def save_setup_record(env, record):
+    path = setup_record_path(env)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    _write_file(path, json.dumps(record, indent=1).encode("utf-8"), 0o600)
+
+
+# --- Planning, applying, undoing
+
+def _skill_source():
+    """SKILL.md beside this file, or beside the file a symlink to it points to (the repository's
+    copy); None when there is none."""
+    for folder in (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.realpath(__file__))):
+        if os.path.isfile(os.path.join(folder, "SKILL.md")):
+            return os.path.join(folder, "SKILL.md")
+    return None
+
+
+def _diff(path, before, after, env):
+    import difflib
+    name = _shown(env, path)
+    return "".join(difflib.unified_diff((before or "").splitlines(True), after.splitlines(True),
+                                        "a/" + name.lstrip("/~"), "b/" + name.lstrip("/~")))
+
+
+def _found(agent, env):
+    """Found where `sources` finds the agent's sessions, or where its own folder exists."""
+    parser = PARSERS.get(agent.discover)
+    places = (parser.default_roots(env) if parser else []) + [agent.folder(env)]
+    return any(os.path.exists(p) for p in places)
+
+
+def _cli_path(agent, env):
+    if not agent.cli:
+        return None
+    import shutil
+    return shutil.which(agent.cli[0], path=env.get("PATH"))
+
+
+def plan_agent(agent, env, force=False, command=None, added=()):
+    """What setup would change for one agent: a list of changes, each a dict with "kind" ("mcp",
+    "skill", "note"), "path", "state" ("add", "replace", "done", "conflict", "error", "manual"),
+    and for additions the file's text before and after ("before", "after") and "via". `added` is
+    what setup added to this agent before (its record): an entry or a SKILL.md of Sesame's own
+    that is out of date (Sesame moved, a newer SKILL.md) is updated without --force."""
+    command, args = command or sesame_command()
+    changes = []
+
+    def earlier(kind, path):
+        return next((r for r in added if r["kind"] == kind and r["path"] == path), None)
+    if agent.fmt:
+        path = agent.config(env)
+        change = {"kind": "mcp", "path": path, "via": "file"}
+        entry = agent.entry(command, args)
+        try:
+            raw, text = _read_text(path)
+            _check(agent, text)
+            current = _entry_get(agent, text)
+            change["before"] = text if raw is not None else None
+            if current is not None and _command_of_entry(current) == (command, args):
+                change["state"] = "done"
+            elif current is not None and not force and not (
+                    earlier("mcp", path) and _command_of_entry(current) == _command_of_entry(earlier("mcp", path)["entry"])):
+                where = _command_of_entry(current)
+                change.update(state="conflict", message="an entry %r already runs %s; left alone (--force replaces it)"
+                              % (SETUP_NAME, " ".join(map(str, [where[0]] + where[1])) if where else "something else"))
+            else:
+                after, created = _entry_set(agent, text, entry)
+                _writable(path)  # said now, so that nothing of this agent is changed
+                change.update(state="replace" if current is not None else "add", after=after, created=created,
+                              entry=entry)
+                cli = _cli_path(agent, env)
+                if cli and current is None and not earlier("mcp", path):
+                    change.update(via="cli", argv=[cli] + agent.cli[1:] + [command] + args)
+        except SetupError as e:
+            change.update(state="error", message=e.message)
+        except (ValueError, IndexError, RecursionError) as e:
+            change.update(state="error", message="%s: cannot be parsed (%s); left unchanged" % (path, str(e).split("\n")[0]))
+        changes.append(change)
+    elif agent.id == "aider":
+        changes.append({"kind": "note", "path": agent.config(env), "state": "manual",
+                        "message": "Aider has no MCP support; to give it the skill as a conventions file, add this "
+                                   "line to %s: read: %s" % (_shown(env, agent.config(env)),
+                                                             _skill_source() or "/path/to/SKILL.md")})
+    if agent.skills:
+        path = os.path.join(agent.skills(env), SETUP_NAME, "SKILL.md")
+        source = _skill_source()
+        change = {"kind": "skill", "path": path, "via": "file"}
+        if source is None:
+            change.update(state="manual", message="no SKILL.md beside %s to copy: put it there (or run setup from "
+                                                   "a symlink to the repository's sesame.py)" % os.path.abspath(__file__))
+        else:
+            with open(source, encoding="utf-8") as f:
+                skill = f.read()
+            raw, text = _read_text(path)
+            try:
+                if raw is None or (text != skill and force):
+                    _writable(path)
+            except SetupError as e:
+                change.update(state="error", message=e.message)
+            if change.get("state"):
+                pass
+            elif raw is None:
+                change.update(state="add", before=None, after=skill)
+            elif text == skill:
+                change["state"] = "done"
+            elif force or (earlier("skill", path) and _sha(raw) == earlier("skill", path)["after"]):
+                change.update(state="replace", before=text, after=skill)
+            else:
+                change.update(state="conflict", message="%s differs from Sesame's SKILL.md; left alone (--force "
+                                                        "replaces it)" % _shown(env, path))
+        changes.append(change)
+    return changes
+
+
+def _run_cli(argv, env):
+    """Run an agent's own command; None when it succeeded, else what went wrong (one line)."""
+    import subprocess
+    try:
+        # run from the home folder: Gemini CLI and Qwen Code register the folder they run in as a project
+        p = subprocess.run(argv, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=SETUP_CLI_TIMEOUT, cwd=_home(env))
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "%s: %s" % (argv[0], e)
+    if p.returncode:
+        said = p.stdout.decode("utf-8", "replace").strip().splitlines()
+        return "`%s` exited with %d%s" % (" ".join(map(os.path.basename, argv[:3])), p.returncode,
+                                           ": " + said[-1] if said else "")
+    return None
+
+
+SETUP_CLI_TIMEOUT = 120  # seconds an agent's `mcp add` may take (Node start-up on a busy machine)
+
+
+def _missing_dirs(path):
+    """The folders above path that do not exist yet, deepest first (undo removes them again)."""
+    missing, folder = [], os.path.dirname(path)
+    while folder and not os.path.exists(folder) and folder != os.path.dirname(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    return missing
+
+
+def apply_change(change, agent, env):
+    """Make one planned change; returns the record undo needs: hashes of the file's bytes before
+    (None: there was no file; the bytes themselves are in the backup beside it, not copied into
+    Sesame's data dir: an agent's config can hold credentials) and after, the entry, the folders
+    created."""
+    path = change["path"]
+    raw, _ = _read_text(path)
+    dirs = _missing_dirs(path)
+    if change.get("via") == "cli":
+        _writable(path)
+        failed = _run_cli(change["argv"], env)
+        new_raw, new_text = _read_text(path)
+        try:
+            added = new_raw is not None and _command_of_entry(_entry_get(agent, new_text)) == _command_of_entry(change["entry"])
+        except ValueError:
+            added = False
+        if failed or not added:
+            if new_raw != raw:  # whatever the command did goes back before Sesame edits the file itself
+                write_atomic(path, raw) if raw is not None else os.remove(path)
+            change["via"], change["cliFailed"] = "file", failed or "it did not add the entry"
+            return apply_change(change, agent, env)
+        if raw is not None:
+            write_atomic(path + SETUP_BACKUP, raw)
+    else:
+        write_atomic(path, _encode(raw, change["after"]), backup=None if change.get("earlier") else raw)
+        new_raw = _read_text(path)[0]
+    return {"kind": change["kind"], "path": path, "via": change["via"], "created": change.get("created"),
+            "entry": change.get("entry"), "before": _sha(raw) if raw is not None else None,
+            "after": _sha(new_raw), "backup": path + SETUP_BACKUP if raw is not None else None, "dirs": dirs}
+
+
+def undo_change(item, agent, env):
+    """Take out what one record says was added. Returns (state, message)."""
+    path = item["path"]
+    raw, text = _read_text(path)
+    backup = item.get("backup")
+    before = _read_text(backup)[0] if backup else None
+    if before is not None and _sha(before) != item["before"]:
+        before = backup = None  # the backup is not the file Sesame saw: it cannot be put back
+    if raw is None:
+        return "gone", "%s no longer exists" % _shown(env, path)
+    if _sha(raw) == item["after"] and (before is not None or item["before"] is None):  # as Sesame left it
+        _writable(path)
+        if before is None:
+            os.remove(path)
+            for folder in item.get("dirs") or []:
+                try:
+                    os.rmdir(folder)
+                except OSError:
+                    break  # something else is in it now
+        else:
+            write_atomic(path, before)
+        _remove_backup(backup, before)
+        return ("restored", "back as it was") if before is not None else ("removed", "Sesame had created it")
+    if item["kind"] == "skill":
+        return "changed", "%s was changed since; left alone" % _shown(env, path)
+    try:
+        _check(agent, text)
+        current = _entry_get(agent, text)
+    except ValueError as e:
+        return "error", "%s: cannot be parsed (%s); left unchanged" % (path, str(e).split("\n")[0])
+    if current is None:
+        _remove_backup(backup, before)
+        return "gone", "no %r entry left in %s" % (SETUP_NAME, _shown(env, path))
+    if _command_of_entry(current) != _command_of_entry(item["entry"]):
+        return "changed", "the %r entry in %s was changed since; left alone" % (SETUP_NAME, _shown(env, path))
+    cli = _cli_path(agent, env) if item.get("via") == "cli" else None
+    if not (cli and _run_cli([cli] + agent.cli_remove[1:], env) is None and _entry_get(agent, _read_text(path)[1]) is None):
+        raw, text = _read_text(path)
+        write_atomic(path, _encode(raw, _entry_remove(agent, text, item.get("created"))))
+    _remove_backup(backup, before)
+    return "removed", "only the %r entry: the file was changed since setup, the rest is kept" % SETUP_NAME
+
+
+def _remove_backup(backup, before):
+    if backup and before is not None:
+        os.remove(backup)
+
+
+def _select(names, everything, candidates):
+    if everything:
+        return candidates
+    unknown = [n for n in names if n not in SETUP_BY_ID]
+    if unknown:
+        import difflib
+        close = difflib.get_close_matches(unknown[0], list(SETUP_BY_ID), 1)
+        raise UsageError("unknown agent %r%s" % (unknown[0], "; did you mean %r?" % close[0] if close else ""),
+                         hint="the agents are %s" % ", ".join(SETUP_BY_ID))
+    return [SETUP_BY_ID[n] for n in names]
+
+
+def setup_request(ctx, params):
+    """What `sesame setup` does, as data. params: agents (ids), all, dry_run, undo, force.
+    Without agents or --all (and without --undo) nothing is changed: the plan is returned."""
+    env = ctx.env
+    names, everything = params.get("agents") or [], params.get("all", False)
+    if params.get("undo"):
+        return _undo_request(env, names, everything, params.get("dry_run", False))
+    found = [a for a in SETUP_AGENTS if _found(a, env)]
+    chosen = _select(names, everything, found)
+    apply = bool(names or everything) and not params.get("dry_run")
+    command, args = sesame_command()
+    record = load_setup_record(env)
+    result = {"command": [command] + args, "applied": apply, "agents": []}
+    for agent in (chosen if names or everything else found):
+        changes = plan_agent(agent, env, params.get("force", False), (command, args), record.get(agent.id, ()))
+        blocked = any(c["state"] == "error" for c in changes)  # one agent's changes are made together or not at all
+        for change in changes:
+            if change["state"] in ("add", "replace") and apply and blocked:
+                change.update(state="skipped", message="not made either, because of the error above")
+            elif change["state"] in ("add", "replace"):
+                if change["kind"] == "skill" and change.get("before") is None:
+                    change["message"] = "a copy of %s (%d lines)" % (_skill_source(), change["after"].count("\n"))
+                else:
+                    change["diff"] = _diff(change["path"], change.get("before"), change["after"], env)
+                if apply:
+                    try:
+                        old = [r for r in record.get(agent.id, []) if r["path"] == change["path"] and r["kind"] == change["kind"]]
+                        change["earlier"] = bool(old) and change["state"] == "replace"
+                        done = apply_change(change, agent, env)
+                        if change["earlier"]:  # Sesame's own change updated: undo still goes back to before it
+                            done.update({k: old[0].get(k) for k in ("before", "backup", "dirs", "created")})
+                        kept = [r for r in record.get(agent.id, []) if r["path"] != done["path"] or r["kind"] != done["kind"]]
+                        record[agent.id] = kept + [done]
+                        save_setup_record(env, record)
+                        change["state"] = "added" if change["state"] == "add" else "replaced"
+                    except SetupError as e:
+                        change.update(state="error", message=e.message)
+        result["agents"].append({"agent": agent.id, "name": agent.label, "checked": agent.checked,
+                                 "changes": [_public(c, env) for c in changes]})
+    return result
+
+
+def _public(change, env):
+    out = {k: change[k] for k in ("kind", "state", "via", "message", "diff", "cliFailed") if k in change}
+    out["path"] = _shown(env, change["path"])
+    if change.get("argv"):
+        out["command"] = change["argv"]
+    return out
+
+
+def _undo_request(env, names, everything, dry_run):
+    record = load_setup_record(env)
+    ids = list(record) if everything or not names else [a.id for a in _select(names, False, [])]
+    result = {"undo": True, "applied": not dry_run, "agents": []}
+    for agent_id in ids:
+        agent = SETUP_BY_ID.get(agent_id)
+        items = record.get(agent_id, [])
+        if agent is None or not items:
+            result["agents"].append({"agent": agent_id, "changes": [{"kind": "note", "state": "none",
+                                     "message": "nothing was added by sesame setup"}]})
+            continue
+        changes, left = [], []
+        for item in reversed(items):
+            if dry_run:
+                changes.append({"kind": item["kind"], "path": _shown(env, item["path"]), "state": "would undo"})
+                continue
+            try:
+                state, message = undo_change(item, agent, env)
+            except SetupError as e:
+                state, message = "error", e.message
+            if state in ("error",):
+                left.append(item)
+            changes.append({"kind": item["kind"], "path": _shown(env, item["path"]), "state": state, "message": message})
+        if not dry_run:
+            if left:
+                record[agent_id] = list(reversed(left))
+            else:
+                record.pop(agent_id, None)
+            save_setup_record(env, record)
+        result["agents"].append({"agent": agent_id, "name": agent.label, "changes": changes})
+    return result
+
+
+def wiring_status(env):
+    """Per agent found, whether Sesame is wired in: its MCP entry ("wired", "elsewhere": an entry
+    named sesame that runs something else, "absent", "unreadable", None: no MCP) and its skill."""
+    command = sesame_command()
+    rows = []
+    for agent in SETUP_AGENTS:
+        if not _found(agent, env):
+            continue
+        row = {"agent": agent.id, "name": agent.label, "mcp": None, "skill": None}
+        if agent.fmt:
+            try:
+                raw, text = _read_text(agent.config(env))
+                current = _entry_get(agent, text) if raw is not None else None
+                row["mcp"] = ("absent" if current is None else "wired" if _command_of_entry(current) == command
+                              else "elsewhere")
+            except (SetupError, ValueError, IndexError, RecursionError):
+                row["mcp"] = "unreadable"
+        if agent.skills:
+            row["skill"] = os.path.exists(os.path.join(agent.skills(env), SETUP_NAME, "SKILL.md"))
+        rows.append(row)
+    return rows
+
+
+# --- Human text
+
+SETUP_STATES = {"add": "would add", "replace": "would replace", "added": "added", "replaced": "replaced",
+                "done": "already there", "conflict": "left alone", "error": "not changed", "manual": "by hand",
+                "skipped": "not changed"}
+
+
+def setup_text(result, dry_run=False):
+    """`sesame setup` as text: per agent, each change and its state; diffs with --dry-run."""
+    out = []
+    if not result["agents"]:
+        out.append("No agents found. `sesame sources` lists where Sesame looks.\n")
+    for a in result["agents"]:
+        out.append("%s (%s)\n" % (a.get("name") or a["agent"], a["agent"]))
+        for c in a["changes"]:
+            state = SETUP_STATES.get(c["state"], c["state"])
+            what = {"mcp": "MCP server", "skill": "skill", "note": "note"}[c["kind"]]
+            line = "  %-10s %-14s %s" % (what, state, c.get("path") or "")
+            if c.get("command") and c.get("via") == "cli" and c["state"] in ("add", "added"):
+                line += "  (with `%s`)" % " ".join([os.path.basename(c["command"][0])] + c["command"][1:3])
+            out.append(line.rstrip() + "\n")
+            if c.get("message"):
+                out.append("             %s\n" % c["message"])
+            if c.get("cliFailed"):
+                out.append("             the agent's command did not do it (%s): the file was edited\n" % c["cliFailed"])
+            if dry_run and c.get("diff"):
+                out.append("".join("    " + l for l in c["diff"].splitlines(True)))
+    if not result.get("undo") and not result["applied"] and any(
+            c["state"] in ("add", "replace") for a in result["agents"] for c in a["changes"]):
+        out.append("\nRun `sesame setup AGENT...` or `sesame setup --all` to apply, --dry-run to see each change"
+                   "; `sesame setup --undo` takes it out again.\n")
+    return visible("".join(out))
+
+def wiring_text(rows):
+    """The part of `sesame status` that says, per agent found, whether Sesame is wired in."""
+    if not rows:
+        return ""
+    out = ["\nWired into agents (`sesame setup` adds what is missing):\n"]
+    for r in rows:
+        mcp = {None: "no MCP", "wired": "MCP: yes", "absent": "MCP: no", "elsewhere": "MCP: a 'sesame' entry runs "
+               "something else", "unreadable": "MCP: config unreadable"}[r["mcp"]]
+        skill = "" if r["skill"] is None else ", skill: %s" % ("yes" if r["skill"] else "no")
+        out.append("  %-10s %s%s\n" % (r["agent"], mcp, skill))
+    return "".join(out)
+
+
+
+# ==================================================================================================
 # Commands and CLI
 # ==================================================================================================
 #
@@ -14955,11 +16042,25 @@ def cmd_forget(args, ctx):
 
 def cmd_status(args, ctx):
     info = status_request(ctx, cli_params(args))
+    info["agentsWired"] = wiring_status(ctx.env)
     if args.json:
         emit_json(info)
     else:
-        sys.stdout.write(status_text(info))
+        sys.stdout.write(status_text(info) + wiring_text(info["agentsWired"]))
     return EXIT_OK
+
+
+def cmd_setup(args, ctx):
+    result = setup_request(ctx, {"agents": args.agents, "all": args.all, "dry_run": args.dry_run,
+                                 "undo": args.undo, "force": args.force})
+    if args.json:
+        emit_json(result)
+    else:
+        sys.stdout.write(setup_text(result, args.dry_run))
+    errors = [c["message"] for a in result["agents"] for c in a["changes"] if c["state"] == "error"]
+    for message in errors if result["applied"] else ():
+        _stderr("sesame: setup: %s" % message)
+    return EXIT_ERROR if errors and result["applied"] else EXIT_OK
 
 
 def cmd_sources(args, ctx):
@@ -15006,6 +16107,8 @@ COMMANDS = {c.name: c for c in (
             _remote_arguments, None, cmd_remote),
     Command("sync", "[NAME...]", "copy the remotes' sessions over ssh (rsync) and index them", _sync_arguments,
             None, cmd_sync),
+    Command("setup", "[AGENT...|--all] [--dry-run] [--undo]", "wire Sesame into your agents (MCP server, skill)",
+            _setup_arguments, setup_request, cmd_setup),
 )}
 
 

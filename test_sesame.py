@@ -8208,6 +8208,21 @@ def test_same_session_id_on_two_machines_both_searchable_and_showable(sshd, caps
 # ---------------------------------------------------------------------------------------------
 
 
+def test_mcp_search_before_any_index_exists_builds_it_and_finds_the_session(env):
+    # The first call of a server started before the first index (an agent wired in by `sesame setup`
+    # on a new machine) found no index to keep open and was given none: "'NoneType' object has no
+    # attribute 'con'".
+    PiWriter(env, "first-1").user("the zanzibarquux cache keeps stale prices").save()
+    warm = sesame.WarmIndex()
+    try:
+        reply = sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                       "params": {"name": "search", "arguments": {"query": "zanzibarquux"}}}, warm)
+        assert reply["result"]["isError"] is False, reply
+        assert [r["sessionId"] for r in reply["result"]["structuredContent"]["results"]] == ["first-1"]
+    finally:
+        warm.close()
+
+
 def test_mcp_server_full_exchange_over_stdio(sessions, tmp_path):
     proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sesame.py"), "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=str(tmp_path))
@@ -8960,6 +8975,429 @@ def test_in_chromium_a_5000_message_session_opens_at_the_matching_message(env, c
         assert browser.eval("document.querySelectorAll('#view details[open]').length") == 0
     finally:
         client.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Setup: wiring Sesame into agents. Every agent in a temporary HOME: apply, apply again (nothing
+# changes), undo (the file back byte for byte); a config with comments and odd formatting, one that
+# does not parse, a read-only one. Then the agents' own CLIs, where installed.
+# ---------------------------------------------------------------------------------------------
+
+# A user's config in each format, with comments, odd spacing, key order and (JSONC) a trailing comma.
+USER_CONFIGS = {
+    "json": '{\n\t// my settings, keep me\n\t"theme":"dark" ,   /* inline */\n\t"zeta": [1,2,],\n\t"alpha": {"b": 1},\n}\n',
+    "toml": '# top comment\nmodel="o3"   # why o3\n\n[profiles.fast]\nmodel = "x"  # fast\n',
+    "yaml": '# my agent\nGOOSE_MODEL: x   # keep\nextensions:\n    dev:\n        cmd: foo\n        enabled: true\nmcp_servers:\n    other:\n        command: bar\nlast: 1\n',
+}
+BROKEN_CONFIGS = {"json": '{\n  "theme": "dark"\n  "oops": 1\n}\n', "toml": 'model = "o3\n[x\n', "yaml": "extensions:\n\tdev: 1\n"}
+
+
+@pytest.fixture
+def setup_env(tmp_path, monkeypatch):
+    """A fresh HOME with no agent CLI on PATH (setup edits the files itself); returns the env."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    for var in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "PI_CODING_AGENT_DIR",
+                "KIMI_CODE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SESAME_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("SESAME_CONFIG_DIR", str(tmp_path / "config"))
+    return os.environ
+
+
+def tree_bytes(root):
+    """Every file under root with its bytes (and every folder), to compare a HOME before and after."""
+    out = {}
+    for folder, dirs, files in os.walk(str(root)):
+        out[os.path.relpath(folder, str(root)) + "/"] = None
+        for f in files:
+            with open(os.path.join(folder, f), "rb") as fh:
+                out[os.path.relpath(os.path.join(folder, f), str(root))] = fh.read()
+    return out
+
+
+def make_found(agent, env, config=None):
+    """The agent's folder (so setup finds it) and, given, its config file."""
+    folder = agent.folder(env)
+    if agent.id == "aider":
+        config = config or "model: x\n"
+    else:
+        os.makedirs(folder, exist_ok=True)
+    if config is not None and agent.config:
+        os.makedirs(os.path.dirname(agent.config(env)), exist_ok=True)
+        with open(agent.config(env), "w") as f:
+            f.write(config)
+
+
+MCP_AGENTS = [a.id for a in sesame.SETUP_AGENTS if a.fmt]
+SKILL_AGENTS = [a.id for a in sesame.SETUP_AGENTS if a.skills]
+
+
+@pytest.mark.parametrize("agent_id", [a.id for a in sesame.SETUP_AGENTS if a.fmt or a.skills])
+def test_setup_adds_then_changes_nothing_then_undo_puts_every_byte_back(agent_id, setup_env, tmp_path, capsys):
+    agent = sesame.SETUP_BY_ID[agent_id]
+    make_found(agent, setup_env, USER_CONFIGS[agent.fmt] if agent.fmt else None)
+    before = tree_bytes(tmp_path / "home")
+    code, out, err = run(capsys, "setup", agent_id)
+    assert code == 0, out + err
+    command = sesame.sesame_command()
+    if agent.fmt:
+        with open(agent.config(setup_env)) as f:
+            text = f.read()
+        assert sesame._command_of_entry(sesame._entry_get(agent, text)) == command
+        # the user's lines are all still there, in order: only lines were added (and a comma)
+        old = USER_CONFIGS[agent.fmt].splitlines()
+        new = [l.rstrip(",") for l in text.splitlines()]
+        it = iter(new)
+        assert all(any(l.rstrip(",") == n for n in it) for l in old), text
+    if agent.skills:
+        with open(os.path.join(agent.skills(setup_env), "sesame", "SKILL.md")) as f:
+            assert f.read() == open(os.path.join(HERE, "SKILL.md")).read()
+    applied = tree_bytes(tmp_path / "home")
+    code, out, err = run(capsys, "setup", agent_id)
+    assert code == 0 and "already there" in out and "added" not in out, out
+    assert tree_bytes(tmp_path / "home") == applied
+    code, out, err = run(capsys, "status")
+    assert re.search(r"(?m)^  %s +%s" % (agent_id, "MCP: yes" if agent.fmt else "no MCP, skill: yes"), out), out
+    code, out, err = run(capsys, "setup", "--undo", agent_id)
+    assert code == 0, out + err
+    assert tree_bytes(tmp_path / "home") == before  # no backup, no folder Sesame made, left behind
+    code, out, err = run(capsys, "setup", "--undo", agent_id)
+    assert code == 0 and "nothing was added" in out
+
+
+@pytest.mark.parametrize("fmt", ["json", "toml", "yaml"])
+def test_setup_refuses_a_config_it_cannot_parse_and_leaves_it_untouched(fmt, setup_env, tmp_path, capsys):
+    if fmt == "toml" and sys.version_info < (3, 11):
+        pytest.skip("TOML is checked with tomllib (Python 3.11+)")
+    agent = next(a for a in sesame.SETUP_AGENTS if a.fmt == fmt)
+    make_found(agent, setup_env, BROKEN_CONFIGS[fmt])
+    before = tree_bytes(tmp_path / "home")
+    code, out, err = run(capsys, "setup", agent.id)
+    assert code == 1 and "cannot be parsed" in out and agent.config(setup_env) in out, out
+    assert one_line_error(err) and "cannot be parsed" in err, err
+    assert tree_bytes(tmp_path / "home") == before
+    assert not os.path.exists(sesame.setup_record_path(setup_env)) or sesame.load_setup_record(setup_env) == {}
+
+
+def test_setup_read_only_config_is_a_clear_error_with_nothing_half_written(setup_env, tmp_path, capsys):
+    agent = sesame.SETUP_BY_ID["gemini"]
+    make_found(agent, setup_env, USER_CONFIGS["json"])
+    os.chmod(agent.config(setup_env), 0o444)
+    before = tree_bytes(tmp_path / "home")
+    code, out, err = run(capsys, "setup", "gemini")
+    assert code == 1 and "read-only; nothing was changed" in out and one_line_error(err), out + err
+    assert tree_bytes(tmp_path / "home") == before  # no temporary file, no backup, no skill
+    os.chmod(agent.config(setup_env), 0o644)
+    os.chmod(os.path.dirname(agent.config(setup_env)), 0o555)  # the file writable, its folder not
+    try:
+        code, out, err = run(capsys, "setup", "gemini")
+        assert code == 1 and "read-only; nothing was changed" in out, out + err
+        assert err and all(one_line_error(l + "\n") for l in err.splitlines()), err  # the MCP entry, the skill
+        assert tree_bytes(tmp_path / "home") == before
+    finally:
+        os.chmod(os.path.dirname(agent.config(setup_env)), 0o755)
+
+
+def test_setup_leaves_a_sesame_entry_that_runs_something_else_unless_forced(setup_env, tmp_path, capsys):
+    agent = sesame.SETUP_BY_ID["cursor"]
+    mine = '{"mcpServers": {"sesame": {"command": "/opt/old/sesame", "args": ["mcp"]}}}\n'
+    make_found(agent, setup_env, mine)
+    code, out, err = run(capsys, "setup", "cursor")
+    assert code == 0 and "left alone" in out and "/opt/old/sesame mcp" in out, out
+    assert open(agent.config(setup_env)).read() == mine
+    code, out, _ = run(capsys, "status")
+    assert "a 'sesame' entry runs something else" in out
+    code, out, err = run(capsys, "setup", "cursor", "--force")
+    assert code == 0 and "replaced" in out, out
+    assert json.load(open(agent.config(setup_env)))["mcpServers"]["sesame"]["command"] == sesame.sesame_command()[0]
+    assert open(agent.config(setup_env) + ".sesame-backup").read() == mine
+    code, out, err = run(capsys, "setup", "--undo", "cursor")
+    assert open(agent.config(setup_env)).read() == mine and not os.path.exists(agent.config(setup_env) + ".sesame-backup")
+
+
+def test_setup_updates_what_it_added_earlier_and_undo_still_goes_back_to_before(setup_env, tmp_path, capsys,
+                                                                                 monkeypatch):
+    agent = sesame.SETUP_BY_ID["gemini"]
+    make_found(agent, setup_env, USER_CONFIGS["json"])
+    before = tree_bytes(tmp_path / "home")
+    with monkeypatch.context() as m:  # an older Sesame, elsewhere, with an older SKILL.md
+        old_skill = tmp_path / "old" / "SKILL.md"
+        old_skill.parent.mkdir()
+        old_skill.write_text("---\nname: sesame\ndescription: old\n---\n")
+        m.setattr(sesame, "sesame_command", lambda: ("/opt/old/sesame", ["mcp"]))
+        m.setattr(sesame, "_skill_source", lambda: str(old_skill))
+        assert run(capsys, "setup", "gemini")[0] == 0
+    code, out, err = run(capsys, "setup", "gemini")
+    assert code == 0 and out.count("replaced") == 2 and "left alone" not in out, out
+    assert open(agent.config(setup_env) + ".sesame-backup").read() == USER_CONFIGS["json"]  # still the user's own
+    run(capsys, "setup", "--undo", "gemini")
+    assert tree_bytes(tmp_path / "home") == before
+
+
+def test_setup_undo_after_the_user_edited_the_file_removes_only_the_entry(setup_env, tmp_path, capsys):
+    agent = sesame.SETUP_BY_ID["codex"]
+    make_found(agent, setup_env, USER_CONFIGS["toml"])
+    run(capsys, "setup", "codex")
+    with open(agent.config(setup_env), "a") as f:
+        f.write('\n[mcp_servers.other]\ncommand = "x"\n')
+    code, out, err = run(capsys, "setup", "--undo", "codex")
+    assert code == 0 and "the rest is kept" in out, out
+    assert open(agent.config(setup_env)).read() == USER_CONFIGS["toml"] + '\n[mcp_servers.other]\ncommand = "x"\n'
+
+
+def test_setup_undo_leaves_an_entry_the_user_changed_since(setup_env, tmp_path, capsys):
+    agent = sesame.SETUP_BY_ID["crush"]
+    make_found(agent, setup_env)
+    run(capsys, "setup", "crush")
+    text = open(agent.config(setup_env)).read().replace(sesame.sesame_command()[0], "/usr/local/bin/sesame")
+    open(agent.config(setup_env), "w").write(text)
+    code, out, err = run(capsys, "setup", "--undo", "crush")
+    assert "changed since; left alone" in out and open(agent.config(setup_env)).read() == text
+
+
+def test_setup_lists_only_agents_found_and_dry_run_changes_nothing(setup_env, tmp_path, capsys):
+    make_found(sesame.SETUP_BY_ID["codex"], setup_env, USER_CONFIGS["toml"])
+    make_found(sesame.SETUP_BY_ID["aider"], setup_env)
+    before = tree_bytes(tmp_path / "home")
+    code, out, err = run(capsys, "setup")
+    assert code == 0 and "Codex (codex)" in out and "would add" in out and "Claude" not in out, out
+    assert "Aider has no MCP support" in out and "read: " in out
+    code, out, err = run(capsys, "setup", "--dry-run", "--all")
+    assert code == 0 and "+[mcp_servers.sesame]" in out and " model = \"x\"  # fast" in out, out
+    code, out, err = run(capsys, "setup", "--json")
+    data = json.loads(out)
+    assert [a["agent"] for a in data["agents"]] == ["codex", "aider"] and data["applied"] is False
+    assert tree_bytes(tmp_path / "home") == before and not os.path.exists(tmp_path / "data" / "setup.json")
+    code, out, err = run(capsys, "setup", "cdex")
+    assert code == 2 and "did you mean 'codex'" in err
+
+
+def test_setup_falls_back_to_editing_the_file_when_the_agents_command_fails(setup_env, tmp_path, capsys):
+    fake = tmp_path / "bin" / "codex"
+    fake.write_text("#!/bin/sh\necho 'codex: something broke' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    agent = sesame.SETUP_BY_ID["codex"]
+    make_found(agent, setup_env, USER_CONFIGS["toml"])
+    code, out, err = run(capsys, "setup", "codex")
+    assert code == 0 and "exited with 3: codex: something broke" in out and "the file was edited" in out, out
+    assert sesame._command_of_entry(sesame.toml_get(open(agent.config(setup_env)).read(), ("mcp_servers", "sesame"))) \
+        == sesame.sesame_command()
+    run(capsys, "setup", "--undo", "codex")
+    assert open(agent.config(setup_env)).read() == USER_CONFIGS["toml"]
+
+
+def test_setup_without_skill_md_beside_sesame_still_adds_the_mcp_server(setup_env, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sesame, "_skill_source", lambda: None)  # installed as ~/.local/bin/sesame alone
+    agent = sesame.SETUP_BY_ID["claude"]
+    make_found(agent, setup_env)
+    code, out, err = run(capsys, "setup", "claude")
+    assert code == 0 and "no SKILL.md beside" in out, out
+    assert json.load(open(agent.config(setup_env)))["mcpServers"]["sesame"]["args"] == sesame.sesame_command()[1]
+    assert not os.path.exists(os.path.join(agent.skills(setup_env), "sesame"))
+
+
+@pytest.mark.parametrize("text", [
+    '{}', '{"a": 1}', '{\n  "a": 1\n}\n', '{\n  "a": 1, // why\n}\n', '{\n  "a": 1 /* c */ }',
+    '{\n    "mcpServers": {\n        "x": {}\n    }\n}', '{\n  "a": 1 /* one\n  two */\n}\n', '{\n\t"mcpServers": {},\n\t"b": [1, {"c": 2}]\n}\n',
+])
+def test_jsonc_editor_adds_one_member_and_removes_it_to_the_same_bytes(text):
+    keys = ("mcpServers", "sesame")
+    after, created = sesame.jsonc_set(text, keys, {"command": "/x", "args": ["mcp"]})
+    assert sesame.jsonc_get(after, keys) == {"command": "/x", "args": ["mcp"]}
+    assert sesame.jsonc_remove(after, keys, created) == text
+
+
+def test_toml_and_yaml_editors_remove_what_they_added_to_the_same_bytes():
+    for text in ("", 'a = 1\n', USER_CONFIGS["toml"], '[mcp_servers.x]\ncommand = "y"\n\n[z]\nb = 2\n'):
+        after, created = sesame.toml_set(text, ("mcp_servers", "sesame"), {"command": "/x", "args": ["mcp"]})
+        assert sesame.toml_get(after, ("mcp_servers", "sesame")) == {"command": "/x", "args": ["mcp"]}
+        assert sesame.toml_remove(after, ("mcp_servers", "sesame"), created) == text
+    for text in ("", "a: 1\n", USER_CONFIGS["yaml"]):
+        after, created = sesame.yaml_set(text, ("mcp_servers",), "sesame", {"command": "/x", "args": ["mcp"]})
+        assert sesame.yaml_get(after, ("mcp_servers",), "sesame") == {"command": "/x", "args": ["mcp"]}
+        assert sesame.yaml_remove(after, ("mcp_servers",), "sesame", created) == text
+    if sys.version_info >= (3, 11):  # checked with tomllib: never a file TOML refuses
+        with pytest.raises(ValueError, match="inline table"):
+            sesame.toml_set('mcp_servers = { x = { command = "y" } }\n', ("mcp_servers", "sesame"), {"command": "/x"})
+    # an empty table written inline (`mcp_servers: {}`) is opened for the entry, not refused
+    after, _ = sesame.yaml_set("a: 1\nmcp_servers: {}  # none yet\nb: 2\n", ("mcp_servers",), "sesame", {"command": "/x"})
+    assert after == 'a: 1\nmcp_servers:  # none yet\n  sesame:\n    command: "/x"\nb: 2\n'
+    assert sesame.yaml_get(after, ("mcp_servers",), "sesame") == {"command": "/x"}
+
+
+# The agents' own CLIs (npm: @anthropic-ai/claude-code, @openai/codex, @google/gemini-cli,
+# @qwen-code/qwen-code, opencode-ai; .ci/run installs them), run offline: their `mcp list` only
+# reads the config and starts the server for a health check. OpenCode has no command that adds a
+# server without asking: setup edits its file, and `opencode mcp list` checks the edit.
+AGENT_CLIS = {"claude": "claude", "codex": "codex", "gemini": "gemini", "qwen": "qwen", "opencode": "opencode"}
+
+
+def cli_env(home, bin_dir):
+    return {"HOME": str(home), "PATH": os.pathsep.join([bin_dir, "/usr/local/bin", "/usr/bin", "/bin"]),
+            "LANG": "C.UTF-8", "SESAME_DATA_DIR": str(home) + "-sesame-data", "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "NO_COLOR": "1",
+            "GEMINI_CLI_TRUST_WORKSPACE": "true", "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1"}
+
+
+def mcp_list(agent_id, env):
+    p = subprocess.run([AGENT_CLIS[agent_id], "mcp", "list"], env=env, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=180, cwd=env["HOME"])
+    return re.sub(r"\x1b\[[0-9;]*m", "", p.stdout.decode("utf-8", "replace"))  # without colour codes
+
+
+def test_setup_all_then_each_agents_own_mcp_list_shows_sesame_and_undo_all_restores_every_file(tmp_path):
+    installed = [a for a, exe in AGENT_CLIS.items() if shutil.which(exe)]
+    if len(installed) < 3:
+        pytest.skip("needs three of the agent CLIs on PATH (npm i -g @anthropic-ai/claude-code @openai/codex "
+                    "@google/gemini-cli @qwen-code/qwen-code); found: %s" % (", ".join(installed) or "none"))
+    home = tmp_path / "home"
+    bin_dir = os.path.dirname(shutil.which(AGENT_CLIS[installed[0]]))
+    env = cli_env(home, bin_dir)
+    # three or four agents configured, each with a file of the user's
+    configs = {"codex": ".codex/config.toml", "gemini": ".gemini/settings.json", "qwen": ".qwen/settings.json",
+               "claude": ".claude/settings.json", "opencode": ".config/opencode/opencode.json"}
+    contents = {"codex": '# mine\nmodel = "o3"\n', "gemini": '{\n  // mine\n  "ui": {"theme": "x"}\n}\n',
+                "qwen": '{\n  "general": {"vimMode": false}\n}\n', "claude": '{\n  "theme": "dark"\n}\n',
+                "opencode": '{\n  // mine\n  "$schema": "https://opencode.ai/config.json"\n}\n'}
+    for agent_id in installed:
+        os.makedirs(os.path.dirname(str(home / configs[agent_id])), exist_ok=True)
+        (home / configs[agent_id]).write_text(contents[agent_id])
+    before = tree_bytes(home)
+    p = subprocess.run([sys.executable, SESAME, "setup", "--all", "--json"], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=600)
+    assert p.returncode == 0, p.stderr
+    result = json.loads(p.stdout)
+    wired = {a["agent"]: a["changes"][0] for a in result["agents"]}
+    for agent_id in installed:
+        via = "cli" if sesame.SETUP_BY_ID[agent_id].cli else "file"
+        assert wired[agent_id]["state"] == "added" and wired[agent_id]["via"] == via, wired[agent_id]
+        # the agent's own list, in a copy of the HOME (its runs write their own state files there)
+        copy = tmp_path / ("run-" + agent_id)
+        shutil.copytree(str(home), str(copy), symlinks=True)
+        listed = mcp_list(agent_id, cli_env(copy, bin_dir))
+        assert re.search(r"(?m)^\W*sesame\b", listed) and sesame.sesame_command()[0] in listed, listed
+    p = subprocess.run([sys.executable, SESAME, "setup", "--undo", "--all"], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=600)
+    assert p.returncode == 0, p.stderr
+    after = tree_bytes(home)
+    # every file that was there is as it was, and nothing Sesame wrote is left; the agents' commands
+    # leave files of their own (Claude Code a backup in ~/.claude/backups, Gemini CLI its project
+    # registry, Qwen Code settings.json.orig after migrating the file), which are theirs to keep
+    assert {k: after.get(k) for k in before if after.get(k) != before[k]} == {}, p.stdout
+    new = set(after) - set(before)
+    assert not [k for k in new if "sesame" in k or "/skills" in k], new
+
+
+class _SearchingModel:
+    """A mock Anthropic Messages server (127.0.0.1) for Claude Code: to a prompt it answers with one
+    call of Sesame's MCP search tool (the word after "sesame-query=" in the prompt); once the tool's result
+    is back, it answers with that result's text. Claude Code streams, so replies are SSE."""
+
+    def __init__(self):
+        import http.server
+        model = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                if not self.path.split("?")[0].endswith("/messages"):
+                    data = json.dumps({"input_tokens": 10}).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                tools = [t.get("name") for t in body.get("tools") or []]
+                last = body["messages"][-1]["content"]
+                results = [b for b in last if isinstance(b, dict) and b.get("type") == "tool_result"] if isinstance(last, list) else []
+                if results:
+                    content = results[0]["content"]
+                    text = content if isinstance(content, str) else "".join(c.get("text", "") for c in content)
+                    block = {"type": "text", "text": "FOUND: " + text}
+                elif "mcp__sesame__search" in tools:
+                    model.tools_seen = tools
+                    block = {"type": "tool_use", "id": "toolu_1", "name": "mcp__sesame__search",
+                             "input": {"query": re.search(r"sesame-query=(\w+)", json.dumps(body["messages"])).group(1)}}
+                else:
+                    block = {"type": "text", "text": "mock title"}
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+
+                def event(name, obj):
+                    self.wfile.write(("event: %s\ndata: %s\n\n" % (name, json.dumps(obj))).encode())
+                usage = {"input_tokens": 10, "output_tokens": 1}
+                event("message_start", {"type": "message_start", "message": {"id": "msg_1", "type": "message",
+                      "role": "assistant", "model": body.get("model"), "content": [], "stop_reason": None, "usage": usage}})
+                if block["type"] == "text":
+                    event("content_block_start", {"type": "content_block_start", "index": 0,
+                                                  "content_block": {"type": "text", "text": ""}})
+                    event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                  "delta": {"type": "text_delta", "text": block["text"]}})
+                else:
+                    event("content_block_start", {"type": "content_block_start", "index": 0, "content_block":
+                                                  {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}})
+                    event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta":
+                                                  {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}})
+                event("content_block_stop", {"type": "content_block_stop", "index": 0})
+                event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use" if block["type"]
+                                        == "tool_use" else "end_turn"}, "usage": {"output_tokens": 5}})
+                event("message_stop", {"type": "message_stop"})
+
+        self.tools_seen = None
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_claude_code_after_setup_calls_sesames_search_tool_and_gets_the_session(tmp_path):
+    exe = shutil.which("claude")
+    if not exe:
+        pytest.skip("Claude Code is not installed (npm i -g @anthropic-ai/claude-code; .ci/run installs it)")
+    home = tmp_path / "home"
+    PiWriter(home / ".pi" / "agent" / "sessions", "e2e-1", cwd="/home/dev/shop").user(
+        "the zanzibarquux cache keeps stale prices").assistant("Flush it on deploy.").save()
+    os.makedirs(str(home / ".claude"))
+    env = cli_env(home, os.path.dirname(exe))
+    p = subprocess.run([sys.executable, SESAME, "setup", "claude"], env=env, stdout=subprocess.PIPE, timeout=300)
+    assert p.returncode == 0 and b"added" in p.stdout, p.stdout
+    model = _SearchingModel()
+    try:
+        env.update(ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="x")
+        p = subprocess.run([exe, "-p", "which old session was it? sesame-query=zanzibarquux", "--allowedTools", "mcp__sesame__search"],
+                           env=env, cwd=str(home), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=300)
+    finally:
+        model.server.shutdown()
+    out = p.stdout.decode("utf-8", "replace")
+    assert model.tools_seen and "mcp__sesame__search" in model.tools_seen, p.stderr
+    assert "FOUND:" in out and "e2e-1" in out, out + p.stderr.decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("agent_id", list(AGENT_CLIS))
+def test_setup_through_the_agents_own_command_is_what_its_mcp_list_shows(agent_id, tmp_path):
+    exe = shutil.which(AGENT_CLIS[agent_id])
+    if not exe:
+        pytest.skip("%s is not installed (npm i -g; .ci/run installs it)" % AGENT_CLIS[agent_id])
+    home = tmp_path / "home"
+    home.mkdir()
+    env = cli_env(home, os.path.dirname(exe))
+    p = subprocess.run([sys.executable, SESAME, "setup", agent_id], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=300)
+    assert p.returncode == 0 and b"added" in p.stdout and b"(with `" not in p.stderr, p.stdout + p.stderr
+    listed = mcp_list(agent_id, env)
+    assert re.search(r"(?m)^\W*sesame\b", listed) and sesame.sesame_command()[0] in listed, listed
+    p = subprocess.run([sys.executable, SESAME, "setup", agent_id], env=env, stdout=subprocess.PIPE, timeout=300)
+    assert b"already there" in p.stdout and b"added" not in p.stdout
 
 
 # ---------------------------------------------------------------------------------------------
