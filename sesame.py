@@ -139,7 +139,7 @@ TEXT_VERSION = 5
 # Bump SCHEMA_VERSION when the tables change: an older index is then rebuilt from the session files
 # (they are the source of truth), a newer one is refused rather than damaged. From schema 4 on the
 # index also keeps sessions whose files are gone: a later migration must carry those over (their
-# chunks are in the index; their ranking rows can be rebuilt from them with build_parts).
+# chunks are in the index; their ranking rows can be rebuilt from them with Store.build_parts).
 SCHEMA_VERSION = 5
 
 # Chunk kinds, and the FTS column of the per-session documents each kind is indexed in. The column
@@ -996,7 +996,7 @@ class Policy:
     def fingerprint(self):
         """Changing these settings, or how text is redacted and analysed (TEXT_VERSION), changes what
         the whole index should hold: it is rebuilt (the sessions kept from deleted files included:
-        their text is redacted again, see clear_index)."""
+        their text is redacted again, see Store.clear_index)."""
         if self._fingerprint is None:
             self._fingerprint = json.dumps({"exclude": self.exclude, "redact": self.redact, "text": TEXT_VERSION},
                                            sort_keys=True)
@@ -9142,6 +9142,341 @@ class Store:
     def size_bytes(self):
         return sum(os.path.getsize(self.path + ext) for ext in ("", "-wal") if os.path.exists(self.path + ext))
 
+    # -- The indexer's writes: the Indexer section decides what to write, these say how ----------
+
+    def begin(self):
+        """Open a write transaction (Batch: committed in turns, not through transaction())."""
+        self.con.execute("BEGIN IMMEDIATE")
+
+    def commit(self):
+        self.con.execute("COMMIT")
+
+    def rollback(self):
+        try:
+            self.con.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+    def add_words(self, words):
+        """Add words to the spelling vocabulary (see near_words)."""
+        self.con.executemany("INSERT OR IGNORE INTO vocab(term) VALUES(?)", ((w,) for w in sorted(words)))
+
+    def _part_rows(self, sid, first, last):
+        return [(k, unpack(t, strict=True)) for k, t in self.con.execute(
+            "SELECT kind, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? ORDER BY seq", (sid, first, last))]
+
+    def delete_parts(self, sid, name, from_seq=0):
+        """Delete the session's parts that hold chunks from seq `from_seq` on (all parts by default)."""
+        con = self.con
+        for doc_id, first, last in con.execute(
+                "SELECT id, first_seq, last_seq FROM docs WHERE session=? AND (last_seq >= ? OR first_seq >= ?)",
+                (sid, from_seq, from_seq)).fetchall():
+            con.execute("INSERT INTO docs_fts(docs_fts, rowid, name, talk, tools, aside, parts) "
+                        "VALUES('delete', ?, ?, ?, ?, ?, ?)",
+                        (doc_id,) + doc_columns(name, self._part_rows(sid, first, last)))
+            con.execute("DELETE FROM docs WHERE id=?", (doc_id,))
+
+    def insert_parts(self, sid, parts):
+        """Index (first, last, columns) parts of one session in docs_fts."""
+        con = self.con
+        for first, last, cols in parts:
+            doc = con.execute("INSERT INTO docs(session, first_seq, last_seq) VALUES(?,?,?)", (sid, first, last)).lastrowid
+            con.execute("INSERT INTO docs_fts(rowid, name, talk, tools, aside, parts) VALUES(?,?,?,?,?,?)", (doc,) + cols)
+
+    def build_parts(self, sid, name, from_seq):
+        """Re-cut and index the session's parts from chunk `from_seq` (a part start) on, from the index."""
+        rows = ((seq, kind, unpack(text, strict=True)) for seq, kind, text in self.con.execute(
+            "SELECT seq, kind, text FROM chunks WHERE session=? AND seq >= ? ORDER BY seq", (sid, from_seq)))
+        self.insert_parts(sid, [(f, l, doc_columns(name, p)) for f, l, p in cut_parts(rows, from_seq)])
+
+    def _delete_sessions(self, where, params=()):
+        """Remove the sessions matching a condition on `sessions`, with their chunks and ranking rows."""
+        con = self.con
+        for sid, labels in con.execute("SELECT id, labels FROM sessions WHERE %s" % where, params).fetchall():
+            self.delete_parts(sid, labels)
+            for table, col in (("chunks", "session"), ("touched", "session"), ("sessions", "id")):
+                con.execute("DELETE FROM %s WHERE %s=?" % (table, col), (sid,))
+
+    def delete_file_sessions(self, file_id):
+        """Remove the sessions read from a file (not those kept as deleted: see keep_vanished)."""
+        self._delete_sessions("file_id=? AND deleted IS NULL", (file_id,))
+
+    def delete_kept_copies(self, agent, session_id):
+        """Remove the copies of a session kept from files now gone (the session moved to another file)."""
+        self._delete_sessions("agent=? AND session_id=? AND deleted IS NOT NULL", (agent, session_id))
+
+    def write_session(self, file_id, prep, existing=None, from_seq=0):
+        """Write a prepared session, or (existing = its row id) replace its chunks from seq `from_seq` on.
+
+        Returns the session's row id. Only the parts from the one holding `from_seq` are rebuilt, and
+        all of them when the name changed (the name is indexed with every part).
+        """
+        con = self.con
+        meta = prep.meta._replace(path=db_path(prep.meta.path))  # the columns of `sessions`, in order
+        labels = meta.labels
+        if existing is None:
+            sid = con.execute("INSERT INTO sessions(file_id, agent, session_id, path, cwd, name, created, modified, "
+                              "parent, summary, labels, chunk_count) VALUES(?,?,?,?,?,?,?,?,?,?,?,0)",
+                              (file_id,) + meta).lastrowid
+            part_from = 0
+        else:
+            sid = existing
+            old_labels = con.execute("SELECT labels FROM sessions WHERE id=?", (sid,)).fetchone()[0]
+            row = con.execute("SELECT max(first_seq) FROM docs WHERE session=? AND first_seq <= ?", (sid, from_seq)).fetchone()
+            part_from = 0 if old_labels != labels or row[0] is None else row[0]
+            self.delete_parts(sid, old_labels, part_from)
+            con.execute("DELETE FROM chunks WHERE session=? AND seq >= ?", (sid, from_seq))
+            con.execute("UPDATE sessions SET agent=?, session_id=?, path=?, cwd=?, name=?, created=?, modified=?, parent=?, "
+                        "summary=?, labels=? WHERE id=?", meta + (sid,))
+        con.executemany("INSERT INTO chunks(session, seq, kind, role, tool, path, ts, text) VALUES(?,?,?,?,?,?,?,?)",
+                        [(sid, from_seq + i) + r for i, r in enumerate(prep.rows)])
+        con.execute("UPDATE sessions SET chunk_count=? WHERE id=?", (from_seq + len(prep.rows), sid))
+        if existing is None and prep.parts is not None:
+            self.insert_parts(sid, prep.parts)
+        else:
+            self.build_parts(sid, labels, part_from)
+        touched = set(prep.touched)
+        if existing is not None:
+            touched -= set(con.execute("SELECT tool, path FROM touched WHERE session=?", (sid,)).fetchall())
+        con.executemany("INSERT INTO touched(session, tool, path) VALUES(?,?,?)", [(sid, t, p) for t, p in sorted(touched)])
+        return sid
+
+    def forget_session(self, agent, session_id):
+        """Delete every copy of a session so that its text is gone from the index file, not only from
+        its tables (`sesame forget`): deleted rows are overwritten (secure_delete), its words leave the
+        spelling vocabulary unless another session has them, and the FTS index is merged into one
+        segment, since a contentless FTS5 delete only adds a marker beside the old entries. One
+        transaction: on any failure the index is as it was. See wipe_free_space."""
+        con = self.con
+        con.execute("PRAGMA secure_delete=ON")
+        talk = [k for k, column in KIND_COLUMN.items() if column == "talk"]
+        with self.transaction():
+            rows = con.execute("SELECT id, labels, file_id FROM sessions WHERE agent=? AND session_id=?",
+                               (agent, session_id)).fetchall()
+            words = vocabulary([labels or "" for _, labels, _ in rows])
+            for sid, _, _ in rows:
+                words |= vocabulary(unpack(t) for (t,) in con.execute(
+                    "SELECT text FROM chunks WHERE session=? AND kind IN (%s)" % ",".join("?" * len(talk)), [sid] + talk))
+            # A resumable parser's checkpoint carries some of the session's state (its name): the next
+            # change to the file reads it whole instead.
+            con.executemany("UPDATE files SET checkpoint=NULL WHERE id=?", {(file_id,) for _, _, file_id in rows})
+            self._delete_sessions("agent=? AND session_id=?", (agent, session_id))
+            for w in sorted(words):
+                if not con.execute("SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT 1", ('"%s"' % w,)).fetchone():
+                    con.execute("DELETE FROM vocab WHERE term=?", (w,))
+            con.execute("INSERT INTO docs_fts(docs_fts) VALUES('optimize')")
+
+    def session_files(self, agent, session_id):
+        """The files that hold a copy of a session (an agent's database and its older JSON files can
+        both have it), as Python opens them."""
+        return [fs_path(p) for (p,) in self.con.execute(
+            "SELECT DISTINCT f.path FROM files f JOIN sessions s ON s.file_id = f.id "
+            "WHERE s.agent=? AND s.session_id=? AND s.deleted IS NULL ORDER BY f.path", (agent, session_id))]
+
+    def wipe_free_space(self):
+        """Rewrite the index file without its free pages and checkpoint the WAL to zero bytes, so that
+        text deleted before secure_delete was on (old versions of a session, FTS segments merged away)
+        is in no byte of index.sqlite, -wal or -shm. Needs free disk space about the index's size."""
+        con = self.con
+        con.execute("PRAGMA temp_store=FILE")  # VACUUM's copy on disk, not in memory (the index can be GBs)
+        try:
+            con.execute("VACUUM")
+        finally:
+            con.execute("PRAGMA temp_store=MEMORY")
+        busy = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        if busy:
+            raise sqlite3.OperationalError("database is locked (another process is reading the index)")
+
+    def file_gone(self, row, keep=True):
+        """A file is no longer listed. Its sessions are kept, marked deleted, when the file is really gone
+        from disk (agents delete old transcripts; the index still has their text); they are removed when
+        the file is still there but no longer wanted (excluded, no longer under a configured source)."""
+        if keep and row.sessions and not os.path.lexists(fs_path(row.path)):
+            self.con.execute("UPDATE sessions SET deleted=? WHERE file_id=? AND deleted IS NULL", (iso(now_utc()), row.id))
+            self.con.execute("UPDATE files SET status='deleted', size=-1, checkpoint=NULL WHERE id=?", (row.id,))
+        else:
+            self._delete_sessions("file_id=?", (row.id,))
+            self.con.execute("DELETE FROM files WHERE id=?", (row.id,))
+
+    def clear_index(self, policy):
+        """Empty the index for a rebuild, except the sessions kept from files that are gone: they cannot
+        be read again, so they stay (unless the policy now excludes them), their ranking rows rebuilt."""
+        con = self.con
+        kept = con.execute("SELECT id, labels, agent, session_id, cwd FROM sessions WHERE deleted IS NOT NULL").fetchall()
+        con.execute("INSERT INTO docs_fts(docs_fts) VALUES('delete-all')")
+        con.execute("DELETE FROM docs")
+        if kept:
+            for table, col in (("chunks", "session"), ("touched", "session")):
+                con.execute("DELETE FROM %s WHERE %s NOT IN (SELECT id FROM sessions WHERE deleted IS NOT NULL)" % (table, col))
+        else:
+            con.execute("DELETE FROM chunks")
+            con.execute("DELETE FROM touched")
+        con.execute("DELETE FROM sessions WHERE deleted IS NULL")
+        con.execute("DELETE FROM files WHERE status != 'deleted'")
+        con.execute("DELETE FROM dirs")
+        for sid, labels, agent, session_id, cwd in kept:
+            if policy.redact:  # the rules may have changed since it was indexed
+                con.executemany("UPDATE chunks SET text=? WHERE id=?", [
+                    (pack(redact(unpack(text))[0]), cid)
+                    for cid, text in con.execute("SELECT id, text FROM chunks WHERE session=?", (sid,)).fetchall()])
+            self.build_parts(sid, labels, 0)
+            if not policy.keeps(agent, session_id, cwd):
+                self._delete_sessions("id=?", (sid,))
+        con.execute("DELETE FROM files WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.file_id = files.id)")
+
+    def keep_vanished(self, file_id, present):
+        """Sessions an agent deleted from a file that goes on holding others (a database: Hermes prunes
+        old sessions, OpenCode and Cursor delete chats) are kept like those of deleted files: marked
+        deleted, searchable, shown from the index. `present`: the (agent, session id) the file holds now."""
+        now = iso(now_utc())
+        self.con.executemany("UPDATE sessions SET deleted=? WHERE id=?", [
+            (now, sid) for sid, agent, session_id in self.con.execute(
+                "SELECT id, agent, session_id FROM sessions WHERE file_id=? AND deleted IS NULL", (file_id,)).fetchall()
+            if (agent, session_id) not in present])
+
+    def file_sessions(self, file_id):
+        """{(agent, session id): row id} of the sessions indexed from a file."""
+        return {(agent, session_id): sid for sid, agent, session_id in
+                self.con.execute("SELECT id, agent, session_id FROM sessions WHERE file_id=?", (file_id,))}
+
+    def first_session(self, file_id):
+        """The row id of a session indexed from a file (the one a resumable file holds), or None."""
+        row = self.con.execute("SELECT id FROM sessions WHERE file_id=?", (file_id,)).fetchone()
+        return row[0] if row else None
+
+    def packed_chunks(self, sid):
+        """A session's chunk rows as stored: (kind, role, tool, path, ts, packed text), in order."""
+        return self.con.execute("SELECT kind, role, tool, path, ts, text FROM chunks WHERE session=? ORDER BY seq",
+                                (sid,)).fetchall()
+
+    def add_file(self, path, parser_id):
+        """A new row in `files` (filled in by file_read); returns its id."""
+        return self.con.execute("INSERT INTO files(path, parser) VALUES(?, ?)", (db_path(path), parser_id)).lastrowid
+
+    def file_unreadable(self, file_id, job, reason):
+        """A file that could not be read now: what was indexed from it stays; tried again next run."""
+        if file_id is None:
+            self.con.execute("INSERT INTO files(path, source, parser, parser_version, size, mtime_ns, status, reason) "
+                             "VALUES(?,?,?,?,-1,?,'unreadable',?)", (db_path(job.path), job.source, job.parser.id,
+                                                                     job.parser.version, job.stat.st_mtime_ns, reason))
+        else:
+            self.con.execute("UPDATE files SET status='unreadable', reason=? WHERE id=?", (reason, file_id))
+
+    def file_damaged(self, file_id, st, reason):
+        """A file that held sessions and no longer parses: they are kept; it is looked at when it changes."""
+        self.con.execute("UPDATE files SET status='damaged', reason=?, size=?, mtime_ns=?, indexed_at=? WHERE id=?",
+                         (reason, st.st_size, st.st_mtime_ns, iso(now_utc()), file_id))
+
+    def file_read(self, file_id, job, size, status, reason, skipped, checkpoint, unknown):
+        """Record what a read of a file gave (`size` -1: not read to its end yet), and how many sessions
+        the index holds from it."""
+        count = self.con.execute("SELECT count(*) FROM sessions WHERE file_id=?", (file_id,)).fetchone()[0]
+        self.con.execute("UPDATE files SET source=?, parser=?, parser_version=?, size=?, mtime_ns=?, status=?, reason=?, "
+                         "skipped=?, indexed_at=?, checkpoint=?, sessions=?, unknown=? WHERE id=?",
+                         (job.source, job.parser.id, job.parser.version, size, job.stat.st_mtime_ns, status, reason,
+                          skipped, iso(now_utc()), json.dumps(checkpoint) if checkpoint else None, count,
+                          json.dumps(unknown) if unknown else None, file_id))
+
+    def file_checkpoint(self, file_id):
+        """The checkpoint stored with a file (a dict, see Parser.checkpoint_holds), or None."""
+        return json.loads(self.con.execute("SELECT checkpoint FROM files WHERE id=?", (file_id,)).fetchone()[0] or "null")
+
+    def set_listings(self, listings, settled):
+        """Record the folders each source was listed from ({source: [(folder, mtime_ns)]}); a folder
+        changed after `settled` (ns) is recorded with time 0, so that it is listed again."""
+        for source, dirs in listings.items():
+            self.con.execute("DELETE FROM dirs WHERE source=?", (source,))
+            self.con.executemany("INSERT OR REPLACE INTO dirs(source, path, mtime_ns) VALUES(?,?,?)",
+                                 [(source, db_path(d), m if m < settled else 0) for d, m in dirs])
+
+    def move_files(self, moved):
+        """Files now listed first by another source: [(source, path)]."""
+        self.con.executemany("UPDATE files SET source=? WHERE path=?", moved)
+
+    def drop_emptied_files(self):
+        """Rows of files gone whose sessions all moved to other files."""
+        self.con.execute("DELETE FROM files WHERE status='deleted' AND NOT EXISTS "
+                         "(SELECT 1 FROM sessions s WHERE s.file_id = files.id)")
+
+    # -- What the indexer reads of its own records (see Freshness in the Indexer section) ----------
+
+    def _file_rows(self, where="1", params=()):
+        return [FileRow(*r) for r in self.con.execute("SELECT %s FROM files WHERE %s" % (FILE_COLUMNS, where), params)]
+
+    def file_row(self, path):
+        """The FileRow of a path as stored (see db_path), or None."""
+        rows = self._file_rows("path = ?", (path,))
+        return rows[0] if rows else None
+
+    def file_rows_of(self, source, parser_id):
+        """The FileRows of the files a source (its root and parser) listed first."""
+        return self._file_rows("source = ? AND parser = ?", (source, parser_id))
+
+    def file_rows_at(self, paths):
+        """The FileRows of these stored paths."""
+        return [row for i in range(0, len(paths), 500)  # (older SQLite takes at most 999 parameters)
+                for row in self._file_rows("path IN (%s)" % ",".join("?" * len(paths[i:i + 500])), paths[i:i + 500])]
+
+    def file_rows_by_id(self, ids):
+        return [row for i in range(0, len(ids), 500)
+                for row in self._file_rows("id IN (%s)" % ",".join("?" * len(ids[i:i + 500])), ids[i:i + 500])]
+
+    def active_file_rows(self, since_ns, limit):
+        """The `limit` newest files written since `since_ns`, not gone."""
+        return self._file_rows("mtime_ns >= ? AND status != 'deleted' ORDER BY mtime_ns DESC LIMIT ?", (since_ns, limit))
+
+    def shared_file_rows(self):
+        """The files holding several sessions (agent databases), not gone."""
+        return self._file_rows("sessions > 1 AND status != 'deleted'")
+
+    def pending_file_rows(self):
+        """The files read in part, or marked to be read again (size -1), not gone."""
+        return self._file_rows("size < 0 AND status != 'deleted'")
+
+    def cwd_file_rows(self, folders, limit):
+        """The newest `limit` files of the sessions run in one of these folders."""
+        return self._file_rows("status != 'deleted' AND id IN (SELECT file_id FROM sessions WHERE cwd IN (%s)) "
+                               "ORDER BY mtime_ns DESC LIMIT %d" % (",".join("?" * len(folders)), limit), folders)
+
+    def session_file_rows(self, agent, session_ids):
+        """The files holding the sessions of an agent with these ids, not gone."""
+        ids, rows = sorted(session_ids), []
+        for i in range(0, len(ids), 500):  # (older SQLite takes at most 999 parameters)
+            batch = ids[i:i + 500]
+            rows += self._file_rows("status != 'deleted' AND id IN (SELECT file_id FROM sessions WHERE agent = ? "
+                                    "AND session_id IN (%s))" % ",".join("?" * len(batch)), [agent] + batch)
+        return rows
+
+    def file_stats(self):
+        """{stored path: (parser, parser_version, size, mtime_ns, status, source)} of every file."""
+        return {r[0]: r[1:] for r in self.con.execute("SELECT path, parser, parser_version, size, mtime_ns, status, source "
+                                                      "FROM files")}
+
+    def listings(self):
+        """{source: [(folder, mtime_ns)]}: the folders each source was listed from, in order."""
+        out = collections.defaultdict(list)
+        for source, path, mtime in self.con.execute("SELECT source, path, mtime_ns FROM dirs ORDER BY source, path"):
+            out[source].append((fs_path(path), mtime))
+        return out
+
+    def source_paths(self, source, parser_id):
+        """The stored paths of the files a source (its root and parser) listed first."""
+        return [p for (p,) in self.con.execute("SELECT path FROM files WHERE source=? AND parser=?", (source, parser_id))]
+
+    def files_after(self, start):
+        """(id, path, source, parser, parser_version, size, mtime_ns) of the indexed files in id order,
+        from just after `start`, then from the first up to `start`."""
+        for low, high in ((start, None), (0, start)):
+            last = low
+            while True:
+                rows = self.con.execute("SELECT id, path, source, parser, parser_version, size, mtime_ns FROM files "
+                                        "WHERE id > ?%s AND status != 'deleted' ORDER BY id LIMIT 256"
+                                        % ("" if high is None else " AND id <= %d" % high), (last,)).fetchall()
+                if not rows:
+                    break
+                yield from rows
+                last = rows[-1][0]
+
     def close(self):
         try:
             self.con.close()
@@ -9208,22 +9543,6 @@ def doc_columns(name, chunk_rows):
                                           DOC_BREAK.join(cols["aside"]), DOC_BREAK.join(p for p in parts if p)))
 
 
-def _part_rows(con, sid, first, last):
-    return [(k, unpack(t, strict=True)) for k, t in con.execute(
-        "SELECT kind, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? ORDER BY seq", (sid, first, last))]
-
-
-def delete_parts(con, sid, name, from_seq=0):
-    """Delete the session's parts that hold chunks from seq `from_seq` on (all parts by default)."""
-    for doc_id, first, last in con.execute(
-            "SELECT id, first_seq, last_seq FROM docs WHERE session=? AND (last_seq >= ? OR first_seq >= ?)",
-            (sid, from_seq, from_seq)).fetchall():
-        con.execute("INSERT INTO docs_fts(docs_fts, rowid, name, talk, tools, aside, parts) "
-                    "VALUES('delete', ?, ?, ?, ?, ?, ?)",
-                    (doc_id,) + doc_columns(name, _part_rows(con, sid, first, last)))
-        con.execute("DELETE FROM docs WHERE id=?", (doc_id,))
-
-
 # A session is empty when none of its chunks is one of these: no chunk at all (a Droid file with only
 # `session_start`), or only what the agent injected and the model thought (Codex rollouts that hold
 # only the environment and AGENTS.md context). Nobody worked in it, so it is no search result.
@@ -9254,20 +9573,6 @@ def cut_parts(rows, start_seq=0):
     if part or start_seq == 0:
         parts.append((first, last, part))
     return parts
-
-
-def insert_parts(con, sid, parts):
-    """Index (first, last, columns) parts of one session in docs_fts."""
-    for first, last, cols in parts:
-        doc = con.execute("INSERT INTO docs(session, first_seq, last_seq) VALUES(?,?,?)", (sid, first, last)).lastrowid
-        con.execute("INSERT INTO docs_fts(rowid, name, talk, tools, aside, parts) VALUES(?,?,?,?,?,?)", (doc,) + cols)
-
-
-def build_parts(con, sid, name, from_seq):
-    """Re-cut and index the session's parts from chunk `from_seq` (a part start) on, from the index."""
-    rows = ((seq, kind, unpack(text, strict=True)) for seq, kind, text in con.execute(
-        "SELECT seq, kind, text FROM chunks WHERE session=? AND seq >= ? ORDER BY seq", (sid, from_seq)))
-    insert_parts(con, sid, [(f, l, doc_columns(name, p)) for f, l, p in cut_parts(rows, from_seq)])
 
 
 def clean_text(value):
@@ -9324,137 +9629,6 @@ class Prepared:
     def __setstate__(self, state):
         for k, v in zip(self.__slots__, state):
             setattr(self, k, v)
-
-
-def delete_sessions(con, where, params=()):
-    """Remove the sessions matching a condition on `sessions`, with their chunks and ranking rows."""
-    for sid, labels in con.execute("SELECT id, labels FROM sessions WHERE %s" % where, params).fetchall():
-        delete_parts(con, sid, labels)
-        for table, col in (("chunks", "session"), ("touched", "session"), ("sessions", "id")):
-            con.execute("DELETE FROM %s WHERE %s=?" % (table, col), (sid,))
-
-
-def forget_session(store, agent, session_id):
-    """Delete every copy of a session so that its text is gone from the index file, not only from
-    its tables (`sesame forget`): deleted rows are overwritten (secure_delete), its words leave the
-    spelling vocabulary unless another session has them, and the FTS index is merged into one
-    segment, since a contentless FTS5 delete only adds a marker beside the old entries. One
-    transaction: on any failure the index is as it was. See wipe_free_space."""
-    con = store.con
-    con.execute("PRAGMA secure_delete=ON")
-    talk = [k for k, column in KIND_COLUMN.items() if column == "talk"]
-    with store.transaction():
-        rows = con.execute("SELECT id, labels, file_id FROM sessions WHERE agent=? AND session_id=?",
-                           (agent, session_id)).fetchall()
-        words = vocabulary([labels or "" for _, labels, _ in rows])
-        for sid, _, _ in rows:
-            words |= vocabulary(unpack(t) for (t,) in con.execute(
-                "SELECT text FROM chunks WHERE session=? AND kind IN (%s)" % ",".join("?" * len(talk)), [sid] + talk))
-        # A resumable parser's checkpoint carries some of the session's state (its name): the next
-        # change to the file reads it whole instead.
-        con.executemany("UPDATE files SET checkpoint=NULL WHERE id=?", {(file_id,) for _, _, file_id in rows})
-        delete_sessions(con, "agent=? AND session_id=?", (agent, session_id))
-        for w in sorted(words):
-            if not con.execute("SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT 1", ('"%s"' % w,)).fetchone():
-                con.execute("DELETE FROM vocab WHERE term=?", (w,))
-        con.execute("INSERT INTO docs_fts(docs_fts) VALUES('optimize')")
-
-
-def session_files(con, agent, session_id):
-    """The files that hold a copy of a session (an agent's database and its older JSON files can
-    both have it), as Python opens them."""
-    return [fs_path(p) for (p,) in con.execute(
-        "SELECT DISTINCT f.path FROM files f JOIN sessions s ON s.file_id = f.id "
-        "WHERE s.agent=? AND s.session_id=? AND s.deleted IS NULL ORDER BY f.path", (agent, session_id))]
-
-
-def wipe_free_space(store):
-    """Rewrite the index file without its free pages and checkpoint the WAL to zero bytes, so that
-    text deleted before secure_delete was on (old versions of a session, FTS segments merged away)
-    is in no byte of index.sqlite, -wal or -shm. Needs free disk space about the index's size."""
-    con = store.con
-    con.execute("PRAGMA temp_store=FILE")  # VACUUM's copy on disk, not in memory (the index can be GBs)
-    try:
-        con.execute("VACUUM")
-    finally:
-        con.execute("PRAGMA temp_store=MEMORY")
-    busy = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-    if busy:
-        raise sqlite3.OperationalError("database is locked (another process is reading the index)")
-
-
-def file_gone(con, row, keep=True):
-    """A file is no longer listed. Its sessions are kept, marked deleted, when the file is really gone
-    from disk (agents delete old transcripts; the index still has their text); they are removed when
-    the file is still there but no longer wanted (excluded, no longer under a configured source)."""
-    if keep and row.sessions and not os.path.lexists(fs_path(row.path)):
-        con.execute("UPDATE sessions SET deleted=? WHERE file_id=? AND deleted IS NULL", (iso(now_utc()), row.id))
-        con.execute("UPDATE files SET status='deleted', size=-1, checkpoint=NULL WHERE id=?", (row.id,))
-    else:
-        delete_sessions(con, "file_id=?", (row.id,))
-        con.execute("DELETE FROM files WHERE id=?", (row.id,))
-
-
-def clear_index(con, policy):
-    """Empty the index for a rebuild, except the sessions kept from files that are gone: they cannot
-    be read again, so they stay (unless the policy now excludes them), their ranking rows rebuilt."""
-    kept = con.execute("SELECT id, labels, agent, session_id, cwd FROM sessions WHERE deleted IS NOT NULL").fetchall()
-    con.execute("INSERT INTO docs_fts(docs_fts) VALUES('delete-all')")
-    con.execute("DELETE FROM docs")
-    if kept:
-        for table, col in (("chunks", "session"), ("touched", "session")):
-            con.execute("DELETE FROM %s WHERE %s NOT IN (SELECT id FROM sessions WHERE deleted IS NOT NULL)" % (table, col))
-    else:
-        con.execute("DELETE FROM chunks")
-        con.execute("DELETE FROM touched")
-    con.execute("DELETE FROM sessions WHERE deleted IS NULL")
-    con.execute("DELETE FROM files WHERE status != 'deleted'")
-    con.execute("DELETE FROM dirs")
-    for sid, labels, agent, session_id, cwd in kept:
-        if policy.redact:  # the rules may have changed since it was indexed
-            con.executemany("UPDATE chunks SET text=? WHERE id=?", [
-                (pack(redact(unpack(text))[0]), cid)
-                for cid, text in con.execute("SELECT id, text FROM chunks WHERE session=?", (sid,)).fetchall()])
-        build_parts(con, sid, labels, 0)
-        if not policy.keeps(agent, session_id, cwd):
-            delete_sessions(con, "id=?", (sid,))
-    con.execute("DELETE FROM files WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.file_id = files.id)")
-
-
-def write_session(con, file_id, prep, existing=None, from_seq=0):
-    """Write a prepared session, or (existing = its row id) replace its chunks from seq `from_seq` on.
-
-    Returns the session's row id. Only the parts from the one holding `from_seq` are rebuilt, and
-    all of them when the name changed (the name is indexed with every part).
-    """
-    meta = prep.meta._replace(path=db_path(prep.meta.path))  # the columns of `sessions`, in order
-    labels = meta.labels
-    if existing is None:
-        sid = con.execute("INSERT INTO sessions(file_id, agent, session_id, path, cwd, name, created, modified, "
-                          "parent, summary, labels, chunk_count) VALUES(?,?,?,?,?,?,?,?,?,?,?,0)",
-                          (file_id,) + meta).lastrowid
-        part_from = 0
-    else:
-        sid = existing
-        old_labels = con.execute("SELECT labels FROM sessions WHERE id=?", (sid,)).fetchone()[0]
-        row = con.execute("SELECT max(first_seq) FROM docs WHERE session=? AND first_seq <= ?", (sid, from_seq)).fetchone()
-        part_from = 0 if old_labels != labels or row[0] is None else row[0]
-        delete_parts(con, sid, old_labels, part_from)
-        con.execute("DELETE FROM chunks WHERE session=? AND seq >= ?", (sid, from_seq))
-        con.execute("UPDATE sessions SET agent=?, session_id=?, path=?, cwd=?, name=?, created=?, modified=?, parent=?, "
-                    "summary=?, labels=? WHERE id=?", meta + (sid,))
-    con.executemany("INSERT INTO chunks(session, seq, kind, role, tool, path, ts, text) VALUES(?,?,?,?,?,?,?,?)",
-                    [(sid, from_seq + i) + r for i, r in enumerate(prep.rows)])
-    con.execute("UPDATE sessions SET chunk_count=? WHERE id=?", (from_seq + len(prep.rows), sid))
-    if existing is None and prep.parts is not None:
-        insert_parts(con, sid, prep.parts)
-    else:
-        build_parts(con, sid, labels, part_from)
-    touched = set(prep.touched)
-    if existing is not None:
-        touched -= set(con.execute("SELECT tool, path FROM touched WHERE session=?", (sid,)).fetchall())
-    con.executemany("INSERT INTO touched(session, tool, path) VALUES(?,?,?)", [(sid, t, p) for t, p in sorted(touched)])
-    return sid
 
 
 class IndexSummary:
@@ -9521,10 +9695,6 @@ FILE_COLUMNS = ", ".join(FileRow._fields)
 Job = collections.namedtuple("Job", "path parser stat row source resume")
 
 SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3", ".vscdb")
-
-
-def file_rows(con, where="1", params=()):
-    return [FileRow(*r) for r in con.execute("SELECT %s FROM files WHERE %s" % (FILE_COLUMNS, where), params)]
 
 
 def stat_file(path, parser, st=None):
@@ -9649,15 +9819,11 @@ def plan_full(store, sources, summary, policy):
     """Compare every file of every source with the index (first source wins a file listed twice).
     Written for speed: `sesame index` and `watch` run it over every file, every time."""
     plan = Plan(full=True)
-    con = store.con
     # Of every indexed file, only what the comparison needs, as plain tuples; whole rows (FileRows)
     # are read for the files to read or gone: 10,000 whole rows, or named tuples made of them, cost
     # a third of a no-op run.
-    known = {r[0]: r[1:] for r in con.execute("SELECT path, parser, parser_version, size, mtime_ns, status, source "
-                                              "FROM files")}
-    known_dirs = collections.defaultdict(list)
-    for source, path, mtime in con.execute("SELECT source, path, mtime_ns FROM dirs ORDER BY source, path"):
-        known_dirs[source].append((fs_path(path), mtime))
+    known = store.file_stats()
+    known_dirs = store.listings()
     seen, kept, listed_sources, todo, listings = set(), set(), set(), [], {}
     for src in sources:
         paths, log = list_source(src, summary)
@@ -9667,8 +9833,7 @@ def plan_full(store, sources, summary, policy):
         _add_listing(listings, src, log.dirs)
         unreadable = [d for d, _ in log.unreadable]
         if unreadable:
-            kept.update(key for (key,) in con.execute("SELECT path FROM files WHERE source=? AND parser=?", _owner(src))
-                        if _inside(fs_path(key), unreadable))
+            kept.update(key for key in store.source_paths(*_owner(src)) if _inside(fs_path(key), unreadable))
         parser = src.parser
         pid, version = parser.id, parser.version
         # A parser without sidecar files: a stat says all (except for SQLite stores). pi's answers []
@@ -9700,10 +9865,7 @@ def plan_full(store, sources, summary, policy):
     plan.listings = {root: dirs for root, dirs in listings.items() if dirs != known_dirs.get(root, [])}
     configured = {_owner(s) for s in sources}
     gone = [key for key, row in known.items() if key not in seen and key not in kept and row[4] != "deleted"]
-    wanted, rows = [job[3] for job in todo if job[3] is not None] + gone, {}
-    for i in range(0, len(wanted), 500):  # (older SQLite takes at most 999 parameters)
-        batch = wanted[i:i + 500]
-        rows.update((row.path, row) for row in file_rows(con, "path IN (%s)" % ",".join("?" * len(batch)), batch))
+    rows = {row.path: row for row in store.file_rows_at([job[3] for job in todo if job[3] is not None] + gone)}
     plan.todo = [Job(path, parser, st, rows.get(key), source, None) for path, parser, st, key, source in todo]
     plan.gone = [rows[key] for key in gone if key in rows
                  and ((rows[key].source, rows[key].parser) in listed_sources
@@ -9714,11 +9876,8 @@ def plan_full(store, sources, summary, policy):
 def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
     """The freshness rules above: folders, active files, the caller's folder, the journals, then a
     sweep (unless `sweep` is false: the MCP server compares every file in the background)."""
-    con = store.con
     plan = Plan(full=False)
-    known_dirs = collections.defaultdict(list)
-    for source, path, mtime in con.execute("SELECT source, path, mtime_ns FROM dirs"):
-        known_dirs[source].append((fs_path(path), mtime))
+    known_dirs = store.listings()
     changed_dirs, check = set(), {}
     for src in sources:
         dirs = known_dirs.get(src.path)
@@ -9738,7 +9897,7 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
             continue
         if dirs or log.dirs:
             _add_listing(plan.listings, src, log.dirs)
-        rows = {row.path: row for row in file_rows(con, "source = ? AND parser = ?", _owner(src))}
+        rows = {row.path: row for row in store.file_rows_of(*_owner(src))}
         listed = set()
         for path in paths:
             key = path if path.isascii() else db_path(path)
@@ -9747,12 +9906,11 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
             listed.add(key)
             row = rows.get(key)
             if row is None:
-                other = file_rows(con, "path = ?", (key,))
-                if other and other[0].status != "deleted":
+                other = store.file_row(key)
+                if other and other.status != "deleted":
                     continue  # another source has it (first source wins)
                 try:
-                    plan.todo.append(Job(path, src.parser, stat_file(path, src.parser), other[0] if other else None,
-                                         src.path, None))
+                    plan.todo.append(Job(path, src.parser, stat_file(path, src.parser), other, src.path, None))
                     plan.checked += 1
                 except OSError as e:
                     summary.problem(path, "cannot stat: %s" % (e.strerror or e))
@@ -9763,16 +9921,15 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
                       and not _inside(fs_path(key), unreadable)]
     # Files written lately, files holding several sessions, and the caller's folder.
     since = time.time_ns() - ACTIVE_SECONDS * 10 ** 9
-    for row in file_rows(con, "mtime_ns >= ? AND status != 'deleted' ORDER BY mtime_ns DESC LIMIT ?",
-                         (since, ACTIVE_MAX_FILES)):
+    for row in store.active_file_rows(since, ACTIVE_MAX_FILES):
         check[row.id] = row
-    for row in file_rows(con, "sessions > 1 AND status != 'deleted'"):
+    for row in store.shared_file_rows():
         check[row.id] = row
-    for row in file_rows(con, "size < 0 AND status != 'deleted'"):  # read in part, or marked to be read again
+    for row in store.pending_file_rows():  # read in part, or marked to be read again
         check[row.id] = row
-    for row in _cwd_rows(con, cwd):
+    for row in _cwd_rows(store, cwd):
         check[row.id] = row
-    for row in _journal_rows(con, read_journals(store, sources, plan)):
+    for row in _journal_rows(store, read_journals(store, sources, plan)):
         check[row.id] = row
     parsers = {_owner(src): src.parser for src in sources}
     gone = {row.id for row in plan.gone}
@@ -9785,7 +9942,7 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
     return plan
 
 
-def _cwd_rows(con, cwd):
+def _cwd_rows(store, cwd):
     """The files of sessions run in `cwd` or a folder above it (not / or the home folder itself)."""
     if not cwd:
         return []
@@ -9798,8 +9955,7 @@ def _cwd_rows(con, cwd):
             break
     if not folders:
         return []
-    return file_rows(con, "status != 'deleted' AND id IN (SELECT file_id FROM sessions WHERE cwd IN (%s)) "
-                          "ORDER BY mtime_ns DESC LIMIT %d" % (",".join("?" * len(folders)), CWD_MAX_FILES), folders)
+    return store.cwd_file_rows(folders, CWD_MAX_FILES)
 
 
 # Change journals. Claude Code and Codex append a line naming the session to a history file of
@@ -9875,16 +10031,9 @@ def read_journals(store, sources, plan):
     return named
 
 
-def _journal_rows(con, named):
+def _journal_rows(store, named):
     """The indexed files holding the named sessions ({agent: {session id}})."""
-    rows = []
-    for agent, ids in named.items():
-        ids = sorted(ids)
-        for i in range(0, len(ids), 500):  # (older SQLite takes at most 999 parameters)
-            batch = ids[i:i + 500]
-            rows += file_rows(con, "status != 'deleted' AND id IN (SELECT file_id FROM sessions WHERE agent = ? "
-                                   "AND session_id IN (%s))" % ",".join("?" * len(batch)), [agent] + batch)
-    return rows
+    return [row for agent, ids in named.items() for row in store.session_file_rows(agent, ids)]
 
 
 def _save_journals(store, plan):
@@ -9924,21 +10073,6 @@ def _sweep_file(store):
     return os.path.join(os.path.dirname(store.path), "sweep")
 
 
-def _rows_after(con, start):
-    """(id, path, source, parser, parser_version, size, mtime_ns) of the indexed files in id order,
-    from just after `start`, then from the first up to `start`."""
-    for low, high in ((start, None), (0, start)):
-        last = low
-        while True:
-            rows = con.execute("SELECT id, path, source, parser, parser_version, size, mtime_ns FROM files "
-                               "WHERE id > ?%s AND status != 'deleted' ORDER BY id LIMIT 256"
-                               % ("" if high is None else " AND id <= %d" % high), (last,)).fetchall()
-            if not rows:
-                break
-            yield from rows
-            last = rows[-1][0]
-
-
 def _sweep(store, plan, parsers, summary, skip):
     """Check the next files in id order: at least SWEEP_MIN_FILES, more while SWEEP_SECONDS last.
     Every search runs this, so it is written for speed: of each file only what the comparison needs
@@ -9952,7 +10086,7 @@ def _sweep(store, plan, parsers, summary, skip):
     clock = time.monotonic
     deadline, done, differ = clock() + SWEEP_SECONDS, 0, []
     plan.sweep = start
-    for fid, path, source, pid, version, size, mtime in _rows_after(store.con, start):
+    for fid, path, source, pid, version, size, mtime in store.files_after(start):
         plan.sweep = fid
         if fid in skip:
             continue
@@ -9970,10 +10104,8 @@ def _sweep(store, plan, parsers, summary, skip):
         if done >= SWEEP_MIN_FILES and clock() > deadline:
             break
     plan.checked += done - len(differ)
-    for i in range(0, len(differ), 500):  # (older SQLite takes at most 999 parameters)
-        batch = differ[i:i + 500]
-        for row in file_rows(store.con, "id IN (%s)" % ",".join("?" * len(batch)), batch):
-            _check_row(plan, row, parsers, summary)
+    for row in store.file_rows_by_id(differ):
+        _check_row(plan, row, parsers, summary)
 
 
 def _save_sweep(store, plan):
@@ -10006,30 +10138,26 @@ class Batch:
     def __init__(self, store, one_transaction=False):
         self.store, self.bytes, self.files = store, 0, 0
         self.one_transaction = one_transaction
-        self.con = store.con
         self.words = set()  # vocabulary seen in this batch, written once at commit
-        self.con.execute("BEGIN IMMEDIATE")
+        store.begin()
 
     def done(self, nbytes, files=0):
         self.bytes += nbytes
         self.files += files
         if not self.one_transaction and (self.bytes >= BATCH_BYTES or self.files >= BATCH_FILES):
             self.commit()
-            self.con.execute("BEGIN IMMEDIATE")
+            self.store.begin()
 
     def commit(self):
         if self.words:
-            self.con.executemany("INSERT OR IGNORE INTO vocab(term) VALUES(?)", ((w,) for w in sorted(self.words)))
+            self.store.add_words(self.words)
             self.words = set()
         self.store.set_meta("last_index", iso(now_utc()))
-        self.con.execute("COMMIT")
+        self.store.commit()
         self.bytes = self.files = 0
 
     def rollback(self):
-        try:
-            self.con.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
+        self.store.rollback()
 
 
 def plan_index(store, sources, summary, policy, quick=False, cwd=None, sweep=True):
@@ -10073,7 +10201,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
         if full:
             # Rebuilt in the run's one transaction: until it commits, searches see the old index, and
             # a rebuild that fails (full disk, Ctrl-C, kill -9) leaves the old index as it was.
-            clear_index(store.con, policy)
+            store.clear_index(policy)
         store.set_meta("policy", policy.fingerprint())
         if plan is None:
             plan = plan_full(store, sources, summary, policy)
@@ -10082,16 +10210,12 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
         # A folder changed within the last seconds may change again within the same tick of a
         # coarse file system clock (1-2 s on some disks) without its time moving: such a folder is
         # recorded as unknown, so the next refresh lists it again.
-        settled = time.time_ns() - 2 * 10 ** 9
-        for source, dirs in plan.listings.items():
-            store.con.execute("DELETE FROM dirs WHERE source=?", (source,))
-            store.con.executemany("INSERT OR REPLACE INTO dirs(source, path, mtime_ns) VALUES(?,?,?)",
-                                  [(source, db_path(d), m if m < settled else 0) for d, m in dirs])
-        store.con.executemany("UPDATE files SET source=? WHERE path=?", plan.moved)
+        store.set_listings(plan.listings, settled=time.time_ns() - 2 * 10 ** 9)
+        store.move_files(plan.moved)
         for row in plan.gone:
-            file_gone(store.con, row, keep=policy.keep_deleted)
+            store.file_gone(row, keep=policy.keep_deleted)
             summary.removed += 1
-        jobs = [job._replace(resume=_resume_point(store.con, job)) for job in plan.todo]
+        jobs = [job._replace(resume=_resume_point(store, job)) for job in plan.todo]
         to_read = sum(j.stat.st_size - (j.resume["offset"] if j.resume else 0) for j in jobs)
         results = parse_all(jobs, parallel=to_read >= PARALLEL_MIN_BYTES, policy=policy)
         done_bytes = 0
@@ -10102,8 +10226,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
             if progress:
                 progress(n, len(jobs), done_bytes, max(to_read, 1), time.monotonic() - t0)
         if plan.todo:  # rows of files gone whose sessions all moved to files indexed now
-            store.con.execute("DELETE FROM files WHERE status='deleted' AND NOT EXISTS "
-                              "(SELECT 1 FROM sessions s WHERE s.file_id = files.id)")
+            store.drop_emptied_files()
         if store.meta("built") is None:
             store.set_meta("built", iso(now_utc()))  # a first complete index: searches stop waiting for it
         batch.commit()
@@ -10149,14 +10272,14 @@ def file_checksum(path, length, since=None):
     return "%d:%08x" % (length, crc)
 
 
-def _resume_point(con, job):
+def _resume_point(store, job):
     """The checkpoint to go on from when the file only grew since it was indexed, else None."""
     row, parser = job.row, job.parser
     if (row is None or not parser.resumable or row.parser != parser.id or row.parser_version != parser.version
             or row.status != "ok"):
         return None
     try:
-        ck = json.loads(con.execute("SELECT checkpoint FROM files WHERE id=?", (row.id,)).fetchone()[0] or "null")
+        ck = store.file_checkpoint(row.id)
         if ck and job.stat.st_size >= ck["offset"] and file_checksum(job.path, ck["offset"]) == ck["checksum"] \
                 and parser.checkpoint_holds(job.path, ck):
             return ck
@@ -10249,36 +10372,22 @@ def merge_kept(old, new):
     return rows, kept
 
 
-def keep_lost_chunks(con, file_id, sessions):
+def keep_lost_chunks(store, file_id, sessions):
     """For a file damaged on disk (see damaged_on_disk): what was indexed from it before and this
     read lost is kept, each session's lost chunks in their place among the ones read now. Returns
     how many chunks were kept."""
-    before = {(agent, session_id): sid for sid, agent, session_id in
-              con.execute("SELECT id, agent, session_id FROM sessions WHERE file_id=?", (file_id,))}
+    before = store.file_sessions(file_id)
     kept = 0
     for s in sessions:
         sid = before.get((s.meta.agent, s.meta.session_id))
         if sid is None:
             continue
-        old = con.execute("SELECT kind, role, tool, path, ts, text FROM chunks WHERE session=? ORDER BY seq",
-                          (sid,)).fetchall()
-        rows, n = merge_kept(old, s.rows)
+        rows, n = merge_kept(store.packed_chunks(sid), s.rows)
         if n:
             s.rows, s.count, s.parts = rows, len(rows), None  # (parts are cut again from the rows written)
             s.touched = sorted({(r[2] or "", r[3] or "") for r in rows if r[0] == "tool"})
             kept += n
     return kept
-
-
-def keep_vanished(con, file_id, present):
-    """Sessions an agent deleted from a file that goes on holding others (a database: Hermes prunes
-    old sessions, OpenCode and Cursor delete chats) are kept like those of deleted files: marked
-    deleted, searchable, shown from the index. `present`: the (agent, session id) the file holds now."""
-    now = iso(now_utc())
-    con.executemany("UPDATE sessions SET deleted=? WHERE id=?", [
-        (now, sid) for sid, agent, session_id in
-        con.execute("SELECT id, agent, session_id FROM sessions WHERE file_id=? AND deleted IS NULL", (file_id,)).fetchall()
-        if (agent, session_id) not in present])
 
 
 def index_file(batch, job, result, summary, policy):
@@ -10292,12 +10401,11 @@ def index_file(batch, job, result, summary, policy):
     deleted from it (keep_vanished). A resumable file that only grew is extended from its
     checkpoint; one larger than SLICE_BYTES arrives in slices, each committed like an append.
     """
-    con, resume, st = batch.con, job.resume if not result.restarted else None, job.stat
+    store, resume, st = batch.store, job.resume if not result.restarted else None, job.stat
     file_id = job.row.id if job.row else None
     existing = None
     if resume and file_id is not None:
-        r = con.execute("SELECT id FROM sessions WHERE file_id=?", (file_id,)).fetchone()
-        existing = r[0] if r else None
+        existing = store.first_session(file_id)
     fresh = resume is None
     skipped_lines, unknown, versions, written, kept = 0, collections.Counter(), set(), [], 0
     while True:
@@ -10308,54 +10416,43 @@ def index_file(batch, job, result, summary, policy):
         versions.update(result.versions)
         if result.status == "error":  # kept as it was, tried again next run
             summary.problem(job.path, result.payload)
-            if file_id is None:
-                con.execute("INSERT INTO files(path, source, parser, parser_version, size, mtime_ns, status, reason) "
-                            "VALUES(?,?,?,?,-1,?,'unreadable',?)", (db_path(job.path), job.source, job.parser.id,
-                                                                    job.parser.version, st.st_mtime_ns, result.payload))
-            else:
-                con.execute("UPDATE files SET status='unreadable', reason=? WHERE id=?", (result.payload, file_id))
+            store.file_unreadable(file_id, job, result.payload)
             return
         if result.status == "skipped" and job.row is not None and job.row.sessions and \
                 job.row.status in ("ok", "damaged"):
             # It held sessions and no longer parses: keep them, say so, and look again when it changes.
-            con.execute("UPDATE files SET status='damaged', reason=?, size=?, mtime_ns=?, indexed_at=? WHERE id=?",
-                        (result.payload, st.st_size, st.st_mtime_ns, iso(now_utc()), file_id))
+            store.file_damaged(file_id, st, result.payload)
             summary.problem(job.path, "damaged, kept what was indexed from it before: %s" % result.payload)
             return
         sessions = result.payload if result.status == "ok" else []
         if fresh and file_id is not None:
             # Bytes of the file were lost since it was indexed: what this read cannot give back stays.
             if sessions and job.row.sessions and all(s.complete for s in sessions) and damaged_on_disk(job, result):
-                kept = keep_lost_chunks(con, file_id, sessions)
+                kept = keep_lost_chunks(store, file_id, sessions)
             # Sessions the file no longer holds are kept as deleted, when the same parser (and version)
             # read it: a new parser version may rightly see the file's sessions otherwise.
             if policy.keep_deleted and job.row.sessions and (job.row.parser, job.row.parser_version) == (
                     job.parser.id, job.parser.version):
-                keep_vanished(con, file_id, {(s.meta.agent, s.meta.session_id) for s in sessions})
-            delete_sessions(con, "file_id=? AND deleted IS NULL", (file_id,))
+                store.keep_vanished(file_id, {(s.meta.agent, s.meta.session_id) for s in sessions})
+            store.delete_file_sessions(file_id)
         fresh = False
         if file_id is None:
-            file_id = con.execute("INSERT INTO files(path, parser) VALUES(?, ?)", (db_path(job.path), job.parser.id)).lastrowid
+            file_id = store.add_file(job.path, job.parser.id)
         for s in sessions:
             if not policy.keeps(s.meta.agent, s.meta.session_id, s.meta.cwd):
                 continue  # forgotten, or run in an excluded project
-            existing = write_session(con, file_id, s, existing=existing if resume else None,
-                                     from_seq=resume["seq"] if resume else 0)
+            existing = store.write_session(file_id, s, existing=existing if resume else None,
+                                           from_seq=resume["seq"] if resume else 0)
             batch.words.update(s.words)
             written.append((s.meta.agent, s.meta.session_id))
             summary.chunks += s.count
         complete = all(s.complete for s in sessions)
         # (A file holding kept chunks is read whole at its next change, so that they stay in place.)
         checkpoint = result.checkpoint if not kept else None
-        count = con.execute("SELECT count(*) FROM sessions WHERE file_id=?", (file_id,)).fetchone()[0]
         # An unfinished file keeps size -1: the next run sees it as changed and resumes it.
-        con.execute("UPDATE files SET source=?, parser=?, parser_version=?, size=?, mtime_ns=?, status=?, reason=?, "
-                    "skipped=?, indexed_at=?, checkpoint=?, sessions=?, unknown=? WHERE id=?",
-                    (job.source, job.parser.id, job.parser.version, st.st_size if complete else -1, st.st_mtime_ns,
-                     "ok" if result.status == "ok" else "skipped", None if result.status == "ok" else result.payload,
-                     skipped_lines, iso(now_utc()), json.dumps(checkpoint) if checkpoint else None, count,
-                     json.dumps({"types": dict(unknown), "versions": sorted(versions)}) if unknown or versions else None,
-                     file_id))
+        store.file_read(file_id, job, st.st_size if complete else -1, "ok" if result.status == "ok" else "skipped",
+                        None if result.status == "ok" else result.payload, skipped_lines, checkpoint,
+                        {"types": dict(unknown), "versions": sorted(versions)} if unknown or versions else None)
         read_to = checkpoint["offset"] if checkpoint else st.st_size
         batch.done(read_to - (resume["offset"] if resume else 0))
         if complete:
@@ -10365,7 +10462,7 @@ def index_file(batch, job, result, summary, policy):
     # A session found in this file that the index kept from a file now gone has moved here: the
     # kept copy goes (the session follows its file).
     for agent, session_id in written:
-        delete_sessions(con, "agent=? AND session_id=? AND deleted IS NOT NULL", (agent, session_id))
+        store.delete_kept_copies(agent, session_id)
     if result.status == "skipped":
         summary.problem(job.path, result.payload)  # (counted as not indexed, not as indexed)
     else:
@@ -12954,8 +13051,8 @@ def _save_forgotten(items, env, what):
 def cmd_forget(args, ctx):
     """Remove a session from the index and keep it out (sessions with secrets, private projects).
 
-    Every copy of the session goes, and its text is wiped from the index files (forget_session,
-    wipe_free_space). A failure before the session is deleted (a full disk, another indexer that does
+    Every copy of the session goes, and its text is wiped from the index files (Store.forget_session,
+    Store.wipe_free_space). A failure before the session is deleted (a full disk, another indexer that does
     not finish, a locked index) leaves the index and the list of forgotten sessions as they were; a
     failure of the wipe after it says so, and `forget` of the same session runs the wipe again."""
     items = load_forgotten(ctx.env)
@@ -13003,12 +13100,12 @@ def cmd_forget(args, ctx):
                 s, item = None, again[0]  # forgotten before: wipe the index files again (an earlier wipe failed)
             if s is not None:
                 item = {"agent": s["agent"], "sessionId": s["session_id"], "path": s["path"], "name": s["name"],
-                        "files": session_files(store.con, s["agent"], s["session_id"]), "forgottenAt": iso(now_utc())}
+                        "files": store.session_files(s["agent"], s["session_id"]), "forgottenAt": iso(now_utc())}
                 listed = any((i["agent"], i["sessionId"]) == (item["agent"], item["sessionId"]) for i in items)
                 if not listed:
                     _save_forgotten(items + [item], ctx.env, "forget %s" % item["sessionId"])
                 try:
-                    forget_session(store, item["agent"], item["sessionId"])
+                    store.forget_session(item["agent"], item["sessionId"])
                 except sqlite3.Error as e:
                     if not listed:
                         try:
@@ -13019,7 +13116,7 @@ def cmd_forget(args, ctx):
                                       % (item["sessionId"], e), hint="free some disk space, or try again when "
                                                                      "other sesame processes have finished")
             try:
-                wipe_free_space(store)
+                store.wipe_free_space()
             except sqlite3.Error as e:
                 raise StoreError("forgot %s (no search finds it), but its text could not be wiped from the index "
                                   "files yet: %s" % (item["sessionId"], e),

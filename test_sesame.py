@@ -7658,7 +7658,7 @@ def test_forget_on_a_full_disk_or_a_locked_index_is_one_error_and_changes_nothin
     def disk_full(*a, **kw):
         raise sqlite3.OperationalError("database or disk is full")
     with monkeypatch.context() as m:
-        m.setattr(sesame, "forget_session", disk_full)
+        m.setattr(sesame.Store, "forget_session", disk_full)
         code, _, err = run(capsys, "forget", "bbbb2222")
         assert code == 1 and one_line_error(err) and "disk is full" in err and "nothing was forgotten" in err, err
     unchanged()
@@ -7683,7 +7683,7 @@ def test_forget_on_a_full_disk_or_a_locked_index_is_one_error_and_changes_nothin
     unchanged()
 
     with monkeypatch.context() as m:   # the session is gone, the wipe is not done: say so, and how to finish it
-        m.setattr(sesame, "wipe_free_space", disk_full)
+        m.setattr(sesame.Store, "wipe_free_space", disk_full)
         code, _, err = run(capsys, "forget", "bbbb2222")
         assert code == 1 and one_line_error(err) and "sesame forget bbbb2222-carousel` again" in err, err
     assert search_ids(capsys, "carousel") == []
@@ -8757,7 +8757,7 @@ def test_disk_full_write_error_raised_on_insert_is_exit_1(env, capsys, monkeypat
     def full(*a, **kw):
         raise sqlite3.OperationalError("database or disk is full")
 
-    monkeypatch.setattr(sesame, "write_session", full)
+    monkeypatch.setattr(sesame.Store, "write_session", full)
     code, out, err = run(capsys, "index", "--json")
     assert code == 1 and one_line_error(err) and "disk is full" in err
     assert json.loads(out)["error"]["code"] == "index"
