@@ -8815,7 +8815,7 @@ def vocabulary(texts):
 
 
 # ==================================================================================================
-# Index store: schema, connection settings, FTS5 probe
+# Index store: schema, connection settings, FTS5 probe, and every SQL statement on the index
 # ==================================================================================================
 #
 # The index is a plain table of chunks plus one FTS5 table that ranks sessions (and the bookkeeping
@@ -8929,8 +8929,79 @@ def unpack(value, strict=False):
         return DAMAGED_CHUNK
 
 
+_TOOL_OUTPUT_RE = LazyPattern(r"\n(?:output|error):\n")  # where tool_text() puts a call's result
+
+
+def doc_columns(name, chunk_rows):
+    """The text of one docs_fts row: (name, talk, tools, aside, parts) from (kind, text) rows.
+
+    Used both to insert and to delete a row; the two must produce the same text to the byte.
+    """
+    cols = {"talk": [], "tools": [], "aside": []}
+    parts = [identifier_parts(name)] if name else []
+    for kind, text in chunk_rows:
+        column = KIND_COLUMN.get(kind, "aside")
+        cols[column].append(text)
+        # camelCase parts of what was said and of tool arguments (the command, the edit), not of
+        # tool output: that is mostly code read back, where a name's parts mean little and cost much.
+        if column == "talk":
+            parts.append(identifier_parts(text))
+        elif column == "tools":
+            parts.append(identifier_parts(_TOOL_OUTPUT_RE.split(text, 1)[0]))
+    # CJK runs as bigrams (see cjk_bigrams): the stored chunks keep the text as written.
+    return tuple(cjk_bigrams(c) for c in (name or "", DOC_BREAK.join(cols["talk"]), DOC_BREAK.join(cols["tools"]),
+                                          DOC_BREAK.join(cols["aside"]), DOC_BREAK.join(p for p in parts if p)))
+
+
+# A session is empty when none of its chunks is one of these: no chunk at all (a Droid file with only
+# `session_start`), or only what the agent injected and the model thought (Codex rollouts that hold
+# only the environment and AGENTS.md context). Nobody worked in it, so it is no search result.
+CONVERSATION_KINDS = frozenset(k for k, column in KIND_COLUMN.items() if column in ("talk", "tools"))
+
+
+def cut_parts(rows, start_seq=0):
+    """Cut (seq, kind, text) rows into parts of at most PART_CHARS: returns [(first, last, [(kind, text)])].
+
+    Parts are cut greedily from the session's first chunk, so cutting again from the first chunk of
+    an existing part gives exactly the parts a full rebuild would: appends only touch the tail. An
+    empty session (see CONVERSATION_KINDS) gets no part, so search never ranks it (show still opens
+    it); when it is written to again, it has no part to go on from and is cut from its first chunk,
+    so it gets its parts as soon as it holds a conversation. (A tail cut from a later chunk belongs
+    to a session that has parts, so it is not empty.)
+    """
+    parts, part, size, first, last, talk = [], [], 0, start_seq, start_seq - 1, start_seq > 0
+    for seq, kind, text in rows:
+        if part and size + len(text) > PART_CHARS:
+            parts.append((first, last, part))
+            part, size, first = [], 0, seq
+        part.append((kind, text))
+        size += len(text)
+        last = seq
+        talk = talk or kind in CONVERSATION_KINDS
+    if not talk:
+        return []
+    if part or start_seq == 0:
+        parts.append((first, last, part))
+    return parts
+
+
+# A file's row in `files`, as the indexer reads it. `status` is "ok" (indexed), "skipped" (not a
+# session file), "damaged" (it was a session file and no longer parses: its last good sessions are
+# kept until it parses again or is gone), "unreadable" (could not be read last time: what was indexed
+# stays, it is tried again) or "deleted" (gone from disk: its sessions are kept, see
+# keepDeletedSessions). `path` is as stored (see db_path).
+FileRow = collections.namedtuple("FileRow", "id path source parser parser_version size mtime_ns status sessions")
+FILE_COLUMNS = ", ".join(FileRow._fields)
+
+
+def like_escape(s):
+    return s.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 class Store:
-    """The index database. Open with Store.open(); every write goes through `transaction()`.
+    """The index database, and the only code that runs SQL on it: the Indexer decides what to write
+    and Search what to rank, these methods say how (RankingQuery holds the ranking's SQL). Open with
+    Store.open(); a write runs inside `transaction()` or an indexer's Batch (begin/commit).
     `readonly` is set when the index can be read but not written (see _connect_readonly)."""
 
     readonly = False
@@ -9477,6 +9548,85 @@ class Store:
                 yield from rows
                 last = rows[-1][0]
 
+    # -- What a search reads: word counts, the vocabulary, the ranking, sessions and their chunks --
+
+    def doc_count(self, fts, limit=3):
+        """In how many ranking documents an FTS5 string occurs, counted up to `limit` (cheap: FTS5 only
+        walks the word's list of documents, and stops there)."""
+        return self.con.execute("SELECT count(*) FROM (SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT ?)",
+                                (fts, limit)).fetchone()[0]
+
+    def part_count(self):
+        """How many ranking documents (session parts) the index holds."""
+        return self.con.execute("SELECT count(*) FROM docs").fetchone()[0]
+
+    def vocab_terms(self, first, shortest, longest):
+        """The vocabulary words that start with `first` and are shortest..longest characters long."""
+        return [term for (term,) in self.con.execute(
+            "SELECT term FROM vocab WHERE term >= ? AND term < ? AND length(term) BETWEEN ? AND ?",
+            (first, first + "\uffff", shortest, longest))]
+
+    def ranking(self, filters, excluded=()):
+        """The ranking query of one search, with its filters (see RankingQuery)."""
+        return RankingQuery(self, filters, excluded)
+
+    def match_chunks(self, sid, part, tools_only=False, tools=()):
+        """(seq, kind, role, tool, timestamp, text) of the chunks a match is looked for in: those of
+        the part (first, last seq), or with `tools` the calls of those tools anywhere in the session;
+        with `tools_only`, tool calls only."""
+        sql = "SELECT seq, kind, role, tool, ts, text FROM chunks WHERE session=?"
+        params = [sid]
+        if tools_only:
+            sql += " AND kind = 'tool'"
+        if tools:
+            sql += " AND lower(tool) IN (%s)" % ",".join("?" * len(tools))
+            params += tools
+        else:
+            sql += " AND seq BETWEEN ? AND ?"
+            params += list(part)
+        return [(seq, kind, role, tool, ts, unpack(text))
+                for seq, kind, role, tool, ts, text in self.con.execute(sql + " ORDER BY seq", params)]
+
+    def first_user_text(self, sid):
+        """The text of a session's first user chunk, "" when it has none."""
+        row = self.con.execute("SELECT text FROM chunks WHERE session=? AND kind='user' ORDER BY seq LIMIT 1",
+                               (sid,)).fetchone()
+        return unpack(row[0] if row else "")
+
+    def session(self, sid):
+        """A session's row (session_dict) by its row id, or None."""
+        row = self.con.execute("SELECT %s FROM sessions WHERE id=?" % SESSION_COLUMNS, (sid,)).fetchone()
+        return session_dict(row) if row else None
+
+    def _sessions(self, where, params=()):
+        return [session_dict(r) for r in self.con.execute(
+            "SELECT %s FROM sessions WHERE %s ORDER BY modified DESC, chunk_count DESC" % (SESSION_COLUMNS, where), params)]
+
+    def sessions_with_id(self, session_id):
+        """The sessions with this id (several when files share it: see COPY_MARK), newest first."""
+        return self._sessions("session_id = ?", (session_id,))
+
+    def sessions_with_id_prefix(self, prefix):
+        return self._sessions("session_id LIKE ? ESCAPE '\\'", (like_escape(prefix) + "%",))
+
+    def sessions_in(self, paths):
+        """The sessions read from these files (paths as Python opens them)."""
+        return self._sessions("path IN (%s)" % ",".join("?" * len(paths)), [db_path(p) for p in paths])
+
+    def named_sessions(self):
+        """The sessions that have a name, newest first."""
+        return self._sessions("name IS NOT NULL AND name != ''")
+
+    def neighbour_ids(self, session_id):
+        """The session ids just before and just after this one in sorted order (None at either end)."""
+        return [self.con.execute("SELECT %s(session_id) FROM sessions WHERE session_id %s ?" % (agg, op),
+                                 (session_id,)).fetchone()[0] for op, agg in (("<", "max"), (">", "min"))]
+
+    def same_id_rows(self, session_id):
+        """The row ids of the sessions with this id, in the order their COPY_MARK numbers them."""
+        return [r for (r,) in self.con.execute("SELECT id FROM sessions WHERE session_id=? ORDER BY path, id",
+                                               (session_id,))]
+
     def close(self):
         try:
             self.con.close()
@@ -9505,6 +9655,136 @@ class _Transaction:
         return False
 
 
+SESSION_COLUMNS = "id, agent, session_id, path, cwd, name, created, modified, parent, chunk_count, summary, deleted"
+SESSION_KEYS = [c.strip() for c in SESSION_COLUMNS.split(",")]
+
+
+def session_dict(row):
+    """A sessions row as a dict, its path printable (see shown_path)."""
+    s = dict(zip(SESSION_KEYS, row))
+    s["path"] = shown_path(s["path"])
+    return s
+
+
+class RankingQuery:
+    """The query that ranks session parts for one search (Store.ranking hands it out; ranked_sessions
+    runs it once per stage, with the stage's FTS5 expression): the best parts first by weighted
+    BM25, with their session's agent and id, limited to the sessions the filters and the excluded
+    words (-word) let through."""
+
+    def __init__(self, store, filters, excluded=()):
+        self.store = store
+        where, params = self._conditions(filters)
+        exclude = ""
+        if excluded:
+            exclude = (" AND d.session NOT IN (SELECT d2.session FROM docs_fts JOIN docs d2 ON d2.id = docs_fts.rowid "
+                       "WHERE docs_fts MATCH ?)")
+            params = params + [" OR ".join(excluded)]
+        weights = ", ".join(str(DOC_WEIGHTS[c]) for c in DOC_COLUMNS)
+        if where or exclude:
+            self.sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id "
+                        "FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
+                        "WHERE docs_fts MATCH ?%s%s ORDER BY score, d.id LIMIT ?") % (weights, where, exclude)
+        else:  # nothing to filter on: the joins are made for the rows kept only (10-20% of a stage at 1 GB)
+            self.sql = ("SELECT d.session, f.score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id FROM "
+                        "(SELECT rowid, bm25(docs_fts, %s) AS score FROM docs_fts WHERE docs_fts MATCH ? "
+                        "ORDER BY score, rowid LIMIT ?) f JOIN docs d ON d.id = f.rowid JOIN sessions s ON s.id = d.session "
+                        "ORDER BY f.score, d.id") % weights
+        self.params = params
+
+    @staticmethod
+    def _conditions(filters):
+        """WHERE conditions on sessions `s` for the Filters, and their parameters."""
+        cond, params = [], []
+        if filters.agent:
+            cond.append("s.agent = ?")
+            params.append(filters.agent)
+        if filters.cwd:
+            below = filters.cwd.rstrip(os.sep) + os.sep
+            if filters.fold_case:  # LIKE ignores (ASCII) case: the folder and everything below it alike
+                cond.append("(s.cwd LIKE ? ESCAPE '\\' OR s.cwd LIKE ? ESCAPE '\\')")
+                params += [like_escape(filters.cwd), like_escape(below) + "%"]
+            else:
+                cond.append("(s.cwd = ? OR substr(s.cwd, 1, ?) = ?)")
+                params += [filters.cwd, len(below), below]
+        if filters.after:
+            cond.append("s.modified >= ?")
+            params.append(filters.after)
+        if filters.before:
+            cond.append("s.modified < ?")
+            params.append(filters.before)
+        if filters.tool:
+            cond.append("EXISTS(SELECT 1 FROM touched t WHERE t.session = s.id AND lower(t.tool) IN (%s))"
+                        % ",".join("?" * len(filters.tool)))
+            params += filters.tool
+        if filters.path:
+            cond.append("EXISTS(SELECT 1 FROM touched t WHERE t.session = s.id AND t.path LIKE ? ESCAPE '\\')")
+            params.append("%" + like_escape(filters.path) + "%")
+        return (" AND " + " AND ".join(cond)) if cond else "", params
+
+    def rows(self, expr, limit, deadline):
+        """(session row id, bm25 score, first seq, last seq, agent, session id, part id) of the best
+        `limit` parts matching the FTS5 expression; OperationalError "interrupted" once the
+        time.monotonic() `deadline` has passed."""
+        con = self.store.con
+        con.set_progress_handler(lambda: time.monotonic() > deadline, 20000)
+        try:
+            return con.execute(self.sql, [expr] + self.params + [limit]).fetchall()
+        finally:
+            con.set_progress_handler(None, 0)
+
+    def prefetch(self, expr, limit):
+        """rows(expr, limit) fetched on a second connection, in a thread, while the caller goes on."""
+        return _Prefetch(self.store.path, self.sql, [expr] + self.params, limit)
+
+
+STAGE_SECONDS = 0.4  # a stage query running longer is given up (the next, looser stage goes on)
+
+
+class _Prefetch:
+    """The rows of one ranking query, fetched on a second connection in a thread while the caller
+    runs another: SQLite lets go of the GIL while it works, so a second core does it meanwhile.
+    (_thread, not threading: importing threading costs ~1 ms, as much as this saves at times. No
+    progress handler on that connection: a Python callback in the thread would contend for the GIL;
+    the caller interrupts it instead.)"""
+
+    def __init__(self, path, sql, params, limit):
+        import _thread
+        self.limit, self.rows = limit, None
+        self.con = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
+        self.done = _thread.allocate_lock()
+        self.done.acquire()
+        _thread.start_new_thread(self._fetch, (sql, params + [limit]))
+
+    def _fetch(self, sql, params):
+        try:
+            self.rows = self.con.execute(sql, params).fetchall()
+        except sqlite3.Error:
+            pass  # (interrupted, or anything else: the caller runs the query itself)
+        finally:
+            self.done.release()
+
+    def take(self, limit):
+        """What the query gives with LIMIT `limit` (rows are in one total order, so a shorter
+        LIMIT is a prefix), or None when it must run anew. Like a stage the caller runs, it is
+        given up (OperationalError "interrupted") when it has not finished within STAGE_SECONDS."""
+        if not self.done.acquire(timeout=STAGE_SECONDS):
+            self.close()
+            raise sqlite3.OperationalError("interrupted")
+        self.done.release()
+        if self.rows is None or (limit > self.limit and len(self.rows) >= self.limit):
+            return None
+        return self.rows[:limit]
+
+    def close(self):
+        if self.con is not None:
+            self.con.interrupt()
+            self.done.acquire()
+            self.done.release()
+            self.con.close()
+            self.con = None
+
+
 def now_utc():
     return datetime.datetime.now(datetime.timezone.utc)
 
@@ -9517,62 +9797,6 @@ def now_utc():
 def label_text(s):
     """What the `name` column of every part of a session holds: its name and other labels."""
     return "\n".join(t for t in [s.name, s.summary] + list(s.labels) if t)
-
-
-_TOOL_OUTPUT_RE = LazyPattern(r"\n(?:output|error):\n")  # where tool_text() puts a call's result
-
-
-def doc_columns(name, chunk_rows):
-    """The text of one docs_fts row: (name, talk, tools, aside, parts) from (kind, text) rows.
-
-    Used both to insert and to delete a row; the two must produce the same text to the byte.
-    """
-    cols = {"talk": [], "tools": [], "aside": []}
-    parts = [identifier_parts(name)] if name else []
-    for kind, text in chunk_rows:
-        column = KIND_COLUMN.get(kind, "aside")
-        cols[column].append(text)
-        # camelCase parts of what was said and of tool arguments (the command, the edit), not of
-        # tool output: that is mostly code read back, where a name's parts mean little and cost much.
-        if column == "talk":
-            parts.append(identifier_parts(text))
-        elif column == "tools":
-            parts.append(identifier_parts(_TOOL_OUTPUT_RE.split(text, 1)[0]))
-    # CJK runs as bigrams (see cjk_bigrams): the stored chunks keep the text as written.
-    return tuple(cjk_bigrams(c) for c in (name or "", DOC_BREAK.join(cols["talk"]), DOC_BREAK.join(cols["tools"]),
-                                          DOC_BREAK.join(cols["aside"]), DOC_BREAK.join(p for p in parts if p)))
-
-
-# A session is empty when none of its chunks is one of these: no chunk at all (a Droid file with only
-# `session_start`), or only what the agent injected and the model thought (Codex rollouts that hold
-# only the environment and AGENTS.md context). Nobody worked in it, so it is no search result.
-CONVERSATION_KINDS = frozenset(k for k, column in KIND_COLUMN.items() if column in ("talk", "tools"))
-
-
-def cut_parts(rows, start_seq=0):
-    """Cut (seq, kind, text) rows into parts of at most PART_CHARS: returns [(first, last, [(kind, text)])].
-
-    Parts are cut greedily from the session's first chunk, so cutting again from the first chunk of
-    an existing part gives exactly the parts a full rebuild would: appends only touch the tail. An
-    empty session (see CONVERSATION_KINDS) gets no part, so search never ranks it (show still opens
-    it); when it is written to again, it has no part to go on from and is cut from its first chunk,
-    so it gets its parts as soon as it holds a conversation. (A tail cut from a later chunk belongs
-    to a session that has parts, so it is not empty.)
-    """
-    parts, part, size, first, last, talk = [], [], 0, start_seq, start_seq - 1, start_seq > 0
-    for seq, kind, text in rows:
-        if part and size + len(text) > PART_CHARS:
-            parts.append((first, last, part))
-            part, size, first = [], 0, seq
-        part.append((kind, text))
-        size += len(text)
-        last = seq
-        talk = talk or kind in CONVERSATION_KINDS
-    if not talk:
-        return []
-    if part or start_seq == 0:
-        parts.append((first, last, part))
-    return parts
 
 
 def clean_text(value):
@@ -9681,14 +9905,6 @@ class FileStat:
     def __init__(self, size, mtime_ns):
         self.st_size, self.st_mtime_ns = size, mtime_ns
 
-
-# A file's row in `files`, as the indexer reads it. `status` is "ok" (indexed), "skipped" (not a
-# session file), "damaged" (it was a session file and no longer parses: its last good sessions are
-# kept until it parses again or is gone), "unreadable" (could not be read last time: what was indexed
-# stays, it is tried again) or "deleted" (gone from disk: its sessions are kept, see
-# keepDeletedSessions). `path` is as stored (see db_path).
-FileRow = collections.namedtuple("FileRow", "id path source parser parser_version size mtime_ns status sessions")
-FILE_COLUMNS = ", ".join(FileRow._fields)
 
 # One file to read: where, with which parser, its stat now, its row (None when new), and the source
 # it was found under; `resume` is the checkpoint to go on from when the file only grew.
@@ -10824,14 +11040,7 @@ PHRASE_VARIANTS = 9  # phrases of a query with misspelt words tried in the "word
 RARE_EXPANSION = 4  # an abbreviation's other form is searched unless it is 4 times rarer than the word
 
 
-def _df(con, fts, limit=3):
-    """In how many ranking documents an FTS5 string occurs, counted up to `limit` (cheap: FTS5 only
-    walks the word's list of documents, and stops there)."""
-    return con.execute("SELECT count(*) FROM (SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT ?)",
-                       (fts, limit)).fetchone()[0]
-
-
-def expand_query(con, query):
+def expand_query(store, query):
     """Find out which words occur and how often, and add expansions: abbreviations (both ways),
     camelCase parts, and for a word the index does not have, the nearest words it has (a typo)."""
     abbreviations = _abbreviation_table()
@@ -10841,7 +11050,7 @@ def expand_query(con, query):
     words = []
     for w in query.words:
         pairs = w.cjk_pairs()
-        if pairs and _df(con, w.fts()) == 0:
+        if pairs and store.doc_count(w.fts()) == 0:
             query.pairs[w.text] = pairs
             for p in pairs:
                 if all(p != x.text for x in words + query.words):
@@ -10860,36 +11069,36 @@ def expand_query(con, query):
                 w.expansions.append(("parts", " ".join(parts)))
             for long_form in abbreviations.get(low, ()):
                 w.expansions.append(("abbreviation", long_form))
-        w.df = _df(con, w.fts())
+        w.df = store.doc_count(w.fts())
         if w.df == 0 and not w.prefix and not w.phrase:
-            w.expansions += [("spelling", t) for t in near_words(con, low)[:3] if t != low]
-            if not w.expansions or all(_df(con, w.fts(t, False)) == 0 for _, t in w.expansions):
+            w.expansions += [("spelling", t) for t in near_words(store, low)[:3] if t != low]
+            if not w.expansions or all(store.doc_count(w.fts(t, False)) == 0 for _, t in w.expansions):
                 w.dropped = True
             continue
         if w.df == 1 and not w.prefix and not w.phrase and len(low) >= 5 and not w.expansions:
             # A word found once may itself be the typo: a much more frequent neighbour is searched too.
-            w.expansions += [("spelling", t) for t in near_words(con, low, min_count=20)[:2] if t != low]
+            w.expansions += [("spelling", t) for t in near_words(store, low, min_count=20)[:2] if t != low]
         if w.df < 3:
             continue
         if half is None:
-            half = con.execute("SELECT count(*) FROM docs").fetchone()[0] // 2
+            half = store.part_count() // 2
         if half < 2:
             continue
         if w.stop and not w.expansions:
             function_words.append(w)
         else:  # how common: counted up to half the documents, no further
-            own = _df(con, w.fts(), half + 1)
+            own = store.doc_count(w.fts(), half + 1)
             # An expansion much rarer than the word typed would outweigh it (BM25 weighs a word by
             # its rarity), ranking its few sessions above the many with the word: it is left out.
             w.expansions = [(kind, t) for kind, t in w.expansions
-                            if kind != "abbreviation" or _df(con, w.fts(t, False), own + 1) * RARE_EXPANSION >= own]
-            w.df = _df(con, w.group(False), half + 1) if w.expansions else own
+                            if kind != "abbreviation" or store.doc_count(w.fts(t, False), own + 1) * RARE_EXPANSION >= own]
+            w.df = store.doc_count(w.group(False), half + 1) if w.expansions else own
             w.common = w.df > half
     # How common a function word is matters only where it ranks: when no other word is left to (see
     # Query.ranking_words). Counting "the" up to half of 20,000 documents costs 1-2 ms.
     if not any(not w.stop and not w.dropped for w in query.words):
         for w in function_words:
-            w.df = _df(con, w.fts(), half + 1)
+            w.df = store.doc_count(w.fts(), half + 1)
             w.common = w.df > half
     if all(w.dropped for w in query.words):  # nothing close to any word: search them as given (no result)
         for w in query.words:
@@ -10906,7 +11115,7 @@ def expand_query(con, query):
 # the closest, then the most frequent, are searched in its place (at most three).
 
 
-def near_words(con, word, min_count=1):
+def near_words(store, word, min_count=1):
     """Vocabulary words within edit distance 1 (words of 4-7 letters) or 2 (longer) of word, the
     closest first, then the most frequent; only those in at least min_count ranking documents."""
     if not 4 <= len(word) <= 30 or not word.isalnum() or _CJK_CHAR.search(word):
@@ -10914,15 +11123,13 @@ def near_words(con, word, min_count=1):
     limit = 1 if len(word) <= 7 else 2
     letters, found = set(word), set()
     for first in dict.fromkeys(word[:2]):
-        for (term,) in con.execute("SELECT term FROM vocab WHERE term >= ? AND term < ? AND length(term) BETWEEN ? AND ?",
-                                   (first, first + "\uffff", len(word) - limit, len(word) + limit)):
+        for term in store.vocab_terms(first, len(word) - limit, len(word) + limit):
             # An edit adds at most one letter and removes at most one: a cheap test before the real one.
             if len(letters ^ set(term)) <= 2 * limit and edit_distance(word, term, limit) <= limit:
                 found.add((edit_distance(word, term, limit), term))
     ranked = []
     for d, term in sorted(found)[:12]:
-        n = con.execute("SELECT count(*) FROM (SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT 200)",
-                        ('"%s"' % term,)).fetchone()[0]
+        n = store.doc_count('"%s"' % term, 200)
         if n >= min_count:
             ranked.append((d, -n, term))
     return [t for _, _, t in sorted(ranked)]
@@ -11327,43 +11534,6 @@ class Filters:
         self.path = path
         self.current = set(current)  # (agent, session id) of the sessions the caller runs inside
 
-    def sql(self):
-        """WHERE conditions on sessions `s`, and their parameters."""
-        cond, params = [], []
-        if self.agent:
-            cond.append("s.agent = ?")
-            params.append(self.agent)
-        if self.cwd:
-            below = self.cwd.rstrip(os.sep) + os.sep
-            if self.fold_case:  # LIKE ignores (ASCII) case: the folder and everything below it alike
-                cond.append("(s.cwd LIKE ? ESCAPE '\\' OR s.cwd LIKE ? ESCAPE '\\')")
-                params += [like_escape(self.cwd), like_escape(below) + "%"]
-            else:
-                cond.append("(s.cwd = ? OR substr(s.cwd, 1, ?) = ?)")
-                params += [self.cwd, len(below), below]
-        if self.after:
-            cond.append("s.modified >= ?")
-            params.append(self.after)
-        if self.before:
-            cond.append("s.modified < ?")
-            params.append(self.before)
-        if self.tool:
-            cond.append("EXISTS(SELECT 1 FROM touched t WHERE t.session = s.id AND lower(t.tool) IN (%s))"
-                        % ",".join("?" * len(self.tool)))
-            params += self.tool
-        if self.path:
-            cond.append("EXISTS(SELECT 1 FROM touched t WHERE t.session = s.id AND t.path LIKE ? ESCAPE '\\')")
-            params.append("%" + like_escape(self.path) + "%")
-        return (" AND " + " AND ".join(cond)) if cond else "", params
-
-
-def like_escape(s):
-    return s.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def _doc_weights():
-    return ", ".join(str(DOC_WEIGHTS[c]) for c in DOC_COLUMNS)
-
 
 LONG_QUESTION = 5       # ranking words from which a query is a long question (see _rerank)
 LONG_RERANK = 4         # candidates of each stage re-ranked by proximity for a long question
@@ -11388,57 +11558,12 @@ class Candidate:
         self.matches = self.coverage = None
 
 
-STAGE_SECONDS = 0.4  # a stage query running longer is given up (the next, looser stage goes on)
 PREFETCH_MIN_DOCS = 2000  # every word in this many documents: the next stage is fetched alongside
 # (a stage costs ~2.5 us per document holding its words: 5 ms here; a second connection and a
 # thread cost ~1.5 ms, on the other core while the first stage runs)
 
 
-class _Prefetch:
-    """The rows of one ranking query, fetched on a second connection in a thread while the caller
-    runs another: SQLite lets go of the GIL while it works, so a second core does it meanwhile.
-    (_thread, not threading: importing threading costs ~1 ms, as much as this saves at times. No
-    progress handler on that connection: a Python callback in the thread would contend for the GIL;
-    the caller interrupts it instead.)"""
-
-    def __init__(self, path, sql, params, limit):
-        import _thread
-        self.limit, self.rows = limit, None
-        self.con = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
-        self.done = _thread.allocate_lock()
-        self.done.acquire()
-        _thread.start_new_thread(self._fetch, (sql, params + [limit]))
-
-    def _fetch(self, sql, params):
-        try:
-            self.rows = self.con.execute(sql, params).fetchall()
-        except sqlite3.Error:
-            pass  # (interrupted, or anything else: the caller runs the query itself)
-        finally:
-            self.done.release()
-
-    def take(self, limit):
-        """What the query gives with LIMIT `limit` (rows are in one total order, so a shorter
-        LIMIT is a prefix), or None when it must run anew. Like a stage the caller runs, it is
-        given up (OperationalError "interrupted") when it has not finished within STAGE_SECONDS."""
-        if not self.done.acquire(timeout=STAGE_SECONDS):
-            self.close()
-            raise sqlite3.OperationalError("interrupted")
-        self.done.release()
-        if self.rows is None or (limit > self.limit and len(self.rows) >= self.limit):
-            return None
-        return self.rows[:limit]
-
-    def close(self):
-        if self.con is not None:
-            self.con.interrupt()
-            self.done.acquire()
-            self.done.release()
-            self.con.close()
-            self.con = None
-
-
-def ranked_sessions(con, query, filters, need, per_stage=0, path=None):
+def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
     """At least `need` Candidates (when there are), best first: sessions with every word, then
     all but one, then any. A session scores as its best part; one session stored twice (an agent's
     database and its older JSON files) counts once. Each stage asks FTS5 for a bounded number of
@@ -11451,32 +11576,19 @@ def ranked_sessions(con, query, filters, need, per_stage=0, path=None):
 
     When every word is in thousands of documents, the words-together stage (a phrase: FTS5
     compares the words' positions in each document holding them all) and the next one (BM25 over
-    them) each cost tens of milliseconds: with `path` (the index, for a second connection) the next
+    them) each cost tens of milliseconds: with `prefetch` (a second connection to the index) the next
     stage is fetched alongside the first, and its rows are used if the first does not fill the page."""
-    where, params = filters.sql()
-    exclude = ""
-    if query.excluded:
-        exclude = (" AND d.session NOT IN (SELECT d2.session FROM docs_fts JOIN docs d2 ON d2.id = docs_fts.rowid "
-                   "WHERE docs_fts MATCH ?)")
-        params = params + [" OR ".join(query.excluded)]
-    if where or exclude:
-        sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id "
-               "FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
-               "WHERE docs_fts MATCH ?%s%s ORDER BY score, d.id LIMIT ?") % (_doc_weights(), where, exclude)
-    else:  # nothing to filter on: the joins are made for the rows kept only (10-20% of a stage at 1 GB)
-        sql = ("SELECT d.session, f.score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id FROM "
-               "(SELECT rowid, bm25(docs_fts, %s) AS score FROM docs_fts WHERE docs_fts MATCH ? "
-               "ORDER BY score, rowid LIMIT ?) f JOIN docs d ON d.id = f.rowid JOIN sessions s ON s.id = d.session "
-               "ORDER BY f.score, d.id") % _doc_weights()
+    ranking = store.ranking(filters, query.excluded)
     stages = [(name, "{tools parts} : (%s)" % expr if filters.tools_only else expr) for name, expr in query.stages()]
-    prefetch = None
     words = query.ranking_words()
-    if (path and not per_stage and len(stages) > 1 and stages[0][0] == "words together"
+    if (prefetch and not per_stage and len(stages) > 1 and stages[0][0] == "words together"
             and all((w.df or 0) >= PREFETCH_MIN_DOCS for w in words)):
         try:
-            prefetch = _Prefetch(path, sql, [stages[1][1]] + params, min(max(2 * need, 20), 1 << 62))
+            prefetch = ranking.prefetch(stages[1][1], min(max(2 * need, 20), 1 << 62))
         except (sqlite3.Error, RuntimeError):  # no second connection or thread here: one after the other
             prefetch = None
+    else:
+        prefetch = None
     out, seen, keys = [], set(), set()
     stricter, cut = None, False  # the last stage run, and whether a LIMIT left out some of its rows
     try:
@@ -11485,12 +11597,11 @@ def ranked_sessions(con, query, filters, need, per_stage=0, path=None):
             want = max(need - len(out), per_stage)
             limit = min(max(2 * want, 20), 1 << 62)
             deadline = time.monotonic() + STAGE_SECONDS
-            con.set_progress_handler(lambda: time.monotonic() > deadline, 20000)
             try:
                 while True:
                     rows = prefetch.take(limit) if prefetch and stage == 1 else None
                     if rows is None:
-                        rows = con.execute(sql, [run] + params + [limit]).fetchall()
+                        rows = ranking.rows(run, limit, deadline)
                     fresh = {r[0] for r in rows if r[0] not in seen and (r[4], r[5]) not in keys}
                     if len(fresh) >= want or len(rows) < limit:
                         break
@@ -11499,8 +11610,6 @@ def ranked_sessions(con, query, filters, need, per_stage=0, path=None):
                 if "interrupt" not in str(e):
                     raise
                 continue  # too slow: leave this stage to the looser ones
-            finally:
-                con.set_progress_handler(None, 0)
             stricter, cut = expr, cut or len(rows) >= limit
             for sid, score, first, last, agent, session_id, doc in rows:
                 if sid not in seen and (agent, session_id) not in keys:
@@ -11515,22 +11624,11 @@ def ranked_sessions(con, query, filters, need, per_stage=0, path=None):
     return out
 
 
-def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION):
+def best_matches(store, session, part, matcher, filters, limit=MATCHES_PER_SESSION):
     """The chunks of a session that match best, with snippets: those of its best part, or with a
     tool filter those of the asked-for tool calls anywhere in the session. Also returns, of its best
     chunks, the most distinct query words found close together, and how many were found as typed."""
-    sql = "SELECT seq, kind, role, tool, ts, text FROM chunks WHERE session=?"
-    params = [session["id"]]
-    if filters.tools_only:
-        sql += " AND kind = 'tool'"
-    if filters.tool:
-        sql += " AND lower(tool) IN (%s)" % ",".join("?" * len(filters.tool))
-        params += filters.tool
-    else:
-        sql += " AND seq BETWEEN ? AND ?"
-        params += list(part)
-    rows = [(seq, kind, role, tool, ts, unpack(text))
-            for seq, kind, role, tool, ts, text in con.execute(sql + " ORDER BY seq", params)]
+    rows = store.match_chunks(session["id"], part, filters.tools_only, filters.tool)
     found = [(words, *row) for words, row in zip(matcher.words_in_each([r[5] for r in rows]), rows) if words]
     # A word found in few chunks of the part says more than one found in all of them: each word
     # weighs by its rarity here, a chunk by the words it has and by its kind. Where the words are
@@ -11559,22 +11657,6 @@ def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION
     return matches, coverage
 
 
-SESSION_COLUMNS = "id, agent, session_id, path, cwd, name, created, modified, parent, chunk_count, summary, deleted"
-SESSION_KEYS = [c.strip() for c in SESSION_COLUMNS.split(",")]
-
-
-def session_dict(row):
-    """A sessions row as a dict, its path printable (see shown_path)."""
-    s = dict(zip(SESSION_KEYS, row))
-    s["path"] = shown_path(s["path"])
-    return s
-
-
-def session_row(con, sid):
-    row = con.execute("SELECT %s FROM sessions WHERE id=?" % SESSION_COLUMNS, (sid,)).fetchone()
-    return session_dict(row) if row else None
-
-
 SHORT_ID_MIN = 8
 # One session id can name several sessions: files that are not copies of each other (Gemini CLI
 # writes a side question as a second session-<time>-<id>.jsonl with the parent's id; a user copies a
@@ -11584,30 +11666,23 @@ COPY_MARK = "~"
 _COPY_REF_RE = LazyPattern(r"^(.+)~([1-9][0-9]{0,5})$", re.S)
 
 
-def short_id(con, session_id, row_id=None):
+def short_id(store, session_id, row_id=None):
     """The shortest prefix of a session id, at least SHORT_ID_MIN characters, that no other session
     id in the index starts with: ids made within a minute (UUIDv7, timestamped ids) share their first
     eight, so a fixed-length prefix would be ambiguous for `show` and `forget`. The ids next to it in
     sorted order are the only ones that can share a longer prefix. With the session's row id, a
     session that shares its id with others gets its place among them (COPY_MARK)."""
     longest = 0
-    for op, agg in (("<", "max"), (">", "min")):
-        other = con.execute("SELECT %s(session_id) FROM sessions WHERE session_id %s ?" % (agg, op),
-                            (session_id,)).fetchone()[0]
+    for other in store.neighbour_ids(session_id):
         if other:
             common = os.path.commonprefix([session_id.lower(), other.lower()])
             longest = max(longest, len(common))
     short = session_id[:max(SHORT_ID_MIN, longest + 1)]
     if row_id is not None:
-        same = _same_id_rows(con, session_id)
+        same = store.same_id_rows(session_id)
         if len(same) > 1 and row_id in same:
             short += "%s%d" % (COPY_MARK, same.index(row_id) + 1)
     return short
-
-
-def _same_id_rows(con, session_id):
-    """The row ids of the sessions with this id, in the order their COPY_MARK numbers them."""
-    return [r for (r,) in con.execute("SELECT id FROM sessions WHERE session_id=? ORDER BY path, id", (session_id,))]
 
 
 def resume_command(s):
@@ -11625,26 +11700,24 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
     best chunks and snippets of a result are found when it is yielded. (With --tool the words must
     be in a call of that tool: each candidate is checked, from the first, to count the offset right.)
     """
-    con = store.con
-    expand_query(con, query)
+    expand_query(store, query)
     matcher = Matcher(query)
     need = offset + limit + 1
     verify = filters.tools_only
     try:
         long_question = len(query.ranking_words()) >= LONG_QUESTION
-        candidates = ranked_sessions(con, query, filters, need if not verify else max(need * 2, 40),
-                                     per_stage=LONG_RERANK if long_question else 0,
-                                     path=None if store.readonly else store.path)
-        _rerank(con, candidates, query, matcher, filters, matches)
+        candidates = ranked_sessions(store, query, filters, need if not verify else max(need * 2, 40),
+                                     per_stage=LONG_RERANK if long_question else 0, prefetch=not store.readonly)
+        _rerank(store, candidates, query, matcher, filters, matches)
         if filters.current:  # the caller's own session holds the query itself: it goes last
             candidates.sort(key=lambda c: c.key in filters.current)
         if page is not None:
             page["size"] = min(limit, max(0, len(candidates) - offset))
         shown = 0
         for c in candidates[0 if verify else offset:]:
-            s = session_row(con, c.sid)
+            s = store.session(c.sid)
             if c.matches is None:
-                c.matches, c.coverage = best_matches(con, s, c.part, matcher, filters, limit=matches)
+                c.matches, c.coverage = best_matches(store, s, c.part, matcher, filters, limit=matches)
             if verify and not c.matches:
                 continue  # the words were in some tool call, but not in one of the asked-for tools
             shown += 1
@@ -11660,7 +11733,7 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
         raise SesameError("search failed: %s" % e, hint="report this query; it should have been made safe")
 
 
-def _rerank(con, candidates, query, matcher, filters, matches):
+def _rerank(store, candidates, query, matcher, filters, matches):
     """Re-rank the first candidates by where their words are, which BM25 does not see: by how many
     different query words their best chunks hold close together (a window of about 400
     characters), then by how many of those were found as typed (not only through their stem), BM25
@@ -11685,7 +11758,7 @@ def _rerank(con, candidates, query, matcher, filters, matches):
         return
     for c in pool:
         if c.matches is None:
-            c.matches, c.coverage = best_matches(con, session_row(con, c.sid), c.part, matcher, filters, limit=matches)
+            c.matches, c.coverage = best_matches(store, store.session(c.sid), c.part, matcher, filters, limit=matches)
     if n_words >= LONG_QUESTION:
         pool.sort(key=lambda c: (-c.coverage[0], -c.coverage[1], c.stage, -c.score))
         chosen = set(id(c) for c in pool)
@@ -11695,10 +11768,9 @@ def _rerank(con, candidates, query, matcher, filters, matches):
         candidates[:len(pool)] = pool
 
 
-def fallback_snippet(con, s):
+def fallback_snippet(store, s):
     """A session matched on its name only: show the first thing the user said."""
-    row = con.execute("SELECT text FROM chunks WHERE session=? AND kind='user' ORDER BY seq LIMIT 1", (s["id"],)).fetchone()
-    text = " ".join(unpack(row[0] if row else "").split())
+    text = " ".join(store.first_user_text(s["id"]).split())
     return text[:200] + ("…" if len(text) > 200 else "")
 
 
@@ -11716,12 +11788,12 @@ def use_color(stream):
     return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
 
 
-def result_json(con, s, score, stage, matches, every_word_known=True):
+def result_json(store, s, score, stage, matches, every_word_known=True):
     """One search result as JSON (every field; the presets choose). Words the index does not have
     at all make no result "matchedAllTerms"."""
-    snippet = matches[0]["snippet"] if matches else fallback_snippet(con, s)
+    snippet = matches[0]["snippet"] if matches else fallback_snippet(store, s)
     return {
-        "sessionId": s["session_id"], "shortId": short_id(con, s["session_id"], s["id"]), "source": s["agent"],
+        "sessionId": s["session_id"], "shortId": short_id(store, s["session_id"], s["id"]), "source": s["agent"],
         "agent": s["agent"], "path": s["path"],
         "cwd": s["cwd"], "name": s["name"], "score": float("%.4g" % score),
         "matchedAllTerms": stage in ("words together", "all words") and every_word_known,
@@ -11939,14 +12011,9 @@ CUT_MARK = " […cut]"
 COLLAPSIBLE = ("tool", "thinking", "context")
 
 
-def _session_rows(con, where, params=()):
-    return [session_dict(r) for r in con.execute(
-        "SELECT %s FROM sessions WHERE %s ORDER BY modified DESC, chunk_count DESC" % (SESSION_COLUMNS, where), params)]
-
-
-def _name_matches(con, ref):
+def _name_matches(store, ref):
     """The resolution rules on session names: exact (case-insensitive), then fuzzy."""
-    named = _session_rows(con, "name IS NOT NULL AND name != ''")
+    named = store.named_sessions()
     key = " ".join(ref.split()).casefold()
     yield [r for r in named if " ".join(r["name"].split()).casefold() == key]
     words = re.findall(r"\w+", key)
@@ -11958,7 +12025,7 @@ def _name_matches(con, ref):
     yield fuzzy
 
 
-def resolve_session(con, ref, any_copy=False):
+def resolve_session(store, ref, any_copy=False):
     """The session REF names: a file path, an exact id, a unique id prefix, an exact name, a fuzzy name.
 
     The rules are tried in that order and the first that picks exactly one session wins; when none
@@ -11973,22 +12040,22 @@ def resolve_session(con, ref, any_copy=False):
                           % (_one_line(ref, 40), len(ref)), kind="not_found",
                           hint="give a session id, an id prefix, a session file or a name")
     copy = _COPY_REF_RE.match(ref)
-    base = copy.group(1) if copy and not _session_rows(con, "session_id = ?", (ref,)) else ref
+    base = copy.group(1) if copy and not store.sessions_with_id(ref) else ref
 
     def stages():
         if os.sep in ref or os.path.exists(ref):
             paths = {os.path.abspath(os.path.expanduser(ref)), os.path.realpath(os.path.expanduser(ref))}
-            yield _session_rows(con, "path IN (%s)" % ",".join("?" * len(paths)), [db_path(p) for p in paths])
-        yield _session_rows(con, "session_id = ?", (base,))
-        yield _session_rows(con, "session_id LIKE ? ESCAPE '\\'", (like_escape(base) + "%",))
+            yield store.sessions_in(list(paths))
+        yield store.sessions_with_id(base)
+        yield store.sessions_with_id_prefix(base)
         if base == ref:
-            yield from _name_matches(con, ref)
+            yield from _name_matches(store, ref)
 
     several = None
     for found in stages() if ref else ():
         ids = {r["session_id"] for r in found}
         if len(ids) == 1 and base != ref:   # "<id>~N": the Nth of the sessions with that id
-            same = _same_id_rows(con, ids.pop())
+            same = store.same_id_rows(ids.pop())
             n = int(copy.group(2))
             if n <= len(same):
                 return next(r for r in found if r["id"] == same[n - 1])
@@ -12002,7 +12069,7 @@ def resolve_session(con, ref, any_copy=False):
                           hint="give a session id, an id prefix, a session file or a name; "
                                "`sesame search WORDS` finds sessions by topic")
     shared = collections.Counter(r["session_id"] for r in several)
-    lines = ["  %s  %s  %s  %s%s" % (short_id(con, r["session_id"], r["id"]) if shared[r["session_id"]] > 1 else
+    lines = ["  %s  %s  %s  %s%s" % (short_id(store, r["session_id"], r["id"]) if shared[r["session_id"]] > 1 else
                                      r["session_id"], r["name"] or "Unnamed", short_date(r["modified"]),
                                      r["cwd"] or "(no working directory)",
                                      "  " + r["path"] if shared[r["session_id"]] > 1 else "")
@@ -12316,7 +12383,7 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
                 data["hasMore"] = True
                 break
             data["alsoSearched"] = query.notes()
-            r = result_json(store.con, *hit, every_word_known=not any(w.dropped for w in query.words))
+            r = result_json(store, *hit, every_word_known=not any(w.dropped for w in query.words))
             r["current"] = (r["agent"], r["sessionId"]) in filters.current
             results.append(shape_result(r, fields, full))
             if max_chars and render and len(results) > 1 and _smallest_size(data, render) > max_chars:
@@ -12370,8 +12437,8 @@ def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, every
     try:
         if refresh:
             refresh_before_reading(ctx, store, first_use)
-        s = resolve_session(store.con, ref)
-        s["short_id"] = short_id(store.con, s["session_id"], s["id"])
+        s = resolve_session(store, ref)
+        s["short_id"] = short_id(store, s["session_id"], s["id"])
         last = store.last_seq(s["id"])
         lo, hi = 0, last
         if around is not None:
@@ -13092,7 +13159,7 @@ def cmd_forget(args, ctx):
                 raise StoreError("cannot forget: another sesame index is still running after %ds; nothing was "
                                   "forgotten" % FORGET_LOCK_WAIT, hint="try again when it has finished")
             try:
-                s = resolve_session(store.con, ref, any_copy=True)
+                s = resolve_session(store, ref, any_copy=True)
             except SesameError as e:
                 again = _forgotten(items, ref) if e.kind == "not_found" else []
                 if len(again) != 1:

@@ -6695,13 +6695,13 @@ def test_a_function_word_is_counted_through_only_when_it_ranks(vocab_corpus, cap
     """How common "the" is (FTS5 walks up to half its documents: 1-2 ms at 1 GB) matters only when
     no other word ranks: "the docker" ranks by docker; "the" alone by itself."""
     counted = []
-    original = sesame._df
+    original = sesame.Store.doc_count
 
-    def counting(con, fts, limit=3):
+    def counting(store, fts, limit=3):
         if limit > 3:
             counted.append(fts)
-        return original(con, fts, limit)
-    monkeypatch.setattr(sesame, "_df", counting)
+        return original(store, fts, limit)
+    monkeypatch.setattr(sesame.Store, "doc_count", counting)
     assert "target-common" in search_ids(capsys, "the docker")
     assert '"the"' not in counted and '"docker"' in counted
     del counted[:]
