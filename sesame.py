@@ -1028,6 +1028,7 @@ def load_forgotten(env=None):
 
 
 def save_forgotten(items, env=None):
+    """Write the list of forgotten sessions (owner only, never half-written); OSError on failure."""
     path = forgotten_path(env)
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     old_umask = os.umask(0o077)
@@ -1182,7 +1183,7 @@ def walk_files(root, match, max_depth, skip_dirs=()):
     return found
 
 
-def _file_mtime(path):
+def file_mtime_iso(path):
     """A file's modification time as the stored ISO form (for formats without timestamps)."""
     return iso(datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc))
 
@@ -1332,7 +1333,9 @@ class Parser:
     resumable     True for append-only files read from a checkpoint: parse(path, report,
                   resume=, limit=) sets `session.checkpoint` at each clean line (see below)
     new_run()     called at the start of every index run: drop what was cached about the disk
-    resume_command(row)  the shell command that resumes a stored session, or None
+    resume_command(row)  the shell command that resumes a stored session, or None; `row` is the
+                  session as the index holds it (session_dict: "agent", "session_id", "path",
+                  "cwd"...), not a Session
     retention(env)      how long the agent keeps transcripts, as its settings say, or None
     session_env, current_sessions(env)  how the agent tells a command which session it runs in
     """
@@ -1389,7 +1392,7 @@ class Parser:
     def parse(self, path, report):
         raise NotImplementedError
 
-    def resume_command(self, session):
+    def resume_command(self, row):
         return None
 
     def retention(self, env):
@@ -1843,7 +1846,7 @@ def _add_user(s, text, ts):
 def _finish_times(s, path):
     """A session whose records name no time at all is dated by its file."""
     if s.created is None:
-        s.created = s.modified = _file_mtime(path)
+        s.created = s.modified = file_mtime_iso(path)
 
 
 # Resumable parsing of append-only JSONL (see Parser.resumable).
@@ -2054,8 +2057,8 @@ class PiParser(Parser):
         tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
         s.labels = [t for t in [meta.get("description")] + tags if isinstance(t, str) and t.strip()]
 
-    def resume_command(self, session):
-        return "pi --session %s" % shell_quote(session["path"])
+    def resume_command(self, row):
+        return "pi --session %s" % shell_quote(row["path"])
 
 
 # -------------------------------------------------------------------------------------------------
@@ -2631,14 +2634,14 @@ class ClaudeCodeParser(Parser):
             days = 30
         return {"days": days, "setting": "cleanupPeriodDays in %s" % settings}
 
-    def resume_command(self, session):
-        if not session.get("session_id") or session["session_id"].startswith("agent-"):
+    def resume_command(self, row):
+        if not row.get("session_id") or row["session_id"].startswith("agent-"):
             return None  # sub-agents cannot be resumed on their own
-        cmd = "%s --resume %s" % (self.command, shell_quote(session["session_id"]))
+        cmd = "%s --resume %s" % (self.command, shell_quote(row["session_id"]))
         # Claude Code looks sessions up under the project folder of the current directory, so the
         # command only works when run in the session's cwd.
-        if session.get("cwd"):
-            cmd = "cd %s && %s" % (shell_quote(session["cwd"]), cmd)
+        if row.get("cwd"):
+            cmd = "cd %s && %s" % (shell_quote(row["cwd"]), cmd)
         return cmd
 
 
@@ -2675,7 +2678,7 @@ class OhMyOpenCodeParser(ClaudeCodeParser):
     def retention(self, env):
         return None
 
-    def resume_command(self, session):
+    def resume_command(self, row):
         return None   # OpenCode's, as for its own sessions (see OpenCodeParser)
 
 
@@ -2988,7 +2991,7 @@ class CodexParser(Parser):
         s.touch(created)
         if s.modified is None or (st.bare or path.endswith(".json")):
             # Bare and TS-era files have no per-line timestamps: the file's mtime is the last activity.
-            s.touch(_file_mtime(path))
+            s.touch(file_mtime_iso(path))
         return s
 
     def _thread_name(self, path, session_id):
@@ -3078,8 +3081,8 @@ class CodexParser(Parser):
             return names
         return self._cached(db, read, db + "-wal")
 
-    def resume_command(self, session):
-        return "codex resume %s" % shell_quote(session["session_id"]) if session.get("session_id") else None
+    def resume_command(self, row):
+        return "codex resume %s" % shell_quote(row["session_id"]) if row.get("session_id") else None
 
 
 class _CodexState:
@@ -3622,7 +3625,7 @@ class OpenCodeParser(Parser):
                     continue
         return None
 
-    def resume_command(self, session):
+    def resume_command(self, row):
         return None   # no resume-by-id command of OpenCode's that we could confirm
 
 
@@ -4133,7 +4136,7 @@ class GeminiParser(Parser):
         days = int(m.group(1)) * {"h": 1 / 24, "d": 1, "w": 7, "m": 30}[m.group(2)] if m else None
         return {"days": days, "setting": "general.sessionRetention in %s" % settings}
 
-    def resume_command(self, session):
+    def resume_command(self, row):
         return None   # Gemini CLI resumes by list index or `latest`, not by session id
 
 
@@ -4481,7 +4484,7 @@ class CursorParser(Parser):
             if role in ("user", "assistant"):
                 self._blocks(s, role, content, calls, report=report)
         # No timestamps in the lines: the file's mtime is the last activity.
-        s.modified = _file_mtime(path)
+        s.modified = file_mtime_iso(path)
         s.created = norm_time(meta.get("createdAt")) or s.modified
         if s.created > s.modified:
             s.created = s.modified
@@ -4578,7 +4581,7 @@ class CursorParser(Parser):
                     self._blocks(s, role, m.get("content"), calls, report=report)
                 # system: the agent's system prompt, identical in every chat: not indexed
         wal = path + "-wal"
-        s.touch(max(_file_mtime(path), _file_mtime(wal) if os.path.exists(wal) else ""))
+        s.touch(max(file_mtime_iso(path), file_mtime_iso(wal) if os.path.exists(wal) else ""))
         s.touch(norm_time(side.get("updatedAtMs") or side.get("updatedAt")))
         created = norm_time(meta.get("createdAt")) or norm_time(side.get("createdAtMs") or side.get("createdAt"))
         if created and created < s.created:
@@ -4727,7 +4730,7 @@ class CursorParser(Parser):
                     workspaces = self._workspace_folders(path)
                 s.cwd = workspaces.get(cid)
             if s.created is None:
-                s.created = s.modified or _file_mtime(path)
+                s.created = s.modified or file_mtime_iso(path)
             if s.modified is None or s.modified < s.created:
                 s.modified = s.created
             sessions.append(s)
@@ -4833,14 +4836,14 @@ class CursorParser(Parser):
                     folders.setdefault(c["composerId"], folder)
         return folders
 
-    def resume_command(self, session):
+    def resume_command(self, row):
         # The CLI's chats (store.db, agent transcripts): `agent --resume <chatId>` (the binary was
         # cursor-agent), among the chats of the current folder. Editor composers have no command.
-        path, sid = session.get("path") or "", session.get("session_id")
+        path, sid = row.get("path") or "", row.get("session_id")
         if not sid or path.endswith(".vscdb") or os.sep + "subagents" + os.sep in path:
             return None
         cmd = "agent --resume %s" % shell_quote(sid)
-        return "cd %s && %s" % (shell_quote(session["cwd"]), cmd) if session.get("cwd") else cmd
+        return "cd %s && %s" % (shell_quote(row["cwd"]), cmd) if row.get("cwd") else cmd
 
 
 # -------------------------------------------------------------------------------------------------
@@ -4914,7 +4917,7 @@ class AiderParser(Parser):
             sessions.append(current.finish())
         if sessions and sessions[-1].created:
             # Only the last session can have gone on after its start: the file was last written then.
-            sessions[-1].modified = max(sessions[-1].created, _file_mtime(path))
+            sessions[-1].modified = max(sessions[-1].created, file_mtime_iso(path))
         self._input_times(path, sessions)
         # Aider writes no cwd. It writes "Cur working dir:" when launched below the repo root;
         # otherwise it was launched at the repo root, which is where it writes this file.
@@ -5159,7 +5162,7 @@ class SpecStoryParser(Parser):
             raise NotASessionFile("no user turn")
         s.touch(start)
         if s.modified == start:   # no turn times (older exports): SpecStory rewrites the file as the chat goes on
-            s.touch(max(start, _file_mtime(path)) if start else None)
+            s.touch(max(start, file_mtime_iso(path)) if start else None)
         _finish_times(s, path)
         return [s]
 
@@ -5522,9 +5525,9 @@ class KiloParser(OpenCodeParser):
     def sidecars(self, path):
         return [path + "-wal"]
 
-    def resume_command(self, session):
+    def resume_command(self, row):
         # `kilo -s ID` resumes in the session's own folder from anywhere (checked with 7.7.9).
-        return "kilo -s %s" % shell_quote(session["session_id"]) if session.get("session_id") else None
+        return "kilo -s %s" % shell_quote(row["session_id"]) if row.get("session_id") else None
 
 
 # -------------------------------------------------------------------------------------------------
@@ -5895,7 +5898,7 @@ class AmpParser(Parser):
         if s.created is None:
             _finish_times(s, path)
         elif s.modified == s.created and len(s.chunks) > 1:
-            s.modified = max(s.created, _file_mtime(path))  # older threads have no message times
+            s.modified = max(s.created, file_mtime_iso(path))  # older threads have no message times
         return [s]
 
     @staticmethod
@@ -6936,19 +6939,19 @@ class KimiParser(Parser):
             elif role == "tool":   # a failure is only told by the text: "<system>ERROR: Command failed ..."
                 out = text_of(m.get("content"))
                 calls.result(m.get("tool_call_id"), out, out.lstrip().startswith("<system>ERROR"), ts=None)
-        s.created = s.modified = _file_mtime(path)
+        s.created = s.modified = file_mtime_iso(path)
         return s
 
-    def resume_command(self, session):
-        sid = session.get("session_id") or ""
+    def resume_command(self, row):
+        sid = row.get("session_id") or ""
         if not sid or "/" in sid:
             return None   # sub-agents cannot be resumed on their own
-        path = session.get("path") or ""
+        path = row.get("path") or ""
         if not path.endswith("wire.jsonl") or os.path.basename(os.path.dirname(os.path.dirname(path))) == "agents":
             return None   # no resume flag documented for Kimi Code; kimi-cli 0.x had only --continue
         cmd = "kimi -r %s" % shell_quote(sid)
         # kimi-cli looks the session up among the current directory's sessions.
-        return "cd %s && %s" % (shell_quote(session["cwd"]), cmd) if session.get("cwd") else cmd
+        return "cd %s && %s" % (shell_quote(row["cwd"]), cmd) if row.get("cwd") else cmd
 
 
 # -------------------------------------------------------------------------------------------------
@@ -7450,8 +7453,8 @@ class OmpParser(PiParser):
     def list_files(self, root):
         return walk_files(root, lambda n: n.endswith(".jsonl"), max_depth=3)
 
-    def resume_command(self, session):
-        return "omp --session %s" % shell_quote(session["path"])
+    def resume_command(self, row):
+        return "omp --session %s" % shell_quote(row["path"])
 
 
 @register
@@ -7490,7 +7493,7 @@ class TraeXParser(CodexParser):
         home = os.path.join(_home(env), ".trae", "cli")
         return [os.path.join(home, "sessions"), os.path.join(home, "archived_sessions")]
 
-    def resume_command(self, session):
+    def resume_command(self, row):
         return None
 
 
@@ -7541,7 +7544,7 @@ class ClaudeDesktopParser(ClaudeCodeParser):
             s.cwd = folders[0] if folders else s.cwd
         return sessions
 
-    def resume_command(self, session):
+    def resume_command(self, row):
         return None
 
     def retention(self, env):
@@ -7637,7 +7640,7 @@ class ContinueParser(Parser):
             elif role == "system":
                 s.add("context", text_of(m.get("content")), role="system")
         if s.chunks:
-            s.touch(_file_mtime(path))
+            s.touch(file_mtime_iso(path))
         _finish_times(s, path)
         return [s]
 
@@ -10588,13 +10591,13 @@ def merge_kept(old, new):
     return rows, kept
 
 
-def keep_lost_chunks(store, file_id, sessions):
+def keep_lost_chunks(store, file_id, prepared):
     """For a file damaged on disk (see damaged_on_disk): what was indexed from it before and this
-    read lost is kept, each session's lost chunks in their place among the ones read now. Returns
-    how many chunks were kept."""
+    read lost is kept, each session's lost chunks in their place among the ones read now (`prepared`:
+    the file's sessions as this read gives them, Prepared). Returns how many chunks were kept."""
     before = store.file_sessions(file_id)
     kept = 0
-    for s in sessions:
+    for s in prepared:
         sid = before.get((s.meta.agent, s.meta.session_id))
         if sid is None:
             continue
@@ -10640,21 +10643,21 @@ def index_file(batch, job, result, summary, policy):
             store.file_damaged(file_id, st, result.payload)
             summary.problem(job.path, "damaged, kept what was indexed from it before: %s" % result.payload)
             return
-        sessions = result.payload if result.status == "ok" else []
+        prepared = result.payload if result.status == "ok" else []
         if fresh and file_id is not None:
             # Bytes of the file were lost since it was indexed: what this read cannot give back stays.
-            if sessions and job.row.sessions and all(s.complete for s in sessions) and damaged_on_disk(job, result):
-                kept = keep_lost_chunks(store, file_id, sessions)
+            if prepared and job.row.sessions and all(s.complete for s in prepared) and damaged_on_disk(job, result):
+                kept = keep_lost_chunks(store, file_id, prepared)
             # Sessions the file no longer holds are kept as deleted, when the same parser (and version)
             # read it: a new parser version may rightly see the file's sessions otherwise.
             if policy.keep_deleted and job.row.sessions and (job.row.parser, job.row.parser_version) == (
                     job.parser.id, job.parser.version):
-                store.keep_vanished(file_id, {(s.meta.agent, s.meta.session_id) for s in sessions})
+                store.keep_vanished(file_id, {(s.meta.agent, s.meta.session_id) for s in prepared})
             store.delete_file_sessions(file_id)
         fresh = False
         if file_id is None:
             file_id = store.add_file(job.path, job.parser.id)
-        for s in sessions:
+        for s in prepared:
             if not policy.keeps(s.meta.agent, s.meta.session_id, s.meta.cwd):
                 continue  # forgotten, or run in an excluded project
             existing = store.write_session(file_id, s, existing=existing if resume else None,
@@ -10662,7 +10665,7 @@ def index_file(batch, job, result, summary, policy):
             batch.words.update(s.words)
             written.append((s.meta.agent, s.meta.session_id))
             summary.chunks += s.count
-        complete = all(s.complete for s in sessions)
+        complete = all(s.complete for s in prepared)
         # (A file holding kept chunks is read whole at its next change, so that they stay in place.)
         checkpoint = result.checkpoint if not kept else None
         # An unfinished file keeps size -1: the next run sees it as changed and resumes it.
@@ -10684,7 +10687,7 @@ def index_file(batch, job, result, summary, policy):
     else:
         summary.indexed += 1
     summary.chunks_kept += kept
-    summary.sessions += len(sessions)
+    summary.sessions += len(prepared)
     summary.skipped_lines += skipped_lines
 
 
@@ -11685,10 +11688,11 @@ def short_id(store, session_id, row_id=None):
     return short
 
 
-def resume_command(s):
-    """The command that reopens a session in its agent; None when the agent has none or its file is gone."""
-    parser = PARSERS.get(s["agent"])
-    return parser.resume_command(s) if parser and not s.get("deleted") else None
+def resume_command(row):
+    """The command that reopens an indexed session in its agent, from its stored row (session_dict);
+    None when the agent has none or the session's file is gone."""
+    parser = PARSERS.get(row["agent"])
+    return parser.resume_command(row) if parser and not row.get("deleted") else None
 
 
 def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES_PER_SESSION, page=None):
@@ -11793,6 +11797,8 @@ def result_json(store, s, score, stage, matches, every_word_known=True):
     at all make no result "matchedAllTerms"."""
     snippet = matches[0]["snippet"] if matches else fallback_snippet(store, s)
     return {
+        # "source" is the agent, as "agent" is (the field's first name, kept for compatibility: it is
+        # not a configured source).
         "sessionId": s["session_id"], "shortId": short_id(store, s["session_id"], s["id"]), "source": s["agent"],
         "agent": s["agent"], "path": s["path"],
         "cwd": s["cwd"], "name": s["name"], "score": float("%.4g" % score),
@@ -13108,7 +13114,9 @@ def _forgotten(items, ref):
     return [i for i in items if i["sessionId"] == ref] or [i for i in items if i["sessionId"].startswith(ref)]
 
 
-def _save_forgotten(items, env, what):
+def _save_forgotten_or_fail(items, env, what):
+    """save_forgotten, a failure to write said as a StoreError naming `what` was being done (and
+    that nothing was changed): the caller writes the list before it changes the index."""
     try:
         save_forgotten(items, env)
     except OSError as e:  # a full disk, a read-only data directory
@@ -13147,7 +13155,7 @@ def cmd_forget(args, ctx):
             store.read_again(set(item.get("files") or []) | {item.get("path")})  # every file that held a copy
         finally:
             store.close()
-        _save_forgotten([i for i in items if i is not item], ctx.env, "undo the forget")
+        _save_forgotten_or_fail([i for i in items if i is not item], ctx.env, "undo the forget")
         result = {"remembered": item}
     else:
         store = ctx.store()
@@ -13170,7 +13178,7 @@ def cmd_forget(args, ctx):
                         "files": store.session_files(s["agent"], s["session_id"]), "forgottenAt": iso(now_utc())}
                 listed = any((i["agent"], i["sessionId"]) == (item["agent"], item["sessionId"]) for i in items)
                 if not listed:
-                    _save_forgotten(items + [item], ctx.env, "forget %s" % item["sessionId"])
+                    _save_forgotten_or_fail(items + [item], ctx.env, "forget %s" % item["sessionId"])
                 try:
                     store.forget_session(item["agent"], item["sessionId"])
                 except sqlite3.Error as e:
