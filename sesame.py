@@ -230,6 +230,12 @@ def _traceback():
 # Utilities
 # ==================================================================================================
 
+# What every JSON reader catches: JSON nested deeper than Python's recursion limit ("[" * 100000,
+# valid or not) makes the decoder raise RecursionError, not ValueError. The line readers count it as
+# one bad line like any other; Sesame's own files (forgotten list, journals' places, a file's
+# checkpoint and unrecognised records) read as unusable, as a syntax error does.
+BAD_JSON = (ValueError, RecursionError)
+
 
 class LazyPattern:
     """A regular expression compiled the first time it is used. Compiling all of this file's
@@ -1022,7 +1028,7 @@ def load_forgotten(env=None):
             items = json.loads(f.read().decode("utf-8"))
     except (FileNotFoundError, NotADirectoryError):
         return []  # nothing forgotten (or no data directory yet: opening the index will say why)
-    except (OSError, ValueError) as e:
+    except (OSError,) + BAD_JSON as e:
         raise StoreError("cannot read %s: %s" % (forgotten_path(env), e), hint="fix or delete that file")
     return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
@@ -1051,10 +1057,6 @@ def read_head(path, n=4096):
 
 
 _json_decode = json.JSONDecoder().decode  # str in, no encoding sniffing per line
-
-# JSON nested deeper than Python's recursion limit ("[" * 100000, valid or not) makes the decoder
-# raise RecursionError, not ValueError: the readers below count it as one bad line like any other.
-BAD_JSON = (ValueError, RecursionError)
 
 # What a line may carry around its JSON: whitespace, NUL bytes, and a UTF-8 byte order mark. A file
 # system that loses power while a file grows keeps the new length and fills the blocks never written
@@ -1736,7 +1738,15 @@ def _one_line(text, limit=100):
 class ToolCalls:
     """Tool chunks of one session by call id: the call adds a chunk, its result (or a late start
     event with the arguments) rewrites that chunk instead of adding a second one. A repeated call id
-    is the same call; a result whose call is unknown becomes a chunk of its own when it says something."""
+    is the same call; a result whose call is unknown becomes a chunk of its own when it says something.
+
+    The toolkit's one joiner for parsers that add chunks as they read. Joined apart, on purpose:
+    _Entries (Claude Code, Codex: entries are kept until the whole file is read, since a duplicated
+    stream drops some at the end); and, until each is moved here with a parser version bump and a
+    test of its edge cases, read_pi_message's `calls` (pi, omp, OpenClaw: a repeated id adds a second
+    chunk, an orphan result without output still adds one, and the resumable reader's checkpoint
+    waits on it), Gemini's _history (keyed by id or, lacking one, by name) and Antigravity's
+    `pending` list (results come in order, with no id)."""
 
     def __init__(self, session):
         self.session, self.calls = session, {}
@@ -3744,10 +3754,9 @@ class GeminiParser(Parser):
         summary = meta.get("summary")
         if isinstance(summary, str) and summary.lstrip().startswith("{"):
             # A sub-agent's summary is its result as JSON ({"response": "..."}): the text is the name.
-            try:
-                summary = json.loads(summary).get("response", summary)
-            except (ValueError, AttributeError, RecursionError):
-                pass
+            parsed = _json_value(summary)
+            if isinstance(parsed, dict):
+                summary = parsed.get("response", summary)
         if isinstance(summary, str) and summary.strip():
             s.name = _one_line(summary, 200)
         elif first_user:
@@ -9173,7 +9182,7 @@ class Store:
         for parser_id, unknown in self.con.execute("SELECT parser, unknown FROM files WHERE unknown IS NOT NULL"):
             try:
                 seen = json.loads(unknown)
-            except ValueError:
+            except BAD_JSON:
                 continue
             if isinstance(seen, dict):
                 out.append((parser_id, seen))
@@ -10206,7 +10215,7 @@ def read_journals(store, sources, plan):
     try:
         with open_regular(_journals_file(store)) as f:
             known = json.loads(f.read())
-    except (OSError, ValueError):
+    except (OSError,) + BAD_JSON:
         known = {}
     if not isinstance(known, dict):
         known = {}
@@ -10502,7 +10511,7 @@ def _resume_point(store, job):
         if ck and job.stat.st_size >= ck["offset"] and file_checksum(job.path, ck["offset"]) == ck["checksum"] \
                 and parser.checkpoint_holds(job.path, ck):
             return ck
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, KeyError, TypeError) + BAD_JSON:
         pass
     return None
 

@@ -5281,6 +5281,33 @@ def test_a_resumed_old_session_is_found_by_the_next_search_from_any_folder(env, 
         assert search_ids(capsys, "narwhal%d" % n) == [sid]
 
 
+def test_sesames_own_records_nested_too_deeply_are_read_as_unusable_not_a_crash(env, capsys, tmp_path):
+    """Every JSON reader catches what the line readers catch (BAD_JSON): a document nested deeper
+    than Python's recursion limit raises RecursionError, not ValueError. Sesame's own records then
+    read as unusable: the journals' places and a file's checkpoint are made anew, an unrecognised
+    record count is left out of status, and a forgotten list says which file to fix."""
+    root, journal, paths, entry = _journal_home(tmp_path, "claude")
+    assert run(capsys, "index")[0] == 0
+    deep = "[" * 100000
+    (tmp_path / "data" / "journals").write_text(deep)
+    con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
+    con.execute("UPDATE files SET checkpoint=?, unknown=?", (deep, deep))
+    con.commit()
+    con.close()
+    sid = list(paths)[2]
+    with open(str(paths[sid]), "a") as f:
+        f.write(line(dict(cc_cl_user("r1", "2026-06-01T10:00:00.000Z", "resumed: the quokka plan"), sessionId=sid,
+                          cwd="/home/dev/a")))
+    with open(str(journal), "a") as f:
+        f.write(entry(sid))
+    assert search_ids(capsys, "quokka") == [sid]
+    code, _, err = run(capsys, "status")
+    assert code == 0, err
+    (tmp_path / "data" / "forgotten.json").write_text(deep)
+    code, _, err = run(capsys, "forget", "--list")
+    assert code == 1 and one_line_error(err) and "forgotten.json" in err, err
+
+
 def test_a_journal_line_still_being_written_is_read_once_complete(env, capsys, monkeypatch, tmp_path):
     root, journal, paths, entry = _journal_home(tmp_path, "claude")
     age(tmp_path / "home")
