@@ -1469,10 +1469,10 @@ def shell_quote(s):
     return s if re.fullmatch(r"[A-Za-z0-9_./:@%+=,-]+", s or "") else "'" + (s or "").replace("'", "'\\''") + "'"
 
 
-def read_pi_message(s, m, role, ts, calls, report):
+def read_pi_message(s, m, role, ts, tools, report):
     """One `message` entry of the pi session format (pi, and OpenClaw which writes the same): user
-    text, assistant text / thinking / tool calls, a toolResult joined to its call through `calls`
-    ({call id: (chunk index, name, args)}), bashExecution, custom and hook messages."""
+    text, assistant text / thinking / tool calls, a toolResult joined to its call through `tools`
+    (the session's ToolCalls), bashExecution, custom and hook messages."""
     content = m.get("content")
     if role == "user":
         s.add("user", text_of(content), role="user", ts=ts)
@@ -1494,19 +1494,9 @@ def read_pi_message(s, m, role, ts, calls, report):
         if texts:
             s.add("assistant", "\n".join(texts), role="assistant", ts=ts)
         for block in tool_calls:  # after the text that announced them, as the agent showed them
-            name, args = str(block.get("name") or "tool"), block.get("arguments")
-            s.add("tool", tool_text(name, args), role="assistant", tool=name, path=tool_path(args), ts=ts)
-            if block.get("id"):
-                calls[block["id"]] = (len(s.chunks) - 1, name, args)
+            tools.call(block.get("id"), block.get("name"), block.get("arguments"), ts=ts)
     elif role == "toolResult":
-        output = text_of(content)
-        call = calls.pop(m.get("toolCallId"), None)
-        if call:
-            idx, name, args = call
-            s.chunks[idx].text = tool_text(name, args, output, bool(m.get("isError")))
-        else:
-            name = str(m.get("toolName") or "tool")
-            s.add("tool", tool_text(name, None, output, bool(m.get("isError"))), role="tool", tool=name, ts=ts)
+        tools.result(m.get("toolCallId"), text_of(content), bool(m.get("isError")), name=m.get("toolName"), ts=ts)
     elif role == "bashExecution":
         args = {"command": m.get("command")}
         s.add("tool", tool_text("bash", args, m.get("output") or ""), role="user", tool="bash", ts=ts)
@@ -1740,13 +1730,11 @@ class ToolCalls:
     event with the arguments) rewrites that chunk instead of adding a second one. A repeated call id
     is the same call; a result whose call is unknown becomes a chunk of its own when it says something.
 
-    The toolkit's one joiner for parsers that add chunks as they read. Joined apart, on purpose:
-    _Entries (Claude Code, Codex: entries are kept until the whole file is read, since a duplicated
-    stream drops some at the end); and, until each is moved here with a parser version bump and a
-    test of its edge cases, read_pi_message's `calls` (pi, omp, OpenClaw: a repeated id adds a second
-    chunk, an orphan result without output still adds one, and the resumable reader's checkpoint
-    waits on it), Gemini's _history (keyed by id or, lacking one, by name) and Antigravity's
-    `pending` list (results come in order, with no id)."""
+    The toolkit's one joiner for parsers that add chunks as they read (pi, omp and OpenClaw through
+    read_pi_message too). Joined apart: _Entries (Claude Code, Codex: entries are kept until the whole
+    file is read, since a duplicated stream drops some at the end), Gemini's _history (calls keyed by
+    id or, lacking one, by name: here a second call of the same name would be taken for the first)
+    and Antigravity's `pending` list (results come in order, with no id)."""
 
     def __init__(self, session):
         self.session, self.calls = session, {}
@@ -1938,7 +1926,7 @@ class PiParser(Parser):
     user did). Tool calls are joined to their results by tool call id.
     """
 
-    id, label, version = "pi", "pi", 2
+    id, label, version = "pi", "pi", 3
     verified = "0.73.1, 2026-11-25"
     records = ("message", "compaction", "branch_summary", "custom_message", "session_info")
     # settings and extension state: nothing a user would search for (the header is read apart)
@@ -1977,8 +1965,8 @@ class PiParser(Parser):
         # State carried across checkpoints: the name so far and the latest user/assistant activity.
         state = dict(resume["state"]) if resume else {"name": None, "last": None}
         start = resume["offset"] if resume else 0
-        calls = {}          # tool call id -> (index of its chunk in s.chunks, name, args), until its result
-        pending_since = 0   # line number at which `calls` last became non-empty
+        tools = ToolCalls(s)
+        pending_since = 0   # line number at which a call last began to wait for its result
         checkpoint = (start, 0, dict(state))
         s.complete = True
         for line_no, (offset, e) in enumerate(iter_jsonl(path, report, start)):
@@ -1999,9 +1987,9 @@ class PiParser(Parser):
                         mts = mts.timestamp() * 1000 if mts else None
                     if mts is not None and (state["last"] is None or mts > state["last"]):
                         state["last"] = mts
-                had_calls = bool(calls)
-                read_pi_message(s, m, role, ts, calls, report)
-                if calls and not had_calls:
+                had_calls = bool(tools.waiting)
+                read_pi_message(s, m, role, ts, tools, report)
+                if tools.waiting and not had_calls:
                     pending_since = line_no
             elif etype == "compaction" or etype == "branch_summary":
                 if isinstance(e.get("summary"), str):
@@ -2012,9 +2000,9 @@ class PiParser(Parser):
                 name = e.get("name")
                 if isinstance(name, str) and name.strip():
                     state["name"] = name.strip()
-            if calls and line_no - pending_since > PENDING_CALL_LINES:
-                calls.clear()  # a call whose result never came: keep it without output
-            if not calls:
+            if tools.waiting and line_no - pending_since > PENDING_CALL_LINES:
+                tools.give_up()  # a call whose result never came: keep it without output
+            if not tools.waiting:
                 checkpoint = (offset, len(s.chunks), dict(state))
                 if limit and offset - start >= limit:
                     s.complete = False
@@ -6979,7 +6967,7 @@ class OpenClawParser(Parser):
     `*.jsonl.deleted.*` / `*.jsonl.reset.*` archives are not listed.
     """
 
-    id, label, version = "openclaw", "OpenClaw", 2
+    id, label, version = "openclaw", "OpenClaw", 3
     records = ("message", "compaction", "branch_summary", "custom_message", "session_info")
     skipped_records = PiParser.skipped_records   # the header, settings and extension state, as in pi
     blocks, skipped_blocks = PiParser.blocks, PiParser.skipped_blocks   # read by read_pi_message
@@ -7012,7 +7000,7 @@ class OpenClawParser(Parser):
         s.parent = header.get("parentSession") or header.get("branchedFrom")
         r = Resumption(s, resume, limit, name=None)
         s.touch(norm_time(header.get("timestamp")))
-        calls = {}   # tool call id -> (chunk index, name, args) until its result (read_pi_message)
+        tools = ToolCalls(s)
         for offset, e in iter_jsonl(path, report, r.start):
             etype = self.record_type(report, e)
             ts = norm_time(e.get("timestamp"))
@@ -7027,7 +7015,7 @@ class OpenClawParser(Parser):
                     text = text_of(m.get("content"))
                     s.add("context" if self._injected(text) else "user", text, role="user", ts=mts)
                 elif role in ("assistant", "toolResult", "bashExecution"):
-                    read_pi_message(s, m, role, mts, calls, report)
+                    read_pi_message(s, m, role, mts, tools, report)
                 elif role == "system":
                     s.add("context", text_of(m.get("content")), role="system", ts=mts)
             elif etype in ("compaction", "branch_summary"):
@@ -7037,7 +7025,7 @@ class OpenClawParser(Parser):
                 s.add(kind, text_of(e.get("content")), role="custom", ts=ts)
             elif etype == "session_info" and _str(e.get("name")):
                 r.state["name"] = e["name"].strip()
-            if r.line_done(offset, calls, calls.clear):
+            if r.line_done(offset, tools.waiting, tools.give_up):
                 break
         r.finish()
         s.name = r.state["name"]

@@ -944,6 +944,21 @@ def test_pi_tool_call_is_one_chunk_with_arguments_and_joined_result(tmp_path):
     assert [c.kind for c in s.chunks] == ["assistant", "tool"]
 
 
+@pytest.mark.parametrize("agent", ["pi", "openclaw"])
+def test_pi_tool_calls_are_joined_by_the_toolkits_rule(tmp_path, agent):
+    """pi's and OpenClaw's calls are joined by ToolCalls, as every agent's whose chunks are added
+    while the file is read: a call id given twice is one call, and a result whose call is unknown
+    is a chunk of its own only when it says something."""
+    w = PiWriter(tmp_path, "s-join")
+    w.assistant("Running tests.", calls=[("c1", "bash", {"command": "npm test"})])
+    w.assistant(calls=[("c1", "bash", {"command": "npm test"})])   # the same call again
+    w.result("c1", "bash", "3 passing")
+    w.result("gone-1", "read", "")                                   # an unknown call, nothing said
+    w.result("gone-2", "read", "the file's text")
+    [s] = parse_file(agent, w.save())
+    assert texts(s, "tool") == ["tool: bash\ncommand: npm test\noutput:\n3 passing", "tool: read\noutput:\nthe file's text"]
+
+
 def test_pi_bash_execution_compaction_branch_summary_and_custom_messages_are_chunks(tmp_path):
     w = PiWriter(tmp_path, "s-3")
     w.entry("message", message={"role": "bashExecution", "command": "git status", "output": " M a.py",
