@@ -11581,14 +11581,13 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
     ranking = store.ranking(filters, query.excluded)
     stages = [(name, "{tools parts} : (%s)" % expr if filters.tools_only else expr) for name, expr in query.stages()]
     words = query.ranking_words()
+    ahead = None  # the next stage's rows, fetched alongside the first
     if (prefetch and not per_stage and len(stages) > 1 and stages[0][0] == "words together"
             and all((w.df or 0) >= PREFETCH_MIN_DOCS for w in words)):
         try:
-            prefetch = ranking.prefetch(stages[1][1], min(max(2 * need, 20), 1 << 62))
+            ahead = ranking.prefetch(stages[1][1], min(max(2 * need, 20), 1 << 62))
         except (sqlite3.Error, RuntimeError):  # no second connection or thread here: one after the other
-            prefetch = None
-    else:
-        prefetch = None
+            ahead = None
     out, seen, keys = [], set(), set()
     stricter, cut = None, False  # the last stage run, and whether a LIMIT left out some of its rows
     try:
@@ -11599,7 +11598,7 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
             deadline = time.monotonic() + STAGE_SECONDS
             try:
                 while True:
-                    rows = prefetch.take(limit) if prefetch and stage == 1 else None
+                    rows = ahead.take(limit) if ahead and stage == 1 else None
                     if rows is None:
                         rows = ranking.rows(run, limit, deadline)
                     fresh = {r[0] for r in rows if r[0] not in seen and (r[4], r[5]) not in keys}
@@ -11619,8 +11618,8 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
             if len(out) >= need and not per_stage:
                 break
     finally:
-        if prefetch:
-            prefetch.close()
+        if ahead:
+            ahead.close()
     return out
 
 
