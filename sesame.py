@@ -133,7 +133,7 @@ TEXT_VERSION = 6
 # Bump SCHEMA_VERSION when the tables change: an older index is then rebuilt from the session files
 # (they are the source of truth), a newer one is refused rather than damaged. From schema 4 on the
 # index also keeps sessions whose files are gone: a later migration must carry those over (their
-# chunks are in the index; their ranking rows can be rebuilt from them with build_parts).
+# chunks are in the index; their ranking rows can be rebuilt from them with Store.build_parts).
 SCHEMA_VERSION = 5
 
 # Chunk kinds, and the FTS column of the per-session documents each kind is indexed in. The column
@@ -223,6 +223,12 @@ def _traceback():
 # ==================================================================================================
 # Utilities
 # ==================================================================================================
+
+# What every JSON reader catches: JSON nested deeper than Python's recursion limit ("[" * 100000,
+# valid or not) makes the decoder raise RecursionError, not ValueError. The line readers count it as
+# one bad line like any other; Sesame's own files (forgotten list, journals' places, a file's
+# checkpoint and unrecognised records) read as unusable, as a syntax error does.
+BAD_JSON = (ValueError, RecursionError)
 
 
 class LazyPattern:
@@ -1002,7 +1008,7 @@ class Policy:
     def fingerprint(self):
         """Changing these settings, or how text is redacted and analysed (TEXT_VERSION), changes what
         the whole index should hold: it is rebuilt (the sessions kept from deleted files included:
-        their text is redacted again, see clear_index)."""
+        their text is redacted again, see Store.clear_index)."""
         if self._fingerprint is None:
             self._fingerprint = json.dumps({"exclude": self.exclude, "redact": self.redact, "text": TEXT_VERSION},
                                            sort_keys=True)
@@ -1028,12 +1034,13 @@ def load_forgotten(env=None):
             items = json.loads(f.read().decode("utf-8"))
     except (FileNotFoundError, NotADirectoryError):
         return []  # nothing forgotten (or no data directory yet: opening the index will say why)
-    except (OSError, ValueError) as e:
+    except (OSError,) + BAD_JSON as e:
         raise StoreError("cannot read %s: %s" % (forgotten_path(env), e), hint="fix or delete that file")
     return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
 
 def save_forgotten(items, env=None):
+    """Write the list of forgotten sessions (owner only, never half-written); OSError on failure."""
     path = forgotten_path(env)
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     old_umask = os.umask(0o077)
@@ -1056,10 +1063,6 @@ def read_head(path, n=4096):
 
 
 _json_decode = json.JSONDecoder().decode  # str in, no encoding sniffing per line
-
-# JSON nested deeper than Python's recursion limit ("[" * 100000, valid or not) makes the decoder
-# raise RecursionError, not ValueError: the readers below count it as one bad line like any other.
-BAD_JSON = (ValueError, RecursionError)
 
 # What a line may carry around its JSON: whitespace, NUL bytes, and a UTF-8 byte order mark. A file
 # system that loses power while a file grows keeps the new length and fills the blocks never written
@@ -1211,7 +1214,7 @@ def walk_files(root, match, max_depth, skip_dirs=()):
     return found
 
 
-def _file_mtime(path):
+def file_mtime_iso(path):
     """A file's modification time as the stored ISO form (for formats without timestamps)."""
     return iso(datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc))
 
@@ -1361,7 +1364,9 @@ class Parser:
     resumable     True for append-only files read from a checkpoint: parse(path, report,
                   resume=, limit=) sets `session.checkpoint` at each clean line (see below)
     new_run()     called at the start of every index run: drop what was cached about the disk
-    resume_command(row)  the shell command that resumes a stored session, or None
+    resume_command(row)  the shell command that resumes a stored session, or None; `row` is the
+                  session as the index holds it (session_dict: "agent", "session_id", "path",
+                  "cwd"...), not a Session
     retention(env)      how long the agent keeps transcripts, as its settings say, or None
     session_env, current_sessions(env)  how the agent tells a command which session it runs in
     """
@@ -1418,7 +1423,7 @@ class Parser:
     def parse(self, path, report):
         raise NotImplementedError
 
-    def resume_command(self, session):
+    def resume_command(self, row):
         return None
 
     def retention(self, env):
@@ -1493,10 +1498,10 @@ def shell_quote(s):
     return s if re.fullmatch(r"[A-Za-z0-9_./:@%+=,-]+", s or "") else "'" + (s or "").replace("'", "'\\''") + "'"
 
 
-def read_pi_message(s, m, role, ts, calls, report):
+def read_pi_message(s, m, role, ts, tools, report):
     """One `message` entry of the pi session format (pi, and OpenClaw which writes the same): user
-    text, assistant text / thinking / tool calls, a toolResult joined to its call through `calls`
-    ({call id: (chunk index, name, args)}), bashExecution, custom and hook messages."""
+    text, assistant text / thinking / tool calls, a toolResult joined to its call through `tools`
+    (the session's ToolCalls), bashExecution, custom and hook messages."""
     content = m.get("content")
     if role == "user":
         s.add("user", text_of(content), role="user", ts=ts)
@@ -1518,19 +1523,9 @@ def read_pi_message(s, m, role, ts, calls, report):
         if texts:
             s.add("assistant", "\n".join(texts), role="assistant", ts=ts)
         for block in tool_calls:  # after the text that announced them, as the agent showed them
-            name, args = str(block.get("name") or "tool"), block.get("arguments")
-            s.add("tool", tool_text(name, args), role="assistant", tool=name, path=tool_path(args), ts=ts)
-            if block.get("id"):
-                calls[block["id"]] = (len(s.chunks) - 1, name, args)
+            tools.call(block.get("id"), block.get("name"), block.get("arguments"), ts=ts)
     elif role == "toolResult":
-        output = text_of(content)
-        call = calls.pop(m.get("toolCallId"), None)
-        if call:
-            idx, name, args = call
-            s.chunks[idx].text = tool_text(name, args, output, bool(m.get("isError")))
-        else:
-            name = str(m.get("toolName") or "tool")
-            s.add("tool", tool_text(name, None, output, bool(m.get("isError"))), role="tool", tool=name, ts=ts)
+        tools.result(m.get("toolCallId"), text_of(content), bool(m.get("isError")), name=m.get("toolName"), ts=ts)
     elif role == "bashExecution":
         args = {"command": m.get("command")}
         s.add("tool", tool_text("bash", args, m.get("output") or ""), role="user", tool="bash", ts=ts)
@@ -1825,7 +1820,13 @@ def _one_line(text, limit=100):
 class ToolCalls:
     """Tool chunks of one session by call id: the call adds a chunk, its result (or a late start
     event with the arguments) rewrites that chunk instead of adding a second one. A repeated call id
-    is the same call; a result whose call is unknown becomes a chunk of its own when it says something."""
+    is the same call; a result whose call is unknown becomes a chunk of its own when it says something.
+
+    The toolkit's one joiner for parsers that add chunks as they read (pi, omp and OpenClaw through
+    read_pi_message too). Joined apart: _Entries (Claude Code, Codex: entries are kept until the whole
+    file is read, since a duplicated stream drops some at the end), Gemini's _history (calls keyed by
+    id or, lacking one, by name: here a second call of the same name would be taken for the first)
+    and Antigravity's `pending` list (results come in order, with no id)."""
 
     def __init__(self, session):
         self.session, self.calls = session, {}
@@ -1942,7 +1943,7 @@ def _add_user(s, text, ts):
 def _finish_times(s, path):
     """A session whose records name no time at all is dated by its file."""
     if s.created is None:
-        s.created = s.modified = _file_mtime(path)
+        s.created = s.modified = file_mtime_iso(path)
 
 
 # Resumable parsing of append-only JSONL (see Parser.resumable).
@@ -2024,7 +2025,7 @@ class PiParser(Parser):
     user did). Tool calls are joined to their results by tool call id.
     """
 
-    id, label, version = "pi", "pi", 2
+    id, label, version = "pi", "pi", 3
     verified = "0.73.1, 2026-11-25"
     records = ("message", "compaction", "branch_summary", "custom_message", "session_info")
     # settings and extension state: nothing a user would search for (the header is read apart)
@@ -2063,8 +2064,8 @@ class PiParser(Parser):
         # State carried across checkpoints: the name so far and the latest user/assistant activity.
         state = dict(resume["state"]) if resume else {"name": None, "last": None}
         start = resume["offset"] if resume else 0
-        calls = {}          # tool call id -> (index of its chunk in s.chunks, name, args), until its result
-        pending_since = 0   # line number at which `calls` last became non-empty
+        tools = ToolCalls(s)
+        pending_since = 0   # line number at which a call last began to wait for its result
         checkpoint = (start, 0, dict(state))
         s.complete = True
         for line_no, (offset, e) in enumerate(iter_jsonl(path, report, start)):
@@ -2085,9 +2086,9 @@ class PiParser(Parser):
                         mts = mts.timestamp() * 1000 if mts else None
                     if mts is not None and (state["last"] is None or mts > state["last"]):
                         state["last"] = mts
-                had_calls = bool(calls)
-                read_pi_message(s, m, role, ts, calls, report)
-                if calls and not had_calls:
+                had_calls = bool(tools.waiting)
+                read_pi_message(s, m, role, ts, tools, report)
+                if tools.waiting and not had_calls:
                     pending_since = line_no
             elif etype == "compaction" or etype == "branch_summary":
                 if isinstance(e.get("summary"), str):
@@ -2098,9 +2099,9 @@ class PiParser(Parser):
                 name = e.get("name")
                 if isinstance(name, str) and name.strip():
                     state["name"] = name.strip()
-            if calls and line_no - pending_since > PENDING_CALL_LINES:
-                calls.clear()  # a call whose result never came: keep it without output
-            if not calls:
+            if tools.waiting and line_no - pending_since > PENDING_CALL_LINES:
+                tools.give_up()  # a call whose result never came: keep it without output
+            if not tools.waiting:
                 checkpoint = (offset, len(s.chunks), dict(state))
                 if limit and offset - start >= limit:
                     s.complete = False
@@ -2153,8 +2154,8 @@ class PiParser(Parser):
         tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
         s.labels = [t for t in [meta.get("description")] + tags if isinstance(t, str) and t.strip()]
 
-    def resume_command(self, session):
-        return "pi --session %s" % shell_quote(session["path"])
+    def resume_command(self, row):
+        return "pi --session %s" % shell_quote(row["path"])
 
 
 # -------------------------------------------------------------------------------------------------
@@ -2749,14 +2750,14 @@ class ClaudeCodeParser(Parser):
             days = 30
         return {"days": days, "setting": "cleanupPeriodDays in %s" % settings}
 
-    def resume_command(self, session):
-        if not session.get("session_id") or session["session_id"].startswith("agent-"):
+    def resume_command(self, row):
+        if not row.get("session_id") or row["session_id"].startswith("agent-"):
             return None  # sub-agents cannot be resumed on their own
-        cmd = "%s --resume %s" % (self.command, shell_quote(session["session_id"]))
+        cmd = "%s --resume %s" % (self.command, shell_quote(row["session_id"]))
         # Claude Code looks sessions up under the project folder of the current directory, so the
         # command only works when run in the session's cwd.
-        if session.get("cwd"):
-            cmd = "cd %s && %s" % (shell_quote(session["cwd"]), cmd)
+        if row.get("cwd"):
+            cmd = "cd %s && %s" % (shell_quote(row["cwd"]), cmd)
         return cmd
 
 
@@ -2793,7 +2794,7 @@ class OhMyOpenCodeParser(ClaudeCodeParser):
     def retention(self, env):
         return None
 
-    def resume_command(self, session):
+    def resume_command(self, row):
         return None   # OpenCode's, as for its own sessions (see OpenCodeParser)
 
 
@@ -3068,7 +3069,7 @@ class CodexParser(Parser):
         s.touch(created)
         if s.modified is None or (st.bare or path.endswith(".json")):
             # Bare and TS-era files have no per-line timestamps: the file's mtime is the last activity.
-            s.touch(_file_mtime(path))
+            s.touch(file_mtime_iso(path))
         return s
 
     def _thread_name(self, path, session_id):
@@ -3158,8 +3159,8 @@ class CodexParser(Parser):
             return names
         return self._cached(db, read, db + "-wal")
 
-    def resume_command(self, session):
-        return "codex resume %s" % shell_quote(session["session_id"]) if session.get("session_id") else None
+    def resume_command(self, row):
+        return "codex resume %s" % shell_quote(row["session_id"]) if row.get("session_id") else None
 
 
 class _CodexState:
@@ -3702,7 +3703,7 @@ class OpenCodeParser(Parser):
                     continue
         return None
 
-    def resume_command(self, session):
+    def resume_command(self, row):
         return None   # no resume-by-id command of OpenCode's that we could confirm
 
 
@@ -3821,10 +3822,9 @@ class GeminiParser(Parser):
         summary = meta.get("summary")
         if isinstance(summary, str) and summary.lstrip().startswith("{"):
             # A sub-agent's summary is its result as JSON ({"response": "..."}): the text is the name.
-            try:
-                summary = json.loads(summary).get("response", summary)
-            except (ValueError, AttributeError, RecursionError):
-                pass
+            parsed = _json_value(summary)
+            if isinstance(parsed, dict):
+                summary = parsed.get("response", summary)
         if isinstance(summary, str) and summary.strip():
             s.name = _one_line(summary, 200)
         elif first_user:
@@ -4213,7 +4213,7 @@ class GeminiParser(Parser):
         days = int(m.group(1)) * {"h": 1 / 24, "d": 1, "w": 7, "m": 30}[m.group(2)] if m else None
         return {"days": days, "setting": "general.sessionRetention in %s" % settings}
 
-    def resume_command(self, session):
+    def resume_command(self, row):
         return None   # Gemini CLI resumes by list index or `latest`, not by session id
 
 
@@ -4561,7 +4561,7 @@ class CursorParser(Parser):
             if role in ("user", "assistant"):
                 self._blocks(s, role, content, calls, report=report)
         # No timestamps in the lines: the file's mtime is the last activity.
-        s.modified = _file_mtime(path)
+        s.modified = file_mtime_iso(path)
         s.created = norm_time(meta.get("createdAt")) or s.modified
         if s.created > s.modified:
             s.created = s.modified
@@ -4658,7 +4658,7 @@ class CursorParser(Parser):
                     self._blocks(s, role, m.get("content"), calls, report=report)
                 # system: the agent's system prompt, identical in every chat: not indexed
         wal = path + "-wal"
-        s.touch(max(_file_mtime(path), _file_mtime(wal) if os.path.exists(wal) else ""))
+        s.touch(max(file_mtime_iso(path), file_mtime_iso(wal) if os.path.exists(wal) else ""))
         s.touch(norm_time(side.get("updatedAtMs") or side.get("updatedAt")))
         created = norm_time(meta.get("createdAt")) or norm_time(side.get("createdAtMs") or side.get("createdAt"))
         if created and created < s.created:
@@ -4807,7 +4807,7 @@ class CursorParser(Parser):
                     workspaces = self._workspace_folders(path)
                 s.cwd = workspaces.get(cid)
             if s.created is None:
-                s.created = s.modified or _file_mtime(path)
+                s.created = s.modified or file_mtime_iso(path)
             if s.modified is None or s.modified < s.created:
                 s.modified = s.created
             sessions.append(s)
@@ -4913,14 +4913,14 @@ class CursorParser(Parser):
                     folders.setdefault(c["composerId"], folder)
         return folders
 
-    def resume_command(self, session):
+    def resume_command(self, row):
         # The CLI's chats (store.db, agent transcripts): `agent --resume <chatId>` (the binary was
         # cursor-agent), among the chats of the current folder. Editor composers have no command.
-        path, sid = session.get("path") or "", session.get("session_id")
+        path, sid = row.get("path") or "", row.get("session_id")
         if not sid or path.endswith(".vscdb") or os.sep + "subagents" + os.sep in path:
             return None
         cmd = "agent --resume %s" % shell_quote(sid)
-        return "cd %s && %s" % (shell_quote(session["cwd"]), cmd) if session.get("cwd") else cmd
+        return "cd %s && %s" % (shell_quote(row["cwd"]), cmd) if row.get("cwd") else cmd
 
 
 # -------------------------------------------------------------------------------------------------
@@ -4999,7 +4999,7 @@ class AiderParser(Parser):
             # Only the last session can have gone on after its start: the file was last written then.
             # (Not when its prompts are dated: the file's time is also when a clone or a copy of the
             # repository wrote it, which would make every cloned session "modified today".)
-            sessions[-1].modified = max(sessions[-1].created, _file_mtime(path))
+            sessions[-1].modified = max(sessions[-1].created, file_mtime_iso(path))
         # Aider writes no cwd. It writes "Cur working dir:" when launched below the repo root;
         # otherwise it was launched at the repo root, which is where it writes this file.
         for s in sessions:
@@ -5245,7 +5245,7 @@ class SpecStoryParser(Parser):
             raise NotASessionFile("no user turn")
         s.touch(start)
         if s.modified == start:   # no turn times (older exports): SpecStory rewrites the file as the chat goes on
-            s.touch(max(start, _file_mtime(path)) if start else None)
+            s.touch(max(start, file_mtime_iso(path)) if start else None)
         _finish_times(s, path)
         return [s]
 
@@ -5608,9 +5608,9 @@ class KiloParser(OpenCodeParser):
     def sidecars(self, path):
         return [path + "-wal"]
 
-    def resume_command(self, session):
+    def resume_command(self, row):
         # `kilo -s ID` resumes in the session's own folder from anywhere (checked with 7.7.9).
-        return "kilo -s %s" % shell_quote(session["session_id"]) if session.get("session_id") else None
+        return "kilo -s %s" % shell_quote(row["session_id"]) if row.get("session_id") else None
 
 
 # -------------------------------------------------------------------------------------------------
@@ -5981,7 +5981,7 @@ class AmpParser(Parser):
         if s.created is None:
             _finish_times(s, path)
         elif s.modified == s.created and len(s.chunks) > 1:
-            s.modified = max(s.created, _file_mtime(path))  # older threads have no message times
+            s.modified = max(s.created, file_mtime_iso(path))  # older threads have no message times
         return [s]
 
     @staticmethod
@@ -7117,19 +7117,19 @@ class KimiParser(Parser):
             elif role == "tool":   # a failure is only told by the text: "<system>ERROR: Command failed ..."
                 out = text_of(m.get("content"))
                 calls.result(m.get("tool_call_id"), out, out.lstrip().startswith("<system>ERROR"), ts=None)
-        s.created = s.modified = _file_mtime(path)
+        s.created = s.modified = file_mtime_iso(path)
         return s
 
-    def resume_command(self, session):
-        sid = session.get("session_id") or ""
+    def resume_command(self, row):
+        sid = row.get("session_id") or ""
         if not sid or "/" in sid:
             return None   # sub-agents cannot be resumed on their own
-        path = session.get("path") or ""
+        path = row.get("path") or ""
         if not path.endswith("wire.jsonl") or os.path.basename(os.path.dirname(os.path.dirname(path))) == "agents":
             return None   # no resume flag documented for Kimi Code; kimi-cli 0.x had only --continue
         cmd = "kimi -r %s" % shell_quote(sid)
         # kimi-cli looks the session up among the current directory's sessions.
-        return "cd %s && %s" % (shell_quote(session["cwd"]), cmd) if session.get("cwd") else cmd
+        return "cd %s && %s" % (shell_quote(row["cwd"]), cmd) if row.get("cwd") else cmd
 
 
 # -------------------------------------------------------------------------------------------------
@@ -7148,7 +7148,7 @@ class OpenClawParser(Parser):
     `*.jsonl.deleted.*` / `*.jsonl.reset.*` archives are not listed.
     """
 
-    id, label, version = "openclaw", "OpenClaw", 2
+    id, label, version = "openclaw", "OpenClaw", 3
     records = ("message", "compaction", "branch_summary", "custom_message", "session_info")
     skipped_records = PiParser.skipped_records   # the header, settings and extension state, as in pi
     blocks, skipped_blocks = PiParser.blocks, PiParser.skipped_blocks   # read by read_pi_message
@@ -7181,7 +7181,7 @@ class OpenClawParser(Parser):
         s.parent = header.get("parentSession") or header.get("branchedFrom")
         r = Resumption(s, resume, limit, name=None)
         s.touch(norm_time(header.get("timestamp")))
-        calls = {}   # tool call id -> (chunk index, name, args) until its result (read_pi_message)
+        tools = ToolCalls(s)
         for offset, e in iter_jsonl(path, report, r.start):
             etype = self.record_type(report, e)
             ts = norm_time(e.get("timestamp"))
@@ -7196,7 +7196,7 @@ class OpenClawParser(Parser):
                     text = text_of(m.get("content"))
                     s.add("context" if self._injected(text) else "user", text, role="user", ts=mts)
                 elif role in ("assistant", "toolResult", "bashExecution"):
-                    read_pi_message(s, m, role, mts, calls, report)
+                    read_pi_message(s, m, role, mts, tools, report)
                 elif role == "system":
                     s.add("context", text_of(m.get("content")), role="system", ts=mts)
             elif etype in ("compaction", "branch_summary"):
@@ -7206,7 +7206,7 @@ class OpenClawParser(Parser):
                 s.add(kind, text_of(e.get("content")), role="custom", ts=ts)
             elif etype == "session_info" and _str(e.get("name")):
                 r.state["name"] = e["name"].strip()
-            if r.line_done(offset, calls, calls.clear):
+            if r.line_done(offset, tools.waiting, tools.give_up):
                 break
         r.finish()
         s.name = r.state["name"]
@@ -7751,8 +7751,8 @@ class OmpParser(PiParser):
     def list_files(self, root):
         return walk_files(root, lambda n: n.endswith(".jsonl"), max_depth=3)
 
-    def resume_command(self, session):
-        return "omp --session %s" % shell_quote(session["path"])
+    def resume_command(self, row):
+        return "omp --session %s" % shell_quote(row["path"])
 
 
 @register
@@ -7791,7 +7791,7 @@ class TraeXParser(CodexParser):
         home = os.path.join(_home(env), ".trae", "cli")
         return [os.path.join(home, "sessions"), os.path.join(home, "archived_sessions")]
 
-    def resume_command(self, session):
+    def resume_command(self, row):
         return None
 
 
@@ -7842,7 +7842,7 @@ class ClaudeDesktopParser(ClaudeCodeParser):
             s.cwd = folders[0] if folders else s.cwd
         return sessions
 
-    def resume_command(self, session):
+    def resume_command(self, row):
         return None
 
     def retention(self, env):
@@ -7941,7 +7941,7 @@ class ContinueParser(Parser):
             elif role == "system":
                 s.add("context", text_of(m.get("content")), role="system")
         if s.chunks:
-            s.touch(_file_mtime(path))
+            s.touch(file_mtime_iso(path))
         _finish_times(s, path)
         return [s]
 
@@ -9347,7 +9347,7 @@ def vocabulary(texts):
 
 
 # ==================================================================================================
-# Index store: schema, connection settings, FTS5 probe
+# Index store: schema, connection settings, FTS5 probe, and every SQL statement on the index
 # ==================================================================================================
 #
 # The index is a plain table of chunks plus one FTS5 table that ranks sessions (and the bookkeeping
@@ -9461,8 +9461,79 @@ def unpack(value, strict=False):
         return DAMAGED_CHUNK
 
 
+_TOOL_OUTPUT_RE = LazyPattern(r"\n(?:output|error):\n")  # where tool_text() puts a call's result
+
+
+def doc_columns(name, chunk_rows):
+    """The text of one docs_fts row: (name, talk, tools, aside, parts) from (kind, text) rows.
+
+    Used both to insert and to delete a row; the two must produce the same text to the byte.
+    """
+    cols = {"talk": [], "tools": [], "aside": []}
+    parts = [identifier_parts(name)] if name else []
+    for kind, text in chunk_rows:
+        column = KIND_COLUMN.get(kind, "aside")
+        cols[column].append(text)
+        # camelCase parts of what was said and of tool arguments (the command, the edit), not of
+        # tool output: that is mostly code read back, where a name's parts mean little and cost much.
+        if column == "talk":
+            parts.append(identifier_parts(text))
+        elif column == "tools":
+            parts.append(identifier_parts(_TOOL_OUTPUT_RE.split(text, 1)[0]))
+    # CJK runs as bigrams (see cjk_bigrams): the stored chunks keep the text as written.
+    return tuple(cjk_bigrams(c) for c in (name or "", DOC_BREAK.join(cols["talk"]), DOC_BREAK.join(cols["tools"]),
+                                          DOC_BREAK.join(cols["aside"]), DOC_BREAK.join(p for p in parts if p)))
+
+
+# A session is empty when none of its chunks is one of these: no chunk at all (a Droid file with only
+# `session_start`), or only what the agent injected and the model thought (Codex rollouts that hold
+# only the environment and AGENTS.md context). Nobody worked in it, so it is no search result.
+CONVERSATION_KINDS = frozenset(k for k, column in KIND_COLUMN.items() if column in ("talk", "tools"))
+
+
+def cut_parts(rows, start_seq=0):
+    """Cut (seq, kind, text) rows into parts of at most PART_CHARS: returns [(first, last, [(kind, text)])].
+
+    Parts are cut greedily from the session's first chunk, so cutting again from the first chunk of
+    an existing part gives exactly the parts a full rebuild would: appends only touch the tail. An
+    empty session (see CONVERSATION_KINDS) gets no part, so search never ranks it (show still opens
+    it); when it is written to again, it has no part to go on from and is cut from its first chunk,
+    so it gets its parts as soon as it holds a conversation. (A tail cut from a later chunk belongs
+    to a session that has parts, so it is not empty.)
+    """
+    parts, part, size, first, last, talk = [], [], 0, start_seq, start_seq - 1, start_seq > 0
+    for seq, kind, text in rows:
+        if part and size + len(text) > PART_CHARS:
+            parts.append((first, last, part))
+            part, size, first = [], 0, seq
+        part.append((kind, text))
+        size += len(text)
+        last = seq
+        talk = talk or kind in CONVERSATION_KINDS
+    if not talk:
+        return []
+    if part or start_seq == 0:
+        parts.append((first, last, part))
+    return parts
+
+
+# A file's row in `files`, as the indexer reads it. `status` is "ok" (indexed), "skipped" (not a
+# session file), "damaged" (it was a session file and no longer parses: its last good sessions are
+# kept until it parses again or is gone), "unreadable" (could not be read last time: what was indexed
+# stays, it is tried again) or "deleted" (gone from disk: its sessions are kept, see
+# keepDeletedSessions). `path` is as stored (see db_path).
+FileRow = collections.namedtuple("FileRow", "id path source parser parser_version size mtime_ns status sessions")
+FILE_COLUMNS = ", ".join(FileRow._fields)
+
+
+def like_escape(s):
+    return s.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 class Store:
-    """The index database. Open with Store.open(); every write goes through `transaction()`.
+    """The index database, and the only code that runs SQL on it: the Indexer decides what to write
+    and Search what to rank, these methods say how (RankingQuery holds the ranking's SQL). Open with
+    Store.open(); a write runs inside `transaction()` or an indexer's Batch (begin/commit).
     `readonly` is set when the index can be read but not written (see _connect_readonly)."""
 
     readonly = False
@@ -9631,7 +9702,7 @@ class Store:
         for parser_id, unknown in self.con.execute("SELECT parser, unknown FROM files WHERE unknown IS NOT NULL"):
             try:
                 seen = json.loads(unknown)
-            except ValueError:
+            except BAD_JSON:
                 continue
             if isinstance(seen, dict):
                 out.append((parser_id, seen))
@@ -9674,6 +9745,441 @@ class Store:
     def size_bytes(self):
         return sum(os.path.getsize(self.path + ext) for ext in ("", "-wal") if os.path.exists(self.path + ext))
 
+    # -- The indexer's writes: the Indexer section decides what to write, these say how ----------
+
+    def begin(self):
+        """Open a write transaction (Batch: committed in turns, not through transaction())."""
+        self.con.execute("BEGIN IMMEDIATE")
+
+    def commit(self):
+        self.con.execute("COMMIT")
+
+    def rollback(self):
+        try:
+            self.con.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+    def add_words(self, words):
+        """Add words to the spelling vocabulary (see near_words)."""
+        self.con.executemany("INSERT OR IGNORE INTO vocab(term) VALUES(?)", ((w,) for w in sorted(words)))
+
+    def _part_rows(self, sid, first, last):
+        return [(k, unpack(t, strict=True)) for k, t in self.con.execute(
+            "SELECT kind, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? ORDER BY seq", (sid, first, last))]
+
+    def delete_parts(self, sid, name, from_seq=0):
+        """Delete the session's parts that hold chunks from seq `from_seq` on (all parts by default)."""
+        con = self.con
+        for doc_id, first, last in con.execute(
+                "SELECT id, first_seq, last_seq FROM docs WHERE session=? AND (last_seq >= ? OR first_seq >= ?)",
+                (sid, from_seq, from_seq)).fetchall():
+            con.execute("INSERT INTO docs_fts(docs_fts, rowid, name, talk, tools, aside, parts) "
+                        "VALUES('delete', ?, ?, ?, ?, ?, ?)",
+                        (doc_id,) + doc_columns(name, self._part_rows(sid, first, last)))
+            con.execute("DELETE FROM docs WHERE id=?", (doc_id,))
+
+    def insert_parts(self, sid, parts):
+        """Index (first, last, columns) parts of one session in docs_fts."""
+        con = self.con
+        for first, last, cols in parts:
+            doc = con.execute("INSERT INTO docs(session, first_seq, last_seq) VALUES(?,?,?)", (sid, first, last)).lastrowid
+            con.execute("INSERT INTO docs_fts(rowid, name, talk, tools, aside, parts) VALUES(?,?,?,?,?,?)", (doc,) + cols)
+
+    def build_parts(self, sid, name, from_seq):
+        """Re-cut and index the session's parts from chunk `from_seq` (a part start) on, from the index."""
+        rows = ((seq, kind, unpack(text, strict=True)) for seq, kind, text in self.con.execute(
+            "SELECT seq, kind, text FROM chunks WHERE session=? AND seq >= ? ORDER BY seq", (sid, from_seq)))
+        self.insert_parts(sid, [(f, l, doc_columns(name, p)) for f, l, p in cut_parts(rows, from_seq)])
+
+    def _delete_sessions(self, where, params=()):
+        """Remove the sessions matching a condition on `sessions`, with their chunks and ranking rows."""
+        con = self.con
+        for sid, labels in con.execute("SELECT id, labels FROM sessions WHERE %s" % where, params).fetchall():
+            self.delete_parts(sid, labels)
+            for table, col in (("chunks", "session"), ("touched", "session"), ("sessions", "id")):
+                con.execute("DELETE FROM %s WHERE %s=?" % (table, col), (sid,))
+
+    def delete_file_sessions(self, file_id):
+        """Remove the sessions read from a file (not those kept as deleted: see keep_vanished)."""
+        self._delete_sessions("file_id=? AND deleted IS NULL", (file_id,))
+
+    def delete_kept_copies(self, agent, session_id, machine=None, mirrors=None):
+        """Remove the copies of a session kept from files now gone (the session moved to another file),
+        of the same machine only when `mirrors` (<data dir>/remotes/) is given: ids repeat across
+        machines. `machine`: the remote's mirror folder the session's file is in; None: this machine
+        (files outside the mirrors)."""
+        where, params = "agent=? AND session_id=? AND deleted IS NOT NULL", [agent, session_id]
+        if mirrors:
+            folder = machine or mirrors
+            where += " AND (substr(path, 1, ?) %s ?)" % ("=" if machine else "IS NOT")
+            params += [len(folder), folder]
+        self._delete_sessions(where, params)
+
+    def write_session(self, file_id, prep, existing=None, from_seq=0):
+        """Write a prepared session, or (existing = its row id) replace its chunks from seq `from_seq` on.
+
+        Returns the session's row id. Only the parts from the one holding `from_seq` are rebuilt, and
+        all of them when the name changed (the name is indexed with every part).
+        """
+        con = self.con
+        meta = prep.meta._replace(path=db_path(prep.meta.path))  # the columns of `sessions`, in order
+        labels = meta.labels
+        if existing is None:
+            sid = con.execute("INSERT INTO sessions(file_id, agent, session_id, path, cwd, name, created, modified, "
+                              "parent, summary, labels, chunk_count) VALUES(?,?,?,?,?,?,?,?,?,?,?,0)",
+                              (file_id,) + meta).lastrowid
+            part_from = 0
+        else:
+            sid = existing
+            old_labels = con.execute("SELECT labels FROM sessions WHERE id=?", (sid,)).fetchone()[0]
+            row = con.execute("SELECT max(first_seq) FROM docs WHERE session=? AND first_seq <= ?", (sid, from_seq)).fetchone()
+            part_from = 0 if old_labels != labels or row[0] is None else row[0]
+            self.delete_parts(sid, old_labels, part_from)
+            con.execute("DELETE FROM chunks WHERE session=? AND seq >= ?", (sid, from_seq))
+            con.execute("UPDATE sessions SET agent=?, session_id=?, path=?, cwd=?, name=?, created=?, modified=?, parent=?, "
+                        "summary=?, labels=? WHERE id=?", meta + (sid,))
+        con.executemany("INSERT INTO chunks(session, seq, kind, role, tool, path, ts, text) VALUES(?,?,?,?,?,?,?,?)",
+                        [(sid, from_seq + i) + r for i, r in enumerate(prep.rows)])
+        con.execute("UPDATE sessions SET chunk_count=? WHERE id=?", (from_seq + len(prep.rows), sid))
+        if existing is None and prep.parts is not None:
+            self.insert_parts(sid, prep.parts)
+        else:
+            self.build_parts(sid, labels, part_from)
+        touched = set(prep.touched)
+        if existing is not None:
+            touched -= set(con.execute("SELECT tool, path FROM touched WHERE session=?", (sid,)).fetchall())
+        con.executemany("INSERT INTO touched(session, tool, path) VALUES(?,?,?)", [(sid, t, p) for t, p in sorted(touched)])
+        return sid
+
+    def forget_session(self, agent, session_id):
+        """Delete every copy of a session so that its text is gone from the index file, not only from
+        its tables (`sesame forget`): deleted rows are overwritten (secure_delete), its words leave the
+        spelling vocabulary unless another session has them, and the FTS index is merged into one
+        segment, since a contentless FTS5 delete only adds a marker beside the old entries. One
+        transaction: on any failure the index is as it was. See wipe_free_space."""
+        con = self.con
+        con.execute("PRAGMA secure_delete=ON")
+        talk = [k for k, column in KIND_COLUMN.items() if column == "talk"]
+        with self.transaction():
+            rows = con.execute("SELECT id, labels, file_id FROM sessions WHERE agent=? AND session_id=?",
+                               (agent, session_id)).fetchall()
+            words = vocabulary([labels or "" for _, labels, _ in rows])
+            for sid, _, _ in rows:
+                words |= vocabulary(unpack(t) for (t,) in con.execute(
+                    "SELECT text FROM chunks WHERE session=? AND kind IN (%s)" % ",".join("?" * len(talk)), [sid] + talk))
+            # A resumable parser's checkpoint carries some of the session's state (its name): the next
+            # change to the file reads it whole instead.
+            con.executemany("UPDATE files SET checkpoint=NULL WHERE id=?", {(file_id,) for _, _, file_id in rows})
+            self._delete_sessions("agent=? AND session_id=?", (agent, session_id))
+            for w in sorted(words):
+                if not con.execute("SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT 1", ('"%s"' % w,)).fetchone():
+                    con.execute("DELETE FROM vocab WHERE term=?", (w,))
+            con.execute("INSERT INTO docs_fts(docs_fts) VALUES('optimize')")
+
+    def drop_files_under(self, prefix):
+        """Forget every file below a folder (a remote's mirror that is removed): its sessions, rows
+        and listings go, none kept as deleted (the user removed the machine, not an agent its file)."""
+        where = "substr(path, 1, ?) = ?"
+        self._delete_sessions("file_id IN (SELECT id FROM files WHERE %s)" % where, (len(prefix), prefix))
+        self.con.execute("DELETE FROM files WHERE " + where, (len(prefix), prefix))
+        self.con.execute("DELETE FROM dirs WHERE substr(source, 1, ?) = ?", (len(prefix), prefix))
+
+    def child_sessions(self, session_id):
+        """[(session id, name)] of the sessions whose parent is `session_id` (its sub-agents), oldest first."""
+        return self.con.execute("SELECT session_id, name FROM sessions WHERE parent = ? ORDER BY created",
+                                (session_id,)).fetchall()
+
+    def session_files(self, agent, session_id):
+        """The files that hold a copy of a session (an agent's database and its older JSON files can
+        both have it), as Python opens them."""
+        return [fs_path(p) for (p,) in self.con.execute(
+            "SELECT DISTINCT f.path FROM files f JOIN sessions s ON s.file_id = f.id "
+            "WHERE s.agent=? AND s.session_id=? AND s.deleted IS NULL ORDER BY f.path", (agent, session_id))]
+
+    def wipe_free_space(self):
+        """Rewrite the index file without its free pages and checkpoint the WAL to zero bytes, so that
+        text deleted before secure_delete was on (old versions of a session, FTS segments merged away)
+        is in no byte of index.sqlite, -wal or -shm. Needs free disk space about the index's size."""
+        con = self.con
+        con.execute("PRAGMA temp_store=FILE")  # VACUUM's copy on disk, not in memory (the index can be GBs)
+        try:
+            con.execute("VACUUM")
+        finally:
+            con.execute("PRAGMA temp_store=MEMORY")
+        busy = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        if busy:
+            raise sqlite3.OperationalError("database is locked (another process is reading the index)")
+
+    def file_gone(self, row, keep=True):
+        """A file is no longer listed. Its sessions are kept, marked deleted, when the file is really gone
+        from disk (agents delete old transcripts; the index still has their text); they are removed when
+        the file is still there but no longer wanted (excluded, no longer under a configured source)."""
+        if keep and row.sessions and not os.path.lexists(fs_path(row.path)):
+            self.con.execute("UPDATE sessions SET deleted=? WHERE file_id=? AND deleted IS NULL", (iso(now_utc()), row.id))
+            self.con.execute("UPDATE files SET status='deleted', size=-1, checkpoint=NULL WHERE id=?", (row.id,))
+        else:
+            self._delete_sessions("file_id=?", (row.id,))
+            self.con.execute("DELETE FROM files WHERE id=?", (row.id,))
+
+    def clear_index(self, policy):
+        """Empty the index for a rebuild, except the sessions kept from files that are gone: they cannot
+        be read again, so they stay (unless the policy now excludes them), their ranking rows rebuilt."""
+        con = self.con
+        kept = con.execute("SELECT id, labels, agent, session_id, cwd FROM sessions WHERE deleted IS NOT NULL").fetchall()
+        con.execute("INSERT INTO docs_fts(docs_fts) VALUES('delete-all')")
+        con.execute("DELETE FROM docs")
+        if kept:
+            for table, col in (("chunks", "session"), ("touched", "session")):
+                con.execute("DELETE FROM %s WHERE %s NOT IN (SELECT id FROM sessions WHERE deleted IS NOT NULL)" % (table, col))
+        else:
+            con.execute("DELETE FROM chunks")
+            con.execute("DELETE FROM touched")
+        con.execute("DELETE FROM sessions WHERE deleted IS NULL")
+        con.execute("DELETE FROM files WHERE status != 'deleted'")
+        con.execute("DELETE FROM dirs")
+        for sid, labels, agent, session_id, cwd in kept:
+            if policy.redact:  # the rules may have changed since it was indexed
+                con.executemany("UPDATE chunks SET text=? WHERE id=?", [
+                    (pack(redact(unpack(text))[0]), cid)
+                    for cid, text in con.execute("SELECT id, text FROM chunks WHERE session=?", (sid,)).fetchall()])
+            self.build_parts(sid, labels, 0)
+            if not policy.keeps(agent, session_id, cwd):
+                self._delete_sessions("id=?", (sid,))
+        con.execute("DELETE FROM files WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.file_id = files.id)")
+
+    def keep_vanished(self, file_id, present):
+        """Sessions an agent deleted from a file that goes on holding others (a database: Hermes prunes
+        old sessions, OpenCode and Cursor delete chats) are kept like those of deleted files: marked
+        deleted, searchable, shown from the index. `present`: the (agent, session id) the file holds now."""
+        now = iso(now_utc())
+        self.con.executemany("UPDATE sessions SET deleted=? WHERE id=?", [
+            (now, sid) for sid, agent, session_id in self.con.execute(
+                "SELECT id, agent, session_id FROM sessions WHERE file_id=? AND deleted IS NULL", (file_id,)).fetchall()
+            if (agent, session_id) not in present])
+
+    def file_sessions(self, file_id):
+        """{(agent, session id): row id} of the sessions indexed from a file."""
+        return {(agent, session_id): sid for sid, agent, session_id in
+                self.con.execute("SELECT id, agent, session_id FROM sessions WHERE file_id=?", (file_id,))}
+
+    def first_session(self, file_id):
+        """The row id of a session indexed from a file (the one a resumable file holds), or None."""
+        row = self.con.execute("SELECT id FROM sessions WHERE file_id=?", (file_id,)).fetchone()
+        return row[0] if row else None
+
+    def packed_chunks(self, sid):
+        """A session's chunk rows as stored: (kind, role, tool, path, ts, packed text), in order."""
+        return self.con.execute("SELECT kind, role, tool, path, ts, text FROM chunks WHERE session=? ORDER BY seq",
+                                (sid,)).fetchall()
+
+    def add_file(self, path, parser_id):
+        """A new row in `files` (filled in by file_read); returns its id."""
+        return self.con.execute("INSERT INTO files(path, parser) VALUES(?, ?)", (db_path(path), parser_id)).lastrowid
+
+    def file_unreadable(self, file_id, job, reason):
+        """A file that could not be read now: what was indexed from it stays; tried again next run."""
+        if file_id is None:
+            self.con.execute("INSERT INTO files(path, source, parser, parser_version, size, mtime_ns, status, reason) "
+                             "VALUES(?,?,?,?,-1,?,'unreadable',?)", (db_path(job.path), job.source, job.parser.id,
+                                                                     job.parser.version, job.stat.st_mtime_ns, reason))
+        else:
+            self.con.execute("UPDATE files SET status='unreadable', reason=? WHERE id=?", (reason, file_id))
+
+    def file_damaged(self, file_id, st, reason):
+        """A file that held sessions and no longer parses: they are kept; it is looked at when it changes."""
+        self.con.execute("UPDATE files SET status='damaged', reason=?, size=?, mtime_ns=?, indexed_at=? WHERE id=?",
+                         (reason, st.st_size, st.st_mtime_ns, iso(now_utc()), file_id))
+
+    def file_read(self, file_id, job, size, status, reason, skipped, checkpoint, unknown):
+        """Record what a read of a file gave (`size` -1: not read to its end yet), and how many sessions
+        the index holds from it."""
+        count = self.con.execute("SELECT count(*) FROM sessions WHERE file_id=?", (file_id,)).fetchone()[0]
+        self.con.execute("UPDATE files SET source=?, parser=?, parser_version=?, size=?, mtime_ns=?, status=?, reason=?, "
+                         "skipped=?, indexed_at=?, checkpoint=?, sessions=?, unknown=? WHERE id=?",
+                         (job.source, job.parser.id, job.parser.version, size, job.stat.st_mtime_ns, status, reason,
+                          skipped, iso(now_utc()), json.dumps(checkpoint) if checkpoint else None, count,
+                          json.dumps(unknown) if unknown else None, file_id))
+
+    def file_checkpoint(self, file_id):
+        """The checkpoint stored with a file (a dict, see Parser.checkpoint_holds), or None."""
+        return json.loads(self.con.execute("SELECT checkpoint FROM files WHERE id=?", (file_id,)).fetchone()[0] or "null")
+
+    def set_listings(self, listings, settled):
+        """Record the folders each source was listed from ({source: [(folder, mtime_ns)]}); a folder
+        changed after `settled` (ns) is recorded with time 0, so that it is listed again."""
+        for source, dirs in listings.items():
+            self.con.execute("DELETE FROM dirs WHERE source=?", (source,))
+            self.con.executemany("INSERT OR REPLACE INTO dirs(source, path, mtime_ns) VALUES(?,?,?)",
+                                 [(source, db_path(d), m if m < settled else 0) for d, m in dirs])
+
+    def move_files(self, moved):
+        """Files now listed first by another source: [(source, path)]."""
+        self.con.executemany("UPDATE files SET source=? WHERE path=?", moved)
+
+    def drop_emptied_files(self):
+        """Rows of files gone whose sessions all moved to other files."""
+        self.con.execute("DELETE FROM files WHERE status='deleted' AND NOT EXISTS "
+                         "(SELECT 1 FROM sessions s WHERE s.file_id = files.id)")
+
+    # -- What the indexer reads of its own records (see Freshness in the Indexer section) ----------
+
+    def _file_rows(self, where="1", params=()):
+        return [FileRow(*r) for r in self.con.execute("SELECT %s FROM files WHERE %s" % (FILE_COLUMNS, where), params)]
+
+    def file_row(self, path):
+        """The FileRow of a path as stored (see db_path), or None."""
+        rows = self._file_rows("path = ?", (path,))
+        return rows[0] if rows else None
+
+    def file_rows_of(self, source, parser_id):
+        """The FileRows of the files a source (its root and parser) listed first."""
+        return self._file_rows("source = ? AND parser = ?", (source, parser_id))
+
+    def file_rows_at(self, paths):
+        """The FileRows of these stored paths."""
+        return [row for i in range(0, len(paths), 500)  # (older SQLite takes at most 999 parameters)
+                for row in self._file_rows("path IN (%s)" % ",".join("?" * len(paths[i:i + 500])), paths[i:i + 500])]
+
+    def file_rows_by_id(self, ids):
+        return [row for i in range(0, len(ids), 500)
+                for row in self._file_rows("id IN (%s)" % ",".join("?" * len(ids[i:i + 500])), ids[i:i + 500])]
+
+    def active_file_rows(self, since_ns, limit):
+        """The `limit` newest files written since `since_ns`, not gone."""
+        return self._file_rows("mtime_ns >= ? AND status != 'deleted' ORDER BY mtime_ns DESC LIMIT ?", (since_ns, limit))
+
+    def shared_file_rows(self):
+        """The files holding several sessions (agent databases), not gone."""
+        return self._file_rows("sessions > 1 AND status != 'deleted'")
+
+    def pending_file_rows(self):
+        """The files read in part, or marked to be read again (size -1), not gone."""
+        return self._file_rows("size < 0 AND status != 'deleted'")
+
+    def cwd_file_rows(self, folders, limit):
+        """The newest `limit` files of the sessions run in one of these folders."""
+        return self._file_rows("status != 'deleted' AND id IN (SELECT file_id FROM sessions WHERE cwd IN (%s)) "
+                               "ORDER BY mtime_ns DESC LIMIT %d" % (",".join("?" * len(folders)), limit), folders)
+
+    def session_file_rows(self, agent, session_ids):
+        """The files holding the sessions of an agent with these ids, not gone."""
+        ids, rows = sorted(session_ids), []
+        for i in range(0, len(ids), 500):  # (older SQLite takes at most 999 parameters)
+            batch = ids[i:i + 500]
+            rows += self._file_rows("status != 'deleted' AND id IN (SELECT file_id FROM sessions WHERE agent = ? "
+                                    "AND session_id IN (%s))" % ",".join("?" * len(batch)), [agent] + batch)
+        return rows
+
+    def file_stats(self):
+        """{stored path: (parser, parser_version, size, mtime_ns, status, source)} of every file."""
+        return {r[0]: r[1:] for r in self.con.execute("SELECT path, parser, parser_version, size, mtime_ns, status, source "
+                                                      "FROM files")}
+
+    def listings(self):
+        """{source: [(folder, mtime_ns)]}: the folders each source was listed from, in order."""
+        out = collections.defaultdict(list)
+        for source, path, mtime in self.con.execute("SELECT source, path, mtime_ns FROM dirs ORDER BY source, path"):
+            out[source].append((fs_path(path), mtime))
+        return out
+
+    def source_paths(self, source, parser_id):
+        """The stored paths of the files a source (its root and parser) listed first."""
+        return [p for (p,) in self.con.execute("SELECT path FROM files WHERE source=? AND parser=?", (source, parser_id))]
+
+    def files_after(self, start):
+        """(id, path, source, parser, parser_version, size, mtime_ns) of the indexed files in id order,
+        from just after `start`, then from the first up to `start`."""
+        for low, high in ((start, None), (0, start)):
+            last = low
+            while True:
+                rows = self.con.execute("SELECT id, path, source, parser, parser_version, size, mtime_ns FROM files "
+                                        "WHERE id > ?%s AND status != 'deleted' ORDER BY id LIMIT 256"
+                                        % ("" if high is None else " AND id <= %d" % high), (last,)).fetchall()
+                if not rows:
+                    break
+                yield from rows
+                last = rows[-1][0]
+
+    # -- What a search reads: word counts, the vocabulary, the ranking, sessions and their chunks --
+
+    def doc_count(self, fts, limit=3):
+        """In how many ranking documents an FTS5 string occurs, counted up to `limit` (cheap: FTS5 only
+        walks the word's list of documents, and stops there)."""
+        return self.con.execute("SELECT count(*) FROM (SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT ?)",
+                                (fts, limit)).fetchone()[0]
+
+    def part_count(self):
+        """How many ranking documents (session parts) the index holds."""
+        return self.con.execute("SELECT count(*) FROM docs").fetchone()[0]
+
+    def vocab_terms(self, first, shortest, longest):
+        """The vocabulary words that start with `first` and are shortest..longest characters long."""
+        return [term for (term,) in self.con.execute(
+            "SELECT term FROM vocab WHERE term >= ? AND term < ? AND length(term) BETWEEN ? AND ?",
+            (first, first + "\uffff", shortest, longest))]
+
+    def ranking(self, filters, excluded=()):
+        """The ranking query of one search, with its filters (see RankingQuery)."""
+        return RankingQuery(self, filters, excluded)
+
+    def match_chunks(self, sid, part, tools_only=False, tools=()):
+        """(seq, kind, role, tool, timestamp, text) of the chunks a match is looked for in: those of
+        the part (first, last seq), or with `tools` the calls of those tools anywhere in the session;
+        with `tools_only`, tool calls only."""
+        sql = "SELECT seq, kind, role, tool, ts, text FROM chunks WHERE session=?"
+        params = [sid]
+        if tools_only:
+            sql += " AND kind = 'tool'"
+        if tools:
+            sql += " AND lower(tool) IN (%s)" % ",".join("?" * len(tools))
+            params += tools
+        else:
+            sql += " AND seq BETWEEN ? AND ?"
+            params += list(part)
+        return [(seq, kind, role, tool, ts, unpack(text))
+                for seq, kind, role, tool, ts, text in self.con.execute(sql + " ORDER BY seq", params)]
+
+    def first_user_text(self, sid):
+        """The text of a session's first user chunk, "" when it has none."""
+        row = self.con.execute("SELECT text FROM chunks WHERE session=? AND kind='user' ORDER BY seq LIMIT 1",
+                               (sid,)).fetchone()
+        return unpack(row[0] if row else "")
+
+    def session(self, sid):
+        """A session's row (session_dict) by its row id, or None."""
+        row = self.con.execute("SELECT %s FROM sessions WHERE id=?" % SESSION_COLUMNS, (sid,)).fetchone()
+        return session_dict(row) if row else None
+
+    def _sessions(self, where, params=()):
+        return [session_dict(r) for r in self.con.execute(
+            "SELECT %s FROM sessions WHERE %s ORDER BY modified DESC, chunk_count DESC" % (SESSION_COLUMNS, where), params)]
+
+    def sessions_with_id(self, session_id):
+        """The sessions with this id (several when files share it: see COPY_MARK), newest first."""
+        return self._sessions("session_id = ?", (session_id,))
+
+    def sessions_with_id_prefix(self, prefix):
+        return self._sessions("session_id LIKE ? ESCAPE '\\'", (like_escape(prefix) + "%",))
+
+    def sessions_in(self, paths):
+        """The sessions read from these files (paths as Python opens them)."""
+        return self._sessions("path IN (%s)" % ",".join("?" * len(paths)), [db_path(p) for p in paths])
+
+    def named_sessions(self):
+        """The sessions that have a name, newest first."""
+        return self._sessions("name IS NOT NULL AND name != ''")
+
+    def neighbour_ids(self, session_id):
+        """The session ids just before and just after this one in sorted order (None at either end)."""
+        return [self.con.execute("SELECT %s(session_id) FROM sessions WHERE session_id %s ?" % (agg, op),
+                                 (session_id,)).fetchone()[0] for op, agg in (("<", "max"), (">", "min"))]
+
+    def same_id_rows(self, session_id):
+        """The row ids of the sessions with this id, in the order their COPY_MARK numbers them."""
+        return [r for (r,) in self.con.execute("SELECT id FROM sessions WHERE session_id=? ORDER BY path, id",
+                                               (session_id,))]
+
     def close(self):
         try:
             self.con.close()
@@ -9702,6 +10208,143 @@ class _Transaction:
         return False
 
 
+SESSION_COLUMNS = "id, agent, session_id, path, cwd, name, created, modified, parent, chunk_count, summary, deleted"
+SESSION_KEYS = [c.strip() for c in SESSION_COLUMNS.split(",")]
+
+
+def session_dict(row):
+    """A sessions row as a dict, its path printable (see shown_path)."""
+    s = dict(zip(SESSION_KEYS, row))
+    s["path"] = shown_path(s["path"])
+    return s
+
+
+class RankingQuery:
+    """The query that ranks session parts for one search (Store.ranking hands it out; ranked_sessions
+    runs it once per stage, with the stage's FTS5 expression): the best parts first by weighted
+    BM25, with their session's agent and id, limited to the sessions the filters and the excluded
+    words (-word) let through."""
+
+    def __init__(self, store, filters, excluded=()):
+        self.store = store
+        where, params = self._conditions(filters)
+        exclude = ""
+        if excluded:
+            exclude = (" AND d.session NOT IN (SELECT d2.session FROM docs_fts JOIN docs d2 ON d2.id = docs_fts.rowid "
+                       "WHERE docs_fts MATCH ?)")
+            params = params + [" OR ".join(excluded)]
+        weights = ", ".join(str(DOC_WEIGHTS[c]) for c in DOC_COLUMNS)
+        if where or exclude:
+            self.sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id, "
+                        "s.path FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
+                        "WHERE docs_fts MATCH ?%s%s ORDER BY score, d.id LIMIT ?") % (weights, where, exclude)
+        else:  # nothing to filter on: the joins are made for the rows kept only (10-20% of a stage at 1 GB)
+            self.sql = ("SELECT d.session, f.score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id, s.path FROM "
+                        "(SELECT rowid, bm25(docs_fts, %s) AS score FROM docs_fts WHERE docs_fts MATCH ? "
+                        "ORDER BY score, rowid LIMIT ?) f JOIN docs d ON d.id = f.rowid JOIN sessions s ON s.id = d.session "
+                        "ORDER BY f.score, d.id") % weights
+        self.params = params
+
+    @staticmethod
+    def _conditions(filters):
+        """WHERE conditions on sessions `s` for the Filters, and their parameters."""
+        cond, params = [], []
+        if filters.agent:
+            cond.append("s.agent = ?")
+            params.append(filters.agent)
+        if filters.windows:   # LIKE ignores (ASCII) case; a stored cwd's slashes read as backslashes
+            below = filters.cwd.rstrip("\\") + "\\"
+            cond.append("(replace(s.cwd, '/', '\\') LIKE ? ESCAPE '\\' OR replace(s.cwd, '/', '\\') LIKE ? ESCAPE '\\')")
+            params += [like_escape(filters.cwd), like_escape(below) + "%"]
+        elif filters.cwd:
+            below = filters.cwd.rstrip(os.sep) + os.sep
+            if filters.fold_case:  # LIKE ignores (ASCII) case: the folder and everything below it alike
+                cond.append("(s.cwd LIKE ? ESCAPE '\\' OR s.cwd LIKE ? ESCAPE '\\')")
+                params += [like_escape(filters.cwd), like_escape(below) + "%"]
+            else:
+                cond.append("(s.cwd = ? OR substr(s.cwd, 1, ?) = ?)")
+                params += [filters.cwd, len(below), below]
+        if filters.after:
+            cond.append("s.modified >= ?")
+            params.append(filters.after)
+        if filters.before:
+            cond.append("s.modified < ?")
+            params.append(filters.before)
+        if filters.tool:
+            cond.append("EXISTS(SELECT 1 FROM touched t WHERE t.session = s.id AND lower(t.tool) IN (%s))"
+                        % ",".join("?" * len(filters.tool)))
+            params += filters.tool
+        if filters.path:
+            cond.append("EXISTS(SELECT 1 FROM touched t WHERE t.session = s.id AND t.path LIKE ? ESCAPE '\\')")
+            params.append("%" + like_escape(filters.path) + "%")
+        if filters.host:   # a remote's mirror, or outside every mirror (host_filter)
+            cond.append("(substr(s.path, 1, ?) %s ?)" % ("=" if filters.host[1] else "IS NOT"))
+            params += [len(filters.host[0]), filters.host[0]]
+        return (" AND " + " AND ".join(cond)) if cond else "", params
+
+    def rows(self, expr, limit, deadline):
+        """(session row id, bm25 score, first seq, last seq, agent, session id, part id, file path) of the best
+        `limit` parts matching the FTS5 expression; OperationalError "interrupted" once the
+        time.monotonic() `deadline` has passed."""
+        con = self.store.con
+        con.set_progress_handler(lambda: time.monotonic() > deadline, 20000)
+        try:
+            return con.execute(self.sql, [expr] + self.params + [limit]).fetchall()
+        finally:
+            con.set_progress_handler(None, 0)
+
+    def prefetch(self, expr, limit):
+        """rows(expr, limit) fetched on a second connection, in a thread, while the caller goes on."""
+        return _Prefetch(self.store.path, self.sql, [expr] + self.params, limit)
+
+
+STAGE_SECONDS = 0.4  # a stage query running longer is given up (the next, looser stage goes on)
+
+
+class _Prefetch:
+    """The rows of one ranking query, fetched on a second connection in a thread while the caller
+    runs another: SQLite lets go of the GIL while it works, so a second core does it meanwhile.
+    (_thread, not threading: importing threading costs ~1 ms, as much as this saves at times. No
+    progress handler on that connection: a Python callback in the thread would contend for the GIL;
+    the caller interrupts it instead.)"""
+
+    def __init__(self, path, sql, params, limit):
+        import _thread
+        self.limit, self.rows = limit, None
+        self.con = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
+        self.done = _thread.allocate_lock()
+        self.done.acquire()
+        _thread.start_new_thread(self._fetch, (sql, params + [limit]))
+
+    def _fetch(self, sql, params):
+        try:
+            self.rows = self.con.execute(sql, params).fetchall()
+        except sqlite3.Error:
+            pass  # (interrupted, or anything else: the caller runs the query itself)
+        finally:
+            self.done.release()
+
+    def take(self, limit):
+        """What the query gives with LIMIT `limit` (rows are in one total order, so a shorter
+        LIMIT is a prefix), or None when it must run anew. Like a stage the caller runs, it is
+        given up (OperationalError "interrupted") when it has not finished within STAGE_SECONDS."""
+        if not self.done.acquire(timeout=STAGE_SECONDS):
+            self.close()
+            raise sqlite3.OperationalError("interrupted")
+        self.done.release()
+        if self.rows is None or (limit > self.limit and len(self.rows) >= self.limit):
+            return None
+        return self.rows[:limit]
+
+    def close(self):
+        if self.con is not None:
+            self.con.interrupt()
+            self.done.acquire()
+            self.done.release()
+            self.con.close()
+            self.con = None
+
+
 def now_utc():
     return datetime.datetime.now(datetime.timezone.utc)
 
@@ -9714,92 +10357,6 @@ def now_utc():
 def label_text(s):
     """What the `name` column of every part of a session holds: its name and other labels."""
     return "\n".join(t for t in [s.name, s.summary] + list(s.labels) if t)
-
-
-_TOOL_OUTPUT_RE = LazyPattern(r"\n(?:output|error):\n")  # where tool_text() puts a call's result
-
-
-def doc_columns(name, chunk_rows):
-    """The text of one docs_fts row: (name, talk, tools, aside, parts) from (kind, text) rows.
-
-    Used both to insert and to delete a row; the two must produce the same text to the byte.
-    """
-    cols = {"talk": [], "tools": [], "aside": []}
-    parts = [identifier_parts(name)] if name else []
-    for kind, text in chunk_rows:
-        column = KIND_COLUMN.get(kind, "aside")
-        cols[column].append(text)
-        # camelCase parts of what was said and of tool arguments (the command, the edit), not of
-        # tool output: that is mostly code read back, where a name's parts mean little and cost much.
-        if column == "talk":
-            parts.append(identifier_parts(text))
-        elif column == "tools":
-            parts.append(identifier_parts(_TOOL_OUTPUT_RE.split(text, 1)[0]))
-    # CJK runs as bigrams (see cjk_bigrams): the stored chunks keep the text as written.
-    return tuple(cjk_bigrams(c) for c in (name or "", DOC_BREAK.join(cols["talk"]), DOC_BREAK.join(cols["tools"]),
-                                          DOC_BREAK.join(cols["aside"]), DOC_BREAK.join(p for p in parts if p)))
-
-
-def _part_rows(con, sid, first, last):
-    return [(k, unpack(t, strict=True)) for k, t in con.execute(
-        "SELECT kind, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? ORDER BY seq", (sid, first, last))]
-
-
-def delete_parts(con, sid, name, from_seq=0):
-    """Delete the session's parts that hold chunks from seq `from_seq` on (all parts by default)."""
-    for doc_id, first, last in con.execute(
-            "SELECT id, first_seq, last_seq FROM docs WHERE session=? AND (last_seq >= ? OR first_seq >= ?)",
-            (sid, from_seq, from_seq)).fetchall():
-        con.execute("INSERT INTO docs_fts(docs_fts, rowid, name, talk, tools, aside, parts) "
-                    "VALUES('delete', ?, ?, ?, ?, ?, ?)",
-                    (doc_id,) + doc_columns(name, _part_rows(con, sid, first, last)))
-        con.execute("DELETE FROM docs WHERE id=?", (doc_id,))
-
-
-# A session is empty when none of its chunks is one of these: no chunk at all (a Droid file with only
-# `session_start`), or only what the agent injected and the model thought (Codex rollouts that hold
-# only the environment and AGENTS.md context). Nobody worked in it, so it is no search result.
-CONVERSATION_KINDS = frozenset(k for k, column in KIND_COLUMN.items() if column in ("talk", "tools"))
-
-
-def cut_parts(rows, start_seq=0):
-    """Cut (seq, kind, text) rows into parts of at most PART_CHARS: returns [(first, last, [(kind, text)])].
-
-    Parts are cut greedily from the session's first chunk, so cutting again from the first chunk of
-    an existing part gives exactly the parts a full rebuild would: appends only touch the tail. An
-    empty session (see CONVERSATION_KINDS) gets no part, so search never ranks it (show still opens
-    it); when it is written to again, it has no part to go on from and is cut from its first chunk,
-    so it gets its parts as soon as it holds a conversation. (A tail cut from a later chunk belongs
-    to a session that has parts, so it is not empty.)
-    """
-    parts, part, size, first, last, talk = [], [], 0, start_seq, start_seq - 1, start_seq > 0
-    for seq, kind, text in rows:
-        if part and size + len(text) > PART_CHARS:
-            parts.append((first, last, part))
-            part, size, first = [], 0, seq
-        part.append((kind, text))
-        size += len(text)
-        last = seq
-        talk = talk or kind in CONVERSATION_KINDS
-    if not talk:
-        return []
-    if part or start_seq == 0:
-        parts.append((first, last, part))
-    return parts
-
-
-def insert_parts(con, sid, parts):
-    """Index (first, last, columns) parts of one session in docs_fts."""
-    for first, last, cols in parts:
-        doc = con.execute("INSERT INTO docs(session, first_seq, last_seq) VALUES(?,?,?)", (sid, first, last)).lastrowid
-        con.execute("INSERT INTO docs_fts(rowid, name, talk, tools, aside, parts) VALUES(?,?,?,?,?,?)", (doc,) + cols)
-
-
-def build_parts(con, sid, name, from_seq):
-    """Re-cut and index the session's parts from chunk `from_seq` (a part start) on, from the index."""
-    rows = ((seq, kind, unpack(text, strict=True)) for seq, kind, text in con.execute(
-        "SELECT seq, kind, text FROM chunks WHERE session=? AND seq >= ? ORDER BY seq", (sid, from_seq)))
-    insert_parts(con, sid, [(f, l, doc_columns(name, p)) for f, l, p in cut_parts(rows, from_seq)])
 
 
 def clean_text(value):
@@ -9858,137 +10415,6 @@ class Prepared:
             setattr(self, k, v)
 
 
-def delete_sessions(con, where, params=()):
-    """Remove the sessions matching a condition on `sessions`, with their chunks and ranking rows."""
-    for sid, labels in con.execute("SELECT id, labels FROM sessions WHERE %s" % where, params).fetchall():
-        delete_parts(con, sid, labels)
-        for table, col in (("chunks", "session"), ("touched", "session"), ("sessions", "id")):
-            con.execute("DELETE FROM %s WHERE %s=?" % (table, col), (sid,))
-
-
-def forget_session(store, agent, session_id):
-    """Delete every copy of a session so that its text is gone from the index file, not only from
-    its tables (`sesame forget`): deleted rows are overwritten (secure_delete), its words leave the
-    spelling vocabulary unless another session has them, and the FTS index is merged into one
-    segment, since a contentless FTS5 delete only adds a marker beside the old entries. One
-    transaction: on any failure the index is as it was. See wipe_free_space."""
-    con = store.con
-    con.execute("PRAGMA secure_delete=ON")
-    talk = [k for k, column in KIND_COLUMN.items() if column == "talk"]
-    with store.transaction():
-        rows = con.execute("SELECT id, labels, file_id FROM sessions WHERE agent=? AND session_id=?",
-                           (agent, session_id)).fetchall()
-        words = vocabulary([labels or "" for _, labels, _ in rows])
-        for sid, _, _ in rows:
-            words |= vocabulary(unpack(t) for (t,) in con.execute(
-                "SELECT text FROM chunks WHERE session=? AND kind IN (%s)" % ",".join("?" * len(talk)), [sid] + talk))
-        # A resumable parser's checkpoint carries some of the session's state (its name): the next
-        # change to the file reads it whole instead.
-        con.executemany("UPDATE files SET checkpoint=NULL WHERE id=?", {(file_id,) for _, _, file_id in rows})
-        delete_sessions(con, "agent=? AND session_id=?", (agent, session_id))
-        for w in sorted(words):
-            if not con.execute("SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT 1", ('"%s"' % w,)).fetchone():
-                con.execute("DELETE FROM vocab WHERE term=?", (w,))
-        con.execute("INSERT INTO docs_fts(docs_fts) VALUES('optimize')")
-
-
-def session_files(con, agent, session_id):
-    """The files that hold a copy of a session (an agent's database and its older JSON files can
-    both have it), as Python opens them."""
-    return [fs_path(p) for (p,) in con.execute(
-        "SELECT DISTINCT f.path FROM files f JOIN sessions s ON s.file_id = f.id "
-        "WHERE s.agent=? AND s.session_id=? AND s.deleted IS NULL ORDER BY f.path", (agent, session_id))]
-
-
-def wipe_free_space(store):
-    """Rewrite the index file without its free pages and checkpoint the WAL to zero bytes, so that
-    text deleted before secure_delete was on (old versions of a session, FTS segments merged away)
-    is in no byte of index.sqlite, -wal or -shm. Needs free disk space about the index's size."""
-    con = store.con
-    con.execute("PRAGMA temp_store=FILE")  # VACUUM's copy on disk, not in memory (the index can be GBs)
-    try:
-        con.execute("VACUUM")
-    finally:
-        con.execute("PRAGMA temp_store=MEMORY")
-    busy = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-    if busy:
-        raise sqlite3.OperationalError("database is locked (another process is reading the index)")
-
-
-def file_gone(con, row, keep=True):
-    """A file is no longer listed. Its sessions are kept, marked deleted, when the file is really gone
-    from disk (agents delete old transcripts; the index still has their text); they are removed when
-    the file is still there but no longer wanted (excluded, no longer under a configured source)."""
-    if keep and row.sessions and not os.path.lexists(fs_path(row.path)):
-        con.execute("UPDATE sessions SET deleted=? WHERE file_id=? AND deleted IS NULL", (iso(now_utc()), row.id))
-        con.execute("UPDATE files SET status='deleted', size=-1, checkpoint=NULL WHERE id=?", (row.id,))
-    else:
-        delete_sessions(con, "file_id=?", (row.id,))
-        con.execute("DELETE FROM files WHERE id=?", (row.id,))
-
-
-def clear_index(con, policy):
-    """Empty the index for a rebuild, except the sessions kept from files that are gone: they cannot
-    be read again, so they stay (unless the policy now excludes them), their ranking rows rebuilt."""
-    kept = con.execute("SELECT id, labels, agent, session_id, cwd FROM sessions WHERE deleted IS NOT NULL").fetchall()
-    con.execute("INSERT INTO docs_fts(docs_fts) VALUES('delete-all')")
-    con.execute("DELETE FROM docs")
-    if kept:
-        for table, col in (("chunks", "session"), ("touched", "session")):
-            con.execute("DELETE FROM %s WHERE %s NOT IN (SELECT id FROM sessions WHERE deleted IS NOT NULL)" % (table, col))
-    else:
-        con.execute("DELETE FROM chunks")
-        con.execute("DELETE FROM touched")
-    con.execute("DELETE FROM sessions WHERE deleted IS NULL")
-    con.execute("DELETE FROM files WHERE status != 'deleted'")
-    con.execute("DELETE FROM dirs")
-    for sid, labels, agent, session_id, cwd in kept:
-        if policy.redact:  # the rules may have changed since it was indexed
-            con.executemany("UPDATE chunks SET text=? WHERE id=?", [
-                (pack(redact(unpack(text))[0]), cid)
-                for cid, text in con.execute("SELECT id, text FROM chunks WHERE session=?", (sid,)).fetchall()])
-        build_parts(con, sid, labels, 0)
-        if not policy.keeps(agent, session_id, cwd):
-            delete_sessions(con, "id=?", (sid,))
-    con.execute("DELETE FROM files WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.file_id = files.id)")
-
-
-def write_session(con, file_id, prep, existing=None, from_seq=0):
-    """Write a prepared session, or (existing = its row id) replace its chunks from seq `from_seq` on.
-
-    Returns the session's row id. Only the parts from the one holding `from_seq` are rebuilt, and
-    all of them when the name changed (the name is indexed with every part).
-    """
-    meta = prep.meta._replace(path=db_path(prep.meta.path))  # the columns of `sessions`, in order
-    labels = meta.labels
-    if existing is None:
-        sid = con.execute("INSERT INTO sessions(file_id, agent, session_id, path, cwd, name, created, modified, "
-                          "parent, summary, labels, chunk_count) VALUES(?,?,?,?,?,?,?,?,?,?,?,0)",
-                          (file_id,) + meta).lastrowid
-        part_from = 0
-    else:
-        sid = existing
-        old_labels = con.execute("SELECT labels FROM sessions WHERE id=?", (sid,)).fetchone()[0]
-        row = con.execute("SELECT max(first_seq) FROM docs WHERE session=? AND first_seq <= ?", (sid, from_seq)).fetchone()
-        part_from = 0 if old_labels != labels or row[0] is None else row[0]
-        delete_parts(con, sid, old_labels, part_from)
-        con.execute("DELETE FROM chunks WHERE session=? AND seq >= ?", (sid, from_seq))
-        con.execute("UPDATE sessions SET agent=?, session_id=?, path=?, cwd=?, name=?, created=?, modified=?, parent=?, "
-                    "summary=?, labels=? WHERE id=?", meta + (sid,))
-    con.executemany("INSERT INTO chunks(session, seq, kind, role, tool, path, ts, text) VALUES(?,?,?,?,?,?,?,?)",
-                    [(sid, from_seq + i) + r for i, r in enumerate(prep.rows)])
-    con.execute("UPDATE sessions SET chunk_count=? WHERE id=?", (from_seq + len(prep.rows), sid))
-    if existing is None and prep.parts is not None:
-        insert_parts(con, sid, prep.parts)
-    else:
-        build_parts(con, sid, labels, part_from)
-    touched = set(prep.touched)
-    if existing is not None:
-        touched -= set(con.execute("SELECT tool, path FROM touched WHERE session=?", (sid,)).fetchall())
-    con.executemany("INSERT INTO touched(session, tool, path) VALUES(?,?,?)", [(sid, t, p) for t, p in sorted(touched)])
-    return sid
-
-
 class IndexSummary:
     """What one index run did; printed as one line, or as JSON with --json.
 
@@ -10040,23 +10466,11 @@ class FileStat:
         self.st_size, self.st_mtime_ns = size, mtime_ns
 
 
-# A file's row in `files`, as the indexer reads it. `status` is "ok" (indexed), "skipped" (not a
-# session file), "damaged" (it was a session file and no longer parses: its last good sessions are
-# kept until it parses again or is gone), "unreadable" (could not be read last time: what was indexed
-# stays, it is tried again) or "deleted" (gone from disk: its sessions are kept, see
-# keepDeletedSessions). `path` is as stored (see db_path).
-FileRow = collections.namedtuple("FileRow", "id path source parser parser_version size mtime_ns status sessions")
-FILE_COLUMNS = ", ".join(FileRow._fields)
-
 # One file to read: where, with which parser, its stat now, its row (None when new), and the source
 # it was found under; `resume` is the checkpoint to go on from when the file only grew.
 Job = collections.namedtuple("Job", "path parser stat row source resume")
 
 SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3", ".vscdb")
-
-
-def file_rows(con, where="1", params=()):
-    return [FileRow(*r) for r in con.execute("SELECT %s FROM files WHERE %s" % (FILE_COLUMNS, where), params)]
 
 
 def stat_file(path, parser, st=None):
@@ -10181,15 +10595,11 @@ def plan_full(store, sources, summary, policy):
     """Compare every file of every source with the index (first source wins a file listed twice).
     Written for speed: `sesame index` and `watch` run it over every file, every time."""
     plan = Plan(full=True)
-    con = store.con
     # Of every indexed file, only what the comparison needs, as plain tuples; whole rows (FileRows)
     # are read for the files to read or gone: 10,000 whole rows, or named tuples made of them, cost
     # a third of a no-op run.
-    known = {r[0]: r[1:] for r in con.execute("SELECT path, parser, parser_version, size, mtime_ns, status, source "
-                                              "FROM files")}
-    known_dirs = collections.defaultdict(list)
-    for source, path, mtime in con.execute("SELECT source, path, mtime_ns FROM dirs ORDER BY source, path"):
-        known_dirs[source].append((fs_path(path), mtime))
+    known = store.file_stats()
+    known_dirs = store.listings()
     seen, kept, listed_sources, todo, listings = set(), set(), set(), [], {}
     for src in sources:
         paths, log = list_source(src, summary)
@@ -10199,8 +10609,7 @@ def plan_full(store, sources, summary, policy):
         _add_listing(listings, src, log.dirs)
         unreadable = [d for d, _ in log.unreadable]
         if unreadable:
-            kept.update(key for (key,) in con.execute("SELECT path FROM files WHERE source=? AND parser=?", _owner(src))
-                        if _inside(fs_path(key), unreadable))
+            kept.update(key for key in store.source_paths(*_owner(src)) if _inside(fs_path(key), unreadable))
         parser = src.parser
         pid, version = parser.id, parser.version
         # A parser without sidecar files: a stat says all (except for SQLite stores). pi's answers []
@@ -10232,10 +10641,7 @@ def plan_full(store, sources, summary, policy):
     plan.listings = {root: dirs for root, dirs in listings.items() if dirs != known_dirs.get(root, [])}
     configured = {_owner(s) for s in sources}
     gone = [key for key, row in known.items() if key not in seen and key not in kept and row[4] != "deleted"]
-    wanted, rows = [job[3] for job in todo if job[3] is not None] + gone, {}
-    for i in range(0, len(wanted), 500):  # (older SQLite takes at most 999 parameters)
-        batch = wanted[i:i + 500]
-        rows.update((row.path, row) for row in file_rows(con, "path IN (%s)" % ",".join("?" * len(batch)), batch))
+    rows = {row.path: row for row in store.file_rows_at([job[3] for job in todo if job[3] is not None] + gone)}
     plan.todo = [Job(path, parser, st, rows.get(key), source, None) for path, parser, st, key, source in todo]
     plan.gone = [rows[key] for key in gone if key in rows
                  and ((rows[key].source, rows[key].parser) in listed_sources
@@ -10246,11 +10652,8 @@ def plan_full(store, sources, summary, policy):
 def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
     """The freshness rules above: folders, active files, the caller's folder, the journals, then a
     sweep (unless `sweep` is false: the MCP server compares every file in the background)."""
-    con = store.con
     plan = Plan(full=False)
-    known_dirs = collections.defaultdict(list)
-    for source, path, mtime in con.execute("SELECT source, path, mtime_ns FROM dirs"):
-        known_dirs[source].append((fs_path(path), mtime))
+    known_dirs = store.listings()
     changed_dirs, check = set(), {}
     for src in sources:
         dirs = known_dirs.get(src.path)
@@ -10270,7 +10673,7 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
             continue
         if dirs or log.dirs:
             _add_listing(plan.listings, src, log.dirs)
-        rows = {row.path: row for row in file_rows(con, "source = ? AND parser = ?", _owner(src))}
+        rows = {row.path: row for row in store.file_rows_of(*_owner(src))}
         listed = set()
         for path in paths:
             key = path if path.isascii() else db_path(path)
@@ -10279,12 +10682,11 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
             listed.add(key)
             row = rows.get(key)
             if row is None:
-                other = file_rows(con, "path = ?", (key,))
-                if other and other[0].status != "deleted":
+                other = store.file_row(key)
+                if other and other.status != "deleted":
                     continue  # another source has it (first source wins)
                 try:
-                    plan.todo.append(Job(path, src.parser, stat_file(path, src.parser), other[0] if other else None,
-                                         src.path, None))
+                    plan.todo.append(Job(path, src.parser, stat_file(path, src.parser), other, src.path, None))
                     plan.checked += 1
                 except OSError as e:
                     summary.problem(path, "cannot stat: %s" % (e.strerror or e))
@@ -10295,16 +10697,15 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
                       and not _inside(fs_path(key), unreadable)]
     # Files written lately, files holding several sessions, and the caller's folder.
     since = time.time_ns() - ACTIVE_SECONDS * 10 ** 9
-    for row in file_rows(con, "mtime_ns >= ? AND status != 'deleted' ORDER BY mtime_ns DESC LIMIT ?",
-                         (since, ACTIVE_MAX_FILES)):
+    for row in store.active_file_rows(since, ACTIVE_MAX_FILES):
         check[row.id] = row
-    for row in file_rows(con, "sessions > 1 AND status != 'deleted'"):
+    for row in store.shared_file_rows():
         check[row.id] = row
-    for row in file_rows(con, "size < 0 AND status != 'deleted'"):  # read in part, or marked to be read again
+    for row in store.pending_file_rows():  # read in part, or marked to be read again
         check[row.id] = row
-    for row in _cwd_rows(con, cwd):
+    for row in _cwd_rows(store, cwd):
         check[row.id] = row
-    for row in _journal_rows(con, read_journals(store, sources, plan)):
+    for row in _journal_rows(store, read_journals(store, sources, plan)):
         check[row.id] = row
     parsers = {_owner(src): src.parser for src in sources}
     gone = {row.id for row in plan.gone}
@@ -10317,7 +10718,7 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
     return plan
 
 
-def _cwd_rows(con, cwd):
+def _cwd_rows(store, cwd):
     """The files of sessions run in `cwd` or a folder above it (not / or the home folder itself)."""
     if not cwd:
         return []
@@ -10330,8 +10731,7 @@ def _cwd_rows(con, cwd):
             break
     if not folders:
         return []
-    return file_rows(con, "status != 'deleted' AND id IN (SELECT file_id FROM sessions WHERE cwd IN (%s)) "
-                          "ORDER BY mtime_ns DESC LIMIT %d" % (",".join("?" * len(folders)), CWD_MAX_FILES), folders)
+    return store.cwd_file_rows(folders, CWD_MAX_FILES)
 
 
 # Change journals. Claude Code and Codex append a line naming the session to a history file of
@@ -10363,7 +10763,7 @@ def read_journals(store, sources, plan):
     try:
         with open_regular(_journals_file(store)) as f:
             known = json.loads(f.read())
-    except (OSError, ValueError):
+    except (OSError,) + BAD_JSON:
         known = {}
     if not isinstance(known, dict):
         known = {}
@@ -10407,16 +10807,9 @@ def read_journals(store, sources, plan):
     return named
 
 
-def _journal_rows(con, named):
+def _journal_rows(store, named):
     """The indexed files holding the named sessions ({agent: {session id}})."""
-    rows = []
-    for agent, ids in named.items():
-        ids = sorted(ids)
-        for i in range(0, len(ids), 500):  # (older SQLite takes at most 999 parameters)
-            batch = ids[i:i + 500]
-            rows += file_rows(con, "status != 'deleted' AND id IN (SELECT file_id FROM sessions WHERE agent = ? "
-                                   "AND session_id IN (%s))" % ",".join("?" * len(batch)), [agent] + batch)
-    return rows
+    return [row for agent, ids in named.items() for row in store.session_file_rows(agent, ids)]
 
 
 def _save_journals(store, plan):
@@ -10456,21 +10849,6 @@ def _sweep_file(store):
     return os.path.join(os.path.dirname(store.path), "sweep")
 
 
-def _rows_after(con, start):
-    """(id, path, source, parser, parser_version, size, mtime_ns) of the indexed files in id order,
-    from just after `start`, then from the first up to `start`."""
-    for low, high in ((start, None), (0, start)):
-        last = low
-        while True:
-            rows = con.execute("SELECT id, path, source, parser, parser_version, size, mtime_ns FROM files "
-                               "WHERE id > ?%s AND status != 'deleted' ORDER BY id LIMIT 256"
-                               % ("" if high is None else " AND id <= %d" % high), (last,)).fetchall()
-            if not rows:
-                break
-            yield from rows
-            last = rows[-1][0]
-
-
 def _sweep(store, plan, parsers, summary, skip):
     """Check the next files in id order: at least SWEEP_MIN_FILES, more while SWEEP_SECONDS last.
     Every search runs this, so it is written for speed: of each file only what the comparison needs
@@ -10484,7 +10862,7 @@ def _sweep(store, plan, parsers, summary, skip):
     clock = time.monotonic
     deadline, done, differ = clock() + SWEEP_SECONDS, 0, []
     plan.sweep = start
-    for fid, path, source, pid, version, size, mtime in _rows_after(store.con, start):
+    for fid, path, source, pid, version, size, mtime in store.files_after(start):
         plan.sweep = fid
         if fid in skip:
             continue
@@ -10502,10 +10880,8 @@ def _sweep(store, plan, parsers, summary, skip):
         if done >= SWEEP_MIN_FILES and clock() > deadline:
             break
     plan.checked += done - len(differ)
-    for i in range(0, len(differ), 500):  # (older SQLite takes at most 999 parameters)
-        batch = differ[i:i + 500]
-        for row in file_rows(store.con, "id IN (%s)" % ",".join("?" * len(batch)), batch):
-            _check_row(plan, row, parsers, summary)
+    for row in store.file_rows_by_id(differ):
+        _check_row(plan, row, parsers, summary)
 
 
 def _save_sweep(store, plan):
@@ -10538,30 +10914,26 @@ class Batch:
     def __init__(self, store, one_transaction=False):
         self.store, self.bytes, self.files = store, 0, 0
         self.one_transaction = one_transaction
-        self.con = store.con
         self.words = set()  # vocabulary seen in this batch, written once at commit
-        self.con.execute("BEGIN IMMEDIATE")
+        store.begin()
 
     def done(self, nbytes, files=0):
         self.bytes += nbytes
         self.files += files
         if not self.one_transaction and (self.bytes >= BATCH_BYTES or self.files >= BATCH_FILES):
             self.commit()
-            self.con.execute("BEGIN IMMEDIATE")
+            self.store.begin()
 
     def commit(self):
         if self.words:
-            self.con.executemany("INSERT OR IGNORE INTO vocab(term) VALUES(?)", ((w,) for w in sorted(self.words)))
+            self.store.add_words(self.words)
             self.words = set()
         self.store.set_meta("last_index", iso(now_utc()))
-        self.con.execute("COMMIT")
+        self.store.commit()
         self.bytes = self.files = 0
 
     def rollback(self):
-        try:
-            self.con.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
+        self.store.rollback()
 
 
 def plan_index(store, sources, summary, policy, quick=False, cwd=None, sweep=True):
@@ -10605,7 +10977,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
         if full:
             # Rebuilt in the run's one transaction: until it commits, searches see the old index, and
             # a rebuild that fails (full disk, Ctrl-C, kill -9) leaves the old index as it was.
-            clear_index(store.con, policy)
+            store.clear_index(policy)
         store.set_meta("policy", policy.fingerprint())
         if plan is None:
             plan = plan_full(store, sources, summary, policy)
@@ -10614,16 +10986,12 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
         # A folder changed within the last seconds may change again within the same tick of a
         # coarse file system clock (1-2 s on some disks) without its time moving: such a folder is
         # recorded as unknown, so the next refresh lists it again.
-        settled = time.time_ns() - 2 * 10 ** 9
-        for source, dirs in plan.listings.items():
-            store.con.execute("DELETE FROM dirs WHERE source=?", (source,))
-            store.con.executemany("INSERT OR REPLACE INTO dirs(source, path, mtime_ns) VALUES(?,?,?)",
-                                  [(source, db_path(d), m if m < settled else 0) for d, m in dirs])
-        store.con.executemany("UPDATE files SET source=? WHERE path=?", plan.moved)
+        store.set_listings(plan.listings, settled=time.time_ns() - 2 * 10 ** 9)
+        store.move_files(plan.moved)
         for row in plan.gone:
-            file_gone(store.con, row, keep=policy.keep_deleted)
+            store.file_gone(row, keep=policy.keep_deleted)
             summary.removed += 1
-        jobs = [job._replace(resume=_resume_point(store.con, job)) for job in plan.todo]
+        jobs = [job._replace(resume=_resume_point(store, job)) for job in plan.todo]
         to_read = sum(j.stat.st_size - (j.resume["offset"] if j.resume else 0) for j in jobs)
         results = parse_all(jobs, parallel=to_read >= PARALLEL_MIN_BYTES, policy=policy)
         done_bytes = 0
@@ -10634,8 +11002,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
             if progress:
                 progress(n, len(jobs), done_bytes, max(to_read, 1), time.monotonic() - t0)
         if plan.todo:  # rows of files gone whose sessions all moved to files indexed now
-            store.con.execute("DELETE FROM files WHERE status='deleted' AND NOT EXISTS "
-                              "(SELECT 1 FROM sessions s WHERE s.file_id = files.id)")
+            store.drop_emptied_files()
         if store.meta("built") is None:
             store.set_meta("built", iso(now_utc()))  # a first complete index: searches stop waiting for it
         batch.commit()
@@ -10681,18 +11048,18 @@ def file_checksum(path, length, since=None):
     return "%d:%08x" % (length, crc)
 
 
-def _resume_point(con, job):
+def _resume_point(store, job):
     """The checkpoint to go on from when the file only grew since it was indexed, else None."""
     row, parser = job.row, job.parser
     if (row is None or not parser.resumable or row.parser != parser.id or row.parser_version != parser.version
             or row.status != "ok"):
         return None
     try:
-        ck = json.loads(con.execute("SELECT checkpoint FROM files WHERE id=?", (row.id,)).fetchone()[0] or "null")
+        ck = store.file_checkpoint(row.id)
         if ck and job.stat.st_size >= ck["offset"] and file_checksum(job.path, ck["offset"]) == ck["checksum"] \
                 and parser.checkpoint_holds(job.path, ck):
             return ck
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, KeyError, TypeError) + BAD_JSON:
         pass
     return None
 
@@ -10781,36 +11148,22 @@ def merge_kept(old, new):
     return rows, kept
 
 
-def keep_lost_chunks(con, file_id, sessions):
+def keep_lost_chunks(store, file_id, prepared):
     """For a file damaged on disk (see damaged_on_disk): what was indexed from it before and this
-    read lost is kept, each session's lost chunks in their place among the ones read now. Returns
-    how many chunks were kept."""
-    before = {(agent, session_id): sid for sid, agent, session_id in
-              con.execute("SELECT id, agent, session_id FROM sessions WHERE file_id=?", (file_id,))}
+    read lost is kept, each session's lost chunks in their place among the ones read now (`prepared`:
+    the file's sessions as this read gives them, Prepared). Returns how many chunks were kept."""
+    before = store.file_sessions(file_id)
     kept = 0
-    for s in sessions:
+    for s in prepared:
         sid = before.get((s.meta.agent, s.meta.session_id))
         if sid is None:
             continue
-        old = con.execute("SELECT kind, role, tool, path, ts, text FROM chunks WHERE session=? ORDER BY seq",
-                          (sid,)).fetchall()
-        rows, n = merge_kept(old, s.rows)
+        rows, n = merge_kept(store.packed_chunks(sid), s.rows)
         if n:
             s.rows, s.count, s.parts = rows, len(rows), None  # (parts are cut again from the rows written)
             s.touched = sorted({(r[2] or "", r[3] or "") for r in rows if r[0] == "tool"})
             kept += n
     return kept
-
-
-def keep_vanished(con, file_id, present):
-    """Sessions an agent deleted from a file that goes on holding others (a database: Hermes prunes
-    old sessions, OpenCode and Cursor delete chats) are kept like those of deleted files: marked
-    deleted, searchable, shown from the index. `present`: the (agent, session id) the file holds now."""
-    now = iso(now_utc())
-    con.executemany("UPDATE sessions SET deleted=? WHERE id=?", [
-        (now, sid) for sid, agent, session_id in
-        con.execute("SELECT id, agent, session_id FROM sessions WHERE file_id=? AND deleted IS NULL", (file_id,)).fetchall()
-        if (agent, session_id) not in present])
 
 
 def index_file(batch, job, result, summary, policy):
@@ -10824,12 +11177,11 @@ def index_file(batch, job, result, summary, policy):
     deleted from it (keep_vanished). A resumable file that only grew is extended from its
     checkpoint; one larger than SLICE_BYTES arrives in slices, each committed like an append.
     """
-    con, resume, st = batch.con, job.resume if not result.restarted else None, job.stat
+    store, resume, st = batch.store, job.resume if not result.restarted else None, job.stat
     file_id = job.row.id if job.row else None
     existing = None
     if resume and file_id is not None:
-        r = con.execute("SELECT id FROM sessions WHERE file_id=?", (file_id,)).fetchone()
-        existing = r[0] if r else None
+        existing = store.first_session(file_id)
     fresh = resume is None
     skipped_lines, unknown, versions, written, kept = 0, collections.Counter(), set(), [], 0
     while True:
@@ -10840,54 +11192,43 @@ def index_file(batch, job, result, summary, policy):
         versions.update(result.versions)
         if result.status == "error":  # kept as it was, tried again next run
             summary.problem(job.path, result.payload)
-            if file_id is None:
-                con.execute("INSERT INTO files(path, source, parser, parser_version, size, mtime_ns, status, reason) "
-                            "VALUES(?,?,?,?,-1,?,'unreadable',?)", (db_path(job.path), job.source, job.parser.id,
-                                                                    job.parser.version, st.st_mtime_ns, result.payload))
-            else:
-                con.execute("UPDATE files SET status='unreadable', reason=? WHERE id=?", (result.payload, file_id))
+            store.file_unreadable(file_id, job, result.payload)
             return
         if result.status == "skipped" and job.row is not None and job.row.sessions and \
                 job.row.status in ("ok", "damaged"):
             # It held sessions and no longer parses: keep them, say so, and look again when it changes.
-            con.execute("UPDATE files SET status='damaged', reason=?, size=?, mtime_ns=?, indexed_at=? WHERE id=?",
-                        (result.payload, st.st_size, st.st_mtime_ns, iso(now_utc()), file_id))
+            store.file_damaged(file_id, st, result.payload)
             summary.problem(job.path, "damaged, kept what was indexed from it before: %s" % result.payload)
             return
-        sessions = result.payload if result.status == "ok" else []
+        prepared = result.payload if result.status == "ok" else []
         if fresh and file_id is not None:
             # Bytes of the file were lost since it was indexed: what this read cannot give back stays.
-            if sessions and job.row.sessions and all(s.complete for s in sessions) and damaged_on_disk(job, result):
-                kept = keep_lost_chunks(con, file_id, sessions)
+            if prepared and job.row.sessions and all(s.complete for s in prepared) and damaged_on_disk(job, result):
+                kept = keep_lost_chunks(store, file_id, prepared)
             # Sessions the file no longer holds are kept as deleted, when the same parser (and version)
             # read it: a new parser version may rightly see the file's sessions otherwise.
             if policy.keep_deleted and job.row.sessions and (job.row.parser, job.row.parser_version) == (
                     job.parser.id, job.parser.version):
-                keep_vanished(con, file_id, {(s.meta.agent, s.meta.session_id) for s in sessions})
-            delete_sessions(con, "file_id=? AND deleted IS NULL", (file_id,))
+                store.keep_vanished(file_id, {(s.meta.agent, s.meta.session_id) for s in prepared})
+            store.delete_file_sessions(file_id)
         fresh = False
         if file_id is None:
-            file_id = con.execute("INSERT INTO files(path, parser) VALUES(?, ?)", (db_path(job.path), job.parser.id)).lastrowid
-        for s in sessions:
+            file_id = store.add_file(job.path, job.parser.id)
+        for s in prepared:
             if not policy.keeps(s.meta.agent, s.meta.session_id, s.meta.cwd):
                 continue  # forgotten, or run in an excluded project
-            existing = write_session(con, file_id, s, existing=existing if resume else None,
-                                     from_seq=resume["seq"] if resume else 0)
+            existing = store.write_session(file_id, s, existing=existing if resume else None,
+                                           from_seq=resume["seq"] if resume else 0)
             batch.words.update(s.words)
             written.append((s.meta.agent, s.meta.session_id))
             summary.chunks += s.count
-        complete = all(s.complete for s in sessions)
+        complete = all(s.complete for s in prepared)
         # (A file holding kept chunks is read whole at its next change, so that they stay in place.)
         checkpoint = result.checkpoint if not kept else None
-        count = con.execute("SELECT count(*) FROM sessions WHERE file_id=?", (file_id,)).fetchone()[0]
         # An unfinished file keeps size -1: the next run sees it as changed and resumes it.
-        con.execute("UPDATE files SET source=?, parser=?, parser_version=?, size=?, mtime_ns=?, status=?, reason=?, "
-                    "skipped=?, indexed_at=?, checkpoint=?, sessions=?, unknown=? WHERE id=?",
-                    (job.source, job.parser.id, job.parser.version, st.st_size if complete else -1, st.st_mtime_ns,
-                     "ok" if result.status == "ok" else "skipped", None if result.status == "ok" else result.payload,
-                     skipped_lines, iso(now_utc()), json.dumps(checkpoint) if checkpoint else None, count,
-                     json.dumps({"types": dict(unknown), "versions": sorted(versions)}) if unknown or versions else None,
-                     file_id))
+        store.file_read(file_id, job, st.st_size if complete else -1, "ok" if result.status == "ok" else "skipped",
+                        None if result.status == "ok" else result.payload, skipped_lines, checkpoint,
+                        {"types": dict(unknown), "versions": sorted(versions)} if unknown or versions else None)
         read_to = checkpoint["offset"] if checkpoint else st.st_size
         batch.done(read_to - (resume["offset"] if resume else 0))
         if complete:
@@ -10901,14 +11242,13 @@ def index_file(batch, job, result, summary, policy):
     mirrors = os.path.join(os.path.abspath(os.path.dirname(batch.store.path)), "remotes", "")
     machine = mirrors + job.path[len(mirrors):].split(os.sep, 1)[0] + os.sep if job.path.startswith(mirrors) else mirrors
     for agent, session_id in written:
-        delete_sessions(con, "agent=? AND session_id=? AND deleted IS NOT NULL AND (substr(path, 1, ?) %s ?)"
-                        % ("=" if machine != mirrors else "IS NOT"), (agent, session_id, len(machine), machine))
+        batch.store.delete_kept_copies(agent, session_id, machine if machine != mirrors else None, mirrors)
     if result.status == "skipped":
         summary.problem(job.path, result.payload)  # (counted as not indexed, not as indexed)
     else:
         summary.indexed += 1
     summary.chunks_kept += kept
-    summary.sessions += len(sessions)
+    summary.sessions += len(prepared)
     summary.skipped_lines += skipped_lines
 
 
@@ -11271,14 +11611,7 @@ PHRASE_VARIANTS = 9  # phrases of a query with misspelt words tried in the "word
 RARE_EXPANSION = 4  # an abbreviation's other form is searched unless it is 4 times rarer than the word
 
 
-def _df(con, fts, limit=3):
-    """In how many ranking documents an FTS5 string occurs, counted up to `limit` (cheap: FTS5 only
-    walks the word's list of documents, and stops there)."""
-    return con.execute("SELECT count(*) FROM (SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT ?)",
-                       (fts, limit)).fetchone()[0]
-
-
-def expand_query(con, query):
+def expand_query(store, query):
     """Find out which words occur and how often, and add expansions: abbreviations (both ways),
     camelCase parts, and for a word the index does not have, the nearest words it has (a typo)."""
     abbreviations = _abbreviation_table()
@@ -11288,7 +11621,7 @@ def expand_query(con, query):
     words = []
     for w in query.words:
         pairs = w.cjk_pairs()
-        if pairs and _df(con, w.fts()) == 0:
+        if pairs and store.doc_count(w.fts()) == 0:
             query.pairs[w.text] = pairs
             for p in pairs:
                 if all(p != x.text for x in words + query.words):
@@ -11307,36 +11640,36 @@ def expand_query(con, query):
                 w.expansions.append(("parts", " ".join(parts)))
             for long_form in abbreviations.get(low, ()):
                 w.expansions.append(("abbreviation", long_form))
-        w.df = _df(con, w.fts())
+        w.df = store.doc_count(w.fts())
         if w.df == 0 and not w.prefix and not w.phrase:
-            w.expansions += [("spelling", t) for t in near_words(con, low)[:3] if t != low]
-            if not w.expansions or all(_df(con, w.fts(t, False)) == 0 for _, t in w.expansions):
+            w.expansions += [("spelling", t) for t in near_words(store, low)[:3] if t != low]
+            if not w.expansions or all(store.doc_count(w.fts(t, False)) == 0 for _, t in w.expansions):
                 w.dropped = True
             continue
         if w.df == 1 and not w.prefix and not w.phrase and len(low) >= 5 and not w.expansions:
             # A word found once may itself be the typo: a much more frequent neighbour is searched too.
-            w.expansions += [("spelling", t) for t in near_words(con, low, min_count=20)[:2] if t != low]
+            w.expansions += [("spelling", t) for t in near_words(store, low, min_count=20)[:2] if t != low]
         if w.df < 3:
             continue
         if half is None:
-            half = con.execute("SELECT count(*) FROM docs").fetchone()[0] // 2
+            half = store.part_count() // 2
         if half < 2:
             continue
         if w.stop and not w.expansions:
             function_words.append(w)
         else:  # how common: counted up to half the documents, no further
-            own = _df(con, w.fts(), half + 1)
+            own = store.doc_count(w.fts(), half + 1)
             # An expansion much rarer than the word typed would outweigh it (BM25 weighs a word by
             # its rarity), ranking its few sessions above the many with the word: it is left out.
             w.expansions = [(kind, t) for kind, t in w.expansions
-                            if kind != "abbreviation" or _df(con, w.fts(t, False), own + 1) * RARE_EXPANSION >= own]
-            w.df = _df(con, w.group(False), half + 1) if w.expansions else own
+                            if kind != "abbreviation" or store.doc_count(w.fts(t, False), own + 1) * RARE_EXPANSION >= own]
+            w.df = store.doc_count(w.group(False), half + 1) if w.expansions else own
             w.common = w.df > half
     # How common a function word is matters only where it ranks: when no other word is left to (see
     # Query.ranking_words). Counting "the" up to half of 20,000 documents costs 1-2 ms.
     if not any(not w.stop and not w.dropped for w in query.words):
         for w in function_words:
-            w.df = _df(con, w.fts(), half + 1)
+            w.df = store.doc_count(w.fts(), half + 1)
             w.common = w.df > half
     if all(w.dropped for w in query.words):  # nothing close to any word: search them as given (no result)
         for w in query.words:
@@ -11353,7 +11686,7 @@ def expand_query(con, query):
 # the closest, then the most frequent, are searched in its place (at most three).
 
 
-def near_words(con, word, min_count=1):
+def near_words(store, word, min_count=1):
     """Vocabulary words within edit distance 1 (words of 4-7 letters) or 2 (longer) of word, the
     closest first, then the most frequent; only those in at least min_count ranking documents."""
     if not 4 <= len(word) <= 30 or not word.isalnum() or _CJK_CHAR.search(word):
@@ -11361,15 +11694,13 @@ def near_words(con, word, min_count=1):
     limit = 1 if len(word) <= 7 else 2
     letters, found = set(word), set()
     for first in dict.fromkeys(word[:2]):
-        for (term,) in con.execute("SELECT term FROM vocab WHERE term >= ? AND term < ? AND length(term) BETWEEN ? AND ?",
-                                   (first, first + "\uffff", len(word) - limit, len(word) + limit)):
+        for term in store.vocab_terms(first, len(word) - limit, len(word) + limit):
             # An edit adds at most one letter and removes at most one: a cheap test before the real one.
             if len(letters ^ set(term)) <= 2 * limit and edit_distance(word, term, limit) <= limit:
                 found.add((edit_distance(word, term, limit), term))
     ranked = []
     for d, term in sorted(found)[:12]:
-        n = con.execute("SELECT count(*) FROM (SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT 200)",
-                        ('"%s"' % term,)).fetchone()[0]
+        n = store.doc_count('"%s"' % term, 200)
         if n >= min_count:
             ranked.append((d, -n, term))
     return [t for _, _, t in sorted(ranked)]
@@ -11806,50 +12137,6 @@ class Filters:
             return agent, session_id, path[len(self.mirrors):].split(os.sep, 1)[0]
         return agent, session_id
 
-    def sql(self):
-        """WHERE conditions on sessions `s`, and their parameters."""
-        cond, params = [], []
-        if self.agent:
-            cond.append("s.agent = ?")
-            params.append(self.agent)
-        if self.windows:   # LIKE ignores (ASCII) case; a stored cwd's slashes read as backslashes
-            below = self.cwd.rstrip("\\") + "\\"
-            cond.append("(replace(s.cwd, '/', '\\') LIKE ? ESCAPE '\\' OR replace(s.cwd, '/', '\\') LIKE ? ESCAPE '\\')")
-            params += [like_escape(self.cwd), like_escape(below) + "%"]
-        elif self.cwd:
-            below = self.cwd.rstrip(os.sep) + os.sep
-            if self.fold_case:  # LIKE ignores (ASCII) case: the folder and everything below it alike
-                cond.append("(s.cwd LIKE ? ESCAPE '\\' OR s.cwd LIKE ? ESCAPE '\\')")
-                params += [like_escape(self.cwd), like_escape(below) + "%"]
-            else:
-                cond.append("(s.cwd = ? OR substr(s.cwd, 1, ?) = ?)")
-                params += [self.cwd, len(below), below]
-        if self.after:
-            cond.append("s.modified >= ?")
-            params.append(self.after)
-        if self.before:
-            cond.append("s.modified < ?")
-            params.append(self.before)
-        if self.tool:
-            cond.append("EXISTS(SELECT 1 FROM touched t WHERE t.session = s.id AND lower(t.tool) IN (%s))"
-                        % ",".join("?" * len(self.tool)))
-            params += self.tool
-        if self.path:
-            cond.append("EXISTS(SELECT 1 FROM touched t WHERE t.session = s.id AND t.path LIKE ? ESCAPE '\\')")
-            params.append("%" + like_escape(self.path) + "%")
-        if self.host:
-            cond.append("(substr(s.path, 1, ?) %s ?)" % ("=" if self.host[1] else "IS NOT"))
-            params += [len(self.host[0]), self.host[0]]
-        return (" AND " + " AND ".join(cond)) if cond else "", params
-
-
-def like_escape(s):
-    return s.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def _doc_weights():
-    return ", ".join(str(DOC_WEIGHTS[c]) for c in DOC_COLUMNS)
-
 
 LONG_QUESTION = 5       # ranking words from which a query is a long question (see _rerank)
 LONG_RERANK = 4         # candidates of each stage re-ranked by proximity for a long question
@@ -11874,57 +12161,12 @@ class Candidate:
         self.matches = self.coverage = None
 
 
-STAGE_SECONDS = 0.4  # a stage query running longer is given up (the next, looser stage goes on)
 PREFETCH_MIN_DOCS = 2000  # every word in this many documents: the next stage is fetched alongside
 # (a stage costs ~2.5 us per document holding its words: 5 ms here; a second connection and a
 # thread cost ~1.5 ms, on the other core while the first stage runs)
 
 
-class _Prefetch:
-    """The rows of one ranking query, fetched on a second connection in a thread while the caller
-    runs another: SQLite lets go of the GIL while it works, so a second core does it meanwhile.
-    (_thread, not threading: importing threading costs ~1 ms, as much as this saves at times. No
-    progress handler on that connection: a Python callback in the thread would contend for the GIL;
-    the caller interrupts it instead.)"""
-
-    def __init__(self, path, sql, params, limit):
-        import _thread
-        self.limit, self.rows = limit, None
-        self.con = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
-        self.done = _thread.allocate_lock()
-        self.done.acquire()
-        _thread.start_new_thread(self._fetch, (sql, params + [limit]))
-
-    def _fetch(self, sql, params):
-        try:
-            self.rows = self.con.execute(sql, params).fetchall()
-        except sqlite3.Error:
-            pass  # (interrupted, or anything else: the caller runs the query itself)
-        finally:
-            self.done.release()
-
-    def take(self, limit):
-        """What the query gives with LIMIT `limit` (rows are in one total order, so a shorter
-        LIMIT is a prefix), or None when it must run anew. Like a stage the caller runs, it is
-        given up (OperationalError "interrupted") when it has not finished within STAGE_SECONDS."""
-        if not self.done.acquire(timeout=STAGE_SECONDS):
-            self.close()
-            raise sqlite3.OperationalError("interrupted")
-        self.done.release()
-        if self.rows is None or (limit > self.limit and len(self.rows) >= self.limit):
-            return None
-        return self.rows[:limit]
-
-    def close(self):
-        if self.con is not None:
-            self.con.interrupt()
-            self.done.acquire()
-            self.done.release()
-            self.con.close()
-            self.con = None
-
-
-def ranked_sessions(con, query, filters, need, per_stage=0, path=None):
+def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
     """At least `need` Candidates (when there are), best first: sessions with every word, then
     all but one, then any. A session scores as its best part; one session stored twice (an agent's
     database and its older JSON files) counts once. Each stage asks FTS5 for a bounded number of
@@ -11937,32 +12179,18 @@ def ranked_sessions(con, query, filters, need, per_stage=0, path=None):
 
     When every word is in thousands of documents, the words-together stage (a phrase: FTS5
     compares the words' positions in each document holding them all) and the next one (BM25 over
-    them) each cost tens of milliseconds: with `path` (the index, for a second connection) the next
+    them) each cost tens of milliseconds: with `prefetch` (a second connection to the index) the next
     stage is fetched alongside the first, and its rows are used if the first does not fill the page."""
-    where, params = filters.sql()
-    exclude = ""
-    if query.excluded:
-        exclude = (" AND d.session NOT IN (SELECT d2.session FROM docs_fts JOIN docs d2 ON d2.id = docs_fts.rowid "
-                   "WHERE docs_fts MATCH ?)")
-        params = params + [" OR ".join(query.excluded)]
-    if where or exclude:
-        sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id, "
-               "s.path FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
-               "WHERE docs_fts MATCH ?%s%s ORDER BY score, d.id LIMIT ?") % (_doc_weights(), where, exclude)
-    else:  # nothing to filter on: the joins are made for the rows kept only (10-20% of a stage at 1 GB)
-        sql = ("SELECT d.session, f.score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id, s.path FROM "
-               "(SELECT rowid, bm25(docs_fts, %s) AS score FROM docs_fts WHERE docs_fts MATCH ? "
-               "ORDER BY score, rowid LIMIT ?) f JOIN docs d ON d.id = f.rowid JOIN sessions s ON s.id = d.session "
-               "ORDER BY f.score, d.id") % _doc_weights()
+    ranking = store.ranking(filters, query.excluded)
     stages = [(name, "{tools parts} : (%s)" % expr if filters.tools_only else expr) for name, expr in query.stages()]
-    prefetch = None
     words = query.ranking_words()
-    if (path and not per_stage and len(stages) > 1 and stages[0][0] == "words together"
+    ahead = None  # the next stage's rows, fetched alongside the first
+    if (prefetch and not per_stage and len(stages) > 1 and stages[0][0] == "words together"
             and all((w.df or 0) >= PREFETCH_MIN_DOCS for w in words)):
         try:
-            prefetch = _Prefetch(path, sql, [stages[1][1]] + params, min(max(2 * need, 20), 1 << 62))
+            ahead = ranking.prefetch(stages[1][1], min(max(2 * need, 20), 1 << 62))
         except (sqlite3.Error, RuntimeError):  # no second connection or thread here: one after the other
-            prefetch = None
+            ahead = None
     out, seen, keys = [], set(), set()
     stricter, cut = None, False  # the last stage run, and whether a LIMIT left out some of its rows
     try:
@@ -11971,12 +12199,11 @@ def ranked_sessions(con, query, filters, need, per_stage=0, path=None):
             want = max(need - len(out), per_stage)
             limit = min(max(2 * want, 20), 1 << 62)
             deadline = time.monotonic() + STAGE_SECONDS
-            con.set_progress_handler(lambda: time.monotonic() > deadline, 20000)
             try:
                 while True:
-                    rows = prefetch.take(limit) if prefetch and stage == 1 else None
+                    rows = ahead.take(limit) if ahead and stage == 1 else None
                     if rows is None:
-                        rows = con.execute(sql, [run] + params + [limit]).fetchall()
+                        rows = ranking.rows(run, limit, deadline)
                     fresh = {r[0] for r in rows if r[0] not in seen and filters.key(*r[4:6], r[7]) not in keys}
                     if len(fresh) >= want or len(rows) < limit:
                         break
@@ -11985,8 +12212,6 @@ def ranked_sessions(con, query, filters, need, per_stage=0, path=None):
                 if "interrupt" not in str(e):
                     raise
                 continue  # too slow: leave this stage to the looser ones
-            finally:
-                con.set_progress_handler(None, 0)
             stricter, cut = expr, cut or len(rows) >= limit
             for sid, score, first, last, agent, session_id, doc, path in rows:
                 key = filters.key(agent, session_id, path)
@@ -11997,27 +12222,16 @@ def ranked_sessions(con, query, filters, need, per_stage=0, path=None):
             if len(out) >= need and not per_stage:
                 break
     finally:
-        if prefetch:
-            prefetch.close()
+        if ahead:
+            ahead.close()
     return out
 
 
-def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION):
+def best_matches(store, session, part, matcher, filters, limit=MATCHES_PER_SESSION):
     """The chunks of a session that match best, with snippets: those of its best part, or with a
     tool filter those of the asked-for tool calls anywhere in the session. Also returns, of its best
     chunks, the most distinct query words found close together, and how many were found as typed."""
-    sql = "SELECT seq, kind, role, tool, ts, text FROM chunks WHERE session=?"
-    params = [session["id"]]
-    if filters.tools_only:
-        sql += " AND kind = 'tool'"
-    if filters.tool:
-        sql += " AND lower(tool) IN (%s)" % ",".join("?" * len(filters.tool))
-        params += filters.tool
-    else:
-        sql += " AND seq BETWEEN ? AND ?"
-        params += list(part)
-    rows = [(seq, kind, role, tool, ts, unpack(text))
-            for seq, kind, role, tool, ts, text in con.execute(sql + " ORDER BY seq", params)]
+    rows = store.match_chunks(session["id"], part, filters.tools_only, filters.tool)
     found = [(words, *row) for words, row in zip(matcher.words_in_each([r[5] for r in rows]), rows) if words]
     # A word found in few chunks of the part says more than one found in all of them: each word
     # weighs by its rarity here, a chunk by the words it has and by its kind. Where the words are
@@ -12046,22 +12260,6 @@ def best_matches(con, session, part, matcher, filters, limit=MATCHES_PER_SESSION
     return matches, coverage
 
 
-SESSION_COLUMNS = "id, agent, session_id, path, cwd, name, created, modified, parent, chunk_count, summary, deleted"
-SESSION_KEYS = [c.strip() for c in SESSION_COLUMNS.split(",")]
-
-
-def session_dict(row):
-    """A sessions row as a dict, its path printable (see shown_path)."""
-    s = dict(zip(SESSION_KEYS, row))
-    s["path"] = shown_path(s["path"])
-    return s
-
-
-def session_row(con, sid):
-    row = con.execute("SELECT %s FROM sessions WHERE id=?" % SESSION_COLUMNS, (sid,)).fetchone()
-    return session_dict(row) if row else None
-
-
 SHORT_ID_MIN = 8
 # One session id can name several sessions: files that are not copies of each other (Gemini CLI
 # writes a side question as a second session-<time>-<id>.jsonl with the parent's id; a user copies a
@@ -12071,36 +12269,30 @@ COPY_MARK = "~"
 _COPY_REF_RE = LazyPattern(r"^(.+)~([1-9][0-9]{0,5})$", re.S)
 
 
-def short_id(con, session_id, row_id=None):
+def short_id(store, session_id, row_id=None):
     """The shortest prefix of a session id, at least SHORT_ID_MIN characters, that no other session
     id in the index starts with: ids made within a minute (UUIDv7, timestamped ids) share their first
     eight, so a fixed-length prefix would be ambiguous for `show` and `forget`. The ids next to it in
     sorted order are the only ones that can share a longer prefix. With the session's row id, a
     session that shares its id with others gets its place among them (COPY_MARK)."""
     longest = 0
-    for op, agg in (("<", "max"), (">", "min")):
-        other = con.execute("SELECT %s(session_id) FROM sessions WHERE session_id %s ?" % (agg, op),
-                            (session_id,)).fetchone()[0]
+    for other in store.neighbour_ids(session_id):
         if other:
             common = os.path.commonprefix([session_id.lower(), other.lower()])
             longest = max(longest, len(common))
     short = session_id[:max(SHORT_ID_MIN, longest + 1)]
     if row_id is not None:
-        same = _same_id_rows(con, session_id)
+        same = store.same_id_rows(session_id)
         if len(same) > 1 and row_id in same:
             short += "%s%d" % (COPY_MARK, same.index(row_id) + 1)
     return short
 
 
-def _same_id_rows(con, session_id):
-    """The row ids of the sessions with this id, in the order their COPY_MARK numbers them."""
-    return [r for (r,) in con.execute("SELECT id FROM sessions WHERE session_id=? ORDER BY path, id", (session_id,))]
-
-
-def resume_command(s):
-    """The command that reopens a session in its agent; None when the agent has none or its file is gone."""
-    parser = PARSERS.get(s["agent"])
-    return parser.resume_command(s) if parser and not s.get("deleted") else None
+def resume_command(row):
+    """The command that reopens an indexed session in its agent, from its stored row (session_dict);
+    None when the agent has none or the session's file is gone."""
+    parser = PARSERS.get(row["agent"])
+    return parser.resume_command(row) if parser and not row.get("deleted") else None
 
 
 def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES_PER_SESSION, page=None):
@@ -12112,26 +12304,24 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
     best chunks and snippets of a result are found when it is yielded. (With --tool the words must
     be in a call of that tool: each candidate is checked, from the first, to count the offset right.)
     """
-    con = store.con
-    expand_query(con, query)
+    expand_query(store, query)
     matcher = Matcher(query)
     need = offset + limit + 1
     verify = filters.tools_only
     try:
         long_question = len(query.ranking_words()) >= LONG_QUESTION
-        candidates = ranked_sessions(con, query, filters, need if not verify else max(need * 2, 40),
-                                     per_stage=LONG_RERANK if long_question else 0,
-                                     path=None if store.readonly else store.path)
-        _rerank(con, candidates, query, matcher, filters, matches)
+        candidates = ranked_sessions(store, query, filters, need if not verify else max(need * 2, 40),
+                                     per_stage=LONG_RERANK if long_question else 0, prefetch=not store.readonly)
+        _rerank(store, candidates, query, matcher, filters, matches)
         if filters.current:  # the caller's own session holds the query itself: it goes last
             candidates.sort(key=lambda c: c.key in filters.current)
         if page is not None:
             page["size"] = min(limit, max(0, len(candidates) - offset))
         shown = 0
         for c in candidates[0 if verify else offset:]:
-            s = session_row(con, c.sid)
+            s = store.session(c.sid)
             if c.matches is None:
-                c.matches, c.coverage = best_matches(con, s, c.part, matcher, filters, limit=matches)
+                c.matches, c.coverage = best_matches(store, s, c.part, matcher, filters, limit=matches)
             if verify and not c.matches:
                 continue  # the words were in some tool call, but not in one of the asked-for tools
             shown += 1
@@ -12147,7 +12337,7 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
         raise SesameError("search failed: %s" % e, hint="report this query; it should have been made safe")
 
 
-def _rerank(con, candidates, query, matcher, filters, matches):
+def _rerank(store, candidates, query, matcher, filters, matches):
     """Re-rank the first candidates by where their words are, which BM25 does not see: by how many
     different query words their best chunks hold close together (a window of about 400
     characters), then by how many of those were found as typed (not only through their stem), BM25
@@ -12172,7 +12362,7 @@ def _rerank(con, candidates, query, matcher, filters, matches):
         return
     for c in pool:
         if c.matches is None:
-            c.matches, c.coverage = best_matches(con, session_row(con, c.sid), c.part, matcher, filters, limit=matches)
+            c.matches, c.coverage = best_matches(store, store.session(c.sid), c.part, matcher, filters, limit=matches)
     if n_words >= LONG_QUESTION:
         pool.sort(key=lambda c: (-c.coverage[0], -c.coverage[1], c.stage, -c.score))
         chosen = set(id(c) for c in pool)
@@ -12182,10 +12372,9 @@ def _rerank(con, candidates, query, matcher, filters, matches):
         candidates[:len(pool)] = pool
 
 
-def fallback_snippet(con, s):
+def fallback_snippet(store, s):
     """A session matched on its name only: show the first thing the user said."""
-    row = con.execute("SELECT text FROM chunks WHERE session=? AND kind='user' ORDER BY seq LIMIT 1", (s["id"],)).fetchone()
-    text = " ".join(unpack(row[0] if row else "").split())
+    text = " ".join(store.first_user_text(s["id"]).split())
     return text[:200] + ("…" if len(text) > 200 else "")
 
 
@@ -12203,13 +12392,15 @@ def use_color(stream, env):
     return "NO_COLOR" not in env and hasattr(stream, "isatty") and stream.isatty()
 
 
-def result_json(con, s, score, stage, matches, every_word_known=True):
+def result_json(store, s, score, stage, matches, every_word_known=True):
     """One search result as data (every field; the presets choose). Words the index does not have
     at all make no result "matchedAllTerms". Snippets are plain text with the offsets of their
     matches beside them ("highlights", "matchedHighlights"): search_json marks them for printing."""
-    first = matches[0] if matches else {"snippet": fallback_snippet(con, s), "highlights": []}
+    first = matches[0] if matches else {"snippet": fallback_snippet(store, s), "highlights": []}
     return {
-        "sessionId": s["session_id"], "shortId": short_id(con, s["session_id"], s["id"]), "source": s["agent"],
+        # "source" is the agent, as "agent" is (the field's first name, kept for compatibility: it is
+        # not a configured source).
+        "sessionId": s["session_id"], "shortId": short_id(store, s["session_id"], s["id"]), "source": s["agent"],
         "agent": s["agent"], "path": s["path"],
         "cwd": s["cwd"], "name": s["name"], "score": float("%.4g" % score),
         "matchedAllTerms": stage in ("words together", "all words") and every_word_known,
@@ -12466,14 +12657,9 @@ CUT_MARK = " […cut]"
 COLLAPSIBLE = ("tool", "thinking", "context")
 
 
-def _session_rows(con, where, params=()):
-    return [session_dict(r) for r in con.execute(
-        "SELECT %s FROM sessions WHERE %s ORDER BY modified DESC, chunk_count DESC" % (SESSION_COLUMNS, where), params)]
-
-
-def _name_matches(con, ref):
+def _name_matches(store, ref):
     """The resolution rules on session names: exact (case-insensitive), then fuzzy."""
-    named = _session_rows(con, "name IS NOT NULL AND name != ''")
+    named = store.named_sessions()
     key = " ".join(ref.split()).casefold()
     yield [r for r in named if " ".join(r["name"].split()).casefold() == key]
     words = re.findall(r"\w+", key)
@@ -12485,7 +12671,7 @@ def _name_matches(con, ref):
     yield fuzzy
 
 
-def resolve_session(con, ref, any_copy=False):
+def resolve_session(store, ref, any_copy=False):
     """The session REF names: a file path, an exact id, a unique id prefix, an exact name, a fuzzy name.
 
     The rules are tried in that order and the first that picks exactly one session wins; when none
@@ -12500,22 +12686,22 @@ def resolve_session(con, ref, any_copy=False):
                           % (_one_line(ref, 40), len(ref)), kind="not_found",
                           hint="give a session id, an id prefix, a session file or a name")
     copy = _COPY_REF_RE.match(ref)
-    base = copy.group(1) if copy and not _session_rows(con, "session_id = ?", (ref,)) else ref
+    base = copy.group(1) if copy and not store.sessions_with_id(ref) else ref
 
     def stages():
         if os.sep in ref or os.path.exists(ref):
             paths = {os.path.abspath(os.path.expanduser(ref)), os.path.realpath(os.path.expanduser(ref))}
-            yield _session_rows(con, "path IN (%s)" % ",".join("?" * len(paths)), [db_path(p) for p in paths])
-        yield _session_rows(con, "session_id = ?", (base,))
-        yield _session_rows(con, "session_id LIKE ? ESCAPE '\\'", (like_escape(base) + "%",))
+            yield store.sessions_in(list(paths))
+        yield store.sessions_with_id(base)
+        yield store.sessions_with_id_prefix(base)
         if base == ref:
-            yield from _name_matches(con, ref)
+            yield from _name_matches(store, ref)
 
     several = None
     for found in stages() if ref else ():
         ids = {r["session_id"] for r in found}
         if len(ids) == 1 and base != ref:   # "<id>~N": the Nth of the sessions with that id
-            same = _same_id_rows(con, ids.pop())
+            same = store.same_id_rows(ids.pop())
             n = int(copy.group(2))
             if n <= len(same):
                 return next(r for r in found if r["id"] == same[n - 1])
@@ -12529,7 +12715,7 @@ def resolve_session(con, ref, any_copy=False):
                           hint="give a session id, an id prefix, a session file or a name; "
                                "`sesame search WORDS` finds sessions by topic")
     shared = collections.Counter(r["session_id"] for r in several)
-    lines = ["  %s  %s  %s  %s%s" % (short_id(con, r["session_id"], r["id"]) if shared[r["session_id"]] > 1 else
+    lines = ["  %s  %s  %s  %s%s" % (short_id(store, r["session_id"], r["id"]) if shared[r["session_id"]] > 1 else
                                      r["session_id"], r["name"] or "Unnamed", short_date(r["modified"]),
                                      r["cwd"] or "(no working directory)",
                                      "  " + r["path"] if shared[r["session_id"]] > 1 else "")
@@ -13165,7 +13351,7 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
                 break
             data["alsoSearched"] = query.notes()
             r = place_session(ctx.env, ctx.remotes, hit[0], result_json(
-                store.con, *hit, every_word_known=not any(w.dropped for w in query.words)))
+                store, *hit, every_word_known=not any(w.dropped for w in query.words)))
             r["current"] = not r["host"] and (r["agent"], r["sessionId"]) in filters.current
             results.append(shape_result(r, fields, full))
             if max_chars and render and len(results) > 1 and _smallest_size(data, render) > max_chars:
@@ -13219,8 +13405,8 @@ def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, every
     try:
         if refresh:
             refresh_before_reading(ctx, store, first_use)
-        s = resolve_session(store.con, ref)
-        s["short_id"] = short_id(store.con, s["session_id"], s["id"])
+        s = resolve_session(store, ref)
+        s["short_id"] = short_id(store, s["session_id"], s["id"])
         last = store.last_seq(s["id"])
         lo, hi = 0, last
         if around is not None:
@@ -13363,7 +13549,9 @@ def _forgotten(items, ref):
     return [i for i in items if i["sessionId"] == ref] or [i for i in items if i["sessionId"].startswith(ref)]
 
 
-def _save_forgotten(items, env, what):
+def _save_forgotten_or_fail(items, env, what):
+    """save_forgotten, a failure to write said as a StoreError naming `what` was being done (and
+    that nothing was changed): the caller writes the list before it changes the index."""
     try:
         save_forgotten(items, env)
     except OSError as e:  # a full disk, a read-only data directory
@@ -13374,8 +13562,8 @@ def forget_request(ctx, params):
     """`forget`: remove a session from the index and keep it out (sessions with secrets, private
     projects): {"forgotten": item}; with undo, {"remembered": item}; with list, {"forgotten": [items]}.
 
-    Every copy of the session goes, and its text is wiped from the index files (forget_session,
-    wipe_free_space). A failure before the session is deleted (a full disk, another indexer that does
+    Every copy of the session goes, and its text is wiped from the index files (Store.forget_session,
+    Store.wipe_free_space). A failure before the session is deleted (a full disk, another indexer that does
     not finish, a locked index) leaves the index and the list of forgotten sessions as they were; a
     failure of the wipe after it says so, and `forget` of the same session runs the wipe again."""
     items = load_forgotten(ctx.env)
@@ -13395,7 +13583,7 @@ def forget_request(ctx, params):
             store.read_again(set(item.get("files") or []) | {item.get("path")})  # every file that held a copy
         finally:
             store.close()
-        _save_forgotten([i for i in items if i is not item], ctx.env, "undo the forget")
+        _save_forgotten_or_fail([i for i in items if i is not item], ctx.env, "undo the forget")
         return {"remembered": item}
     store = ctx.store()
     lock = IndexLock(os.path.dirname(ctx.index_path))
@@ -13406,7 +13594,7 @@ def forget_request(ctx, params):
             raise StoreError("cannot forget: another sesame index is still running after %ds; nothing was "
                               "forgotten" % FORGET_LOCK_WAIT, hint="try again when it has finished")
         try:
-            s = resolve_session(store.con, ref, any_copy=True)
+            s = resolve_session(store, ref, any_copy=True)
         except SesameError as e:
             again = _forgotten(items, ref) if e.kind == "not_found" else []
             if len(again) != 1:
@@ -13414,12 +13602,12 @@ def forget_request(ctx, params):
             s, item = None, again[0]  # forgotten before: wipe the index files again (an earlier wipe failed)
         if s is not None:
             item = {"agent": s["agent"], "sessionId": s["session_id"], "path": s["path"], "name": s["name"],
-                    "files": session_files(store.con, s["agent"], s["session_id"]), "forgottenAt": iso(now_utc())}
+                    "files": store.session_files(s["agent"], s["session_id"]), "forgottenAt": iso(now_utc())}
             listed = any((i["agent"], i["sessionId"]) == (item["agent"], item["sessionId"]) for i in items)
             if not listed:
-                _save_forgotten(items + [item], ctx.env, "forget %s" % item["sessionId"])
+                _save_forgotten_or_fail(items + [item], ctx.env, "forget %s" % item["sessionId"])
             try:
-                forget_session(store, item["agent"], item["sessionId"])
+                store.forget_session(item["agent"], item["sessionId"])
             except sqlite3.Error as e:
                 if not listed:
                     try:
@@ -13430,7 +13618,7 @@ def forget_request(ctx, params):
                                   % (item["sessionId"], e), hint="free some disk space, or try again when "
                                                                  "other sesame processes have finished")
         try:
-            wipe_free_space(store)
+            store.wipe_free_space()
         except sqlite3.Error as e:
             raise StoreError("forgot %s (no search finds it), but its text could not be wiped from the index "
                               "files yet: %s" % (item["sessionId"], e),
@@ -13572,10 +13760,7 @@ def remote_remove(env, name):
         try:
             if lock.acquire(LOCK_WAIT_SECONDS):
                 with store.transaction():
-                    where = "substr(path, 1, ?) = ?"
-                    delete_sessions(store.con, "file_id IN (SELECT id FROM files WHERE %s)" % where, (len(prefix), prefix))
-                    store.con.execute("DELETE FROM files WHERE " + where, (len(prefix), prefix))
-                    store.con.execute("DELETE FROM dirs WHERE substr(source, 1, ?) = ?", (len(prefix), prefix))
+                    store.drop_files_under(prefix)
         finally:
             lock.release()
             store.close()
@@ -14489,8 +14674,7 @@ def page_session(ctx, ref, params):
     data = show_session(ctx, ref, everything=True, refresh=False)
     store = ctx.store()
     try:
-        children = store.con.execute("SELECT session_id, name FROM sessions WHERE parent = ? ORDER BY created",
-                                     (data["session"]["sessionId"],)).fetchall()
+        children = store.child_sessions(data["session"]["sessionId"])
     finally:
         store.close()
     link = lambda sid: "#session=" + urllib_quote(sid)  # noqa: E731
