@@ -14652,7 +14652,7 @@ def page_search(ctx, params):
     tools = params.get("tool") or None
     data = search_sessions(ctx, get("q") or "", limit=SERVE_LIMIT, refresh=False, cwd=get("cwd"),
                            after=get("after"), before=get("before"), agent=get("agent"),
-                           tools=get("tools") == "1", tool=tools, path=get("path"))
+                           tools=get("tools") == "1", tool=tools, path=get("path"), host=get("host"))
     # The page marks matches from their offsets, given as [text, matched] pieces (a session's own `**`
     # stays text; JavaScript counts string offsets otherwise than Python)
     for r in data["results"]:

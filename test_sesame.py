@@ -8193,6 +8193,9 @@ def test_same_session_id_on_two_machines_both_searchable_and_showable(sshd, caps
     assert sorted((r["host"] or "", r["cwd"]) for r in results) == [("", "/home/u/here"), ("devbox", "/srv/box")]
     shown = {json.loads(run(capsys, "show", r["shortId"], "--json")[1])["session"]["cwd"] for r in results}
     assert shown == {"/home/u/here", "/srv/box"}
+    for host, cwd in (("devbox", "/srv/box"), ("local", "/home/u/here")):   # the local page filters by host too
+        page = sesame.page_search(sesame.Context(), {"q": ["kestrel"], "host": [host]})
+        assert [r["cwd"] for r in page["results"]] == [cwd]
 
 
 # ==================================================================================================
