@@ -2880,7 +2880,7 @@ class CodexParser(Parser):
     """
 
     session_env = ("CODEX_THREAD_ID",)  # set for the commands it runs (0.169); a thread is a session
-    id, label, version = "codex", "Codex", 2
+    id, label, version = "codex", "Codex", 3
     resumable = True
     # $CODEX_HOME/history.jsonl: {session_id, ts (s), text} per prompt (codex-rs/core/src/
     # message_history.rs; `conversation_id` in some 0.2x releases). Trimmed from the front when it
@@ -3175,7 +3175,7 @@ class _CodexState:
 
     # Carried from turn to turn, and in a checkpoint's state (the rest belongs to one turn).
     CARRIED = ("own_id", "bare", "env_cwd", "thread_name", "has_response_tools", "replayed", "cwd", "parent",
-               "created", "span")
+               "created", "span", "two_streams")
 
     def __init__(self):
         self.entries = _Entries()
@@ -3193,6 +3193,7 @@ class _CodexState:
         self.span = []   # the first and last times of the turns before
         self.waiting_since = None   # line number from which a tool call has waited for its output
         self.unpaired = []   # (text key, stream) of the typed prompts still without their copy
+        self.two_streams = False   # the file writes its prompts in both streams (event_msg too)
 
     @classmethod
     def carried(cls, state):
@@ -3240,8 +3241,11 @@ class _CodexState:
             return False
         # Each typed prompt so far has its copy (see _say): the copies of one prompt are written
         # together but in no fixed order around turn_context and task_started (Codex 0.16x writes
-        # the user_message event before task_started and the response item after it).
-        return not self.unpaired
+        # the user_message event before task_started and the response item after it). A file that
+        # writes its prompts in one stream only (no event_msg prompt so far: generated or trimmed
+        # rollouts) has no copies to wait for: a new prompt item starts a turn. (An event line there
+        # may be the first copy still to come, so it is not taken as a start.)
+        return not self.unpaired or (not self.two_streams and rtype == "response_item")
 
     # -- streams --------------------------------------------------------------------------------
 
@@ -3249,6 +3253,7 @@ class _CodexState:
         if isinstance(text, str) and text.strip():
             self.entries.add(kind, text, ts=ts, role=role, stream=stream, key=_text_key(text))
             if kind == "user":
+                self.two_streams = self.two_streams or stream == "event"
                 # A prompt is paired with an earlier copy from another stream; the prompts before
                 # that one will get no copy any more (Codex writes a prompt's copies before the next).
                 key = _text_key(text)

@@ -6137,9 +6137,10 @@ def test_gemini_appends_are_read_from_the_last_message_and_a_rewind_reads_the_fi
     assert search_ids(capsys, "trellis") == search_ids(capsys, "pergola") == [] and search_ids(capsys, "hedge") == ["g-1"]
 
 
-def codex_turn(n, prompt, answer=None, call=None, turn_start=True, bare=False):
+def codex_turn(n, prompt, answer=None, call=None, turn_start=True, bare=False, events=True):
     """The lines of one Codex turn (`n` makes its times and ids): wrapped (turn_context first, or none
-    as in older and generated rollouts), or bare-era items."""
+    as in older and generated rollouts; `events`: the event_msg copies, which generated rollouts may
+    leave out), or bare-era items."""
     ts = "2025-11-17T21:%02d:%02d.000Z" % (30 + n // 60, n % 60)
     items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}]
     if call:
@@ -6152,20 +6153,21 @@ def codex_turn(n, prompt, answer=None, call=None, turn_start=True, bare=False):
     if bare:
         return items + [{"record_type": "state"}]
     lines = [cc_cx(ts, "turn_context", {"cwd": "/home/u/app", "model": "gpt-5"})] if turn_start else []
-    lines += [cc_cx(ts, "response_item", items[0]), cc_cx(ts, "event_msg", {"type": "user_message", "message": prompt})]
+    lines += [cc_cx(ts, "response_item", items[0])]
+    lines += [cc_cx(ts, "event_msg", {"type": "user_message", "message": prompt})] if events else []
     for item in items[1:]:
         lines.append(cc_cx(ts, "response_item", item))
-        if item.get("role") == "assistant":
+        if item.get("role") == "assistant" and events:
             lines.append(cc_cx(ts, "event_msg", {"type": "agent_message", "message": answer}))
     return lines
 
 
-@pytest.mark.parametrize("era", ["turn_context", "no turn lines", "bare"])
+@pytest.mark.parametrize("era", ["turn_context", "no turn lines", "bare", "one stream"])
 def test_codex_appends_are_read_from_the_last_turn_and_a_rewrite_is_read_whole(env, tmp_path, capsys, monkeypatch, era):
     root = tmp_path / "codex-sessions"
     path = str(cc_rollout(root))
     filler = " ".join("word%d" % i for i in range(400))
-    kw = {"turn_start": era == "turn_context", "bare": era == "bare"}
+    kw = {"turn_start": era == "turn_context", "bare": era == "bare", "events": era != "one stream"}
     header = {"id": cc_TID, "timestamp": "2025-11-17T21:30:00.000Z", "instructions": None} if era == "bare" else \
         cc_cx_meta()
     head = [header] + codex_turn(1, "plan the gazebo " + filler, "first " + filler, **kw) + codex_turn(
