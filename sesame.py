@@ -9073,7 +9073,17 @@ _CJK = ("\u1100-\u11ff\u3005-\u3007\u3021-\u3029\u3031-\u3035\u3038-\u303c\u3041
         "\u4e00-\u9fcb\ua960-\ua97c\uac00-\ud7a3\ud7b0-\ud7c6\ud7cb-\ud7fb\uf900-\ufa6d\ufa70-\ufad9"
         "\uff66-\uff9f\U00020000-\U0002a6d6\U0002a700-\U0002b734\U0002b740-\U0002b81d\U0002f800-\U0002fa1d")
 _CJK_RUN = LazyPattern("[%s]+" % _CJK)
-_CJK_CHAR = LazyPattern("[%s]" % _CJK)  # a quick first look (3 ms a MB): most text has none
+_CJK_CHAR = LazyPattern("[%s]" % _CJK)
+# A first look in bytes: every CJK letter above starts, in UTF-8, with one of these bytes. The pattern
+# compiles in 0.1 ms (the ones above take 3 ms each, on every search that meets an accent or a dash)
+# and scans non-CJK text three times faster than _CJK_CHAR.
+_CJK_LEAD = LazyPattern(rb"[\xe1\xe3-\xed\xef\xf0]")
+
+
+def has_cjk(text):
+    """Whether text holds a CJK letter (as _CJK counts them)."""
+    return (not text.isascii() and _CJK_LEAD.search(text.encode("utf-8", "surrogatepass")) is not None
+            and _CJK_CHAR.search(text) is not None)
 
 
 def _bigrams(run):
@@ -9082,7 +9092,7 @@ def _bigrams(run):
 
 def cjk_bigrams(text):
     """Text as FTS5 is given it: each run of CJK letters set apart and written as its bigrams."""
-    if text.isascii() or not _CJK_CHAR.search(text):
+    if not has_cjk(text):
         return text
     return _CJK_RUN.sub(lambda m: " %s " % _bigrams(m.group()), text)
 
@@ -9090,7 +9100,7 @@ def cjk_bigrams(text):
 def fts_phrase(text, prefix=False):
     """text as a quoted FTS5 string, matching what the index has for it (CJK runs as bigrams). A CJK
     character alone at its end is a prefix: the character starts the bigrams it was indexed in."""
-    if not text.isascii() and _CJK_CHAR.search(text):
+    if has_cjk(text):
         runs = list(_CJK_RUN.finditer(text))
         if runs and len(runs[-1].group()) == 1 and not TOKEN_RE.search(text, runs[-1].end()):
             prefix = True
@@ -9101,6 +9111,8 @@ def fts_phrase(text, prefix=False):
 def written_together(words):
     """Words as one text, a space between them, but none between two CJK ones: Chinese and Japanese
     write words without spaces, so "登录 降级" typed is "登录降级" written (its bigrams)."""
+    if not any(has_cjk(w) for w in words):
+        return " ".join(words)
     out = words[0] if words else ""
     for w in words[1:]:
         out += ("" if out and w and _CJK_CHAR.match(out[-1]) and _CJK_CHAR.match(w[0]) else " ") + w
@@ -9109,7 +9121,7 @@ def written_together(words):
 
 def cjk_blanked(text):
     """text with its CJK letters made spaces: the other tokens FTS5 is given, at their places in text."""
-    if text.isascii() or not _CJK_CHAR.search(text):
+    if not has_cjk(text):
         return text
     return _CJK_RUN.sub(lambda m: " " * len(m.group()), text)
 
@@ -9118,7 +9130,7 @@ def cjk_pattern(text):
     """A regular expression finding text in stored (unpaired) chunk text as the index finds its CJK
     runs: each run as written, anywhere (inside a longer run too), its other tokens as written,
     with anything but letters between them; None if text has no CJK letter."""
-    if text.isascii() or not _CJK_RUN.search(text):
+    if not has_cjk(text):
         return None
     pieces = []
     for token in TOKEN_RE.findall(text):
@@ -11694,7 +11706,7 @@ def expand_query(store, query):
 def near_words(store, word, min_count=1):
     """Vocabulary words within edit distance 1 (words of 4-7 letters) or 2 (longer) of word, the
     closest first, then the most frequent; only those in at least min_count ranking documents."""
-    if not 4 <= len(word) <= 30 or not word.isalnum() or _CJK_CHAR.search(word):
+    if not 4 <= len(word) <= 30 or not word.isalnum() or has_cjk(word):
         return []  # (the vocabulary is Latin words: a CJK word is found by its bigrams or not at all)
     limit = 1 if len(word) <= 7 else 2
     letters, found = set(word), set()
