@@ -12569,8 +12569,8 @@ def print_results(data, color, out, words=None):
     # A paraphrase shares few words with its session ("images load slowly" for a session about WebP
     # thumbnails): when no session has every word, the words were likely not the session's own.
     if data["offset"] == 0 and all(r.get("matchedAllTerms") is False for r in results):
-        out.write("(no session has all of these words: try the words the session would have used, "
-                  "such as library, tool or file names, or the error text)\n")
+        out.write("(no session has %s of these words: try the words the session would have used, "
+                  "such as library, tool or file names, or the error text)\n" % ("all" if results else "any"))
     for rank, r in enumerate(results, data["offset"] + 1):
         # The rank, not the score: bm25 scores mean little to a reader (and round to 0.00 in a small index).
         out.write(visible("\n%d. %s (%s)%s - %s%s\n" % (

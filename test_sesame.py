@@ -7489,6 +7489,8 @@ def test_human_output_says_when_no_session_has_every_word_and_suggests_the_sessi
     out = run(capsys, "search", "kubernetes autoscaler permissions walrus")[1]
     assert out.count(hint) == 1 and "cdcd8888" in out          # the results with most words still come
     assert hint not in run(capsys, "search", "kubernetes autoscaler")[1]
+    out = run(capsys, "search", "walrus platypus")[1]   # nothing at all: "any", not "all"
+    assert out.startswith('Found 0 sessions') and "(no session has any of these words: try" in out
 
 
 # Terminal escape sequences a session can carry: an OSC 52 clipboard write, a screen clear, colour,
