@@ -4693,6 +4693,34 @@ def test_the_real_world_corpus_is_indexed_whole_with_every_file_accounted_for_an
     drift = {a["agent"]: a.get("unrecognizedRecords", {}) for a in json.loads(out)["perAgent"]}
     for agent in injected:
         assert any(k.endswith("hologram_beam") for k in drift.get(agent, {})), (agent, drift.get(agent))
+    # Every agent's sessions export (sesame serve shows a session with the HTML export's renderer).
+    assert set(assert_every_agent_exports(capsys, str(tmp_path / "data" / "index.sqlite"), per_agent=5)) == agents
+
+
+def assert_every_agent_exports(capsys, index_path, per_agent=None):
+    """Each indexed session (the first per_agent of each agent) exports to HTML and Markdown: exit 0,
+    a whole HTML page, Markdown with no code block left open, the first words said in both."""
+    con = sqlite3.connect(index_path)
+    rows = con.execute("SELECT s.agent, s.session_id, (SELECT c.text FROM chunks c WHERE c.session = s.id AND "
+                       "c.kind IN ('user', 'assistant') ORDER BY c.seq LIMIT 1) FROM sessions s "
+                       "WHERE s.session_id IN (SELECT session_id FROM sessions GROUP BY session_id HAVING count(*) = 1) "
+                       "ORDER BY s.agent, s.id").fetchall()   # (an id two agents share would need its file)
+    con.close()
+    done = {}
+    for agent, session_id, first in rows:
+        if per_agent and done.get(agent, 0) >= per_agent:
+            continue
+        done[agent] = done.get(agent, 0) + 1
+        word = max(re.findall(r"[A-Za-z]{4,}", sesame.unpack(first) if first else "") or [""], key=len)
+        for fmt in ("html", "md"):
+            code, out, err = show(capsys, session_id, "--format", fmt, "--no-refresh")
+            assert code == 0 and "Traceback" not in err, (agent, session_id, fmt, err)
+            if fmt == "html":
+                assert out.startswith("<!DOCTYPE html>") and out.endswith("</html>\n"), (agent, session_id)
+            else:
+                assert sesame.md_closed(out) == out, (agent, session_id)
+            assert word in out, (agent, session_id, fmt, word)
+    return done
 
 
 # -------------------------------------------------------------------------------------------------
@@ -5340,6 +5368,8 @@ def test_every_sample_file_is_indexed_or_reported_and_its_prompts_and_commands_a
             missed.append((agent, session_id, kind, words))
     assert injected == []
     assert missed == []
+    assert set(assert_every_agent_exports(capsys, str(tmp_path / "data" / "index.sqlite"))) == \
+        {a for a, n in SAMPLE_AGENTS.values() if n}
     assert {a for a, _, k in checked if k == "user"} >= {"claude", "codex", "pi", "aider", "gemini", "cursor", "qwen"}
 
 
