@@ -12389,6 +12389,20 @@ def _rerank(store, candidates, query, matcher, filters, matches):
         candidates[:len(pool)] = pool
 
 
+TITLE_CHARS = 80
+
+
+def session_title(store, s):
+    """What a result is called: its name, else the first line the user wrote (most sessions of Claude
+    Code and Codex have no name: 228 of 265 and 79 of 102 in the real-world corpus; the agents' own
+    resume lists show the first prompt too). Display only: the ranked name column stays the name."""
+    if s["name"]:
+        return s["name"]
+    line = next((l for l in store.first_user_text(s["id"]).splitlines() if l.strip()), "")
+    line = " ".join(line.split())
+    return (line[:TITLE_CHARS - 1] + "…" if len(line) > TITLE_CHARS else line) or None
+
+
 def fallback_snippet(store, s):
     """A session matched on its name only: show the first thing the user said."""
     text = " ".join(store.first_user_text(s["id"]).split())
@@ -12419,7 +12433,7 @@ def result_json(store, s, score, stage, matches, every_word_known=True):
         # not a configured source).
         "sessionId": s["session_id"], "shortId": short_id(store, s["session_id"], s["id"]), "source": s["agent"],
         "agent": s["agent"], "path": s["path"],
-        "cwd": s["cwd"], "name": s["name"], "score": float("%.4g" % score),
+        "cwd": s["cwd"], "name": s["name"], "title": session_title(store, s), "score": float("%.4g" % score),
         "matchedAllTerms": stage in ("words together", "all words") and every_word_known,
         "stage": stage,
         "matchedWords": sorted({w for m in matches for w in m.get("_words", ())}),
@@ -12434,9 +12448,9 @@ def result_json(store, s, score, stage, matches, every_word_known=True):
 
 # The JSON contract of a search result, by preset (--fields). "summary" is the default shape.
 FIELD_PRESETS = {
-    "minimal": ("sessionId", "shortId", "agent", "host", "name", "modified", "score", "resumeCommand", "fileDeleted",
+    "minimal": ("sessionId", "shortId", "agent", "host", "name", "title", "modified", "score", "resumeCommand", "fileDeleted",
                 "current"),
-    "summary": ("sessionId", "shortId", "source", "agent", "host", "path", "cwd", "name", "score", "matchedAllTerms", "created",
+    "summary": ("sessionId", "shortId", "source", "agent", "host", "path", "cwd", "name", "title", "score", "matchedAllTerms", "created",
                 "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted", "current"),
 }
 FIELD_PRESETS["full"] = FIELD_PRESETS["summary"] + ("chunkCount", "stage", "matchedWords")
@@ -12574,7 +12588,7 @@ def print_results(data, color, out, words=None):
     for rank, r in enumerate(results, data["offset"] + 1):
         # The rank, not the score: bm25 scores mean little to a reader (and round to 0.00 in a small index).
         out.write(visible("\n%d. %s (%s)%s - %s%s\n" % (
-            rank, escape_breaks(r.get("shortId") or r.get("sessionId")), escape_breaks(r.get("name") or "Unnamed"),
+            rank, escape_breaks(r.get("shortId") or r.get("sessionId")), escape_breaks(r.get("title") or r.get("name") or "Unnamed"),
             " [%s]" % r["host"] if r.get("host") else "",
             short_date(r.get("modified")),
             " (file deleted)" if r.get("fileDeleted") else " (this session)" if r.get("current") else "")))
@@ -12745,7 +12759,7 @@ def resolve_session(store, ref, any_copy=False):
 
 def session_header(s):
     return {"sessionId": s["session_id"], "shortId": s.get("short_id"), "agent": s["agent"], "host": None,
-            "name": s["name"],
+            "name": s["name"], "title": s.get("title"),
             "cwd": s["cwd"],
             "created": s["created"], "modified": s["modified"], "path": s["path"], "parent": s["parent"],
             "resumeCommand": resume_command(s), "fileDeleted": s["deleted"] is not None,
@@ -13424,6 +13438,7 @@ def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, every
             refresh_before_reading(ctx, store, first_use)
         s = resolve_session(store, ref)
         s["short_id"] = short_id(store, s["session_id"], s["id"])
+        s["title"] = session_title(store, s)
         last = store.last_seq(s["id"])
         lo, hi = 0, last
         if around is not None:
@@ -14506,7 +14521,7 @@ def md_header(h):
     rows = [("agent", h["agent"]), ("cwd", h["cwd"]), ("created", short_date(h["created"])),
             ("modified", short_date(h["modified"])), ("session", h["sessionId"]), ("parent", h["parent"]),
             ("file", h["path"])]
-    out = ["# %s\n" % html.escape(escape_breaks(h["name"] or "Unnamed session"))]
+    out = ["# %s\n" % html.escape(escape_breaks(h.get("title") or h["name"] or "Unnamed session"))]
     out += ["- %s: %s" % (k, _md_inline(v)) for k, v in rows if v]
     if h.get("summary"):
         out.append("- summary: %s" % html.escape(" ".join(h["summary"].split())))
@@ -14597,7 +14612,7 @@ def html_header(h, link=None, children=()):
     rows = [("agent", h["agent"]), ("cwd", h["cwd"]), ("created", short_date(h["created"])),
             ("modified", short_date(h["modified"])), ("session", h["sessionId"]), ("file", h["path"]),
             ("summary", h.get("summary")), ("messages", h["chunkCount"])]
-    out = ['<h1>%s</h1><dl class="meta">' % e(h["name"] or "Unnamed session")]
+    out = ['<h1>%s</h1><dl class="meta">' % e(h.get("title") or h["name"] or "Unnamed session")]
     out += ["<dt>%s</dt><dd>%s</dd>" % (k, e(str(v))) for k, v in rows if v not in (None, "")]
     out.append("</dl>")
     if h["resumeCommand"]:
@@ -14630,7 +14645,7 @@ def show_html(data, max_chars=0):
                 '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">\n'
                 '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
                 '<title>%s</title>\n<style>%s</style></head>\n<body><main class="session">\n%s</main></body></html>\n'
-                % (html.escape(data["session"]["name"] or "Unnamed session"), PAGE_CSS, body))
+                % (html.escape(data["session"].get("title") or data["session"]["name"] or "Unnamed session"), PAGE_CSS, body))
     return page(session_fragment(_fit_export(data, max_chars, html_chunk, page(html_header(data["session"])))))
 
 
@@ -14745,7 +14760,7 @@ async function search() {
   list.replaceChildren(...d.results.map((res, i) => {
     const li = el('li'), a = el('a'), seq = res.matches && res.matches.length ? res.matches[0].seq : '';
     a.href = '#session=' + encodeURIComponent(res.shortId || res.sessionId) + (seq !== '' ? '&seq=' + seq : '');
-    a.append(el('span', 'name', res.name || 'Unnamed session'), el('span', 'facts', [res.agent, (res.modified || '').slice(0, 10), res.cwd || ''].join(' · ')));
+    a.append(el('span', 'name', res.title || res.name || 'Unnamed session'), el('span', 'facts', [res.agent, (res.modified || '').slice(0, 10), res.cwd || ''].join(' · ')));
     const snip = el('span', 'snippet'); snip.append(marked(res.matchedParts)); a.append(snip);
     li.append(a); return li;
   }));
@@ -14759,7 +14774,7 @@ async function open() {
   const r = await fetch('/api/session/' + encodeURIComponent(id)), d = await r.json();
   if (!r.ok) { view.replaceChildren(el('p', 'omitted', d.error.message)); return; }
   view.innerHTML = d.html;  // rendered and escaped by the server (session_fragment)
-  document.title = (d.session.name || 'Unnamed session') + ' · Sesame';
+  document.title = (d.session.title || d.session.name || 'Unnamed session') + ' · Sesame';
   const copy = $('#copy');
   if (copy) copy.onclick = () => navigator.clipboard.writeText($('#resume').textContent).then(() => { copy.textContent = 'Copied'; });
   const hit = h.get('seq') && document.getElementById('c' + h.get('seq'));

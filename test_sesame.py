@@ -7579,12 +7579,12 @@ def test_a_newline_in_a_name_folder_or_file_name_stays_inside_its_field(env, cap
 
 
 @pytest.mark.parametrize("preset,keys", [
-    ("minimal", ["sessionId", "shortId", "agent", "host", "name", "modified", "score", "resumeCommand", "fileDeleted",
+    ("minimal", ["sessionId", "shortId", "agent", "host", "name", "title", "modified", "score", "resumeCommand", "fileDeleted",
                  "current"]),
-    ("summary", ["sessionId", "shortId", "source", "agent", "host", "path", "cwd", "name", "score", "matchedAllTerms",
+    ("summary", ["sessionId", "shortId", "source", "agent", "host", "path", "cwd", "name", "title", "score", "matchedAllTerms",
                  "created", "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted",
                  "current"]),
-    ("full", ["sessionId", "shortId", "source", "agent", "host", "path", "cwd", "name", "score", "matchedAllTerms", "created",
+    ("full", ["sessionId", "shortId", "source", "agent", "host", "path", "cwd", "name", "title", "score", "matchedAllTerms", "created",
               "modified", "parent", "matchedSnippet", "matches", "resumeCommand", "fileDeleted", "current",
               "chunkCount", "stage", "matchedWords"]),
     ("name,score", ["name", "score"]),
@@ -7663,8 +7663,17 @@ def test_search_json_is_byte_stable(corpus, capsys):
     assert len(outs) == 1
 
 
-def test_unnamed_sessions_say_so(corpus, capsys):
-    assert "(Unnamed)" in run(capsys, "search", "zanzibar")[1]
+def test_a_session_without_a_name_is_called_by_its_first_prompt(corpus, capsys):
+    # Most real Claude Code and Codex sessions have no name: the first line the user wrote says
+    # which one it is (as the agents' own resume lists do); JSON keeps name null beside the title.
+    assert "efef9999 (Run the deploy script.)" in run(capsys, "search", "zanzibar")[1]
+    r = json.loads(run(capsys, "search", "zanzibar", "--json")[1])["results"][0]
+    assert r["name"] is None and r["title"] == "Run the deploy script."
+    named = json.loads(run(capsys, "search", "carousel", "--json")[1])["results"][0]
+    assert named["title"] == named["name"] == "Landing page carousel"
+    header = json.loads(show(capsys, "efef9999", "--json")[1])["session"]
+    assert header["name"] is None and header["title"] == "Run the deploy script."
+    assert show(capsys, "efef9999", "--format", "md")[1].startswith("# Run the deploy script.\n")
 
 
 def test_missing_fts5_is_explained(monkeypatch):
@@ -7835,7 +7844,7 @@ def test_json_has_header_chunks_and_what_was_omitted(sessions, capsys):
     data = show_json(capsys, "aaaa")
     assert data["session"] == {
         "sessionId": "aaaa1111-nix", "shortId": "aaaa1111", "agent": "pi", "host": None, "name": "Simplify the nix flake",
-        "cwd": "/home/dev/infra",
+        "title": "Simplify the nix flake", "cwd": "/home/dev/infra",
         "created": "2026-01-05T10:00:00.000Z", "modified": data["session"]["modified"], "path": sessions["nix"],
         "parent": None, "resumeCommand": "pi --session " + sessions["nix"], "fileDeleted": False, "summary": None,
         "chunkCount": 6}
