@@ -4088,9 +4088,7 @@ def test_traex_rollouts_under_trae_home_are_codex_sessions_of_their_own_agent(en
         cc_cx_msg("2025-11-17T21:30:30.000Z", "user", "migrate the axolotl importer to streaming"),
         cc_cx_msg("2025-11-17T21:30:31.000Z", "assistant", "Streaming it now."),
     ])
-    code, out, err = run(capsys, "search", "axolotl importer", "--json")
-    assert code == 0, err
-    [r] = json.loads(out)["results"]
+    [r] = search_json(capsys, "axolotl importer")["results"]
     assert (r["sessionId"], r["agent"], r["cwd"], r["resumeCommand"]) == (cc_TID, "traex", "/home/u/app", None)
 
 
@@ -4104,9 +4102,7 @@ def test_claude_desktop_agent_mode_tasks_take_their_title_and_folder_from_the_ta
         cc_cl_user("u1", "2026-01-21T06:19:38.056Z", "summarise the pangolin sales spreadsheet"),
         cc_cl_asst("a1", "2026-01-21T06:19:40.000Z", "m1", [{"type": "text", "text": "Sales rose 4%."}]),
     ])
-    code, out, err = run(capsys, "search", "pangolin", "--json")
-    assert code == 0, err
-    [r] = json.loads(out)["results"]
+    [r] = search_json(capsys, "pangolin")["results"]
     assert (r["agent"], r["name"], r["cwd"]) == ("claude-desktop", "Quarterly report", "/home/u/reports")
 
 
@@ -4276,9 +4272,7 @@ def test_openclaude_transcripts_are_claude_code_sessions_resumed_with_openclaude
         cc_cl_user("u1", "2026-01-21T06:19:38.056Z", "why does the flux capacitor leak?"),
         cc_cl_asst("a1", "2026-01-21T06:19:40.000Z", "m1", [{"type": "text", "text": "A loose gasket."}]),
     ])
-    code, out, err = run(capsys, "search", "flux capacitor", "--json")
-    assert code == 0, err
-    [r] = json.loads(out)["results"]
+    [r] = search_json(capsys, "flux capacitor")["results"]
     assert (r["sessionId"], r["agent"]) == (cc_SID, "openclaude")
     assert r["resumeCommand"] == "cd /home/u/proj && openclaude --resume " + cc_SID
 
