@@ -1363,7 +1363,9 @@ class Parser:
                   its -wal file (where a running agent's newest rows are) counts as the store changing
     resumable     True for append-only files read from a checkpoint: parse(path, report,
                   resume=, limit=) sets `session.checkpoint` at each clean line (see below)
-    new_run()     called at the start of every index run: drop what was cached about the disk
+    new_run(state_dir)  called at the start of every index run: drop what was cached about the disk;
+                  state_dir: the index's folder, where a parser may keep what it learned about the
+                  disk between runs (a file of its own; it may be read-only)
     resume_command(row)  the shell command that resumes a stored session, or None; `row` is the
                   session as the index holds it (session_dict: "agent", "session_id", "path",
                   "cwd"...), not a Session
@@ -1447,7 +1449,7 @@ class Parser:
         what the state was read with, beside the file itself, has changed (the file is read whole)."""
         return True
 
-    def new_run(self):
+    def new_run(self, state_dir=None):
         """Called at the start of every index run: forget what was cached about the disk (a process
         that lives long, `watch` or `mcp`, must see a folder created after it started)."""
 
@@ -2035,7 +2037,7 @@ class PiParser(Parser):
     def __init__(self):
         self._meta_dirs = {}  # session folder -> its sessions-meta folder or None (checked once per run)
 
-    def new_run(self):
+    def new_run(self, state_dir=None):
         self._meta_dirs.clear()
 
     def default_roots(self, env):
@@ -2193,6 +2195,8 @@ CLAUDE_SUMMARY_BYTES = 64 * 1024
 # Summary files changed within this many seconds (and still no larger than CLAUDE_SUMMARY_BYTES) are
 # watched (sidecars): a new one renames a session.
 CLAUDE_SUMMARY_RECENT = 2 * 24 * 3600
+CLAUDE_SUMMARY_SCANS = "claude-summary-files"   # beside the index: see _summary_candidates
+CLAUDE_SCAN_SETTLE = 2   # seconds: a folder changed more lately is scanned again next time
 
 
 def _claude_split_text(text):
@@ -2480,9 +2484,66 @@ class ClaudeCodeParser(Parser):
 
     def __init__(self):
         self._summaries = {}  # project folder -> its summaries and the files holding them (per run)
+        self._heads = None    # the summary-file scans kept between runs (see _summary_candidates)
+        self._heads_path = None
 
-    def new_run(self):
+    def new_run(self, state_dir=None):
         self._summaries.clear()
+        self._heads = None
+        self._heads_path = os.path.join(state_dir, CLAUDE_SUMMARY_SCANS) if state_dir else None
+
+    def _summary_candidates(self, folder, folder_mtime):
+        """The files of a folder changed lately that may start with a summary record: those that do,
+        and those too short to tell. A folder's time changes only when a file is created, removed or
+        renamed in it, and a file's first line never changes (records are appended), so what a scan
+        of the folder found holds until the folder's time changes: it is kept beside the index
+        (CLAUDE_SUMMARY_SCANS) and a search does not look at every file of a busy project folder
+        again (900 files: ~5 ms a search). Large files are left out: a summary file is small."""
+        if self._heads is None:
+            self._heads = {}
+            try:
+                if self._heads_path:
+                    with open_regular(self._heads_path) as f:
+                        self._heads = json.loads(f.read())
+            except (OSError,) + BAD_JSON:
+                pass
+            if not isinstance(self._heads, dict):
+                self._heads = {}
+        known = self._heads.get(folder)
+        if isinstance(known, list) and len(known) == 2 and known[0] == folder_mtime and isinstance(known[1], list):
+            return [p for p in known[1] if isinstance(p, str)]
+        found = []
+        try:
+            for e in os.scandir(folder):
+                if not (e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False)):
+                    continue
+                try:
+                    if e.stat(follow_symlinks=False).st_size > CLAUDE_SUMMARY_BYTES:
+                        continue
+                    head = read_head(e.path, 32)
+                except OSError:
+                    found.append(e.path)  # unreadable now: looked at again
+                    continue
+                if len(head) < 32 or _CLAUDE_SUMMARY_HEAD_RE.match(head):
+                    found.append(e.path)
+        except OSError:
+            return []
+        now = time.time_ns()
+        if folder_mtime > now - CLAUDE_SCAN_SETTLE * 10 ** 9:
+            return found  # a file created in the same clock tick as the scan would not change its time
+        since = now - CLAUDE_SUMMARY_RECENT * 10 ** 9
+        self._heads = {k: v for k, v in self._heads.items() if isinstance(v, list) and v and
+                       isinstance(v[0], int) and v[0] >= since}   # a folder unchanged that long is not scanned
+        self._heads[folder] = [folder_mtime, found]
+        if self._heads_path:
+            tmp = "%s.%d.tmp" % (self._heads_path, os.getpid())
+            try:
+                with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:  # owner only
+                    f.write(json.dumps(self._heads))
+                os.replace(tmp, self._heads_path)
+            except OSError:
+                pass
+        return found
 
     def _folder_summaries(self, folder, recent=False):
         """({leafUuid: summary}, [files holding them], the newest one's time in ns) of a project
@@ -2500,24 +2561,26 @@ class ClaudeCodeParser(Parser):
         found = []
         since = time.time_ns() - CLAUDE_SUMMARY_RECENT * 10 ** 9 if recent else None
         try:
-            if since is not None and os.stat(folder).st_mtime_ns < since:
-                entries = []   # no file created or renamed there lately
+            if since is None:
+                paths = [e.path for e in os.scandir(folder) if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False)]
             else:
-                entries = [e for e in os.scandir(folder) if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False)]
+                changed = os.stat(folder).st_mtime_ns
+                # no file created or renamed there lately: nothing; else the files that may be summaries
+                paths = [] if changed < since else self._summary_candidates(folder, changed)
         except OSError:
-            entries = []
-        for e in entries:
+            paths = []
+        for path in paths:
             try:
                 if since is not None:
-                    st = e.stat(follow_symlinks=False)
-                    if st.st_mtime_ns < since or st.st_size > CLAUDE_SUMMARY_BYTES:
+                    st = os.stat(path, follow_symlinks=False)
+                    if not stat.S_ISREG(st.st_mode) or st.st_mtime_ns < since or st.st_size > CLAUDE_SUMMARY_BYTES:
                         continue  # (a new summary file is small: summaries, then maybe a first prompt)
-                fd = os.open(e.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
                 try:
                     head = os.read(fd, 32)
                     if _CLAUDE_SUMMARY_HEAD_RE.match(head):
                         head += os.read(fd, CLAUDE_SUMMARY_BYTES)
-                        found.append((os.fstat(fd).st_mtime_ns, e.path, head))
+                        found.append((os.fstat(fd).st_mtime_ns, path, head))
                 finally:
                     os.close(fd)
             except OSError:
@@ -7370,7 +7433,7 @@ class HermesParser(Parser):
         return walk_files(root, lambda n: n == "state.db" or n.endswith(".jsonl")
                           or (n.endswith(".json") and n.startswith("session")), max_depth=1)
 
-    def new_run(self):
+    def new_run(self, state_dir=None):
         self._store_ids = {}
 
     @staticmethod
@@ -7882,7 +7945,7 @@ class ContinueParser(Parser):
     def __init__(self):
         self._created = {}   # sessions folder -> {sessionId: dateCreated}, read once per run
 
-    def new_run(self):
+    def new_run(self, state_dir=None):
         self._created.clear()
 
     def default_roots(self, env):
@@ -10970,7 +11033,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
     summary = IndexSummary()
     policy = policy or Policy()
     for parser in PARSERS.values():
-        parser.new_run()
+        parser.new_run(os.path.dirname(store.path))
     known = store.meta("policy")
     if known is not None and known != policy.fingerprint():
         full = True  # `exclude` or `redact` changed: what is indexed must follow, everywhere

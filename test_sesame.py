@@ -1271,6 +1271,37 @@ def test_claude_summary_in_another_file_names_the_session_holding_its_leaf(env, 
     assert json.loads(out)["results"][0]["name"] == "my pelican"
 
 
+def test_claude_summary_written_into_a_file_of_a_folder_seen_before_renames_at_the_next_search(env, tmp_path, capsys):
+    # What a scan of a project folder found is kept beside the index until the folder's time changes
+    # (a search does not look at every file of a busy folder again): a summary file created later,
+    # and one created empty whose summaries were written after the scan, still rename the session.
+    root = tmp_path / "claude-projects"
+    proj = root / "-proj"
+    write_jsonl(proj / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", "tune the pelican cache"),
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "text", "text": "Tuned."}])])
+    for n in range(30):   # other sessions of the folder
+        sid = cc_SID.replace("5555", "%04d" % n)
+        write_jsonl(proj / (sid + ".jsonl"), [cc_cl_user("x%d" % n, "2026-01-01T00:00:00Z", "other work %d" % n, sessionId=sid)])
+    empty = proj / (cc_SID.replace("5555", "8888") + ".jsonl")
+    empty.write_text("")
+    write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
+    assert run(capsys, "index")[0] == 0
+    hour_ago = time.time() - 3600
+    os.utime(str(proj), (hour_ago, hour_ago))   # the folder was scanned; nothing created since
+    assert search_json(capsys, "pelican")["results"][0]["name"] is None
+    assert (tmp_path / "data" / "claude-summary-files").exists()
+    # The empty file gets its summaries (an append: the folder's time does not change).
+    empty.write_text(json.dumps({"type": "summary", "summary": "Pelican cache tuning", "leafUuid": "a1"}) + "\n")
+    os.utime(str(proj), (hour_ago, hour_ago))
+    assert search_json(capsys, "pelican")["results"][0]["name"] == "Pelican cache tuning"
+    # A new file of summaries (the folder's time changes): scanned again.
+    time.sleep(0.01)
+    write_jsonl(proj / (cc_SID.replace("5555", "7777") + ".jsonl"), [
+        {"type": "summary", "summary": "Pelican cache eviction tuned", "leafUuid": "a1"}])
+    assert search_json(capsys, "pelican")["results"][0]["name"] == "Pelican cache eviction tuned"
+
+
 def test_claude_subagent_is_its_own_session_pointing_to_parent(tmp_path):
     p = write_jsonl(tmp_path / "-proj" / cc_SID / "subagents" / "agent-a0ad4f.jsonl", [
         cc_cl_user("c1", "2026-01-01T00:00:02Z", "Search the repo for TODO comments", isSidechain=True, agentId="a0ad4f"),
