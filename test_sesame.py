@@ -12061,6 +12061,8 @@ def _bench_corpus(out, mb, seed, layout="pi"):
     if keep:
         out = os.path.join(keep, "corpus-%s-%d-%d" % (layout, mb, seed))
         if os.path.exists(os.path.join(out, "done")):
+            # a kept corpus was changed by the last run (appends, every file dated now): dated again
+            _date_by_last_entry(os.path.join(out, folder))
             return os.path.join(out, folder)
         shutil.rmtree(out, ignore_errors=True)
     out = str(out)
@@ -12096,6 +12098,13 @@ def _bench_corpus(out, mb, seed, layout="pi"):
                 w.tool("bash", {"command": "pytest -q"}, text[i:i + rnd.randint(200, 3000)])
                 w.assistant(" ".join(text[i + 300:i + 700].split()))
             written += os.path.getsize(w.save())
+    _date_by_last_entry(root)
+    open(os.path.join(out, "done"), "w").close()
+    return root
+
+
+def _date_by_last_entry(root):
+    """Set each session file's time to its last entry's, as an agent's writes leave it."""
     for dp, _, fs in os.walk(root):
         for f in fs:
             path = os.path.join(dp, f)
@@ -12105,8 +12114,6 @@ def _bench_corpus(out, mb, seed, layout="pi"):
             when = sesame.parse_time(json.loads(last).get("timestamp"))
             if when:
                 os.utime(path, (when.timestamp(), when.timestamp()))
-    open(os.path.join(out, "done"), "w").close()
-    return root
 
 
 def _bench_lines(layout, sid, turns, first=0, header=True):
