@@ -1288,6 +1288,58 @@ def agent_dir(env, var, *default):
     return env_path(env, var) or os.path.join(_home(env), *default)
 
 
+class RemoteEnv(dict):
+    """Another machine's environment as default_roots reads it (`sync` works out a remote's session
+    folders with the same parsers): its variables, with every absolute path moved under `mirror` so
+    that a root derived from them lies there (anything else was not derived from the remote's own
+    environment and is not the remote's to copy), its OS (`platform`, as sys.platform spells it) and
+    the folders it is known to have (`folders`, remote paths). A question about a folder not answered
+    yet (`answered`) reads as "no" and is kept in `questions`, to be put to the remote."""
+
+    def __init__(self, variables, mirror, platform, folders=(), answered=()):
+        super().__init__(variables)
+        self.mirror, self.platform = mirror, platform
+        self.folders, self.answered, self.questions = set(folders), set(answered), []
+
+    def _remote(self, kind, path):
+        if not path.startswith(self.mirror + "/"):
+            return None
+        path = path[len(self.mirror):].rstrip("/") or "/"
+        if (kind, path) not in self.answered and (kind, path) not in self.questions:
+            self.questions.append((kind, path))
+        return path
+
+    def isdir(self, path):
+        path = self._remote("isdir", path)
+        return path in self.folders
+
+    def subdirs(self, path):
+        path = self._remote("subdirs", path)
+        return sorted(self.mirror + f for f in self.folders if path and os.path.dirname(f) == path)
+
+
+def root_isdir(env, path):
+    """Whether the folder exists on the machine env describes (some agents' places count only when
+    present): here os.path.isdir, for a remote what it said (RemoteEnv)."""
+    return env.isdir(path) if isinstance(env, RemoteEnv) else os.path.isdir(path)
+
+
+def root_subdirs(env, path):
+    """The folders inside a folder (full paths, sorted) on the machine env describes."""
+    if isinstance(env, RemoteEnv):
+        return env.subdirs(path)
+    try:
+        return sorted(e.path for e in os.scandir(path) if e.is_dir())
+    except OSError:
+        return []
+
+
+def env_platform(env):
+    """The OS whose layout the agents follow on the machine env describes (sys.platform's spelling:
+    "darwin" keeps app data in ~/Library/Application Support)."""
+    return env.platform if isinstance(env, RemoteEnv) else sys.platform
+
+
 def open_agent_db(path, attempts=5):
     """Open an agent's SQLite store strictly read-only.
 
@@ -1351,7 +1403,9 @@ class Parser:
 
     Hooks:
     default_roots(env)  where the agent keeps sessions when nothing is configured, from `env` only
-                  (agent_dir, env_path, expand_home; never the process's own HOME)
+                  (agent_dir, env_path, expand_home; never the process's own HOME); a folder that
+                  decides a root is looked for with root_isdir / root_subdirs, the OS layout read
+                  with env_platform (env may describe a remote machine: RemoteEnv)
     list_files(root)    the session files under one root, always through walk_files (it records the
                   folders read: a search re-lists a source only when one of their times changed)
     parse(path, report) one file -> [Session]; NotASessionFile for a file of another format (never
@@ -1650,7 +1704,7 @@ def vscode_global_storage(env):
     for base in bases:
         for host in VSCODE_HOSTS:
             d = os.path.join(base, host, "User", "globalStorage")
-            if os.path.isdir(d):
+            if root_isdir(env, d):
                 found.append(d)
     return found
 
@@ -1779,9 +1833,9 @@ def zstd_decompress(data):
 def _primary_global_storage(env):
     """Where VS Code keeps extension data on this OS (named by `sources` even when absent)."""
     home = _home(env)
-    if sys.platform == "darwin":
+    if env_platform(env) == "darwin":
         return os.path.join(home, "Library", "Application Support", "Code", "User", "globalStorage")
-    if os.name == "nt" and env.get("APPDATA"):
+    if env_platform(env) == "win32" and env.get("APPDATA"):
         return os.path.join(env["APPDATA"], "Code", "User", "globalStorage")
     return os.path.join(env_path(env, "XDG_CONFIG_HOME") or os.path.join(home, ".config"), "Code", "User",
                         "globalStorage")
@@ -2280,7 +2334,7 @@ class ClaudeCodeParser(Parser):
             return [os.path.join(expand_home(env, d.strip()), "projects") for d in config.split(",") if d.strip()]
         roots = [os.path.join(_home(env), ".claude", "projects")]
         xdg = env_path(env, "XDG_CONFIG_HOME") or os.path.join(_home(env), ".config")
-        if os.path.isdir(os.path.join(xdg, "claude", "projects")):
+        if root_isdir(env, os.path.join(xdg, "claude", "projects")):
             roots.append(os.path.join(xdg, "claude", "projects"))
         return roots
 
@@ -4431,9 +4485,9 @@ class ProtoMessage:
 def _cursor_roots_ide(env):
     """globalStorage of the Cursor editor, per OS (VS Code layout)."""
     home = _home(env)
-    if sys.platform == "darwin":
+    if env_platform(env) == "darwin":
         base = os.path.join(home, "Library", "Application Support")
-    elif sys.platform.startswith("win"):
+    elif env_platform(env).startswith("win"):
         base = env.get("APPDATA") or os.path.join(home, "AppData", "Roaming")
     else:
         base = env_path(env, "XDG_CONFIG_HOME") or os.path.join(home, ".config")
@@ -5404,16 +5458,16 @@ class ClineParser(Parser):
         for storage in vscode_global_storage(env):
             for ext in CLINE_EXTENSIONS:
                 d = os.path.join(storage, ext, "tasks")
-                if os.path.isdir(d):
+                if root_isdir(env, d):
                     roots.append(d)
         # The Cline CLI / JetBrains plugin keep the same task folders in their own data dir.
         data = env_path(env, "CLINE_DATA_DIR") or (
             os.path.join(env_path(env, "CLINE_DIR"), "data") if env.get("CLINE_DIR")
             else os.path.join(_home(env), ".cline", "data"))
-        if os.path.isdir(os.path.join(data, "tasks")):
+        if root_isdir(env, os.path.join(data, "tasks")):
             roots.append(os.path.join(data, "tasks"))
         sdk = env_path(env, "CLINE_SESSION_DATA_DIR") or os.path.join(data, "sessions")
-        if os.path.isdir(sdk):
+        if root_isdir(env, sdk):
             roots.append(sdk)
         return roots or [os.path.join(_primary_global_storage(env), CLINE_EXTENSIONS[0], "tasks")]
 
@@ -5990,7 +6044,7 @@ class AmpParser(Parser):
         roots = [os.path.join(xdg_data(env), "amp", "threads")]
         for storage in vscode_global_storage(env):   # the VS Code extension's older store
             d = os.path.join(storage, "sourcegraph.amp", "threads3")
-            if os.path.isdir(d):
+            if root_isdir(env, d):
                 roots.append(d)
         return roots
 
@@ -6102,7 +6156,7 @@ class GooseParser(Parser):
                       os.path.join(home, ".config", "goose", "sessions")]
         if env.get("APPDATA"):
             candidates.append(os.path.join(env["APPDATA"], "Block", "goose", "data", "sessions"))
-        found = [c for c in candidates if os.path.isdir(c)]
+        found = [c for c in candidates if root_isdir(env, c)]
         return found or candidates[:1]
 
     def list_files(self, root):
@@ -7806,13 +7860,9 @@ class OmpParser(PiParser):
     def default_roots(self, env):
         root = os.path.join(_home(env), env.get("PI_CONFIG_DIR") or ".omp")
         roots = [os.path.join(root, "agent", "sessions")]
-        try:
-            profiles = sorted(e.path for e in os.scandir(os.path.join(root, "profiles")) if e.is_dir())
-        except OSError:
-            profiles = []
-        roots += [os.path.join(p, "agent", "sessions") for p in profiles]
+        roots += [os.path.join(p, "agent", "sessions") for p in root_subdirs(env, os.path.join(root, "profiles"))]
         xdg = env_path(env, "XDG_DATA_HOME") or os.path.join(_home(env), ".local", "share")
-        if os.path.isdir(os.path.join(xdg, "omp")):
+        if root_isdir(env, os.path.join(xdg, "omp")):
             roots.append(os.path.join(xdg, "omp", "agent", "sessions"))
         return roots
 
@@ -7884,7 +7934,7 @@ class ClaudeDesktopParser(ClaudeCodeParser):
         if env.get("APPDATA"):
             bases.append(os.path.join(env["APPDATA"], "Claude"))
         roots = [os.path.join(b, "local-agent-mode-sessions") for b in bases]
-        found = [r for r in roots if os.path.isdir(r)]
+        found = [r for r in roots if root_isdir(env, r)]
         return found or roots[:1]
 
     def list_files(self, root):
@@ -8053,7 +8103,7 @@ class KiroIDEParser(ContinueParser):
         if env.get("APPDATA"):
             bases.append(env["APPDATA"])
         roots = [os.path.join(b, "Kiro", "User", "globalStorage", "kiro.kiroagent") for b in bases]
-        found = [r for r in roots if os.path.isdir(r)]
+        found = [r for r in roots if root_isdir(env, r)]
         return found or roots[:1]
 
     def list_files(self, root):
@@ -8328,7 +8378,7 @@ class ZedParser(Parser):
                       os.path.join(home, "Library", "Application Support", "Zed", "threads")]
         if env.get("LOCALAPPDATA"):
             candidates.append(os.path.join(env["LOCALAPPDATA"], "Zed", "threads"))
-        found = [c for c in candidates if os.path.isdir(c)]
+        found = [c for c in candidates if root_isdir(env, c)]
         return found or candidates[:1]
 
     def list_files(self, root):
@@ -8627,7 +8677,7 @@ class KiroParser(Parser):
         home = _home(env)
         data = env_path(env, "XDG_DATA_HOME") or os.path.join(home, ".local", "share")
         stores = [os.path.join(data, "kiro-cli"), os.path.join(home, "Library", "Application Support", "kiro-cli")]
-        return [os.path.join(home, ".kiro", "sessions", "cli")] + [d for d in stores if os.path.isdir(d)]
+        return [os.path.join(home, ".kiro", "sessions", "cli")] + [d for d in stores if root_isdir(env, d)]
 
     def list_files(self, root):
         return walk_files(root, lambda n: n.endswith(".jsonl") or n == "data.sqlite3", max_depth=0)
@@ -8756,7 +8806,7 @@ class DevinParser(Parser):
         bases = [env_path(env, "XDG_DATA_HOME") or os.path.join(home, ".local", "share"),
                  os.path.join(home, "Library", "Application Support")]
         roots = [os.path.join(b, "devin", "cli") for b in bases]
-        found = [r for r in roots if os.path.isdir(r)]
+        found = [r for r in roots if root_isdir(env, r)]
         return found or roots[:1]
 
     def list_files(self, root):
@@ -8954,7 +9004,7 @@ class TraeParser(Parser):
         if env.get("APPDATA"):
             bases.append(env["APPDATA"])
         roots = [os.path.join(b, product, "User") for b in bases for product in ("Trae", "Trae CN")]
-        found = [r for r in roots if os.path.isdir(r)]
+        found = [r for r in roots if root_isdir(env, r)]
         return found or roots[:1]
 
     def list_files(self, root):
@@ -9028,7 +9078,7 @@ class WarpParser(Parser):
                       os.path.join(home, "Library", "Group Containers", "2BBY89MBSN.dev.warp", "Library",
                                    "Application Support", "dev.warp.Warp-Stable"),
                       os.path.join(home, "AppData", "Local", "warp", "Warp", "data")]
-        found = [c for c in candidates if os.path.isdir(c)]
+        found = [c for c in candidates if root_isdir(env, c)]
         return found or candidates[:1]
 
     def list_files(self, root):
@@ -13752,6 +13802,7 @@ LOCAL_HOST = "local"          # `--host local`: the sessions of this machine onl
 SSH_CONNECT_TIMEOUT = 10      # seconds before an unreachable remote is given up
 SYNC_TIMEOUT = 3600           # seconds one copy may take at most (a first sync of a large history)
 REMOTE_SYNC_SECONDS = 900     # `watch` and `mcp` sync each remote this often (config "remoteSyncSeconds")
+REMOTE_FOLDER_ROUNDS = 4      # at most this many ssh calls asking which folders a remote has (2 in practice)
 
 
 def check_remote_name(name):
@@ -13921,9 +13972,9 @@ def place_session(env, remotes, s, out):
     return out
 
 
-# What the remote is asked first: its environment (the variables the parsers read) and whether it
-# has rsync. The names are the parsers' own (found by running default_roots with an environment
-# that records what is read), so an agent added later is synced without a change here.
+# What the remote is asked first: its environment (the variables the parsers read), its OS and
+# whether it has rsync. The names are the parsers' own (found by running default_roots with an
+# environment that records what is read), so an agent added later is synced without a change here.
 class _RecordingEnv(dict):
     def __init__(self, home):
         super().__init__(HOME=home)
@@ -13950,9 +14001,25 @@ def _env_names(agents):
 
 
 def probe_snippet(names):
-    """A POSIX sh line printing NAME=VALUE\\0 for each set variable, then rsync\\0 when rsync exists."""
+    """A POSIX sh line printing NAME=VALUE\\0 for each set variable, `uname SYSTEM\\0` (uname -s),
+    then rsync\\0 when rsync exists."""
     return "".join('[ -n "${%s+x}" ] && printf \'%%s=%%s\\0\' %s "$%s"; ' % (n, n, n) for n in names) + \
-        "command -v rsync >/dev/null 2>&1 && printf 'rsync\\0'; exit 0"
+        "printf 'uname %s\\0' \"$(uname -s 2>/dev/null)\"; command -v rsync >/dev/null 2>&1 && printf 'rsync\\0'; exit 0"
+
+
+def remote_platform(system):
+    """`uname -s` of a remote -> the OS layout its agents follow, as sys.platform spells it (other
+    Unixes keep ~/.config and ~/.local/share like Linux)."""
+    return "darwin" if system == "Darwin" else "linux"
+
+
+# The questions about folders, put to the remote as arguments `isdir:PATH` or `subdirs:PATH`; it
+# prints (NUL after each) every PATH asked about that is a folder and every folder inside one asked
+# to be listed. [ -d ] follows symlinks, as os.path.isdir does here.
+FOLDERS_SNIPPET = ('for q; do p=${q#*:}; case $q in '
+                   'isdir:*) [ -d "$p" ] && printf \'%s\\0\' "$p";; '
+                   'subdirs:*) for c in "$p"/* "$p"/.[!.]* "$p"/..?*; do [ -d "$c" ] && printf \'%s\\0\' "$c"; done;; '
+                   'esac; done; exit 0')
 
 
 def ssh_command(host, *remote):
@@ -13961,18 +14028,36 @@ def ssh_command(host, *remote):
     return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % SSH_CONNECT_TIMEOUT, host] + list(remote)
 
 
-def remote_roots(mirror, remote_env, agents):
-    """[(agent, remote root)] the agents keep sessions in on the remote. default_roots is given the
-    remote's environment with every path moved under the mirror, so that its checks for folders
-    (some agents' places count only when present) look at the copy, not at this machine."""
+def remote_roots(mirror, remote_env, platform, agents, ask):
+    """[(agent, remote root)] the agents keep sessions in on the remote, worked out by their own
+    default_roots from the remote's environment (a RemoteEnv: its paths moved under the mirror, so
+    that only roots derived from it count). Places that count only when their folder exists are
+    asked about: ask([(kind, path)]) puts the questions default_roots raised to the remote and
+    returns the folders it has among them (see FOLDERS_SNIPPET); default_roots then runs again with
+    the answers, which may raise new questions (the extension folders inside a VS Code storage that
+    exists), until none is new."""
     def moved(value):
         return ",".join(mirror + v if v.startswith("/") else v for v in value.split(","))
-    env = {k: moved(v) for k, v in remote_env.items()}
-    roots = []
-    for p in agents:
-        for root in p.default_roots(env):
-            if root.startswith(mirror + "/") and (p.id, root[len(mirror):]) not in roots:
-                roots.append((p.id, root[len(mirror):]))
+    variables = {k: moved(v) for k, v in remote_env.items()}
+    folders, answered = set(), set()
+    for attempt in range(REMOTE_FOLDER_ROUNDS + 1):
+        env = RemoteEnv(variables, mirror, platform, folders, answered)
+        roots = []
+        for p in agents:
+            for root in p.default_roots(env):
+                if root.startswith(mirror + "/") and (p.id, root[len(mirror):]) not in roots:
+                    roots.append((p.id, root[len(mirror):]))
+        if not env.questions or attempt == REMOTE_FOLDER_ROUNDS:
+            break
+        # The remote's word is taken for the paths asked about and for plain names inside a folder
+        # asked to be listed, nothing else (its answers are untrusted like its files).
+        isdir = {path for kind, path in env.questions if kind == "isdir"}
+        listed = {path for kind, path in env.questions if kind == "subdirs"}
+        for f in ask(env.questions):
+            folder, _, name = f.rpartition("/")
+            if f in isdir or (folder in listed and name not in ("", ".", "..")):
+                folders.add(f)
+        answered.update(env.questions)
     return roots
 
 
@@ -14110,7 +14195,15 @@ def sync_remote(env, name, entry, note=None):
         remote_env = dict(f.split("=", 1) for f in fields if "=" in f)
         if not remote_env.get("HOME", "").startswith("/"):
             raise SyncFailure("%s did not say its home folder" % host)
-        roots = remote_roots(mirror, remote_env, agents)
+        system = next((f[len("uname "):] for f in fields if f.startswith("uname ")), "")
+
+        def ask(questions):
+            words = " ".join(shlex.quote("%s:%s" % q) for q in questions)
+            done = _run(ssh_command(host, "sh -c %s sh %s" % (shlex.quote(FOLDERS_SNIPPET), words)), timeout=60)
+            if done.returncode != 0:
+                raise SyncFailure("cannot reach %s: %s" % (host, _last_line(done.stderr)))
+            return done.stdout.decode("utf-8", "surrogateescape").split("\0")
+        roots = remote_roots(mirror, remote_env, remote_platform(system), agents, ask)
         # A root that is an SQLite store (Hermes' state.db) comes with its -wal: a running agent's
         # newest rows are there (missing files are skipped by both copies).
         paths = sorted({r for _, r in roots} | {r + "-wal" for _, r in roots if r.endswith(SQLITE_SUFFIXES)})

@@ -8225,6 +8225,78 @@ def test_a_remote_session_folder_that_is_a_symlink_is_copied_as_its_target(sshd,
     assert search_ids(capsys, "shearwater") == [REMOTE_SID]
 
 
+def test_cline_and_roo_code_tasks_in_the_remotes_editor_storage_are_synced_and_found_with_their_host(sshd, capsys, tmp_path,
+                                                                                                       monkeypatch):
+    # These folders count only where they exist: the remote is asked (the copy here is still empty).
+    # (Cline's own folder in VS Code is also the place named when none exists; Roo Code's in Cursor is not.)
+    storage = sshd["home"] / ".config"
+    places = {"1735000000000": storage / "Code" / "User" / "globalStorage" / "saoudrizwan.claude-dev" / "tasks",
+              "1735000000001": storage / "Cursor" / "User" / "globalStorage" / "rooveterinaryinc.roo-cline" / "tasks"}
+    for task, tasks in places.items():
+        history = [{"role": "user", "content": [{"type": "text", "text": "<task>\nwhy does the wombat importer stall\n</task>"}]},
+                   {"role": "assistant", "content": [{"type": "text", "text": "The importer waits on a lock."}]}]
+        write_file(tasks / task / "api_conversation_history.json", json.dumps(history))
+    run(capsys, "remote", "add", "devbox", "--host", sshd["host"])
+    commands = []
+    real_run = sesame._run
+    monkeypatch.setattr(sesame, "_run", lambda cmd, *a, **k: commands.append(cmd[0]) or real_run(cmd, *a, **k))
+    code, out, err = run(capsys, "sync", "--json")
+    assert code == 0, err
+    assert set(map(str, places.values())) <= set(json.loads(out)["remotes"][0]["roots"])
+    # ssh: the environment, which folders exist, which extension folders exist inside the storages
+    assert commands == ["ssh", "ssh", "ssh", "rsync"]
+    r = search_json(capsys, "wombat")["results"]
+    assert sorted((x["agent"], x["sessionId"], x["host"]) for x in r) == [
+        ("cline", "1735000000000", "devbox"), ("cline", "1735000000001", "devbox")]
+    assert all(x["path"].startswith(str(tmp_path / "data" / "remotes" / "devbox" / "files") + os.sep) for x in r)
+
+
+def _fake_remote(folders):
+    """ask() for remote_roots answered from a set of the remote's folders, plus answers to nothing
+    asked (a hostile remote's), which must be ignored."""
+    calls = []
+
+    def ask(questions):
+        calls.append(questions)
+        said = [p for kind, p in questions if kind == "isdir" and p in folders]
+        said += [f for kind, p in questions if kind == "subdirs" for f in folders if os.path.dirname(f) == p]
+        return said + ["/etc", "/Users/me/.omp/profiles/.."]
+    return ask, calls
+
+
+def test_a_macos_remote_is_read_in_its_own_layout_library_application_support():
+    lib = "/Users/me/Library/Application Support"
+    ask, calls = _fake_remote({lib + "/Code/User/globalStorage", lib + "/Code/User/globalStorage/saoudrizwan.claude-dev/tasks",
+                               lib + "/Zed/threads", "/Users/me/.omp/profiles/work", "/etc"})
+    agents = [PARSERS[a] for a in ("cline", "cursor", "zed", "omp", "claude")]
+    roots = sesame.remote_roots("/mirror", {"HOME": "/Users/me"}, sesame.remote_platform("Darwin"), agents, ask)
+    assert ("cline", lib + "/Code/User/globalStorage/saoudrizwan.claude-dev/tasks") in roots
+    assert ("cursor", lib + "/Cursor/User/globalStorage") in roots   # named by the OS, present or not
+    assert ("zed", lib + "/Zed/threads") in roots
+    assert ("omp", "/Users/me/.omp/profiles/work/agent/sessions") in roots
+    assert not any(r.startswith("/etc") or ".." in r for _, r in roots)
+    assert len(calls) == 2   # the storage, then the extension folders inside it
+    ask, calls = _fake_remote(set())
+    roots = sesame.remote_roots("/mirror", {"HOME": "/home/me"}, sesame.remote_platform("Linux"), agents, ask)
+    assert ("cursor", "/home/me/.config/Cursor/User/globalStorage") in roots
+    assert ("cline", "/home/me/.config/Code/User/globalStorage/saoudrizwan.claude-dev/tasks") in roots   # (named when absent)
+
+
+def test_every_agents_default_places_for_a_remote_are_asked_of_the_remote_not_looked_up_here(monkeypatch):
+    # A folder check in default_roots that bypasses root_isdir would look at this machine (at the
+    # empty copy, for a remote) and that agent would never be synced.
+    def here(*args, **kwargs):
+        raise AssertionError("default_roots looked at this machine's disk: %r" % (args,))
+    ask, calls = _fake_remote(set())
+    with monkeypatch.context() as m:
+        for name in ("isdir", "exists", "isfile"):
+            m.setattr(os.path, name, here)
+        m.setattr(os, "scandir", here)
+        m.setattr(os, "listdir", here)
+        roots = sesame.remote_roots("/mirror", {"HOME": "/home/me"}, "linux", list(PARSERS.values()), ask)
+    assert roots and all(r.startswith("/home/me/") for _, r in roots)
+
+
 def test_hostile_remote_names_and_hosts_are_refused(env, capsys, tmp_path):
     for argv in (["-oProxyCommand=touch"], ["dev;rm"], ["dev box"], ["$(id)"], ["local"],
                  ["dev", "--host=-oProxyCommand=touch /tmp/x"], ["dev", "--host", "a b"], ["dev", "--host", "h`id`"],
