@@ -1408,6 +1408,10 @@ class Parser:
                   with env_platform (env may describe a remote machine: RemoteEnv)
     list_files(root)    the session files under one root, always through walk_files (it records the
                   folders read: a search re-lists a source only when one of their times changed)
+    project_files  agents that keep their files inside each project (no default place): the ends of
+                  those files' paths, as patterns (`*.aider.chat.history.md`, `.specstory/history/*.md`);
+                  list_files is then project_files(root, ...), and `sync` copies the same files from a
+                  remote's project folders (`remote add --projects`)
     parse(path, report) one file -> [Session]; NotASessionFile for a file of another format (never
                   any other exception for bad content); bad lines are counted in `report`; only
                   the chunk kinds of KIND_COLUMN; times through norm_time (UTC, "...Z")
@@ -1429,6 +1433,7 @@ class Parser:
 
     id = label = ""
     version = 1
+    project_files = ()
     verified = ""   # status shows it beside the versions the records name
     records = None  # not declared: the parser-contract test fails
     skipped_records = ()
@@ -1691,6 +1696,29 @@ def walk_projects(root, match, allow_hidden=()):
     """Files under a folder of projects for which match(name) holds, without descending into
     dependencies, build output or hidden folders (other than `allow_hidden`)."""
     return walk_files(root, match, max_depth=PROJECT_WALK_DEPTH, skip_dirs=_ProjectSkip(allow_hidden))
+
+
+def project_hidden(patterns):
+    """The hidden folders that project_files patterns name (`.specstory/history/*.md`: .specstory)."""
+    return tuple(sorted({part for pat in patterns for part in pat.split("/")[:-1] if part.startswith(".")}))
+
+
+def project_files(root, patterns):
+    """The files of a per-project agent under a folder of projects (or the file itself, configured
+    alone): those whose path ends like one of `patterns` (Parser.project_files; a pattern's parts
+    are matched one by one with fnmatch, so `*` stays within a name), found by walk_projects."""
+    import fnmatch
+    cut = [pat.split("/") for pat in patterns]
+
+    def ends_like(path):
+        parts = path.split(os.sep)
+        return any(len(parts) >= len(c) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts[-len(c):], c))
+                   for c in cut)
+    if os.path.isfile(root):
+        return [root]
+    names = {c[-1] for c in cut}
+    found = walk_projects(root, lambda n: any(fnmatch.fnmatchcase(n, m) for m in names), project_hidden(patterns))
+    return [f for f in found if ends_like(f)]
 
 
 def vscode_global_storage(env):
@@ -5082,12 +5110,12 @@ class AiderParser(Parser):
     def default_roots(self, env):
         return []  # no global location: Aider writes into each repository; configure folders holding repos
 
+    # `.aider.input.history` (prompt_toolkit's recall list) is not a transcript. A file named by
+    # --chat-history-file / AIDER_CHAT_HISTORY_FILE can be configured as a root itself.
+    project_files = ("*.aider.chat.history.md",)
+
     def list_files(self, root):
-        # `.aider.input.history` (prompt_toolkit's recall list) is not a transcript. A file named
-        # by --chat-history-file / AIDER_CHAT_HISTORY_FILE can be configured as a root itself.
-        if os.path.isfile(root):
-            return [root]
-        return walk_projects(root, lambda n: n.endswith(".aider.chat.history.md"))
+        return project_files(root, self.project_files)
 
     def parse(self, path, report):
         if b"# aider chat started at " not in read_head(path, 65536):
@@ -5309,11 +5337,10 @@ class SpecStoryParser(Parser):
     def default_roots(self, env):
         return []  # no global location: SpecStory writes into each project; configure folders holding projects
 
+    project_files = (".specstory/history/*.md",)
+
     def list_files(self, root):
-        if os.path.isfile(root):
-            return [root]
-        return [f for f in walk_projects(root, lambda n: n.endswith(".md"), allow_hidden=(".specstory",))
-                if f.split(os.sep)[-3:-1] == [".specstory", "history"]]
+        return project_files(root, self.project_files)
 
     def parse(self, path, report):
         head = read_head(path, 65536)
@@ -6295,8 +6322,10 @@ class CrushParser(Parser):
     def default_roots(self, env):
         return []  # per project only: Crush keeps .crush/ in each project; configure folders holding projects
 
+    project_files = (".crush/crush.db", ".crush/crush.db-wal")
+
     def list_files(self, root):
-        return walk_projects(root, lambda n: n == "crush.db", allow_hidden=(".crush",))
+        return [f for f in project_files(root, self.project_files) if f.endswith(".db")]
 
     def sidecars(self, path):
         return [path + "-wal"]   # WAL mode: a prompt may change only crush.db-wal
@@ -13259,6 +13288,8 @@ def _remote_arguments(r):
     r.add_argument("name", nargs="?", help="the remote's name (shown as [NAME] beside its sessions)")
     r.add_argument("--host", help="the ssh destination, as `ssh HOST` reaches it (default: NAME)")
     r.add_argument("--agents", metavar="A,B", help="only these agents' sessions (default: every agent)")
+    r.add_argument("--projects", metavar="DIR,DIR", help="folders of projects on the remote (~/code): the "
+                   "histories agents keep in each project (Aider, SpecStory, Crush) are copied too")
     _add_json(r)
 
 
@@ -13837,7 +13868,8 @@ def remote_mirror(env, name):
 
 
 def load_remotes(env):
-    """{name: {"host": ssh host, "agents": [parser ids] or None}} from remotes.json; entries that are
+    """{name: {"host": ssh host, "agents": [parser ids] or None, "projects": [folders]}} from
+    remotes.json (projects only when given); entries that are
     not valid (a hand edit) are refused with the file's name."""
     path = remotes_path(env)
     if not os.path.exists(path):
@@ -13851,6 +13883,9 @@ def load_remotes(env):
             check_remote_name(name)
             check_remote_host(entry.get("host") if isinstance(entry, dict) else None)
             _check_agents(entry.get("agents"))
+            if entry.get("projects") is not None and not isinstance(entry["projects"], list):
+                raise UsageError("projects must be a list of folders")
+            check_remote_projects(entry.get("projects"))
         except UsageError as e:
             raise ConfigError("%s: %s" % (path, e.message))
     return remotes
@@ -13873,15 +13908,31 @@ def _write_json(path, obj):
     os.replace(tmp, path)
 
 
-def remote_add(env, name, host=None, agents=None):
+def check_remote_projects(projects):
+    """Folders of projects on a remote, as given (`~` is the remote's home), or a UsageError. They
+    reach rsync (--protect-args) and sh (quoted) as arguments; a relative path, `..` or a control
+    character has no meaning there and is refused."""
+    if isinstance(projects, str):
+        projects = [p.strip() for p in projects.split(",") if p.strip()]
+    for p in projects or ():
+        if (not isinstance(p, str) or not (p == "~" or p.startswith(("~/", "/"))) or ".." in p.split("/")
+                or any(ord(c) < 32 or c == "\x7f" for c in p)):
+            raise UsageError("invalid projects folder %r: an absolute path on the remote, or ~/..." % (p,))
+    return list(projects or ()) or None
+
+
+def remote_add(env, name, host=None, agents=None, projects=None):
     """Add (or change) a remote: the data `remote add` prints."""
     check_remote_name(name)
     check_remote_host(host or name)
     if isinstance(agents, str):
         agents = [a.strip() for a in agents.split(",") if a.strip()]
     _check_agents(agents or None)
+    projects = check_remote_projects(projects)
     remotes = load_remotes(env)
     remotes[name] = {"host": host or name, "agents": agents or None}
+    if projects:
+        remotes[name]["projects"] = projects
     _write_json(remotes_path(env), {"remotes": remotes})
     return dict(remotes[name], name=name, mirror=remote_mirror(env, name))
 
@@ -14080,11 +14131,32 @@ def _last_line(stderr):
     return visible(lines[-1]) if lines else "no message"
 
 
-def _rsync_copy(host, roots, mirror, note):
-    """Copy the roots with rsync (append-friendly: an appended file moves only its new bytes)."""
+def project_filters(patterns):
+    """rsync filter rules that copy, of folders of projects, only the per-project agents' files
+    (Parser.project_files), skipping the folders a local walk skips (walk_projects). The first rule
+    that matches decides; a pattern holding a `/` is matched against the end of the path."""
+    return (["--exclude=%s/" % d for d in sorted(PROJECT_SKIP_DIRS)] +
+            ["--include=%s/" % h for h in project_hidden(patterns)] + ["--exclude=.*/", "--include=*/"] +
+            ["--include=%s" % pat for pat in patterns] + ["--exclude=*", "--prune-empty-dirs"])
+
+
+def project_find(patterns):
+    """The same choice as project_filters, as the arguments of a POSIX find after its folder."""
+    skip = sorted(PROJECT_SKIP_DIRS)
+    names = " -o ".join(["-name %s" % d for d in skip] +
+                        ["( -name .* %s)" % "".join("! -name %s " % h for h in project_hidden(patterns))])
+    files = " -o ".join(("-path */%s" if "/" in pat else "-name %s") % pat for pat in patterns)
+    return "-mindepth 1 ( -type d ( %s ) -prune ) -o -type f ( %s )" % (names, files)
+
+
+def _rsync_copy(host, roots, mirror, note, filters=()):
+    """Copy the roots with rsync (append-friendly: an appended file moves only its new bytes);
+    `filters`: rsync filter rules (project_filters)."""
+    if not roots:
+        return 0
     ssh = " ".join(ssh_command(host)[:-1])
     cmd = ["rsync", "-a", "--partial", "--relative", "--protect-args", "--safe-links", "--ignore-missing-args",
-           "--stats", "-e", ssh, "--"] + ["%s:%s/" % (host, r) for r in roots] + [mirror + "/"]
+           "--stats"] + list(filters) + ["-e", ssh, "--"] + ["%s:%s/" % (host, r) for r in roots] + [mirror + "/"]
     # (The trailing "/" copies what a root that is a symlink points to, as a local read would.)
     done = _run(cmd)
     if done.returncode == 23:  # some files could not be read there: the others are copied, say which
@@ -14096,9 +14168,10 @@ def _rsync_copy(host, roots, mirror, note):
     return int(found.group(1).replace(",", "")) if found else None
 
 
-def _tar_copy(host, roots, mirror, since):
+def _tar_copy(host, roots, mirror, since, projects=(), patterns=()):
     """Copy with `ssh HOST tar` where rsync is missing: the files changed since the last sync (by the
-    remote's clock, -mmin), whole. Only regular files with plain relative names are written."""
+    remote's clock, -mmin), whole; of the folders of `projects`, the per-project agents' files only
+    (project_find). Only regular files with plain relative names are written."""
     import shlex
     import subprocess
     import tempfile
@@ -14106,8 +14179,14 @@ def _tar_copy(host, roots, mirror, since):
     if since:
         minutes = int((time.time() - parse_time(since).timestamp()) / 60) + 2
         newer = " -mmin -%d" % max(minutes, 1)
-    script = "cd / && for d in %s; do [ -e \"$d\" ] && find -H \"$d\" -type f%s; done | tar -cf - -T - 2>/dev/null; exit 0" % (
-        " ".join(shlex.quote(r.lstrip("/")) for r in roots), newer)
+
+    def each(folders, test):
+        return "for d in %s; do [ -e \"$d\" ] && find -H \"$d\" %s%s -print; done; " % (
+            " ".join(shlex.quote(r.lstrip("/")) for r in folders), test, newer) if folders else ""
+    chosen = " ".join(shlex.quote(w) for w in project_find(patterns).split()) if projects else ""
+    script = "cd / && { %s%s} | tar -cf - -T - 2>/dev/null; exit 0" % (
+        each(roots, "-type f"), each(projects, "%s" % chosen))
+    roots = list(roots) + list(projects)
     moved = 0
     with tempfile.TemporaryFile() as errors:
         try:
@@ -14207,12 +14286,22 @@ def sync_remote(env, name, entry, note=None):
         # A root that is an SQLite store (Hermes' state.db) comes with its -wal: a running agent's
         # newest rows are there (missing files are skipped by both copies).
         paths = sorted({r for _, r in roots} | {r + "-wal" for _, r in roots if r.endswith(SQLITE_SUFFIXES)})
+        # Folders of projects (remote add --projects): the files the per-project agents keep there.
+        there = remote_env["HOME"].rstrip("/")
+        folders = sorted({(there + f[1:] if f.startswith("~") else f).rstrip("/") or "/" for f in entry.get("projects") or ()})
+        per_project = [p for p in agents if p.project_files]
+        patterns = sorted({pat for p in per_project for pat in p.project_files})
+        folders = folders if per_project else []
+        roots += [(p.id, f) for f in folders for p in per_project]
         if "rsync" in fields and _which("rsync", env):
-            method, moved = "rsync", _rsync_copy(host, paths, mirror, note)
+            method = "rsync"
+            moved = _rsync_copy(host, paths, mirror, note)
+            more = _rsync_copy(host, folders, mirror, note, project_filters(patterns))
+            moved = None if moved is None or more is None else moved + more
         else:
             note("sesame: %s: rsync is missing %s; copying changed files with ssh and tar"
                  % (name, "on the remote" if "rsync" not in fields else "here"))
-            method, moved = "tar", _tar_copy(host, paths, mirror, state.get("lastSync"))
+            method, moved = "tar", _tar_copy(host, paths, mirror, state.get("lastSync"), folders, patterns)
         dropped = _drop_escaping_links(mirror)
         state.update(lastSync=state["lastAttempt"], error=None, method=method, roots=[list(r) for r in roots])
         return {"name": name, "host": host, "ok": True, "method": method, "bytesCopied": moved,
@@ -14301,8 +14390,9 @@ def remote_list_text(rows):
     """What `sesame remote list` prints."""
     if not rows:
         return "no remotes (add one: sesame remote add NAME --host SSH_HOST)\n"
-    return visible("".join("%-12s %s%s  last sync: %s%s\n" % (
-        r["name"], r["host"], " (%s)" % ",".join(r["agents"]) if r.get("agents") else "", r["lastSync"] or "never",
+    return visible("".join("%-12s %s%s%s  last sync: %s%s\n" % (
+        r["name"], r["host"], " (%s)" % ",".join(r["agents"]) if r.get("agents") else "",
+        " projects in %s" % ",".join(r["projects"]) if r.get("projects") else "", r["lastSync"] or "never",
         "; last attempt failed: %s" % r["error"] if r["error"] else "") for r in rows))
 
 
@@ -16251,7 +16341,7 @@ def cmd_remote(args, ctx):
     if args.action != "list" and not args.name:
         raise UsageError("remote %s needs a NAME" % args.action, hint="sesame remote add devbox --host me@devbox")
     if args.action == "add":
-        data = remote_add(ctx.env, args.name, args.host, args.agents)
+        data = remote_add(ctx.env, args.name, args.host, args.agents, args.projects)
         text = "added %s (ssh %s); `sesame sync %s` copies its sessions into %s\n" % (
             data["name"], data["host"], data["name"], data["mirror"])
     elif args.action == "remove":
