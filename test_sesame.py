@@ -12430,8 +12430,9 @@ def _bench_resumed(cmd, label, layout, root, rows, rnd):
                         "AND f.mtime_ns < ? AND s.parent IS NULL ORDER BY f.path", (str(root), old)).fetchall()
     con.close()
     found, times = 0, []
-    for n, (sid, path) in enumerate(rnd.sample(files, min(20, len(files)))):
-        word = "resumedword%s" % "".join(chr(97 + int(c)) for c in "%04d" % n)
+    run_tag = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(6))  # a word of this call's own:
+    for n, (sid, path) in enumerate(rnd.sample(files, min(20, len(files)))):   # an earlier call's sessions hold theirs
+        word = "resumedword%s%s" % (run_tag, "".join(chr(97 + int(c)) for c in "%04d" % n))
         with open(path, "a") as f:
             f.writelines(line(r) for r in _bench_lines(layout, sid, [(word + " again", "ok", "done")], 10 ** 6, False))
         _bench_journal(layout, root, sid, word + " again")
