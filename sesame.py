@@ -9992,6 +9992,13 @@ class Store:
         else:
             sid = existing
             old_labels = con.execute("SELECT labels FROM sessions WHERE id=?", (sid,)).fetchone()[0]
+            if old_labels == labels and self._same_chunks(sid, from_seq, prep.rows):
+                # Nothing that is ranked or shown changed (a file only touched, restored from a backup,
+                # or grown by records without text): its parts are not cut and indexed again.
+                con.execute("UPDATE sessions SET agent=?, session_id=?, path=?, cwd=?, name=?, created=?, modified=?, "
+                            "parent=?, summary=?, labels=? WHERE id=?", meta + (sid,))
+                self._add_touched(sid, prep.touched)
+                return sid
             row = con.execute("SELECT max(first_seq) FROM docs WHERE session=? AND first_seq <= ?", (sid, from_seq)).fetchone()
             part_from = 0 if old_labels != labels or row[0] is None else row[0]
             self.delete_parts(sid, old_labels, part_from)
@@ -10005,11 +10012,23 @@ class Store:
             self.insert_parts(sid, prep.parts)
         else:
             self.build_parts(sid, labels, part_from)
-        touched = set(prep.touched)
-        if existing is not None:
-            touched -= set(con.execute("SELECT tool, path FROM touched WHERE session=?", (sid,)).fetchall())
-        con.executemany("INSERT INTO touched(session, tool, path) VALUES(?,?,?)", [(sid, t, p) for t, p in sorted(touched)])
+        self._add_touched(sid, prep.touched, existing is not None)
         return sid
+
+    def _add_touched(self, sid, touched, known=True):
+        """Record the (tool, path) pairs a session touched that are not recorded yet."""
+        touched = set(touched)
+        if known:
+            touched -= set(self.con.execute("SELECT tool, path FROM touched WHERE session=?", (sid,)).fetchall())
+        self.con.executemany("INSERT INTO touched(session, tool, path) VALUES(?,?,?)", [(sid, t, p) for t, p in sorted(touched)])
+
+    def _same_chunks(self, sid, from_seq, rows):
+        """Whether the session's stored chunks from seq `from_seq` on are these rows (kind, role, tool,
+        path, ts, packed text), text compared unpacked (zlib may pack the same text apart)."""
+        old = self.con.execute("SELECT kind, role, tool, path, ts, text FROM chunks WHERE session=? AND seq >= ? "
+                               "ORDER BY seq", (sid, from_seq)).fetchall()
+        return len(old) == len(rows) and all(a[:5] == tuple(b[:5]) and unpack(a[5]) == unpack(b[5])
+                                             for a, b in zip(old, rows))
 
     def forget_session(self, agent, session_id):
         """Delete every copy of a session so that its text is gone from the index file, not only from

@@ -1381,6 +1381,41 @@ def test_claude_2_0_warmup_sidechain_is_context_not_the_conversations_start(tmp_
         parse_file("claude", alone)
 
 
+def test_a_session_file_only_touched_or_grown_without_text_keeps_its_ranking_parts(env, tmp_path, capsys):
+    # A history restored from a backup (every file dated now) or a line without text (a progress
+    # record) changes nothing that is ranked: the session's parts are not indexed again (that took as
+    # long as indexing it anew: 5.1 s per 100 MB of touched files, 0.7 s now). Text still is.
+    root = tmp_path / "claude-projects"
+    path = write_jsonl(root / "-proj" / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", "set up the ocelot relay"),
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "text", "text": "Relay configured."}])])
+    other = cc_SID.replace("5555", "6666")
+    write_jsonl(root / "-proj" / (other + ".jsonl"), [cc_cl_user("o1", "2026-01-02T00:00:00Z", "a later session",
+                                                                 sessionId=other)])
+    write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
+    run(capsys, "index")
+
+    def parts():
+        con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
+        try:
+            return con.execute("SELECT id, first_seq, last_seq FROM docs ORDER BY id").fetchall()
+        finally:
+            con.close()
+    before = parts()
+    later = time.time() + 60
+    os.utime(str(path), (later, later))
+    assert "1 indexed" in "".join(run(capsys, "index")[1:]) and parts() == before
+    with open(str(path), "a") as f:
+        f.write(json.dumps({"type": "progress", "sessionId": cc_SID, "uuid": "p1", "timestamp": "2026-01-01T00:00:02Z",
+                            "data": {"type": "hook_progress"}}) + "\n")
+    run(capsys, "index")
+    assert parts() == before and search_ids(capsys, "ocelot") == [cc_SID]
+    with open(str(path), "a") as f:
+        f.write(json.dumps(cc_cl_user("u2", "2026-01-01T00:00:03Z", "now the capybara schema")) + "\n")
+    run(capsys, "index")
+    assert parts() != before and search_ids(capsys, "capybara") == [cc_SID] and search_ids(capsys, "ocelot") == [cc_SID]
+
+
 def test_claude_appends_are_read_from_the_last_stop_and_match_a_full_rebuild_a_rewrite_is_read_whole(
         env, tmp_path, capsys, monkeypatch):
     root = tmp_path / "claude-projects"
