@@ -934,14 +934,39 @@ def redact(text, shapes=None):
 
 
 def redact_values(value):
-    """Every string inside a JSON-like value redacted (the structure stays as it was)."""
-    if isinstance(value, str):
-        return redact(value)[0]
-    if isinstance(value, dict):
-        return {k: redact_values(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact_values(v) for v in value]
-    return value
+    """Every string inside a JSON-like value redacted (the structure stays as it was). A parser's
+    checkpoint state is such a value, written at every read: mostly ids and hashes (Claude Code's
+    holds a session's message ids), where no secret can be. Each step of redact needs its hint in the
+    string, so one look for the hints over all the strings first: without any, nothing is changed
+    (5.7 of 10.4 s of a re-read of 1 GB of Claude Code files went to redacting ids one by one)."""
+    strings = []
+
+    def collect(v):
+        if isinstance(v, str):
+            strings.append(v)
+        elif isinstance(v, dict):
+            for x in v.values():
+                collect(x)
+        elif isinstance(v, list):
+            for x in v:
+                collect(x)
+    collect(value)
+    joined = "\n".join(strings)
+    shapes = shapes_in([joined])
+    if not shapes and not any(h in joined for hints, _, _ in _PREFIXED for h in hints):
+        low = joined.lower()
+        if not any(h in low for h in _SECRET_HINTS):
+            return value
+
+    def each(v):
+        if isinstance(v, str):
+            return redact(v, shapes)[0]
+        if isinstance(v, dict):
+            return {k: each(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [each(x) for x in v]
+        return v
+    return each(value)
 
 
 class PathPatterns:

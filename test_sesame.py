@@ -819,6 +819,18 @@ def index_bytes(tmp_path):
     return "\n".join(texts), raw
 
 
+def test_a_parsers_checkpoint_state_is_redacted_where_it_holds_a_secret_and_kept_where_it_holds_ids():
+    # The state a resumable parser stores with its file row: ids and hashes mostly, a name so far.
+    ids = {"recent": ["%08x-0000-4000-8000-%012x" % (i, i) for i in range(64)], "mids": "msg_01 msg_02", "n": 3}
+    assert sesame.redact_values(ids) == ids
+    key = "sk-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"
+    state = dict(ids, custom=["deploy with %s" % key, {"note": "export DB_PASSWORD=hunter2hunter2"}], cwd="/srv/app")
+    got = sesame.redact_values(state)
+    assert key not in json.dumps(got) and "hunter2hunter2" not in json.dumps(got)
+    assert got["recent"] == ids["recent"] and got["cwd"] == "/srv/app" and got["n"] == 3
+    assert got["custom"][0].startswith("deploy with [REDACTED:")
+
+
 def test_secret_names_are_found_from_their_hints_exactly_where_the_pattern_finds_them():
     """_secret_words looks for the pattern only where a hint occurs (for speed): it must find every
     match a full scan finds, with the same bounds, or a secret would be kept."""
