@@ -1312,6 +1312,11 @@ def test_claude_summary_written_into_a_file_of_a_folder_seen_before_renames_at_t
     write_jsonl(proj / (cc_SID.replace("5555", "7777") + ".jsonl"), [
         {"type": "summary", "summary": "Pelican cache eviction tuned", "leafUuid": "a1"}])
     assert search_json(capsys, "pelican")["results"][0]["name"] == "Pelican cache eviction tuned"
+    # The kept list damaged (a crash, a hand edit) is only a list to make again.
+    for junk in ("[1, 2", '{"%s": [1, ["/etc/passwd"], 3]}' % proj, '{"%s": "x"}' % proj):
+        (tmp_path / "data" / "claude-summary-files").write_text(junk)
+        os.utime(str(proj), (hour_ago, hour_ago))
+        assert search_json(capsys, "pelican")["results"][0]["name"] == "Pelican cache eviction tuned"
 
 
 def test_claude_subagent_is_its_own_session_pointing_to_parent(tmp_path):
