@@ -3598,17 +3598,19 @@ class _CodexState:
             if kind and not e.get("drop"):
                 said[(kind, e.get("stream"))].append(e)
         for kind, order in self.PREFERENCE.items():
-            kept = collections.Counter()
-            for stream in order:
-                mine = said.get((kind, stream), ())
-                seen = collections.Counter(kept)
+            streams = [said[(kind, stream)] for stream in order if (kind, stream) in said]
+            if len(streams) < 2:
+                continue   # said in one stream only: nothing is a copy (most turns; no counting)
+            kept = {}
+            for mine in streams:
+                seen = dict(kept)
                 for e in mine:
-                    if seen[e["key"]] > 0:
+                    if seen.get(e["key"], 0) > 0:
                         seen[e["key"]] -= 1
                         e["drop"] = True
                 for e in mine:
                     if not e.get("drop"):
-                        kept[e["key"]] += 1
+                        kept[e["key"]] = kept.get(e["key"], 0) + 1
         # The exit code of a command lives in the events; the call that ran it failed when it is not 0.
         for call_id, code in self.exit_codes.items():
             if code != 0 and call_id in self.tool_calls:
