@@ -341,6 +341,23 @@ def open_regular(path, text=False):
     return io.TextIOWrapper(f, encoding="utf-8", errors="replace") if text else f
 
 
+def write_private(path, text):
+    """Replace a small file of Sesame's own (the sweep's place, the journals', a remote's state...)
+    at once: written beside it, then renamed over it, so a reader never sees half of it; readable by
+    its owner alone, like the index. An OSError is the caller's (the leftover is removed)."""
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+
+
 # ==================================================================================================
 # Paths and config
 # ==================================================================================================
@@ -2643,13 +2660,10 @@ class ClaudeCodeParser(Parser):
                        isinstance(v[0], int) and v[0] >= since}   # a folder unchanged that long is not scanned
         self._heads[folder] = [folder_mtime, found]
         if self._heads_path:
-            tmp = "%s.%d.tmp" % (self._heads_path, os.getpid())
             try:
-                with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:  # owner only
-                    f.write(json.dumps(self._heads))
-                os.replace(tmp, self._heads_path)
+                write_private(self._heads_path, json.dumps(self._heads))
             except OSError:
-                pass
+                pass   # (a read-only data folder: scanned again next time)
         return found
 
     def _folder_summaries(self, folder, recent=False):
@@ -11021,11 +11035,8 @@ def _save_journals(store, plan):
     """Remember where each change journal was read up to (see read_journals)."""
     if plan.journals is None:
         return
-    tmp = "%s.%d.tmp" % (_journals_file(store), os.getpid())
     try:
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-            f.write(json.dumps(plan.journals))
-        os.replace(tmp, _journals_file(store))
+        write_private(_journals_file(store), json.dumps(plan.journals))
     except OSError:
         pass
 
@@ -11094,11 +11105,8 @@ def _save_sweep(store, plan):
     when nothing changed, and may run where the index is read-only)."""
     if plan.sweep is None:
         return
-    tmp = "%s.%d.tmp" % (_sweep_file(store), os.getpid())
     try:
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:  # owner only, like the index
-            f.write("%d\n" % plan.sweep)
-        os.replace(tmp, _sweep_file(store))
+        write_private(_sweep_file(store), "%d\n" % plan.sweep)
     except OSError:
         pass
 
@@ -13948,10 +13956,7 @@ def _check_agents(agents):
 def _write_json(path, obj):
     """Write a small file Sesame owns, atomically, readable by the user alone."""
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
-        f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_private(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def check_remote_projects(projects):
