@@ -1562,6 +1562,11 @@ class Parser:
     # prompt, whatever folder it runs in; each search reads the lines added since the last one and
     # checks the files of the sessions they name (see read_journals).
     journal = None
+    def start_mark(self, root):
+        """For an agent that keeps no journal: the folder whose time changes whenever the agent
+        starts, for sessions kept in `root`, or None. After it changes, each search compares every
+        file of the source until one that had been quiet is written (see read_journals)."""
+        return None
 
 
 def _declared(value, names, families):
@@ -2166,6 +2171,15 @@ class PiParser(Parser):
 
     def default_roots(self, env):
         return [os.path.join(agent_dir(env, "PI_CODING_AGENT_DIR", ".pi", "agent"), "sessions")]
+
+    def start_mark(self, root):
+        # pi writes nothing global on a prompt, but locks auth.json in its agent folder at every
+        # start (proper-lockfile: auth.json.lock made and removed), which changes that folder's
+        # time; resuming an old session starts pi (0.73.1, checked with the real CLI). Only for
+        # the sessions folder of an agent folder (not a --session-dir of the user's).
+        root = root.rstrip(os.sep)
+        agent = os.path.dirname(root)
+        return agent if os.path.basename(root) == "sessions" and os.path.isfile(os.path.join(agent, "auth.json")) else None
 
     def list_files(self, root):
         # Files sit in one folder per cwd, or directly in the root (pi --session-dir). Deeper files
@@ -10306,6 +10320,11 @@ class Store:
         """The stored paths of the files a source (its root and parser) listed first."""
         return [p for (p,) in self.con.execute("SELECT path FROM files WHERE source=? AND parser=?", (source, parser_id))]
 
+    def source_file_stats(self, source, parser_id):
+        """(id, path, size, mtime_ns, parser_version) of the files a source listed first, not gone."""
+        return self.con.execute("SELECT id, path, size, mtime_ns, parser_version FROM files WHERE source = ? AND "
+                                "parser = ? AND status != 'deleted'", (source, parser_id)).fetchall()
+
     def files_after(self, start):
         """(id, path, source, parser, parser_version, size, mtime_ns) of the indexed files in id order,
         from just after `start`, then from the first up to `start`."""
@@ -10774,7 +10793,9 @@ def _add_listing(listings, src, dirs):
 #     the files of sessions run in the caller's folder or above it (a resumed old session: agents
 #     resume sessions of the folder they run in, and people and agents search from there);
 #   - the files of the sessions the agents' change journals named since the last refresh (a
-#     session resumed after months, from any folder: see read_journals);
+#     session resumed after months, from any folder: see read_journals); for an agent that keeps
+#     none but marks its starts (pi), every file of its source while a start is not yet followed
+#     by a write to a quiet file;
 #   - the rest in turn: each search checks at least SWEEP_MIN_FILES more files (as many as fit in
 #     SWEEP_SECONDS), going on from where the last search stopped, so that an old file changed by
 #     something else is seen within ceil(files / SWEEP_MIN_FILES) searches.
@@ -10798,6 +10819,7 @@ class Plan:
         self.sweep = None     # where the next search's sweep starts (a file id)
         self.moved = []       # (source, path) of unchanged files now listed first by another source
         self.journals = None  # where each change journal was read up to, when that moved
+        self.journal_places = {}  # the same, moved or not (a start mark's window may close later)
         self.checked = 0      # files whose size and time were compared
 
     def __bool__(self):
@@ -10924,15 +10946,19 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
         check[row.id] = row
     for row in _cwd_rows(store, cwd):
         check[row.id] = row
-    for row in _journal_rows(store, read_journals(store, sources, plan)):
+    named, started = read_journals(store, sources, plan)
+    for row in _journal_rows(store, named):
         check[row.id] = row
     parsers = {_owner(src): src.parser for src in sources}
     gone = {row.id for row in plan.gone}
     for row in check.values():
         if row.id not in gone:
             _check_row(plan, row, parsers, summary)
+    compared = set(check) | gone
+    for src, mark, opened in started:
+        compared |= _check_started(store, plan, src, mark, opened, summary, skip=compared)
     if sweep:
-        _sweep(store, plan, parsers, summary, skip=set(check) | gone)
+        _sweep(store, plan, parsers, summary, skip=compared)
     plan.gone = list({row.id: row for row in plan.gone}.values())
     return plan
 
@@ -10969,16 +10995,33 @@ def _journals_file(store):
     return os.path.join(os.path.dirname(store.path), "journals")
 
 
+#
+# An agent that keeps no journal may still mark its starts (Parser.start_mark: pi's agent folder,
+# whose time changes when pi starts). A start opens a window: until a file of that source that had
+# been quiet (unchanged for START_QUIET_SECONDS before the start, or new) is seen written after it,
+# each search compares every file of the source (a stat each: ~30 ms for 10,000 files, paid only
+# between a start and its first prompt, usually seconds), at most START_WINDOW_SECONDS. A file
+# written all along by another instance of the agent does not close it.
+START_WINDOW_SECONDS = 3600
+START_QUIET_SECONDS = 120
+START_KEY = "start:"  # the start marks' records, among the journals' places
+
+
 def read_journals(store, sources, plan):
-    """{agent: {session id}}: the sessions the change journals of the sources' agents named since the
-    last refresh. Where each was read up to goes to plan.journals when it moved (_save_journals)."""
-    journals = {}
+    """({agent: {session id}}, [(source, mark folder, start time ns)]): the sessions the change
+    journals of the sources' agents named since the last refresh, and the sources whose agent
+    started (and has not written a quiet file since). Where each journal was read up to, and each
+    start mark's time, go to plan.journals when they moved (_save_journals)."""
+    journals, marks = {}, {}
     for src in sources:
         if src.parser.journal:
             name, keys = src.parser.journal
             journals.setdefault(os.path.join(os.path.dirname(src.path.rstrip(os.sep)), name), (src.parser.id, keys))
-    if not journals:
-        return {}
+        mark = src.parser.start_mark(src.path)
+        if mark:
+            marks.setdefault(mark, []).append(src)
+    if not journals and not marks:
+        return {}, []
     try:
         with open_regular(_journals_file(store)) as f:
             known = json.loads(f.read())
@@ -10987,6 +11030,21 @@ def read_journals(store, sources, plan):
     if not isinstance(known, dict):
         known = {}
     named, places, moved = collections.defaultdict(set), {}, False
+    started, now = [], time.time_ns()
+    for folder, srcs in marks.items():
+        try:
+            mtime = os.stat(folder).st_mtime_ns
+        except OSError:
+            continue
+        was = known.get(START_KEY + folder)
+        valid = isinstance(was, list) and len(was) == 2 and all(isinstance(v, int) for v in was)
+        # first seen: no window (what is indexed was read whole); a new time: the agent started then
+        opened = (was[1] if was[0] == mtime else mtime) if valid else 0
+        if opened and now - opened > START_WINDOW_SECONDS * 10 ** 9:
+            opened = 0
+        places[START_KEY + folder] = [mtime, opened]
+        moved = moved or places[START_KEY + folder] != was
+        started += [(src, folder, opened) for src in srcs if opened]
     for path, (agent, keys) in journals.items():
         try:
             st = os.stat(path)
@@ -11021,9 +11079,38 @@ def read_journals(store, sources, plan):
                     break
         places[path] = ident + [begin + max(end, first)]
         moved = True
+    plan.journal_places = places
     if moved:
         plan.journals = places
-    return named
+    return named, started
+
+
+def _check_started(store, plan, src, mark, opened, summary, skip):
+    """Compare every file of a source whose agent started at `opened` (see read_journals); close
+    the window when a file quiet before the start (or a new one) was written after it. Returns
+    the ids of the files compared."""
+    differ = []
+    parser = src.parser
+    rows = store.source_file_stats(*_owner(src))
+    for fid, path, size, mtime, version in rows:
+        try:
+            st = stat_file(fs_path(path), parser)
+        except OSError:
+            differ.append(fid)  # gone or unreadable: _check_row tells which
+            continue
+        if st.st_mtime_ns != mtime or st.st_size != size or version != parser.version:
+            differ.append(fid)
+    plan.checked += len(rows) - len(differ)
+    parsers = {_owner(src): src.parser}
+    for row in store.file_rows_by_id([fid for fid in differ if fid not in skip]):
+        _check_row(plan, row, parsers, summary)
+    # Read now, by this or another rule: a file new or quiet before the start, written after it.
+    quiet = opened - START_QUIET_SECONDS * 10 ** 9
+    if any(job.source == src.path and job.parser is parser and job.stat.st_mtime_ns >= opened
+           and (job.row is None or job.row.mtime_ns < quiet) for job in plan.todo):
+        plan.journal_places[START_KEY + mark] = [plan.journal_places[START_KEY + mark][0], 0]
+        plan.journals = plan.journal_places
+    return {row[0] for row in rows}
 
 
 def _journal_rows(store, named):

@@ -5970,6 +5970,47 @@ def test_a_resumed_old_session_is_found_by_the_next_search_from_any_folder(env, 
         assert search_ids(capsys, "narwhal%d" % n) == [sid]
 
 
+def pi_starts(agent_dir):
+    """What pi does to its agent folder at every start (0.73.1): auth.json locked and released
+    (proper-lockfile makes and removes auth.json.lock), which changes the folder's time."""
+    lock = os.path.join(str(agent_dir), "auth.json.lock")
+    os.mkdir(lock)
+    os.rmdir(lock)
+
+
+def test_a_resumed_old_pi_session_is_found_by_the_next_search_from_any_folder(env, capsys, monkeypatch, tmp_path,
+                                                                              counted_stats):
+    """pi keeps no prompt history; its start (the lock on auth.json) opens a window in which each
+    search compares every pi file, closed once a quiet file (the resumed one) has been read."""
+    agent = tmp_path / "home" / ".pi" / "agent"
+    root = agent / "sessions"
+    paths = [PiWriter(root, "old-%02d" % i, cwd="/home/dev/a").user("routine pi question %d" % i).save()
+             for i in range(12)]
+    (agent / "auth.json").write_text("{}")
+    write_config({"sources": [{"parser": "pi", "path": str(root)}]}, tmp_path)
+    age(agent)
+    assert run(capsys, "index")[0] == 0
+    monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)   # the sweep reaches nothing
+    monkeypatch.chdir(tmp_path)                                       # a folder of no session
+    assert search_ids(capsys, "routine") != []
+    for word, i in (("wombat", 3), ("pangolin", 7), ("axolotl", 10)):
+        time.sleep(0.01)
+        pi_starts(agent)                  # pi starts, resuming an old session...
+        assert search_ids(capsys, word) == []   # (a search before its first prompt)
+        append_user(paths[i], "resumed: the %s plan" % word)   # ...and the user writes to it
+        assert search_ids(capsys, word) == ["old-%02d" % i]
+        del counted_stats[:]
+        assert search_ids(capsys, "routine") != []
+        # the window closed: the quiet files are left to the sweep again (the resumed ones are active)
+        assert set(counted_stats) <= {paths[j] for j in (3, 7, 10)}
+    append_user(paths[5], "changed by something else: the dingo note")   # no start: not seen at once
+    assert search_ids(capsys, "dingo") == []
+    (agent / "auth.json").unlink()                                     # not pi's agent folder: no window
+    pi_starts(agent)
+    append_user(paths[6], "the quoll line")
+    assert search_ids(capsys, "quoll") == []
+
+
 def test_sesames_own_records_nested_too_deeply_are_read_as_unusable_not_a_crash(env, capsys, tmp_path):
     """Every JSON reader catches what the line readers catch (BAD_JSON): a document nested deeper
     than Python's recursion limit raises RecursionError, not ValueError. Sesame's own records then
@@ -12227,6 +12268,7 @@ def _bench_corpus(out, mb, seed, layout="pi"):
         if os.path.exists(os.path.join(out, "done")):
             # a kept corpus was changed by the last run (appends, every file dated now): dated again
             _date_by_last_entry(os.path.join(out, folder))
+            _bench_agent_folder(layout, out)
             return os.path.join(out, folder)
         shutil.rmtree(out, ignore_errors=True)
     out = str(out)
@@ -12263,8 +12305,17 @@ def _bench_corpus(out, mb, seed, layout="pi"):
                 w.assistant(" ".join(text[i + 300:i + 700].split()))
             written += os.path.getsize(w.save())
     _date_by_last_entry(root)
+    _bench_agent_folder(layout, out)
     open(os.path.join(out, "done"), "w").close()
     return root
+
+
+def _bench_agent_folder(layout, out):
+    """What the agent keeps beside its sessions folder that the refresh looks at: pi's auth.json
+    (made at its first start; locked at every start, see pi_starts)."""
+    if layout == "pi" and not os.path.exists(os.path.join(out, "auth.json")):
+        with open(os.path.join(out, "auth.json"), "w") as f:
+            f.write("{}")
 
 
 def _date_by_last_entry(root):
@@ -12331,6 +12382,13 @@ def _bench_session(layout, root, sid, turns):
     with open(path, "w") as f:
         f.writelines(line(r) for r in _bench_lines(layout, sid, turns))
     return path
+
+
+def _bench_started(layout, root):
+    """What the agent changes when it starts, before the session it resumes is written (pi: the lock
+    on auth.json in the folder above its sessions folder)."""
+    if layout == "pi":
+        pi_starts(os.path.dirname(str(root)))
 
 
 def _bench_journal(layout, root, sid, text):
@@ -12473,9 +12531,9 @@ def _bench_mcp(cmd, label, rows, rnd):
 
 
 def _bench_resumed(cmd, label, layout, root, rows, rnd):
-    """20 old sessions chosen at random are resumed (a message appended; the agent's journal line
-    written, where it keeps one), each then searched for from another folder: found by the first
-    search or not."""
+    """20 old sessions chosen at random are resumed (the agent started, a message appended, the agent's
+    journal line written, where it keeps one), each then searched for from another folder: found by
+    the first search or not."""
     con = sqlite3.connect(os.path.join(cmd.env["SESAME_DATA_DIR"], "index.sqlite"))
     old = time.time_ns() - 30 * 86400 * 10 ** 9
     files = con.execute("SELECT s.session_id, f.path FROM files f JOIN sessions s ON s.file_id = f.id WHERE f.source = ? "
@@ -12485,6 +12543,7 @@ def _bench_resumed(cmd, label, layout, root, rows, rnd):
     run_tag = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(6))  # a word of this call's own:
     for n, (sid, path) in enumerate(rnd.sample(files, min(20, len(files)))):   # an earlier call's sessions hold theirs
         word = "resumedword%s%s" % (run_tag, "".join(chr(97 + int(c)) for c in "%04d" % n))
+        _bench_started(layout, root)
         with open(path, "a") as f:
             f.writelines(line(r) for r in _bench_lines(layout, sid, [(word + " again", "ok", "done")], 10 ** 6, False))
         _bench_journal(layout, root, sid, word + " again")
