@@ -10321,9 +10321,9 @@ class Store:
         return [p for (p,) in self.con.execute("SELECT path FROM files WHERE source=? AND parser=?", (source, parser_id))]
 
     def source_file_stats(self, source, parser_id):
-        """(id, path, size, mtime_ns, parser_version) of the files a source listed first, not gone."""
+        """(id, path, size, mtime_ns, parser_version) of the files a source listed first, not gone, in id order."""
         return self.con.execute("SELECT id, path, size, mtime_ns, parser_version FROM files WHERE source = ? AND "
-                                "parser = ? AND status != 'deleted'", (source, parser_id)).fetchall()
+                                "parser = ? AND status != 'deleted' ORDER BY id", (source, parser_id)).fetchall()
 
     def files_after(self, start):
         """(id, path, source, parser, parser_version, size, mtime_ns) of the indexed files in id order,
@@ -10999,11 +10999,13 @@ def _journals_file(store):
 # An agent that keeps no journal may still mark its starts (Parser.start_mark: pi's agent folder,
 # whose time changes when pi starts). A start opens a window: until a file of that source that had
 # been quiet (unchanged for START_QUIET_SECONDS before the start, or new) is seen written after it,
-# each search compares every file of the source (a stat each: ~30 ms for 10,000 files, paid only
+# each search compares every file of the source (a stat each: ~20 ms for 15,000 files, paid only
 # between a start and its first prompt, usually seconds), at most START_WINDOW_SECONDS. A file
-# written all along by another instance of the agent does not close it.
+# written all along by another instance of the agent does not close it. On a slow disk (or a huge
+# history) a search stops comparing after START_PASS_SECONDS and the next one goes on from there.
 START_WINDOW_SECONDS = 3600
 START_QUIET_SECONDS = 120
+START_PASS_SECONDS = 0.1
 START_KEY = "start:"  # the start marks' records, among the journals' places
 
 
@@ -11037,14 +11039,15 @@ def read_journals(store, sources, plan):
         except OSError:
             continue
         was = known.get(START_KEY + folder)
-        valid = isinstance(was, list) and len(was) == 2 and all(isinstance(v, int) for v in was)
+        valid = isinstance(was, list) and len(was) == 3 and all(isinstance(v, int) for v in was)
         # first seen: no window (what is indexed was read whole); a new time: the agent started then
-        opened = (was[1] if was[0] == mtime else mtime) if valid else 0
-        if opened and now - opened > START_WINDOW_SECONDS * 10 ** 9:
-            opened = 0
-        places[START_KEY + folder] = [mtime, opened]
-        moved = moved or places[START_KEY + folder] != was
-        started += [(src, folder, opened) for src in srcs if opened]
+        # ([the mark's time, the start's or 0, the file id the comparing goes on after])
+        place = ((was if was[0] == mtime else [mtime, mtime, 0]) if valid else [mtime, 0, 0])
+        if place[1] and now - place[1] > START_WINDOW_SECONDS * 10 ** 9:
+            place = [mtime, 0, 0]
+        places[START_KEY + folder] = place
+        moved = moved or place != was
+        started += [(src, folder, place[1]) for src in srcs if place[1]]
     for path, (agent, keys) in journals.items():
         try:
             st = os.stat(path)
@@ -11089,10 +11092,17 @@ def _check_started(store, plan, src, mark, opened, summary, skip):
     """Compare every file of a source whose agent started at `opened` (see read_journals); close
     the window when a file quiet before the start (or a new one) was written after it. Returns
     the ids of the files compared."""
-    differ = []
-    parser = src.parser
-    rows = store.source_file_stats(*_owner(src))
-    for fid, path, size, mtime, version in rows:
+    differ, compared = [], set()
+    parser, place = src.parser, plan.journal_places[START_KEY + mark]
+    rows = store.source_file_stats(*_owner(src))  # in id order
+    at, was = bisect.bisect_left(rows, (place[2], )), place[2]  # (the file to go on from)
+    deadline, clock = time.monotonic() + START_PASS_SECONDS, time.monotonic
+    place[2] = 0  # every file compared: the next search starts from the first
+    for fid, path, size, mtime, version in rows[at:] + rows[:at]:
+        if len(compared) >= SWEEP_MIN_FILES and clock() > deadline:
+            place[2] = fid  # the rest next time
+            break
+        compared.add(fid)
         try:
             st = stat_file(fs_path(path), parser)
         except OSError:
@@ -11100,7 +11110,9 @@ def _check_started(store, plan, src, mark, opened, summary, skip):
             continue
         if st.st_mtime_ns != mtime or st.st_size != size or version != parser.version:
             differ.append(fid)
-    plan.checked += len(rows) - len(differ)
+    plan.checked += len(compared) - len(differ)
+    if place[2] != was:
+        plan.journals = plan.journal_places
     parsers = {_owner(src): src.parser}
     for row in store.file_rows_by_id([fid for fid in differ if fid not in skip]):
         _check_row(plan, row, parsers, summary)
@@ -11108,9 +11120,9 @@ def _check_started(store, plan, src, mark, opened, summary, skip):
     quiet = opened - START_QUIET_SECONDS * 10 ** 9
     if any(job.source == src.path and job.parser is parser and job.stat.st_mtime_ns >= opened
            and (job.row is None or job.row.mtime_ns < quiet) for job in plan.todo):
-        plan.journal_places[START_KEY + mark] = [plan.journal_places[START_KEY + mark][0], 0]
+        place[1:] = [0, 0]
         plan.journals = plan.journal_places
-    return {row[0] for row in rows}
+    return compared
 
 
 def _journal_rows(store, named):

@@ -5978,21 +5978,28 @@ def pi_starts(agent_dir):
     os.rmdir(lock)
 
 
-def test_a_resumed_old_pi_session_is_found_by_the_next_search_from_any_folder(env, capsys, monkeypatch, tmp_path,
-                                                                              counted_stats):
-    """pi keeps no prompt history; its start (the lock on auth.json) opens a window in which each
-    search compares every pi file, closed once a quiet file (the resumed one) has been read."""
+def _pi_agent_home(tmp_path, capsys, monkeypatch, n=12):
+    """n old pi sessions in pi's own folders (~/.pi/agent/sessions, auth.json beside), indexed and
+    aged; the sweep reaches nothing and searches run from a folder of no session."""
     agent = tmp_path / "home" / ".pi" / "agent"
     root = agent / "sessions"
     paths = [PiWriter(root, "old-%02d" % i, cwd="/home/dev/a").user("routine pi question %d" % i).save()
-             for i in range(12)]
+             for i in range(n)]
     (agent / "auth.json").write_text("{}")
     write_config({"sources": [{"parser": "pi", "path": str(root)}]}, tmp_path)
     age(agent)
     assert run(capsys, "index")[0] == 0
-    monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)   # the sweep reaches nothing
-    monkeypatch.chdir(tmp_path)                                       # a folder of no session
+    monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)
+    monkeypatch.chdir(tmp_path)
     assert search_ids(capsys, "routine") != []
+    return agent, paths
+
+
+def test_a_resumed_old_pi_session_is_found_by_the_next_search_from_any_folder(env, capsys, monkeypatch, tmp_path,
+                                                                              counted_stats):
+    """pi keeps no prompt history; its start (the lock on auth.json) opens a window in which each
+    search compares every pi file, closed once a quiet file (the resumed one) has been read."""
+    agent, paths = _pi_agent_home(tmp_path, capsys, monkeypatch)
     for word, i in (("wombat", 3), ("pangolin", 7), ("axolotl", 10)):
         time.sleep(0.01)
         pi_starts(agent)                  # pi starts, resuming an old session...
@@ -6009,6 +6016,25 @@ def test_a_resumed_old_pi_session_is_found_by_the_next_search_from_any_folder(en
     pi_starts(agent)
     append_user(paths[6], "the quoll line")
     assert search_ids(capsys, "quoll") == []
+
+
+def test_on_a_slow_disk_a_pi_start_is_followed_a_bounded_share_at_a_time(env, capsys, monkeypatch, tmp_path,
+                                                                         counted_stats):
+    """Where comparing every file takes too long (a slow disk, a huge history), each search compares
+    what fits in START_PASS_SECONDS (at least SWEEP_MIN_FILES) and the next goes on from there."""
+    agent, paths = _pi_agent_home(tmp_path, capsys, monkeypatch)
+    monkeypatch.setattr(sesame, "START_PASS_SECONDS", 0)
+    monkeypatch.setattr(sesame, "SWEEP_MIN_FILES", 4)
+    pi_starts(agent)
+    append_user(paths[-1], "resumed: the marmot list")
+    found = []
+    for _ in range(3):   # 12 files, 4 a search
+        del counted_stats[:]
+        found.append(search_ids(capsys, "marmot"))
+        assert len(counted_stats) == 4 + ("old-11" in found[-1])   # its share (and the file it reads)
+        if found[-1]:
+            break
+    assert found[-1] == ["old-11"]
 
 
 def test_sesames_own_records_nested_too_deeply_are_read_as_unusable_not_a_crash(env, capsys, tmp_path):
