@@ -5,9 +5,12 @@
 # they start Python with -I -S (no site-packages and no import paths from the environment: Sesame
 # needs neither, and the interpreter starts in a quarter of the time) and the small loader below,
 # which runs the rest of this file from a compiled code object cached in $SESAME_CACHE_DIR (default
-# $XDG_CACHE_HOME/sesame or ~/.cache/sesame). A cache entry is named after a hash of this file's
-# bytes and the Python version, so an edited file never runs from an old entry; a cache that cannot
-# be read or written is skipped (its files are opened without waiting: a FIFO there blocks nothing).
+# $XDG_CACHE_HOME/sesame or ~/.cache/sesame). A cache entry is named after the Python version and
+# this file's device, inode, size, modification and change times (a write changes the change time,
+# which no program can set back), so an edited or replaced file never runs from an old entry; one
+# changed while it was being compiled is not cached. (Its bytes are not even read when the entry
+# exists: hashing them cost ~2 ms of every start.) A cache that cannot be read or written is
+# skipped (its files are opened without waiting: a FIFO there blocks nothing).
 # (Python compiles a script at every start and caches bytecode only for imported modules: for this
 # file that is 80 ms per command, most of a search.) The interpreter is remembered there too,
 # because `python3` may be a version manager's shim that costs ~90 ms per start; SESAME_PYTHON
@@ -20,21 +23,19 @@ command -v "$p" >/dev/null 2>&1 || p=python
 exec "$p" -I -S -c "
 import marshal, os, sys
 def _launch(path, cache):
-    with open(path, 'rb') as f:
-        source = f.read()
-    try:
-        from _blake2 import blake2b
-    except ImportError:
-        from hashlib import blake2b
     tag = sys.implementation.cache_tag or 'py%d%d' % sys.version_info[:2]
-    entry = os.path.join(cache, 'code-%s-%s' % (tag, blake2b(source, digest_size=20).hexdigest()))
-    code = None
-    try:
-        with open(os.open(entry, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0)), 'rb') as f:
-            code = marshal.loads(f.read())
-    except Exception:
-        code = compile(source, path, 'exec')
-        _save(cache, entry, marshal.dumps(code))
+    with open(path, 'rb') as f:
+        st = os.fstat(f.fileno())
+        same = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        entry = os.path.join(cache, 'code-%s-%s' % (tag, '-'.join('%x' % v for v in same)))
+        try:
+            with open(os.open(entry, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0)), 'rb') as g:
+                code = marshal.loads(g.read())
+        except Exception:
+            code = compile(f.read(), path, 'exec')
+            st = os.fstat(f.fileno())
+            if same == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns):
+                _save(cache, entry, marshal.dumps(code))
     if not os.environ.get('SESAME_PYTHON') and os.path.isabs(sys.executable):
         try:
             with open(os.open(os.path.join(cache, 'python'), os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0))) as f:

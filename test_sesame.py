@@ -390,8 +390,10 @@ def test_an_edited_file_never_runs_from_the_old_cache_entry(tmp_path):
     assert sesame_cmd("--version").stdout.strip() == "sesame " + sesame.__version__
     with open(sesame_cmd.exe) as f:
         text = f.read()
+    was = os.stat(sesame_cmd.exe)
     with open(sesame_cmd.exe, "w") as f:  # same length: only the bytes differ
         f.write(text.replace('__version__ = "%s"' % sesame.__version__, '__version__ = "%s"' % edited, 1))
+    os.utime(sesame_cmd.exe, ns=(was.st_atime_ns, was.st_mtime_ns))  # and its time set back (cp -p, rsync -t)
     assert sesame_cmd("--version").stdout.strip() == "sesame " + edited
     assert len([e for e in os.listdir(tmp_path / "cache" / "sesame") if e.startswith("code-")]) == 2
 
