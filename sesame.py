@@ -1570,6 +1570,14 @@ class Parser:
         return None
 
 
+def _start_mark(root, name, lock):
+    """The folder above `root` when `root` is called `name` and that folder holds `lock`, the file
+    the agent locks at every start (see Parser.start_mark); else None."""
+    root = root.rstrip(os.sep)
+    above = os.path.dirname(root)
+    return above if os.path.basename(root) == name and os.path.isfile(os.path.join(above, lock)) else None
+
+
 def _declared(value, names, families):
     """Whether a record or block type is declared: one of `names`, or a type that begins with one of
     `families` (a declaration ending in "*", such as Kimi's "llm.*" operations)."""
@@ -2178,9 +2186,7 @@ class PiParser(Parser):
         # start (proper-lockfile: auth.json.lock made and removed), which changes that folder's
         # time; resuming an old session starts pi (0.73.1, checked with the real CLI). Only for
         # the sessions folder of an agent folder (not a --session-dir of the user's).
-        root = root.rstrip(os.sep)
-        agent = os.path.dirname(root)
-        return agent if os.path.basename(root) == "sessions" and os.path.isfile(os.path.join(agent, "auth.json")) else None
+        return _start_mark(root, "sessions", "auth.json")
 
     def list_files(self, root):
         # Files sit in one folder per cwd, or directly in the root (pi --session-dir). Deeper files
@@ -3950,6 +3956,13 @@ class GeminiParser(Parser):
     def default_roots(self, env):
         home = env_path(env, "GEMINI_CLI_HOME") or _home(env)   # replaces the home directory, .gemini stays
         return [os.path.join(home, ".gemini", "tmp")]
+
+    def start_mark(self, root):
+        # No prompt history names sessions (`gemini -p` 0.61 writes no logs.json), but every start finds its
+        # project's folder name in ~/.gemini/projects.json under a lock (ProjectRegistry.getShortId:
+        # proper-lockfile, projects.json.lock made and removed, since 0.29), which changes
+        # ~/.gemini's time; a resumed session starts Gemini CLI (0.61.0, checked with the real CLI).
+        return _start_mark(root, "tmp", "projects.json")
 
     def list_files(self, root):
         # Every JSON file of the tree, so that one Gemini CLI writes where this parser does not expect
@@ -6701,6 +6714,14 @@ class QwenParser(Parser):
         if env.get("QWEN_RUNTIME_DIR"):
             roots.append(env_path(env, "QWEN_RUNTIME_DIR"))
         return roots
+
+    def start_mark(self, root):
+        # No prompt history names sessions, but every start points ~/.qwen/debug/latest at the new
+        # run's debug log (the link made again: the folder's time changes), on by default (0.15.10,
+        # checked with the real CLI, a resumed session too).
+        root = root.rstrip(os.sep)
+        debug = os.path.join(os.path.dirname(root), "debug")
+        return debug if os.path.basename(root) in ("projects", "tmp") and os.path.islink(os.path.join(debug, "latest")) else None
 
     def list_files(self, root):
         if os.path.isfile(root):
@@ -10997,13 +11018,14 @@ def _journals_file(store):
 
 
 #
-# An agent that keeps no journal may still mark its starts (Parser.start_mark: pi's agent folder,
-# whose time changes when pi starts). A start opens a window: until a file of that source that had
-# been quiet (unchanged for START_QUIET_SECONDS before the start, or new) is seen written after it,
-# each search compares every file of the source (a stat each: ~20 ms for 15,000 files, paid only
-# between a start and its first prompt, usually seconds), at most START_WINDOW_SECONDS. A file
-# written all along by another instance of the agent does not close it. On a slow disk (or a huge
-# history) a search stops comparing after START_PASS_SECONDS and the next one goes on from there.
+# An agent that keeps no journal may still mark its starts (Parser.start_mark: pi's agent folder and
+# ~/.gemini change their times whenever the agent starts). A start opens a window: until a file of
+# that source that had been quiet (unchanged for START_QUIET_SECONDS before the start, or new) is
+# seen written after it, each search compares every file of the source (a stat each: ~20 ms for
+# 15,000 files, paid only between a start and its first prompt, usually seconds), at most
+# START_WINDOW_SECONDS. A file written all along by another instance of the agent does not close
+# it. On a slow disk (or a huge history) a search stops comparing after START_PASS_SECONDS and the
+# next one goes on from there.
 START_WINDOW_SECONDS = 3600
 START_QUIET_SECONDS = 120
 START_PASS_SECONDS = 0.1

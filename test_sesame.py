@@ -5972,63 +5972,104 @@ def test_a_resumed_old_session_is_found_by_the_next_search_from_any_folder(env, 
         assert search_ids(capsys, "narwhal%d" % n) == [sid]
 
 
-def pi_starts(agent_dir):
-    """What pi does to its agent folder at every start (0.73.1): auth.json locked and released
-    (proper-lockfile makes and removes auth.json.lock), which changes the folder's time."""
-    lock = os.path.join(str(agent_dir), "auth.json.lock")
-    os.mkdir(lock)
-    os.rmdir(lock)
+def agent_starts(folder, lock):
+    """What pi (0.73.1) and Gemini CLI (0.61.0) do at every start: a file of their folder is locked
+    and released (proper-lockfile makes and removes `<file>.lock`: pi's auth.json, Gemini's
+    projects.json), which changes the folder's time. Qwen Code (0.15.10, lock None) points the
+    `latest` link of its debug folder at the new run's log."""
+    if lock is None:
+        os.remove(os.path.join(str(folder), "latest"))
+        os.symlink("run-%d.txt" % time.monotonic_ns(), os.path.join(str(folder), "latest"))
+        return
+    os.mkdir(os.path.join(str(folder), lock + ".lock"))
+    os.rmdir(os.path.join(str(folder), lock + ".lock"))
 
 
-def _pi_agent_home(tmp_path, capsys, monkeypatch, n=12):
-    """n old pi sessions in pi's own folders (~/.pi/agent/sessions, auth.json beside), indexed and
-    aged; the sweep reaches nothing and searches run from a folder of no session."""
-    agent = tmp_path / "home" / ".pi" / "agent"
-    root = agent / "sessions"
-    paths = [PiWriter(root, "old-%02d" % i, cwd="/home/dev/a").user("routine pi question %d" % i).save()
-             for i in range(n)]
-    (agent / "auth.json").write_text("{}")
-    write_config({"sources": [{"parser": "pi", "path": str(root)}]}, tmp_path)
-    age(agent)
+def _started_home(tmp_path, capsys, monkeypatch, agent, n=12):
+    """n old sessions of `agent` (pi, gemini, qwen) in its own folders, with the file it locks at start,
+    indexed and aged; the sweep reaches nothing and searches run from a folder of no session.
+    Returns (the folder whose time a start changes, the file locked, [paths], append(path, text))."""
+    if agent == "pi":
+        folder, lock = tmp_path / "home" / ".pi" / "agent", "auth.json"
+        root = folder / "sessions"
+        paths = [PiWriter(root, "old-%02d" % i, cwd="/home/dev/a").user("routine question %d" % i).save()
+                 for i in range(n)]
+        append = append_user
+    elif agent == "qwen":
+        folder, lock = tmp_path / "home" / ".qwen" / "debug", None
+        root = folder.parent / "projects"
+        paths = [str(write_jsonl(root / "-home-dev-a" / "chats" / ("old-%02d.jsonl" % i), [
+            dict(ot_q("u1", None, "user", message={"role": "user", "parts": [{"text": "routine question %d" % i}]}),
+                 sessionId="old-%02d" % i)])) for i in range(n)]
+
+        def append(path, text):
+            with open(path, "a") as f:
+                f.write(line(dict(ot_q("u2", "u1", "user", message={"role": "user", "parts": [{"text": text}]}),
+                                  sessionId=os.path.basename(path)[:-len(".jsonl")])))
+    else:
+        folder, lock = tmp_path / "home" / ".gemini", "projects.json"
+        root = folder / "tmp"
+        paths = [str(write_jsonl(root / "a" / "chats" / ("session-2026-01-%02dT10-00-old-%02d.jsonl" % (i + 1, i)), [
+            dict(ogc_GEMINI_META, sessionId="old-%02d" % i, startTime="2026-01-%02dT10:00:00.000Z" % (i + 1)),
+            {"id": "u0", "timestamp": "2026-01-%02dT10:00:01Z" % (i + 1), "type": "user",
+             "content": [{"text": "routine question %d" % i}]}])) for i in range(n)]
+
+        def append(path, text):
+            with open(path, "a") as f:
+                f.write(line({"id": "u%d" % time.monotonic_ns(), "timestamp": "2026-06-01T10:00:00Z", "type": "user",
+                              "content": [{"text": text}]}))
+    if lock:
+        (folder / lock).write_text("{}")
+    else:   # Qwen Code: its debug folder, the link to the newest run's log
+        folder.mkdir(parents=True)
+        (folder / "first-run.txt").write_text("log")
+        os.symlink("first-run.txt", str(folder / "latest"))
+    write_config({"sources": [{"parser": agent, "path": str(root)}]}, tmp_path)
+    age(tmp_path / "home")
     assert run(capsys, "index")[0] == 0
     monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)
     monkeypatch.chdir(tmp_path)
     assert search_ids(capsys, "routine") != []
-    return agent, paths
+    return folder, lock, paths, append
 
 
-def test_a_resumed_old_pi_session_is_found_by_the_next_search_from_any_folder(env, capsys, monkeypatch, tmp_path,
-                                                                              counted_stats):
-    """pi keeps no prompt history; its start (the lock on auth.json) opens a window in which each
-    search compares every pi file, closed once a quiet file (the resumed one) has been read."""
-    agent, paths = _pi_agent_home(tmp_path, capsys, monkeypatch)
+@pytest.mark.parametrize("agent", ["pi", "gemini", "qwen"])
+def test_a_resumed_old_session_of_an_agent_without_journal_is_found_at_once_after_its_start(
+        env, capsys, monkeypatch, tmp_path, counted_stats, agent):
+    """pi, Gemini CLI and Qwen Code keep no prompt history naming sessions; their start (a lock on a
+    file of their folder, a link made again) opens a window in which each search compares every file of theirs, closed once a
+    quiet file (the resumed one) has been read."""
+    folder, lock, paths, append = _started_home(tmp_path, capsys, monkeypatch, agent)
     for word, i in (("wombat", 3), ("pangolin", 7), ("axolotl", 10)):
         time.sleep(0.01)
-        pi_starts(agent)                  # pi starts, resuming an old session...
+        agent_starts(folder, lock)        # the agent starts, resuming an old session...
         assert search_ids(capsys, word) == []   # (a search before its first prompt)
-        append_user(paths[i], "resumed: the %s plan" % word)   # ...and the user writes to it
+        append(paths[i], "resumed: the %s plan" % word)   # ...and the user writes to it
         assert search_ids(capsys, word) == ["old-%02d" % i]
         del counted_stats[:]
         assert search_ids(capsys, "routine") != []
         # the window closed: the quiet files are left to the sweep again (the resumed ones are active)
         assert set(counted_stats) <= {paths[j] for j in (3, 7, 10)}
-    append_user(paths[5], "changed by something else: the dingo note")   # no start: not seen at once
+    append(paths[5], "changed by something else: the dingo note")   # no start: not seen at once
     assert search_ids(capsys, "dingo") == []
-    (agent / "auth.json").unlink()                                     # not pi's agent folder: no window
-    pi_starts(agent)
-    append_user(paths[6], "the quoll line")
+    (folder / (lock or "latest")).unlink()                             # not the agent's folder: no window
+    if lock:
+        agent_starts(folder, lock)
+    else:
+        (folder / "other.txt").write_text("x")
+    append(paths[6], "the quoll line")
     assert search_ids(capsys, "quoll") == []
 
 
-def test_on_a_slow_disk_a_pi_start_is_followed_a_bounded_share_at_a_time(env, capsys, monkeypatch, tmp_path,
-                                                                         counted_stats):
+def test_on_a_slow_disk_an_agents_start_is_followed_a_bounded_share_at_a_time(env, capsys, monkeypatch, tmp_path,
+                                                                               counted_stats):
     """Where comparing every file takes too long (a slow disk, a huge history), each search compares
     what fits in START_PASS_SECONDS (at least SWEEP_MIN_FILES) and the next goes on from there."""
-    agent, paths = _pi_agent_home(tmp_path, capsys, monkeypatch)
+    folder, lock, paths, append = _started_home(tmp_path, capsys, monkeypatch, "pi")
     monkeypatch.setattr(sesame, "START_PASS_SECONDS", 0)
     monkeypatch.setattr(sesame, "SWEEP_MIN_FILES", 4)
-    pi_starts(agent)
-    append_user(paths[-1], "resumed: the marmot list")
+    agent_starts(folder, lock)
+    append(paths[-1], "resumed: the marmot list")
     found = []
     for _ in range(3):   # 12 files, 4 a search
         del counted_stats[:]
@@ -12340,7 +12381,7 @@ def _bench_corpus(out, mb, seed, layout="pi"):
 
 def _bench_agent_folder(layout, out):
     """What the agent keeps beside its sessions folder that the refresh looks at: pi's auth.json
-    (made at its first start; locked at every start, see pi_starts)."""
+    (made at its first start; locked at every start, see agent_starts)."""
     if layout == "pi" and not os.path.exists(os.path.join(out, "auth.json")):
         with open(os.path.join(out, "auth.json"), "w") as f:
             f.write("{}")
@@ -12416,7 +12457,7 @@ def _bench_started(layout, root):
     """What the agent changes when it starts, before the session it resumes is written (pi: the lock
     on auth.json in the folder above its sessions folder)."""
     if layout == "pi":
-        pi_starts(os.path.dirname(str(root)))
+        agent_starts(os.path.dirname(str(root)), "auth.json")
 
 
 def _bench_journal(layout, root, sid, text):
