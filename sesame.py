@@ -1563,6 +1563,7 @@ class Parser:
     # prompt, whatever folder it runs in; each search reads the lines added since the last one and
     # checks the files of the sessions they name (see read_journals).
     journal = None
+
     def start_mark(self, root):
         """For an agent that keeps no journal: the folder whose time changes whenever the agent
         starts, for sessions kept in `root`, or None. After it changes, each search compares every
@@ -10816,8 +10817,8 @@ def _add_listing(listings, src, dirs):
 #     resume sessions of the folder they run in, and people and agents search from there);
 #   - the files of the sessions the agents' change journals named since the last refresh (a
 #     session resumed after months, from any folder: see read_journals); for an agent that keeps
-#     none but marks its starts (pi), every file of its source while a start is not yet followed
-#     by a write to a quiet file;
+#     none but marks its starts (pi, Gemini CLI, Qwen Code), every file of its source while a start
+#     is not yet followed by a write to a quiet file;
 #   - the rest in turn: each search checks at least SWEEP_MIN_FILES more files (as many as fit in
 #     SWEEP_SECONDS), going on from where the last search stopped, so that an old file changed by
 #     something else is seen within ceil(files / SWEEP_MIN_FILES) searches.
@@ -11018,8 +11019,8 @@ def _journals_file(store):
 
 
 #
-# An agent that keeps no journal may still mark its starts (Parser.start_mark: pi's agent folder and
-# ~/.gemini change their times whenever the agent starts). A start opens a window: until a file of
+# An agent that keeps no journal may still mark its starts (Parser.start_mark: pi's agent folder,
+# ~/.gemini and ~/.qwen/debug change their times whenever the agent starts). A start opens a window: until a file of
 # that source that had been quiet (unchanged for START_QUIET_SECONDS before the start, or new) is
 # seen written after it, each search compares every file of the source (a stat each: ~20 ms for
 # 15,000 files, paid only between a start and its first prompt, usually seconds), at most
@@ -11062,12 +11063,13 @@ def read_journals(store, sources, plan):
         except OSError:
             continue
         was = known.get(START_KEY + folder)
-        valid = isinstance(was, list) and len(was) == 3 and all(isinstance(v, int) for v in was)
+        valid = (isinstance(was, list) and len(was) == 3 and all(isinstance(v, int) for v in was[:2])
+                 and isinstance(was[2], dict))
         # first seen: no window (what is indexed was read whole); a new time: the agent started then
-        # ([the mark's time, the start's or 0, the file id the comparing goes on after])
-        place = ((was if was[0] == mtime else [mtime, mtime, 0]) if valid else [mtime, 0, 0])
+        # ([the mark's time, the start's or 0, {source: the file id its comparing goes on from}])
+        place = ((was if was[0] == mtime else [mtime, mtime, {}]) if valid else [mtime, 0, {}])
         if place[1] and now - place[1] > START_WINDOW_SECONDS * 10 ** 9:
-            place = [mtime, 0, 0]
+            place = [mtime, 0, {}]
         places[START_KEY + folder] = place
         moved = moved or place != was
         started += [(src, folder, place[1]) for src in srcs if place[1]]
@@ -11118,12 +11120,12 @@ def _check_started(store, plan, src, mark, opened, summary, skip):
     differ, compared = [], set()
     parser, place = src.parser, plan.journal_places[START_KEY + mark]
     rows = store.source_file_stats(*_owner(src))  # in id order
-    at, was = bisect.bisect_left(rows, (place[2], )), place[2]  # (the file to go on from)
+    was = place[2].pop(src.path, 0)  # the file to go on from
+    at = bisect.bisect_left(rows, (was if isinstance(was, int) else 0, ))
     deadline, clock = time.monotonic() + START_PASS_SECONDS, time.monotonic
-    place[2] = 0  # every file compared: the next search starts from the first
     for fid, path, size, mtime, version in rows[at:] + rows[:at]:
         if len(compared) >= SWEEP_MIN_FILES and clock() > deadline:
-            place[2] = fid  # the rest next time
+            place[2][src.path] = fid  # the rest next time
             break
         compared.add(fid)
         try:
@@ -11134,7 +11136,7 @@ def _check_started(store, plan, src, mark, opened, summary, skip):
         if st.st_mtime_ns != mtime or st.st_size != size or version != parser.version:
             differ.append(fid)
     plan.checked += len(compared) - len(differ)
-    if place[2] != was:
+    if place[2].get(src.path, 0) != was:
         plan.journals = plan.journal_places
     parsers = {_owner(src): src.parser}
     for row in store.file_rows_by_id([fid for fid in differ if fid not in skip]):
@@ -11143,7 +11145,7 @@ def _check_started(store, plan, src, mark, opened, summary, skip):
     quiet = opened - START_QUIET_SECONDS * 10 ** 9
     if any(job.source == src.path and job.parser is parser and job.stat.st_mtime_ns >= opened
            and (job.row is None or job.row.mtime_ns < quiet) for job in plan.todo):
-        place[1:] = [0, 0]
+        place[1:] = [0, {}]
         plan.journals = plan.journal_places
     return compared
 
