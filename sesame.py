@@ -1570,6 +1570,13 @@ class Parser:
         file of the source until one that had been quiet is written (see read_journals)."""
         return None
 
+    def project_journals(self, root):
+        """For an agent that appends every prompt to a file per project that does not name the
+        session: (the folder of those files, a function from a file's name to the folder under `root`
+        holding that project's sessions, or None), or None. When such a file changes, every file of
+        its project's folder is compared (see read_journals)."""
+        return None
+
 
 def _start_mark(root, name, lock):
     """The folder above `root` when `root` is called `name` and that folder holds `lock`, the file
@@ -6990,6 +6997,16 @@ class KimiParser(Parser):
         share = agent_dir(env, "KIMI_SHARE_DIR", ".kimi")
         return [os.path.join(home, "sessions"), os.path.join(share, "sessions")]
 
+    def project_journals(self, root):
+        # kimi-cli's shell appends every prompt to ~/.kimi/user-history/<md5 of the work dir>.jsonl
+        # (ui/shell/prompt.py, 1.52.0); that work dir's sessions are in sessions/<md5>/<id>/. (It
+        # names the last session of a work dir in kimi.json only when it exits.)
+        root = root.rstrip(os.sep)
+        if os.path.basename(root) != "sessions":
+            return None
+        return (os.path.join(os.path.dirname(root), "user-history"),
+                lambda name: os.path.join(root, name[:-len(".jsonl")]) if name.endswith(".jsonl") else None)
+
     def list_files(self, root):
         return walk_files(root, lambda n: n == "wire.jsonl" or _KIMI_SESSION_FILE.match(n), max_depth=5)
 
@@ -10343,6 +10360,14 @@ class Store:
         """The stored paths of the files a source (its root and parser) listed first."""
         return [p for (p,) in self.con.execute("SELECT path FROM files WHERE source=? AND parser=?", (source, parser_id))]
 
+    def file_rows_under(self, source, parser_id, folder):
+        """The FileRows of a source's files below `folder`, not gone."""
+        low = folder.rstrip(os.sep) + os.sep
+        if not isinstance(db_path(low), str):
+            return []  # (a name that is not UTF-8: its files are left to the other rules)
+        return self._file_rows("source = ? AND parser = ? AND status != 'deleted' AND path >= ? AND path < ?",
+                               (source, parser_id, low, low + "\uffff"))
+
     def source_file_stats(self, source, parser_id):
         """(id, path, size, mtime_ns, parser_version) of the files a source listed first, not gone, in id order."""
         return self.con.execute("SELECT id, path, size, mtime_ns, parser_version FROM files WHERE source = ? AND "
@@ -10818,7 +10843,8 @@ def _add_listing(listings, src, dirs):
 #   - the files of the sessions the agents' change journals named since the last refresh (a
 #     session resumed after months, from any folder: see read_journals); for an agent that keeps
 #     none but marks its starts (pi, Gemini CLI, Qwen Code), every file of its source while a start
-#     is not yet followed by a write to a quiet file;
+#     is not yet followed by a write to a quiet file; for one that keeps a prompt history per
+#     project (kimi-cli), the files of the projects whose history grew;
 #   - the rest in turn: each search checks at least SWEEP_MIN_FILES more files (as many as fit in
 #     SWEEP_SECONDS), going on from where the last search stopped, so that an old file changed by
 #     something else is seen within ceil(files / SWEEP_MIN_FILES) searches.
@@ -10969,9 +10995,12 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
         check[row.id] = row
     for row in _cwd_rows(store, cwd):
         check[row.id] = row
-    named, started = read_journals(store, sources, plan)
+    named, started, projects = read_journals(store, sources, plan)
     for row in _journal_rows(store, named):
         check[row.id] = row
+    for src, folder in projects:
+        for row in store.file_rows_under(*_owner(src), folder):
+            check[row.id] = row
     parsers = {_owner(src): src.parser for src in sources}
     gone = {row.id for row in plan.gone}
     for row in check.values():
@@ -11031,14 +11060,16 @@ START_WINDOW_SECONDS = 3600
 START_QUIET_SECONDS = 120
 START_PASS_SECONDS = 0.1
 START_KEY = "start:"  # the start marks' records, among the journals' places
+PROJECT_KEY = "project:"  # the per-project journals' sizes and times (Parser.project_journals), too
 
 
 def read_journals(store, sources, plan):
-    """({agent: {session id}}, [(source, mark folder, start time ns)]): the sessions the change
-    journals of the sources' agents named since the last refresh, and the sources whose agent
-    started (and has not written a quiet file since). Where each journal was read up to, and each
-    start mark's time, go to plan.journals when they moved (_save_journals)."""
-    journals, marks = {}, {}
+    """({agent: {session id}}, [(source, mark folder, start time ns)], [(source, project folder)]):
+    the sessions the change journals of the sources' agents named since the last refresh, the
+    sources whose agent started (and has not written a quiet file since), and the project folders
+    whose journal changed. Where each journal was read up to, each start mark's time and each
+    project journal's size and time go to plan.journals when they moved (_save_journals)."""
+    journals, marks, per_project = {}, {}, []
     for src in sources:
         if src.parser.journal:
             name, keys = src.parser.journal
@@ -11046,8 +11077,11 @@ def read_journals(store, sources, plan):
         mark = src.parser.start_mark(src.path)
         if mark:
             marks.setdefault(mark, []).append(src)
-    if not journals and not marks:
-        return {}, []
+        found = src.parser.project_journals(src.path)
+        if found:
+            per_project.append((src,) + found)
+    if not journals and not marks and not per_project:
+        return {}, [], []
     try:
         with open_regular(_journals_file(store)) as f:
             known = json.loads(f.read())
@@ -11073,6 +11107,27 @@ def read_journals(store, sources, plan):
         places[START_KEY + folder] = place
         moved = moved or place != was
         started += [(src, folder, place[1]) for src in srcs if place[1]]
+    projects = []
+    for src, folder, project_of in per_project:
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        for e in entries:
+            target = project_of(e.name)
+            try:
+                st = e.stat(follow_symlinks=False) if target else None
+            except OSError:
+                continue
+            if st is None or not stat.S_ISREG(st.st_mode):
+                continue
+            key, now_at = PROJECT_KEY + e.path, [st.st_size, st.st_mtime_ns]
+            was, places[key] = known.get(key), now_at
+            if was != now_at:
+                moved = True
+                if isinstance(was, list):  # (first seen: only remembered, like a new journal's end)
+                    projects.append((src, target))
     for path, (agent, keys) in journals.items():
         try:
             st = os.stat(path)
@@ -11110,7 +11165,7 @@ def read_journals(store, sources, plan):
     plan.journal_places = places
     if moved:
         plan.journals = places
-    return named, started
+    return named, started, projects
 
 
 def _check_started(store, plan, src, mark, opened, summary, skip):

@@ -6061,6 +6061,44 @@ def test_a_resumed_old_session_of_an_agent_without_journal_is_found_at_once_afte
     assert search_ids(capsys, "quoll") == []
 
 
+def test_a_resumed_old_kimi_session_is_found_once_its_projects_prompt_history_grows(env, capsys, monkeypatch,
+                                                                                    tmp_path, counted_stats):
+    """kimi-cli's shell appends every prompt to ~/.kimi/user-history/<md5 of the work dir>.jsonl:
+    when one grows, the sessions of that work dir (sessions/<md5>/) are compared, those only."""
+    home = tmp_path / "home"
+    paths = {}
+    for cwd in ("/home/u/a", "/home/u/b"):
+        for i in range(3):
+            sid = "%s-%d" % (cwd[-1], i)
+            paths[sid] = str(ot_kimi_cli_session(home, [("TurnBegin", {"user_input": "routine kimi question"})],
+                                                 cwd=cwd, sid=sid))
+    history = home / ".kimi" / "user-history"
+    history.mkdir()
+    for cwd in ("/home/u/a", "/home/u/b"):
+        write_jsonl(history / (hashlib.md5(cwd.encode()).hexdigest() + ".jsonl"), [{"content": "routine kimi question"}])
+    write_config({"sources": [{"parser": "kimi", "path": str(home / ".kimi" / "sessions")}]}, tmp_path)
+    age(home)
+    assert run(capsys, "index")[0] == 0
+    monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)   # the sweep reaches nothing
+    monkeypatch.chdir(tmp_path)                                       # a folder of no session
+    assert len(search_ids(capsys, "routine")) == 6
+
+    def resume(sid, words):
+        with open(paths[sid], "a") as f:
+            f.write(line({"timestamp": 1795484200.5, "message": {"type": "TurnBegin", "payload": {"user_input": words}}}))
+        with open(str(history / (hashlib.md5(("/home/u/" + sid[0]).encode()).hexdigest() + ".jsonl")), "a") as f:
+            f.write(line({"content": words}))
+    resume("b-1", "resumed: the okapi question")
+    del counted_stats[:]
+    assert search_ids(capsys, "okapi") == ["b-1"]
+    assert {p for p in counted_stats if p in paths.values()} == {paths["b-%d" % i] for i in range(3)}
+    with open(paths["a-2"], "a") as f:   # written without a prompt in the shell: left to the sweep
+        f.write(line({"timestamp": 1795484300.5, "message": {"type": "TurnBegin", "payload": {"user_input": "the tapir"}}}))
+    assert search_ids(capsys, "tapir") == []
+    resume("a-0", "resumed: the ocelot question")
+    assert search_ids(capsys, "ocelot") == ["a-0"]
+
+
 def test_on_a_slow_disk_an_agents_start_is_followed_a_bounded_share_at_a_time(env, capsys, monkeypatch, tmp_path,
                                                                                counted_stats):
     """Where comparing every file takes too long (a slow disk, a huge history), each search compares
