@@ -11061,6 +11061,7 @@ START_QUIET_SECONDS = 120
 START_PASS_SECONDS = 0.1
 START_KEY = "start:"  # the start marks' records, among the journals' places
 PROJECT_KEY = "project:"  # the per-project journals' sizes and times (Parser.project_journals), too
+PROJECT_JOURNALS_MAX = 1000
 
 
 def read_journals(store, sources, plan):
@@ -11114,15 +11115,18 @@ def read_journals(store, sources, plan):
                 entries = list(it)
         except OSError:
             continue
+        seen = []
         for e in entries:
             target = project_of(e.name)
             try:
                 st = e.stat(follow_symlinks=False) if target else None
             except OSError:
                 continue
-            if st is None or not stat.S_ISREG(st.st_mode):
-                continue
-            key, now_at = PROJECT_KEY + e.path, [st.st_size, st.st_mtime_ns]
+            if st is not None and stat.S_ISREG(st.st_mode):
+                seen.append((st.st_mtime_ns, st.st_size, e.path, target))
+        # (a folder of thousands: the newest PROJECT_JOURNALS_MAX are followed, the rest left to the sweep)
+        for mtime, size, path, target in sorted(seen, reverse=True)[:PROJECT_JOURNALS_MAX]:
+            key, now_at = PROJECT_KEY + path, [size, mtime]
             was, places[key] = known.get(key), now_at
             if was != now_at:
                 moved = True
