@@ -12641,18 +12641,22 @@ def best_matches(store, session, part, matcher, filters, limit=MATCHES_PER_SESSI
               for w, seq, kind, role, tool, ts, text in scored[:limit]]
     coverage = max(((Matcher.coverage(spans), matcher.as_typed(text, spans)) for _, _, spans, *_, text in scored),
                    default=(0, 0))
+    # The session's name and summary say what it is about in a few words: query words held together
+    # there count as they do in a chunk ("AI agents autonomy scaling" for the session titled "AI Agents:
+    # Architecture, Autonomy, and Scaling Challenges", whose talk holds two of them near each other).
+    label = "\n".join(t for t in (session.get("name"), session.get("summary")) if t) if not filters.tools_only else ""
+    label_spans = matcher.spans(label) if label else []
+    if label_spans:
+        coverage = max(coverage, (Matcher.coverage(label_spans), matcher.as_typed(label, label_spans)))
     # "_words": the text each match found, for matchedWords (taken out by result_json).
     matches = [{"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts, "score": round(w, 3),
                 **Matcher.snippet(text, spans), "_words": {text[a:b].lower() for a, b, _ in spans}}
                for w, seq, spans, kind, role, tool, ts, text in scored[:limit]]
-    if not matches and not filters.tools_only:
+    if not matches and label_spans:
         # Found by its name (or summary) alone: that is the match to show (it has no chunk: seq null).
-        label = "\n".join(t for t in (session.get("name"), session.get("summary")) if t)
-        spans = matcher.spans(label)
-        if spans:
-            matches.append({"seq": None, "kind": "name", "role": None, "tool": None, "timestamp": None,
-                            "score": 0.0, **Matcher.snippet(label, spans),
-                            "_words": {label[a:b].lower() for a, b, _ in spans}})
+        matches.append({"seq": None, "kind": "name", "role": None, "tool": None, "timestamp": None,
+                        "score": 0.0, **Matcher.snippet(label, label_spans),
+                        "_words": {label[a:b].lower() for a, b, _ in label_spans}})
     return matches, coverage
 
 

@@ -7389,6 +7389,27 @@ def test_among_sessions_with_every_word_the_one_holding_them_together_as_typed_r
     assert search_ids(capsys, "acquirer timeout seconds")[0] == "together"
 
 
+def test_a_session_whose_name_holds_the_query_words_together_ranks_first(env, capsys):
+    """A Claude Code title (or a name the user gave) says what the session is about in a few words:
+    a session titled "AI Agents: Architecture, Autonomy, and Scaling Challenges", whose talk says
+    the words far apart, ranks above sessions saying them together in passing (the real-world case:
+    it was 4th for "AI agents autonomy scaling")."""
+    for i in range(3):
+        w = PiWriter(env, "passing-%d" % i, cwd="/home/dev/robots%d" % i)
+        for j in range(6):
+            w.user("Step %d of the robot arm driver: calibrate the joints and log the angles." % j)
+            w.assistant("Calibrated joint %d; the angles are logged to the console." % j)
+        w.user("An aside: AI agents, their autonomy and scaling, are chapter %d of the book." % i)
+        w.assistant("Noted for the book.").save()
+    w = PiWriter(env, "titled", cwd="/home/dev/notes")
+    name(w, "AI Agents: Architecture, Autonomy, and Scaling Challenges")
+    w.user("Let us outline an essay about AI agents.")
+    w.assistant("Section one: what the agents do. " + "Planning, tools and memory. " * 40)
+    w.user("Section two is about autonomy: when should it ask the user?")
+    w.assistant("Section three: scaling to many of them. " + "Queues and budgets. " * 40).save()
+    assert search_ids(capsys, "AI agents autonomy scaling")[0] == "titled"
+
+
 def test_a_common_word_still_orders_the_sessions_holding_the_telling_ones(env, capsys):
     for i in range(6):
         w = PiWriter(env, "tests-%d" % i, cwd="/home/dev/sync")
