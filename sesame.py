@@ -11191,12 +11191,7 @@ def _check_started(store, plan, src, mark, opened, summary, skip):
             place[2][src.path] = fid  # the rest next time
             break
         compared.add(fid)
-        try:
-            st = stat_file(fs_path(path), parser)
-        except OSError:
-            differ.append(fid)  # gone or unreadable: _check_row tells which
-            continue
-        if st.st_mtime_ns != mtime or st.st_size != size or version != parser.version:
+        if _differs(path, parser, size, mtime, version):
             differ.append(fid)
     plan.checked += len(compared) - len(differ)
     if place[2].get(src.path, 0) != was:
@@ -11252,6 +11247,16 @@ def _sweep_file(store):
     return os.path.join(os.path.dirname(store.path), "sweep")
 
 
+def _differs(path, parser, size, mtime, version):
+    """Whether an indexed file (its stored size, time and parser version) differs from the disk: one
+    stat. A file gone or unreadable differs too (_check_row then tells which)."""
+    try:
+        st = stat_file(fs_path(path), parser)
+    except OSError:
+        return True
+    return st.st_mtime_ns != mtime or st.st_size != size or version != parser.version
+
+
 def _sweep(store, plan, parsers, summary, skip):
     """Check the next files in id order: at least SWEEP_MIN_FILES, more while SWEEP_SECONDS last.
     Every search runs this, so it is written for speed: of each file only what the comparison needs
@@ -11272,12 +11277,7 @@ def _sweep(store, plan, parsers, summary, skip):
         parser = parsers.get((source, pid)) or PARSERS.get(pid)
         if parser is None:
             continue
-        try:
-            st = stat_file(fs_path(path), parser)
-            same = st.st_mtime_ns == mtime and st.st_size == size and pid == parser.id and version == parser.version
-        except OSError:
-            same = False  # gone or unreadable: _check_row tells which
-        if not same:
+        if pid != parser.id or _differs(path, parser, size, mtime, version):
             differ.append(fid)
         done += 1
         if done >= SWEEP_MIN_FILES and clock() > deadline:

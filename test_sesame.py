@@ -1248,14 +1248,20 @@ def test_claude_title_precedence_rename_then_ai_title_then_own_summary(tmp_path)
     assert parse_file("claude", p)[0].name is None
 
 
-def test_claude_summary_in_another_file_names_the_session_holding_its_leaf(env, tmp_path, capsys):
-    # Claude Code 1.0-2.0 wrote summaries of earlier sessions as the first lines of the next session
-    # file of the folder; started and left without a prompt, that file holds nothing else.
+def cc_pelican_project(tmp_path):
+    """A Claude Code projects folder with one session (cc_SID) whose last message is "a1": (root, its folder)."""
     root = tmp_path / "claude-projects"
     proj = root / "-proj"
     write_jsonl(proj / (cc_SID + ".jsonl"), [
         cc_cl_user("u1", "2026-01-01T00:00:00Z", "tune the pelican cache"),
         cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "text", "text": "Tuned."}])])
+    return root, proj
+
+
+def test_claude_summary_in_another_file_names_the_session_holding_its_leaf(env, tmp_path, capsys):
+    # Claude Code 1.0-2.0 wrote summaries of earlier sessions as the first lines of the next session
+    # file of the folder; started and left without a prompt, that file holds nothing else.
+    root, proj = cc_pelican_project(tmp_path)
     other = cc_SID.replace("5555", "6666")
     write_jsonl(proj / (other + ".jsonl"), [
         {"type": "summary", "summary": "Pelican cache tuning", "leafUuid": "a1"},
@@ -1289,11 +1295,7 @@ def test_claude_summary_written_into_a_file_of_a_folder_seen_before_renames_at_t
     # What a scan of a project folder found is kept beside the index until the folder's time changes
     # (a search does not look at every file of a busy folder again): a summary file created later,
     # and one created empty whose summaries were written after the scan, still rename the session.
-    root = tmp_path / "claude-projects"
-    proj = root / "-proj"
-    write_jsonl(proj / (cc_SID + ".jsonl"), [
-        cc_cl_user("u1", "2026-01-01T00:00:00Z", "tune the pelican cache"),
-        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "text", "text": "Tuned."}])])
+    root, proj = cc_pelican_project(tmp_path)
     for n in range(30):   # other sessions of the folder
         sid = cc_SID.replace("5555", "%04d" % n)
         write_jsonl(proj / (sid + ".jsonl"), [cc_cl_user("x%d" % n, "2026-01-01T00:00:00Z", "other work %d" % n, sessionId=sid)])
