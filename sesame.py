@@ -7396,9 +7396,21 @@ class OpenClawParser(Parser):
     injects text the human did not type: `custom_message` with `display: false` (runtime context),
     HEARTBEAT.md polls and the `/new`/`/reset` scaffold sent as user messages -> context. Rotated
     `*.jsonl.deleted.*` / `*.jsonl.reset.*` archives are not listed.
+
+    OpenClaw 2026.8.1 moved transcripts into one SQLite database per agent (openclaw/openclaw #98236,
+    agent schema 4; `openclaw doctor` imports the JSONL files and removes them):
+    `<state>/agents/<agentId>/agent/openclaw-agent.sqlite`, WAL mode, written by the gateway alone.
+    `session_windows` has a row per session id (a session key gets a new id at /reset, rollover or
+    compaction: each is a session here, as its JSONL file was), with `display_name` and times in ms;
+    `transcript_events(session_id, seq, event_json)` holds the same pi entries the JSONL lines did, the
+    header among them. From 2026.9.6 (schema 23) a large entry may be stored zstd-compressed instead
+    (`event_zstd`, `event_json` NULL; see zstd_decompress). Entries moved to cold storage (opt-in) are
+    not in the table, so not indexed. Both stores may hold one session (before and after the import):
+    the index keeps one copy.
     """
 
-    id, label, version = "openclaw", "OpenClaw", 3
+    id, label, version = "openclaw", "OpenClaw", 4   # 4: the database (a new version lists the folders again)
+    verified = "schema from its source (agent schema 4-23), 2026-11-26"
     records = ("message", "compaction", "branch_summary", "custom_message", "session_info")
     skipped_records = PiParser.skipped_records   # the header, settings and extension state, as in pi
     blocks, skipped_blocks = PiParser.blocks, PiParser.skipped_blocks   # read by read_pi_message
@@ -7410,8 +7422,10 @@ class OpenClawParser(Parser):
         home = _home(env)
         return [os.path.join(home, d, "agents") for d in (".openclaw", ".clawdbot", ".moltbot")]
 
+    DB_NAME = "openclaw-agent.sqlite"
+
     def list_files(self, root):
-        return walk_files(root, lambda n: n.endswith(".jsonl"), max_depth=2)
+        return walk_files(root, lambda n: n.endswith(".jsonl") or n == self.DB_NAME, max_depth=2)
 
     @staticmethod
     def _injected(text):
@@ -7423,45 +7437,108 @@ class OpenClawParser(Parser):
     resumable = True
 
     def parse(self, path, report, resume=None, limit=None):
+        if os.path.basename(path) == self.DB_NAME:
+            return self._parse_db(path, report)   # (read whole at each change, as other stores are)
         header = first_json_line(path)
         if not header or header.get("type") != "session" or not isinstance(header.get("id"), str):
             raise NotASessionFile("no OpenClaw/pi session header")
         s = Session(self.id, header["id"], path)
-        s.cwd = _str(header.get("cwd"))
-        s.parent = header.get("parentSession") or header.get("branchedFrom")
+        self._header(s, header)
         r = Resumption(s, resume, limit, name=None)
         s.touch(norm_time(header.get("timestamp")))
         tools = ToolCalls(s)
         for offset, e in iter_jsonl(path, report, r.start):
-            etype = self.record_type(report, e)
-            ts = norm_time(e.get("timestamp"))
-            m = e.get("message")
-            if etype == "message" and not isinstance(m, dict):
-                report.skip("malformed entry")
-            elif etype == "message":
-                mts = norm_time(m.get("timestamp")) or ts
-                s.touch(mts)
-                role = m.get("role")
-                if role == "user":
-                    text = text_of(m.get("content"))
-                    s.add("context" if self._injected(text) else "user", text, role="user", ts=mts)
-                elif role in ("assistant", "toolResult", "bashExecution"):
-                    read_pi_message(s, m, role, mts, tools, report)
-                elif role == "system":
-                    s.add("context", text_of(m.get("content")), role="system", ts=mts)
-            elif etype in ("compaction", "branch_summary"):
-                s.add("summary", e.get("summary") if isinstance(e.get("summary"), str) else "", role=etype, ts=ts)
-            elif etype == "custom_message":
-                kind = "context" if e.get("display") is False else "custom"
-                s.add(kind, text_of(e.get("content")), role="custom", ts=ts)
-            elif etype == "session_info" and _str(e.get("name")):
-                r.state["name"] = e["name"].strip()
+            self._entry(s, e, report, tools, r.state)
             if r.line_done(offset, tools.waiting, tools.give_up):
                 break
         r.finish()
         s.name = r.state["name"]
         _finish_times(s, path)
         return [s]
+
+    @staticmethod
+    def _header(s, header):
+        s.cwd = _str(header.get("cwd"))
+        s.parent = header.get("parentSession") or header.get("branchedFrom")
+
+    def _entry(self, s, e, report, tools, state):
+        """One pi entry (a JSONL line, or a transcript_events row): its chunks; a name goes to state."""
+        etype = self.record_type(report, e)
+        ts = norm_time(e.get("timestamp"))
+        m = e.get("message")
+        if etype == "message" and not isinstance(m, dict):
+            report.skip("malformed entry")
+        elif etype == "message":
+            mts = norm_time(m.get("timestamp")) or ts
+            s.touch(mts)
+            role = m.get("role")
+            if role == "user":
+                text = text_of(m.get("content"))
+                s.add("context" if self._injected(text) else "user", text, role="user", ts=mts)
+            elif role in ("assistant", "toolResult", "bashExecution"):
+                read_pi_message(s, m, role, mts, tools, report)
+            elif role == "system":
+                s.add("context", text_of(m.get("content")), role="system", ts=mts)
+        elif etype in ("compaction", "branch_summary"):
+            s.add("summary", e.get("summary") if isinstance(e.get("summary"), str) else "", role=etype, ts=ts)
+        elif etype == "custom_message":
+            kind = "context" if e.get("display") is False else "custom"
+            s.add(kind, text_of(e.get("content")), role="custom", ts=ts)
+        elif etype == "session_info" and _str(e.get("name")):
+            state["name"] = e["name"].strip()
+
+    def _parse_db(self, path, report):
+        con = open_agent_db(path)
+        try:
+            if not {"session_windows", "transcript_events"} <= _table_names(con):
+                raise NotASessionFile("unknown schema: no session_windows/transcript_events tables")
+            have = set(_db_columns(con, "session_windows"))
+            cols = ", ".join(c if c in have else "NULL" for c in (
+                "session_id", "session_key", "display_name", "created_at", "updated_at", "spawned_by"))
+            windows = con.execute("SELECT %s FROM session_windows ORDER BY created_at, session_id" % cols).fetchall()
+            # A sub-agent names the session key that spawned it: its parent is that key's current session.
+            current = {}
+            if "session_nodes" in _table_names(con) and {"session_key", "current_session_id"} <= set(
+                    _db_columns(con, "session_nodes")):
+                current = dict(con.execute("SELECT session_key, current_session_id FROM session_nodes"))
+            packed = "event_zstd" in _db_columns(con, "transcript_events")
+            sql = "SELECT event_json, %s FROM transcript_events WHERE session_id = ? ORDER BY seq" % (
+                "event_zstd" if packed else "NULL")
+            sessions = []
+            for sid, key, title, created, updated, spawned_by in windows:
+                if not isinstance(sid, str) or not sid:
+                    report.skip("session row without an id")
+                    continue
+                s = Session(self.id, sid, path)
+                tools, state = ToolCalls(s), {"name": None}
+                for text, blob in con.execute(sql, (sid,)):
+                    if text is None and blob is not None:
+                        try:
+                            text = zstd_decompress(bytes(blob))
+                        except NotASessionFile as e:   # no zstd here: that entry alone is left out
+                            report.skip(str(e))
+                            continue
+                    e = _json_value(text)
+                    if not isinstance(e, dict):
+                        report.skip("malformed entry")
+                    elif e.get("type") == "session":
+                        self._header(s, e)
+                        s.touch(norm_time(e.get("timestamp")))
+                    else:
+                        self._entry(s, e, report, tools, state)
+                tools.give_up()
+                s.name = state["name"] or _str(title)
+                if not s.parent and spawned_by and current.get(spawned_by) != sid:
+                    s.parent = current.get(spawned_by)
+                s.touch(norm_time(created))
+                s.touch(norm_time(updated))
+                _finish_times(s, path)
+                sessions.append(s)
+            return sessions
+        except sqlite3.DatabaseError as e:
+            raise store_failure(e)
+        finally:
+            con.close()
 
 
 # -------------------------------------------------------------------------------------------------

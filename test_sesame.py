@@ -3952,6 +3952,123 @@ def test_openclaw_injected_context_and_tools(tmp_path):
     assert (s.created, s.modified) == ("2026-02-24T10:00:00.000Z", "2026-02-24T10:00:04.000Z")
 
 
+def _oc_event(kind, ts, **fields):
+    return dict({"type": kind, "id": "e%d" % ts, "timestamp": "2026-09-10T10:%02d:00.000Z" % ts}, **fields)
+
+
+def _oc_msg(ts, role, content, **extra):
+    return _oc_event("message", ts, message=dict({"role": role, "content": content}, **extra))
+
+
+def openclaw_db(path, windows, events, wal=False):
+    """An OpenClaw agent database as 2026.8.1+ writes it (openclaw-agent.sqlite): the tables and columns
+    the reader uses, with schema 23's event_zstd beside event_json. `windows`: (session id, session key,
+    display name, spawned by); `events`: (session id, entry dict | raw text | zstd bytes). Returns the
+    connection when `wal` (kept open, as the gateway keeps it: the -wal file stays), else None."""
+    os.makedirs(os.path.dirname(str(path)), exist_ok=True)
+    con = sqlite3.connect(str(path), isolation_level=None)
+    if wal:
+        con.execute("PRAGMA journal_mode=WAL")
+    con.executescript(
+        "CREATE TABLE session_nodes(session_key TEXT NOT NULL PRIMARY KEY, current_session_id TEXT NOT NULL,"
+        " entry_json TEXT NOT NULL, updated_at INTEGER NOT NULL);"
+        "CREATE TABLE session_windows(session_id TEXT NOT NULL PRIMARY KEY, session_key TEXT NOT NULL,"
+        " previous_session_id TEXT, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,"
+        " transcript_updated_at INTEGER, spawned_by TEXT, display_name TEXT);"
+        "CREATE TABLE transcript_events(session_id TEXT NOT NULL, seq INTEGER NOT NULL, event_json TEXT,"
+        " created_at INTEGER NOT NULL, event_zstd BLOB, event_utf8_bytes INTEGER, PRIMARY KEY (session_id, seq));")
+    t0 = 1789034400000  # 2026-09-10T10:00:00Z
+    for sid, key, title, spawned_by in windows:
+        con.execute("INSERT OR REPLACE INTO session_nodes VALUES (?, ?, '{}', ?)", (key, sid, t0))
+        con.execute("INSERT INTO session_windows (session_id, session_key, created_at, updated_at, spawned_by,"
+                    " display_name) VALUES (?, ?, ?, ?, ?, ?)", (sid, key, t0, t0 + 60000, spawned_by, title))
+    add_openclaw_events(con, events)
+    if wal:
+        return con
+    con.close()
+    return None
+
+
+def add_openclaw_events(con, events):
+    """Append transcript rows as the gateway does (seq = MAX(seq) + 1 per session)."""
+    for sid, e in events:
+        seq = con.execute("SELECT coalesce(max(seq) + 1, 0) FROM transcript_events WHERE session_id=?", (sid,)).fetchone()[0]
+        if isinstance(e, bytes):
+            con.execute("INSERT INTO transcript_events VALUES (?, ?, NULL, 0, ?, 1)", (sid, seq, e))
+        else:
+            con.execute("INSERT INTO transcript_events VALUES (?, ?, ?, 0, NULL, NULL)",
+                        (sid, seq, e if isinstance(e, str) else json.dumps(e)))
+
+
+OC_MAIN = [("s-main", {"type": "session", "version": 3, "id": "s-main", "timestamp": "2026-09-10T10:00:00.000Z",
+                       "cwd": "/home/u/shop"}),
+           ("s-main", _oc_msg(1, "user", [{"type": "text", "text": "the refund webhook retries twice"}])),
+           ("s-main", _oc_msg(2, "assistant", [{"type": "toolCall", "id": "t1", "name": "exec",
+                                                "arguments": {"command": "grep -rn retry webhooks/"}}])),
+           ("s-main", _oc_msg(3, "toolResult", "webhooks/refund.py:12: retry(2)", toolCallId="t1", toolName="exec")),
+           ("s-sub", {"type": "session", "version": 3, "id": "s-sub", "timestamp": "2026-09-10T10:05:00.000Z",
+                      "cwd": "/home/u/shop"}),
+           ("s-sub", _oc_msg(6, "user", [{"type": "text", "text": "check the idempotency keys"}])),
+           ("s-sub", _oc_event("session_info", 7, name="Idempotency check"))]
+OC_WINDOWS = [("s-main", "agent:main:main", "Refund retries", None),
+              ("s-sub", "agent:main:subagent:1", None, "agent:main:main")]
+
+
+def test_openclaw_database_sessions_are_read_as_the_jsonl_files_were(tmp_path, monkeypatch):
+    """OpenClaw 2026.8.1 keeps transcripts in agents/<id>/agent/openclaw-agent.sqlite: each session
+    window a session, its transcript_events the pi entries its JSONL file held; a zstd-compressed
+    entry (schema 23) is read with what the machine has, or left out and counted, never the session."""
+    import shutil
+    exe = shutil.which("zstd")
+    packed = subprocess.run([exe, "-c", "-q"], input=json.dumps(_oc_msg(4, "user", "compressed: the pelican ledger")).encode(),
+                            stdout=subprocess.PIPE, check=True).stdout if exe else None
+    db = tmp_path / "agents" / "main" / "agent" / "openclaw-agent.sqlite"
+    openclaw_db(db, OC_WINDOWS, OC_MAIN + ([("s-main", packed)] if packed else []) + [("s-main", "{not json")])
+    legacy = write_jsonl(tmp_path / "agents" / "main" / "sessions" / "old.jsonl", [dict(OC_MAIN[0][1], id="old")])
+    assert PARSERS["openclaw"].list_files(str(tmp_path / "agents")) == [str(db), legacy]
+    report = ParseReport()
+    main, sub = PARSERS["openclaw"].parse(str(db), report)
+    assert (main.session_id, main.name, main.cwd, main.parent) == ("s-main", "Refund retries", "/home/u/shop", None)
+    assert texts(main, "user")[0] == "the refund webhook retries twice"
+    assert "grep -rn retry webhooks/" in texts(main, "tool")[0] and "refund.py:12" in texts(main, "tool")[0]
+    assert (sub.session_id, sub.name, sub.parent) == ("s-sub", "Idempotency check", "s-main")
+    assert main.created == "2026-09-10T10:00:00.000Z" and sub.modified >= "2026-09-10T10:06:00.000Z"
+    if packed:
+        assert texts(main, "user")[1] == "compressed: the pelican ledger"
+        assert sum(report.skipped.values()) == 1                       # the row that is not JSON
+        monkeypatch.setattr(sesame, "_zstd_module", lambda: None)     # no decompressor on this machine
+        monkeypatch.setattr(shutil, "which", lambda name: None)
+        report = ParseReport()
+        main, _ = PARSERS["openclaw"].parse(str(db), report)
+        assert texts(main, "user") == ["the refund webhook retries twice"] and sum(report.skipped.values()) == 2
+    with pytest.raises(NotASessionFile):   # another program's database under that name
+        openclaw_db(tmp_path / "x" / "agent" / "openclaw-agent.sqlite", [], [])
+        sqlite3.connect(str(tmp_path / "x" / "agent" / "openclaw-agent.sqlite")).execute("DROP TABLE transcript_events")
+        PARSERS["openclaw"].parse(str(tmp_path / "x" / "agent" / "openclaw-agent.sqlite"), ParseReport())
+
+
+def test_openclaw_database_written_by_a_running_gateway_is_searched_fresh_and_once(env, capsys, monkeypatch, tmp_path):
+    """The gateway keeps its database open in WAL mode: a new entry may live in the -wal file alone,
+    and the next search finds it from any folder. A session read from its JSONL file before
+    `openclaw doctor` imported it is one result, not two."""
+    agents = tmp_path / "home" / ".openclaw" / "agents"
+    write_jsonl(agents / "main" / "sessions" / "s-main.jsonl", [e for sid, e in OC_MAIN if sid == "s-main"])
+    gateway = openclaw_db(agents / "main" / "agent" / "openclaw-agent.sqlite", OC_WINDOWS, OC_MAIN, wal=True)
+    try:
+        write_config({"sources": [{"parser": "openclaw", "path": str(agents)}]}, tmp_path)
+        age(tmp_path / "home")
+        assert run(capsys, "index")[0] == 0
+        assert search_ids(capsys, "refund webhook") == ["s-main"]
+        assert search_ids(capsys, "idempotency keys") == ["s-sub"]
+        monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)
+        monkeypatch.chdir(tmp_path)
+        add_openclaw_events(gateway, [("s-main", _oc_msg(9, "user", [{"type": "text", "text": "now the walrus invoices"}]))])
+        assert os.path.getsize(str(agents / "main" / "agent" / "openclaw-agent.sqlite-wal")) > 0
+        assert search_ids(capsys, "walrus invoices") == ["s-main"]
+    finally:
+        gateway.close()
+
+
 # -------------------------------------------------------------------------------------------------
 # grok
 # -------------------------------------------------------------------------------------------------
