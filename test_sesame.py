@@ -2026,6 +2026,78 @@ def test_opencode_db_gives_every_session_with_times_title_and_parent(tmp_path):
     assert child.name is None   # the placeholder title is not a name
 
 
+def _store_changes(agent, tmp_path):
+    """An agent's database with two sessions, and the changes its agent makes to it: a message added
+    to the second, the first renamed, the second deleted. Returns (source folder, ids, [changes])."""
+    if agent == "opencode":
+        db = ogc_opencode_db(tmp_path / "home" / "opencode" / "opencode.db")
+
+        def run_sql(*statements):
+            con = sqlite3.connect(str(db))
+            for sql, params in statements:
+                con.execute(sql, params)
+            con.commit()
+            con.close()
+        return db.parent, ("ses_b", "ses_c"), [
+            lambda: run_sql(("INSERT INTO part VALUES ('prt_x', 'msg_3', 'ses_c', 1, 1730000007000, ?)",
+                             (json.dumps({"type": "text", "text": "the narwhal ledger"}),)),
+                            ("UPDATE session SET time_updated = 1730000007000 WHERE id = 'ses_c'", ())),
+            lambda: run_sql(("UPDATE session SET title = 'Walrus budget', time_updated = 1730000008000 WHERE id = 'ses_b'", ())),
+            lambda: run_sql(("DELETE FROM part WHERE session_id = 'ses_c'", ()), ("DELETE FROM message WHERE session_id = 'ses_c'", ()),
+                            ("DELETE FROM session WHERE id = 'ses_c'", ()))]
+    agents = tmp_path / "home" / "agents"
+    db = agents / "main" / "agent" / "openclaw-agent.sqlite"
+    openclaw_db(db, OC_WINDOWS, OC_MAIN)
+
+    def run_sql(*statements, events=()):
+        con = sqlite3.connect(str(db), isolation_level=None)
+        add_openclaw_events(con, events)
+        for sql in statements:
+            con.execute(sql)
+        con.close()
+    return agents, ("s-main", "s-sub"), [
+        lambda: run_sql(events=[("s-sub", _oc_msg(8, "user", [{"type": "text", "text": "the narwhal ledger"}]))]),
+        lambda: run_sql("UPDATE session_windows SET display_name = 'Walrus budget', updated_at = updated_at + 1 "
+                        "WHERE session_id = 's-main'"),
+        lambda: run_sql("DELETE FROM transcript_events WHERE session_id = 's-sub'",
+                        "DELETE FROM session_windows WHERE session_id = 's-sub'")]
+
+
+@pytest.mark.parametrize("agent", ["opencode", "openclaw"])
+def test_a_database_that_changed_is_read_again_for_the_sessions_that_changed_only(env, capsys, monkeypatch, tmp_path,
+                                                                                  agent):
+    """An agent's database changes at every message; reading all of it again made each search after one
+    take seconds (7 s for a 50 MB OpenClaw database). The sessions whose mark moved are read and
+    rewritten; the others stay as they were (same rows); a session the agent deleted is kept."""
+    folder, (first, second), changes = _store_changes(agent, tmp_path)
+    write_config({"sources": [{"parser": agent, "path": str(folder)}]}, tmp_path)
+    assert run(capsys, "index")[0] == 0
+    def rows():   # {session id: (its row in the index, deleted)}
+        con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
+        try:
+            return {sid: (rowid, deleted) for rowid, sid, deleted in con.execute("SELECT id, session_id, deleted FROM sessions")}
+        finally:
+            con.close()
+    before = rows()
+    asked = []
+    real = type(PARSERS[agent]).parse_sessions
+    monkeypatch.setattr(type(PARSERS[agent]), "parse_sessions",
+                        lambda self, path, report, only: asked.append(set(only)) or real(self, path, report, only))
+    changes[0]()                                     # a message added to the second session
+    assert search_ids(capsys, "narwhal ledger") == [second]
+    assert asked == [{second}]
+    assert rows()[first] == before[first]            # the first was not written again
+    changes[1]()                                     # the first renamed
+    assert search_ids(capsys, "walrus budget") == [first]
+    assert asked[1:] == [{first}]
+    changes[2]()                                     # the second deleted by the agent: kept, as deleted
+    assert search_ids(capsys, "narwhal ledger") == [second]
+    assert asked[2:] == [set()]
+    after = rows()
+    assert after[second][1] and not after[first][1]
+    assert len(before) == len(after) == 2
+
+
 def test_opencode_write_tool_is_shown_by_the_file_it_wrote_not_its_first_line(env, tmp_path, capsys):
     # OpenCode and Kilo (7.0.46) give a write's content before its filePath.
     rows = [("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
@@ -6773,6 +6845,47 @@ APPEND_FORMATS = {
     "openclaw": ("openclaw", "agents", "main/sid-o.jsonl", "sid-o",
                  [{"type": "session", "version": 3, "id": "sid-o", "timestamp": _iso(0), "cwd": "/w"}], _openclaw_turn),
 }
+
+
+def _lock_beside(fmt, path):
+    """What the agent does in the transcript's folder around an append, as its source shows (Copilot
+    CLI 1.0.102: `inuse.<pid>.lock` made at start or resume and removed at exit; Droid 0.225: a lock
+    folder `<transcript>.events.lock` renamed in and removed at every append; OpenClaw: a
+    `<transcript>.lock` file made with O_EXCL and removed at every write)."""
+    folder = os.path.dirname(path)
+    if fmt == "copilot":
+        lock = os.path.join(folder, "inuse.4242.lock")
+        open(lock, "w").close()
+        os.remove(lock)
+    elif fmt == "droid":
+        os.mkdir(path + ".events.lock")
+        os.rmdir(path + ".events.lock")
+    else:
+        open(path + ".lock", "x").close()
+        os.remove(path + ".lock")
+
+
+@pytest.mark.parametrize("fmt", ["copilot", "droid", "openclaw"])
+def test_an_old_session_resumed_by_an_agent_that_locks_beside_it_is_found_at_once_from_any_folder(
+        fmt, env, tmp_path, capsys, monkeypatch):
+    """These agents keep no journal naming sessions, but they make and remove a lock in the session's
+    folder when they write to it: the folder's time changes, and a search lists it again."""
+    parser, folder, name, sid, head, turn = APPEND_FORMATS[fmt]
+    root = tmp_path / folder
+    path = write_jsonl(root / name, head + turn(0, "gazebo"))
+    for i in range(1, 8):   # other old sessions beside it
+        other = "%s-%d" % (sid, i)
+        write_jsonl(root / name.replace(sid, other), json.loads(json.dumps(head + turn(0, "gazebo")).replace(sid, other)))
+    write_config({"sources": [{"parser": parser, "path": str(root)}]}, tmp_path)
+    age(root)
+    assert run(capsys, "index")[0] == 0
+    monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)   # the sweep reaches nothing
+    monkeypatch.chdir(tmp_path)
+    with open(path, "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in turn(1, "marmoset")))
+    assert search_ids(capsys, "marmoset") == []      # an append alone changes no folder: left to the sweep
+    _lock_beside(fmt, path)
+    assert search_ids(capsys, "marmoset") == [sid]
 
 
 @pytest.mark.parametrize("fmt", sorted(APPEND_FORMATS))
