@@ -2045,6 +2045,22 @@ def _store_changes(agent, tmp_path):
             lambda: run_sql(("UPDATE session SET title = 'Walrus budget', time_updated = 1730000008000 WHERE id = 'ses_b'", ())),
             lambda: run_sql(("DELETE FROM part WHERE session_id = 'ses_c'", ()), ("DELETE FROM message WHERE session_id = 'ses_c'", ()),
                             ("DELETE FROM session WHERE id = 'ses_c'", ()))]
+    if agent == "zed":   # no marks of its own: each parsed thread's digest is its mark
+        db = zed_store(tmp_path / "home" / "zed" / "threads.db", [
+            ("th-a", "json", json.dumps(ZED_THREAD), None, "/p"), ("th-b", "json", json.dumps(ZED_LEGACY), None, "/q")])
+
+        def run_sql(sql, params=()):
+            con = sqlite3.connect(db)
+            con.execute(sql, params)
+            con.commit()
+            con.close()
+        grown = dict(ZED_LEGACY, messages=ZED_LEGACY["messages"] + [
+            {"id": 2, "role": "user", "segments": [{"type": "text", "text": "the narwhal ledger"}], "tool_uses": [],
+             "tool_results": [], "context": ""}])
+        return os.path.dirname(db), ("th-a", "th-b"), [
+            lambda: run_sql("UPDATE threads SET data = ? WHERE id = 'th-b'", (json.dumps(grown),)),
+            lambda: run_sql("UPDATE threads SET summary = 'Walrus budget' WHERE id = 'th-a'"),
+            lambda: run_sql("DELETE FROM threads WHERE id = 'th-b'")]
     agents = tmp_path / "home" / "agents"
     db = agents / "main" / "agent" / "openclaw-agent.sqlite"
     openclaw_db(db, OC_WINDOWS, OC_MAIN)
@@ -2063,12 +2079,13 @@ def _store_changes(agent, tmp_path):
                         "DELETE FROM session_windows WHERE session_id = 's-sub'")]
 
 
-@pytest.mark.parametrize("agent", ["opencode", "openclaw"])
+@pytest.mark.parametrize("agent", ["opencode", "openclaw", "zed"])
 def test_a_database_that_changed_is_read_again_for_the_sessions_that_changed_only(env, capsys, monkeypatch, tmp_path,
                                                                                   agent):
     """An agent's database changes at every message; reading all of it again made each search after one
-    take seconds (7 s for a 50 MB OpenClaw database). The sessions whose mark moved are read and
-    rewritten; the others stay as they were (same rows); a session the agent deleted is kept."""
+    take seconds (7 s for a 50 MB OpenClaw database). The sessions whose mark moved (OpenCode's and
+    OpenClaw's from a query; any other store's from each parsed session's digest) are made ready
+    and rewritten; the others stay as they were (same rows); a session the agent deleted is kept."""
     folder, (first, second), changes = _store_changes(agent, tmp_path)
     write_config({"sources": [{"parser": agent, "path": str(folder)}]}, tmp_path)
     assert run(capsys, "index")[0] == 0
@@ -2079,20 +2096,22 @@ def test_a_database_that_changed_is_read_again_for_the_sessions_that_changed_onl
         finally:
             con.close()
     before = rows()
-    asked = []
-    real = type(PARSERS[agent]).parse_sessions
-    monkeypatch.setattr(type(PARSERS[agent]), "parse_sessions",
-                        lambda self, path, report, only: asked.append(set(only)) or real(self, path, report, only))
+    made, real = [], sesame.Prepared   # the sessions made ready to write, per search
+    monkeypatch.setattr(sesame, "Prepared", lambda s, **kw: made[-1].add(s.session_id) or real(s, **kw))
+
+    def search(*words):
+        made.append(set())
+        return search_ids(capsys, *words)
     changes[0]()                                     # a message added to the second session
-    assert search_ids(capsys, "narwhal ledger") == [second]
-    assert asked == [{second}]
+    assert search("narwhal ledger") == [second]
+    assert made == [{second}]
     assert rows()[first] == before[first]            # the first was not written again
     changes[1]()                                     # the first renamed
-    assert search_ids(capsys, "walrus budget") == [first]
-    assert asked[1:] == [{first}]
+    assert search("walrus budget") == [first]
+    assert made[1:] == [{first}]
     changes[2]()                                     # the second deleted by the agent: kept, as deleted
-    assert search_ids(capsys, "narwhal ledger") == [second]
-    assert asked[2:] == [set()]
+    assert search("narwhal ledger") == [second]
+    assert made[2:] == [set()]
     after = rows()
     assert after[second][1] and not after[first][1]
     assert len(before) == len(after) == 2
