@@ -8278,6 +8278,13 @@ class ContinueParser(Parser):
     def list_files(self, root):
         return walk_files(root, lambda n: n.endswith(".json") and n != "sessions.json", max_depth=0)
 
+    def start_mark(self, root):
+        # Continue rewrites a session's file in place (fs.writeFileSync: its folder's time stays) and
+        # then sessions.json, the list of sessions, at every save (core/util/history.ts): a change of
+        # that list opens a window (see read_journals) in which the resumed old session is found.
+        listing = os.path.join(root, "sessions.json")
+        return listing if os.path.isfile(listing) else None
+
     def _dates(self, folder):
         if folder not in self._created:
             listing = _load_json_file_quietly(os.path.join(folder, "sessions.json"))
@@ -11216,6 +11223,7 @@ def _journals_file(store):
 START_WINDOW_SECONDS = 3600
 START_QUIET_SECONDS = 120
 START_PASS_SECONDS = 0.1
+START_SLACK_NS = 2 * 10 ** 9  # a file written this long before the mark counts as written after it
 START_KEY = "start:"  # the start marks' records, among the journals' places
 PROJECT_KEY = "project:"  # the per-project journals' sizes and times (Parser.project_journals), too
 PROJECT_JOURNALS_MAX = 1000
@@ -11352,9 +11360,10 @@ def _check_started(store, plan, src, mark, opened, summary, skip):
     parsers = {_owner(src): src.parser}
     for row in store.file_rows_by_id([fid for fid in differ if fid not in skip]):
         _check_row(plan, row, parsers, summary)
-    # Read now, by this or another rule: a file new or quiet before the start, written after it.
+    # Read now, by this or another rule: a file new or quiet before the start, written after it (or
+    # just before: Continue writes the session, then its list, the mark).
     quiet = opened - START_QUIET_SECONDS * 10 ** 9
-    if any(job.source == src.path and job.parser is parser and job.stat.st_mtime_ns >= opened
+    if any(job.source == src.path and job.parser is parser and job.stat.st_mtime_ns >= opened - START_SLACK_NS
            and (job.row is None or job.row.mtime_ns < quiet) for job in plan.todo):
         place[1:] = [0, {}]
         plan.journals = plan.journal_places

@@ -4440,6 +4440,42 @@ def test_continue_session_roles_tools_context_name_cwd_and_creation_time(tmp_pat
     assert s.created == "2026-01-08T09:50:03.494Z" and s.modified >= s.created
 
 
+def test_a_resumed_old_continue_session_is_found_at_once_from_any_folder(env, capsys, monkeypatch, tmp_path,
+                                                                        counted_stats):
+    """Continue rewrites a session's file in place (its folder's time stays) and then sessions.json,
+    the list of sessions, at every save: a change of that list opens a window in which each search
+    compares Continue's files, closed once the resumed (quiet) session has been read."""
+    folder = tmp_path / "home" / ".continue" / "sessions"
+    ids = ["c0ffee00-%04d" % i for i in range(6)]
+    paths = {sid: write_file(folder / (sid + ".json"), continue_session(sid=sid, title="Old chat %s" % sid))
+             for sid in ids}
+    listing = [{"sessionId": sid, "title": "Old chat", "dateCreated": "1767865803494",
+                "workspaceDirectory": "file:///home/u/a", "messageCount": 2} for sid in ids]
+    write_file(folder / "sessions.json", listing)
+    write_config({"sources": [{"parser": "continue", "path": str(folder)}]}, tmp_path)
+    age(tmp_path / "home")
+    assert run(capsys, "index")[0] == 0
+    monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)
+    monkeypatch.chdir(tmp_path)
+    assert search_ids(capsys, "websocket reconnect") != []
+
+    def save(sid, text):   # what Continue's save() does: the session's file, then the list
+        data = continue_session(sid=sid, title="Old chat %s" % sid)
+        data["history"].append({"message": {"role": "user", "content": text}, "contextItems": []})
+        with open(str(paths[sid]), "w") as f:   # in place, as writeFileSync does
+            f.write(json.dumps(data))
+        with open(str(folder / "sessions.json"), "w") as f:
+            f.write(json.dumps(listing))
+    save(ids[3], "resumed: the capybara migration")
+    assert search_ids(capsys, "capybara") == [ids[3]]
+    del counted_stats[:]
+    assert search_ids(capsys, "websocket reconnect") != []
+    assert set(counted_stats) <= {str(paths[ids[3]])}   # the window closed once it was read
+    with open(str(paths[ids[4]]), "w") as f:   # a file changed without the list: left to the sweep
+        f.write(json.dumps(dict(continue_session(sid=ids[4]), title="the okapi notes")))
+    assert search_ids(capsys, "okapi") == []
+
+
 def test_continue_newer_tool_call_states_list_gives_each_call_its_output(tmp_path):
     data = continue_session()
     item = data["history"][1]
