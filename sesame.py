@@ -11649,13 +11649,16 @@ def parse_file(path, parser_id, resume, limit, redact_secrets=True):
     def result(status, payload, checkpoint=None):
         return ParseResult(status, payload, report.skipped, checkpoint, report.unknown, sorted(report.versions),
                            restarted)
+    # A store of sessions read before has its sessions' marks (see Parser.session_marks): then only
+    # the sessions whose mark moved, or that are new, are read (index_file keeps the others).
+    old = resume.get("marks") if isinstance(resume, dict) else None
+    if old is not None:
+        resume = None   # (each session of a store is read whole)
     marks = only = None
     try:
         if type(parser).session_marks is not Parser.session_marks:
             marks = parser.session_marks(path)
         if marks is not None:
-            # A store read before: only the sessions whose mark moved, or that are new (see index_file).
-            old = resume.get("marks") if isinstance(resume, dict) else None
             if isinstance(old, dict):
                 only = {sid for sid, mark in marks.items() if old.get(sid) != mark}
             sessions = parser.parse(path, report) if only is None else parser.parse_sessions(path, report, only)
@@ -11674,7 +11677,6 @@ def parse_file(path, parser_id, resume, limit, redact_secrets=True):
         return result("error", "cannot read: %s" % (e.strerror or e))
     except Exception as e:  # a parser bug must not stop the run; the file is reported instead
         return result("error", "%s parser failed: %s: %s" % (parser_id, type(e).__name__, e))
-    old = resume.get("marks") if isinstance(resume, dict) else None
     if marks is None and not parser.resumable and (len(sessions) > 1 or isinstance(old, dict)):
         # A store of sessions whose parser gives no marks: each parsed session's digest is its mark,
         # so that only the sessions that changed are made ready and written (reading is the cheap
