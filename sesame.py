@@ -1585,9 +1585,10 @@ class Parser:
     journal = None
 
     def start_mark(self, root):
-        """For an agent that keeps no journal: the folder whose time changes whenever the agent
-        starts, for sessions kept in `root`, or None. After it changes, each search compares every
-        file of the source until one that had been quiet is written (see read_journals)."""
+        """For an agent that keeps no journal: the folder (or file: an SQLite store counts with its
+        -wal file) whose time changes whenever the agent starts, for sessions kept in `root`, or None.
+        After it changes, each search compares every file of the source until one that had been
+        quiet is written (see read_journals)."""
         return None
 
     def project_journals(self, root):
@@ -5576,7 +5577,9 @@ class ClineParser(Parser):
     The Cline SDK (Cline CLI 3.x, 2026) keeps a session in ~/.cline/data/sessions/<id>/: `<id>.messages.json`
     `{sessionId, origin: {version}, messages: [{role, content: [Anthropic-style blocks], ts}]}` and the
     manifest `<id>.json` (cwd, started_at, ended_at, parent_session_id, metadata.title). The same
-    session is listed in data/db/sessions.db, which adds nothing to search.
+    session is listed in data/db/sessions.db, which adds nothing to search; the SDK writes both files
+    in place (writeFileSync: the folder's time stays), but updates the session's row in that
+    database (WAL) at every turn: its change marks a start (see start_mark).
     """
 
     id, label, version = "cline", "Cline / Roo Code / Kilo Code", 3
@@ -5634,6 +5637,13 @@ class ClineParser(Parser):
             if os.path.basename(f) != "api_conversation_history.json" or d not in chosen:
                 chosen[d] = f
         return sorted(chosen.values())
+
+    def start_mark(self, root):
+        # The SDK's index database (`sessions.db`, status and updated_at set at every turn), when the
+        # root is the SDK's sessions folder or the task folder beside it (sdk/packages/core/src/session:
+        # a resumed session's messages are rewritten in place, at Cline 4.1.13).
+        db = os.path.join(os.path.dirname(root.rstrip(os.sep)), "db", "sessions.db")
+        return db if os.path.isfile(db) else None
 
     def sidecars(self, path):
         # The SDK's manifest beside the messages gets the end time and the title.
@@ -11259,7 +11269,7 @@ def read_journals(store, sources, plan):
     started, now = [], time.time_ns()
     for folder, srcs in marks.items():
         try:
-            mtime = os.stat(folder).st_mtime_ns
+            mtime = _mark_time(folder)
         except OSError:
             continue
         was = known.get(START_KEY + folder)
@@ -11335,6 +11345,18 @@ def read_journals(store, sources, plan):
     if moved:
         plan.journals = places
     return named, started, projects
+
+
+def _mark_time(path):
+    """A start mark's time: an SQLite store's counts its write-ahead log's (where each commit goes
+    while the agent keeps the store open)."""
+    mtime = os.stat(path).st_mtime_ns
+    if path.endswith(SQLITE_SUFFIXES):
+        try:
+            mtime = max(mtime, os.stat(path + "-wal").st_mtime_ns)
+        except OSError:
+            pass
+    return mtime
 
 
 def _check_started(store, plan, src, mark, opened, summary, skip):

@@ -6105,9 +6105,9 @@ def counted_stats(monkeypatch):
     calls = []
     original = sesame.stat_file
 
-    def counting(path, parser):
+    def counting(path, parser, st=None):
         calls.append(path)
-        return original(path, parser)
+        return original(path, parser, st)
     monkeypatch.setattr(sesame, "stat_file", counting)
     return calls
 
@@ -6227,6 +6227,16 @@ def agent_starts(folder, lock):
         os.remove(os.path.join(str(folder), "latest"))
         os.symlink("run-%d.txt" % time.monotonic_ns(), os.path.join(str(folder), "latest"))
         return
+    if lock == "sessions.db":   # the Cline SDK (4.1.13) marks the session running in its index database
+        db = os.path.join(str(folder), lock)
+        if not os.path.exists(db):
+            write_file(os.path.join(str(folder), "other.txt"), "x")
+            return
+        con = sqlite3.connect(db)
+        con.execute("UPDATE sessions SET status = 'running', updated_at = ?", (time.time_ns(),))
+        con.commit()
+        con.close()
+        return
     os.mkdir(os.path.join(str(folder), lock + ".lock"))
     os.rmdir(os.path.join(str(folder), lock + ".lock"))
 
@@ -6241,6 +6251,31 @@ def _started_home(tmp_path, capsys, monkeypatch, agent, n=12):
         paths = [PiWriter(root, "old-%02d" % i, cwd="/home/dev/a").user("routine question %d" % i).save()
                  for i in range(n)]
         append = append_user
+    elif agent == "cline":
+        folder, lock = tmp_path / "home" / ".cline" / "data" / "db", "sessions.db"
+        root = folder.parent / "sessions"
+        paths = []
+        for i in range(n):
+            sid = "old-%02d" % i
+            write_file(root / sid / (sid + ".json"), json.dumps({"session_id": sid, "cwd": "/home/dev/a",
+                                                                 "started_at": "2026-01-01T10:00:00.000Z"}))
+            paths.append(write_file(root / sid / (sid + ".messages.json"), json.dumps({"sessionId": sid, "messages": [
+                {"id": "u1", "role": "user", "ts": 1767261600000, "content": [{"type": "text", "text": '<user_input mode="act">routine question %d</user_input>' % i}]}]})))
+        folder.mkdir(parents=True)
+        con = sqlite3.connect(str(folder / lock))
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("CREATE TABLE sessions (session_id TEXT PRIMARY KEY, status TEXT, updated_at INTEGER)")
+        con.executemany("INSERT INTO sessions VALUES (?, 'completed', 0)", [(os.path.basename(os.path.dirname(p)),) for p in paths])
+        con.commit()
+        con.close()
+
+        def append(path, text):   # in place, as writeFileSync does
+            data = json.loads(open(path).read())
+            data["messages"].append({"id": "u%d" % time.monotonic_ns(), "role": "user", "ts": 1780000000000,
+                                     "content": [{"type": "text", "text": '<user_input mode="act">%s</user_input>' % text}]})
+            with open(path, "w") as f:
+                f.write(json.dumps(data))
+        paths = [str(p) for p in paths]
     elif agent == "qwen":
         folder, lock = tmp_path / "home" / ".qwen" / "debug", None
         root = folder.parent / "projects"
@@ -6264,7 +6299,9 @@ def _started_home(tmp_path, capsys, monkeypatch, agent, n=12):
             with open(path, "a") as f:
                 f.write(line({"id": "u%d" % time.monotonic_ns(), "timestamp": "2026-06-01T10:00:00Z", "type": "user",
                               "content": [{"text": text}]}))
-    if lock:
+    if lock == "sessions.db":
+        pass   # (made above)
+    elif lock:
         (folder / lock).write_text("{}")
     else:   # Qwen Code: its debug folder, the link to the newest run's log
         folder.mkdir(parents=True)
@@ -6279,11 +6316,21 @@ def _started_home(tmp_path, capsys, monkeypatch, agent, n=12):
     return folder, lock, paths, append
 
 
-@pytest.mark.parametrize("agent", ["pi", "gemini", "qwen"])
+def test_a_start_mark_that_is_a_database_kept_open_moves_with_its_write_ahead_log(tmp_path):
+    """VS Code keeps the Cline SDK's sessions.db open for days: a turn's commit changes only its -wal file."""
+    db = write_file(tmp_path / "db" / "sessions.db", "x")
+    os.utime(str(db), (1.7e9, 1.7e9))
+    assert sesame._mark_time(str(db)) == 1.7e18
+    write_file(tmp_path / "db" / "sessions.db-wal", "commit")
+    assert sesame._mark_time(str(db)) == os.stat(str(db) + "-wal").st_mtime_ns > 1.7e18
+
+
+@pytest.mark.parametrize("agent", ["pi", "gemini", "qwen", "cline"])
 def test_a_resumed_old_session_of_an_agent_without_journal_is_found_at_once_after_its_start(
         env, capsys, monkeypatch, tmp_path, counted_stats, agent):
-    """pi, Gemini CLI and Qwen Code keep no prompt history naming sessions; their start (a lock on a
-    file of their folder, a link made again) opens a window in which each search compares every file of theirs, closed once a
+    """pi, Gemini CLI, Qwen Code and the Cline SDK keep no prompt history naming sessions; their start
+    (a lock on a file of their folder, a link made again, the session's row set running in Cline's
+    sessions.db) opens a window in which each search compares every file of theirs, closed once a
     quiet file (the resumed one) has been read."""
     folder, lock, paths, append = _started_home(tmp_path, capsys, monkeypatch, agent)
     for word, i in (("wombat", 3), ("pangolin", 7), ("axolotl", 10)):
