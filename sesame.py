@@ -3022,6 +3022,14 @@ class OhMyOpenCodeParser(ClaudeCodeParser):
     def list_files(self, root):
         return walk_files(root, lambda n: n.startswith("ses_") and n.endswith(".jsonl"), max_depth=0)
 
+    def start_mark(self, root):
+        # Its hooks append to an old session's transcript in place, nothing else of ~/.claude changes
+        # (oh-my-openagent's transcript.ts); OpenCode, which runs them, writes its database at every
+        # message: for ~/.claude/transcripts, ~/.local/share/opencode/opencode.db (with its -wal).
+        claude = os.path.dirname(root.rstrip(os.sep))
+        db = os.path.join(os.path.dirname(claude), ".local", "share", "opencode", "opencode.db")
+        return db if os.path.basename(claude) == ".claude" and os.path.isfile(db) else None
+
     def _folder_summaries(self, folder, recent=False):
         return {}, [], 0   # no summary records name these sessions
 

@@ -6227,13 +6227,14 @@ def agent_starts(folder, lock):
         os.remove(os.path.join(str(folder), "latest"))
         os.symlink("run-%d.txt" % time.monotonic_ns(), os.path.join(str(folder), "latest"))
         return
-    if lock == "sessions.db":   # the Cline SDK (4.1.13) marks the session running in its index database
-        db = os.path.join(str(folder), lock)
+    if lock.endswith(".db"):   # a database the agent writes at every turn: the Cline SDK's (4.1.13)
+        db = os.path.join(str(folder), lock)   # sessions.db, OpenCode's opencode.db (for omo)
         if not os.path.exists(db):
             write_file(os.path.join(str(folder), "other.txt"), "x")
             return
         con = sqlite3.connect(db)
-        con.execute("UPDATE sessions SET status = 'running', updated_at = ?", (time.time_ns(),))
+        con.execute("CREATE TABLE IF NOT EXISTS turns (at INTEGER)")
+        con.execute("INSERT INTO turns VALUES (?)", (time.time_ns(),))
         con.commit()
         con.close()
         return
@@ -6276,6 +6277,18 @@ def _started_home(tmp_path, capsys, monkeypatch, agent, n=12):
             with open(path, "w") as f:
                 f.write(json.dumps(data))
         paths = [str(p) for p in paths]
+    elif agent == "omo":   # oh-my-opencode's transcripts, written as OpenCode writes its database
+        folder, lock = tmp_path / "home" / ".local" / "share" / "opencode", "opencode.db"
+        root = tmp_path / "home" / ".claude" / "transcripts"
+        paths = [write_jsonl(root / ("ses_old-%02d.jsonl" % i), [
+            {"type": "user", "timestamp": "2026-01-01T10:00:00.000Z", "content": "routine question %d" % i}])
+            for i in range(n)]
+
+        def append(path, text):
+            with open(path, "a") as f:
+                f.write(line({"type": "user", "timestamp": "2026-06-01T10:00:00.000Z", "content": text}))
+        folder.mkdir(parents=True)
+        sqlite3.connect(str(folder / lock)).close()
     elif agent == "qwen":
         folder, lock = tmp_path / "home" / ".qwen" / "debug", None
         root = folder.parent / "projects"
@@ -6299,7 +6312,7 @@ def _started_home(tmp_path, capsys, monkeypatch, agent, n=12):
             with open(path, "a") as f:
                 f.write(line({"id": "u%d" % time.monotonic_ns(), "timestamp": "2026-06-01T10:00:00Z", "type": "user",
                               "content": [{"text": text}]}))
-    if lock == "sessions.db":
+    if lock and lock.endswith(".db"):
         pass   # (made above)
     elif lock:
         (folder / lock).write_text("{}")
@@ -6325,7 +6338,7 @@ def test_a_start_mark_that_is_a_database_kept_open_moves_with_its_write_ahead_lo
     assert sesame._mark_time(str(db)) == os.stat(str(db) + "-wal").st_mtime_ns > 1.7e18
 
 
-@pytest.mark.parametrize("agent", ["pi", "gemini", "qwen", "cline"])
+@pytest.mark.parametrize("agent", ["pi", "gemini", "qwen", "cline", "omo"])
 def test_a_resumed_old_session_of_an_agent_without_journal_is_found_at_once_after_its_start(
         env, capsys, monkeypatch, tmp_path, counted_stats, agent):
     """pi, Gemini CLI, Qwen Code and the Cline SDK keep no prompt history naming sessions; their start
@@ -6338,7 +6351,7 @@ def test_a_resumed_old_session_of_an_agent_without_journal_is_found_at_once_afte
         agent_starts(folder, lock)        # the agent starts, resuming an old session...
         assert search_ids(capsys, word) == []   # (a search before its first prompt)
         append(paths[i], "resumed: the %s plan" % word)   # ...and the user writes to it
-        assert search_ids(capsys, word) == ["old-%02d" % i]
+        assert [s.replace("ses_", "") for s in search_ids(capsys, word)] == ["old-%02d" % i]
         del counted_stats[:]
         assert search_ids(capsys, "routine") != []
         # the window closed: the quiet files are left to the sweep again (the resumed ones are active)
