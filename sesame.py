@@ -1413,6 +1413,23 @@ def open_agent_db(path, attempts=5):
     raise OSError(errno.EIO, "cannot read SQLite store (%s)" % last)
 
 
+class AgentStore:
+    """open_agent_db as a context: the connection, closed after; an SQLite error raised inside is
+    what store_failure makes of it."""
+
+    def __init__(self, path):
+        self.con = open_agent_db(path)
+
+    def __enter__(self):
+        return self.con
+
+    def __exit__(self, kind, exc, tb):
+        self.con.close()
+        if isinstance(exc, sqlite3.DatabaseError):
+            raise store_failure(exc) from exc
+        return False
+
+
 def store_failure(exc):
     """What a failed read of an agent's SQLite store means: busy (retried next run) or not a store
     of the expected kind (recorded as not a session file)."""
@@ -3758,8 +3775,7 @@ class OpenCodeParser(Parser):
     def session_marks(self, path):
         if not path.endswith(".db"):
             return None   # a session of the JSON tree: one file each already
-        con = open_agent_db(path)
-        try:
+        with AgentStore(path) as con:
             if not {"session", "message", "part"} <= _table_names(con) or not {"id", "title", "time_updated"} <= set(
                     _db_columns(con, "session")):
                 return None
@@ -3773,10 +3789,6 @@ class OpenCodeParser(Parser):
                     if sid in marks:
                         marks[sid] += [table, n, newest]
             return marks
-        except sqlite3.DatabaseError as e:
-            raise store_failure(e)
-        finally:
-            con.close()
 
     def parse_sessions(self, path, report, only):
         return self._parse_db(path, report, only)
@@ -6339,8 +6351,7 @@ class GooseParser(Parser):
     def parse(self, path, report):
         if path.endswith(".jsonl"):
             return self._legacy(path, report)
-        con = open_agent_db(path)
-        try:
+        with AgentStore(path) as con:
             scols = set(_db_columns(con, "sessions"))
             mcols = set(_db_columns(con, "messages"))
             if not {"id", "working_dir"} <= scols or not {"session_id", "role", "content_json"} <= mcols:
@@ -6371,10 +6382,6 @@ class GooseParser(Parser):
                 meta = _json_arg(meta) if meta else {}
                 hidden = isinstance(meta, dict) and meta.get("userVisible") is False
                 self._message(entry[0], entry[1], role, _json_arg(content), norm_time(ts), hidden, report)
-        except sqlite3.DatabaseError as e:
-            raise store_failure(e)
-        finally:
-            con.close()
         return order
 
     @staticmethod
@@ -6474,8 +6481,7 @@ class CrushParser(Parser):
         return [path + "-wal"]   # WAL mode: a prompt may change only crush.db-wal
 
     def parse(self, path, report):
-        con = open_agent_db(path)
-        try:
+        with AgentStore(path) as con:
             scols = _db_columns(con, "sessions")
             mcols = set(_db_columns(con, "messages"))
             if "id" not in scols or not {"session_id", "role", "parts"} <= mcols:
@@ -6514,10 +6520,6 @@ class CrushParser(Parser):
                     continue
                 self._message(entry[0], entry[1], role, parts, norm_time(created),
                               bool(is_summary) or mid in summaries, report)
-        except sqlite3.DatabaseError as e:
-            raise store_failure(e)
-        finally:
-            con.close()
         return order
 
     def _message(self, s, calls, role, parts, ts, is_summary, report):
@@ -7552,8 +7554,7 @@ class OpenClawParser(Parser):
     def session_marks(self, path):
         if os.path.basename(path) != self.DB_NAME:
             return None   # a JSONL transcript: read on from its checkpoint instead
-        con = open_agent_db(path)
-        try:
+        with AgentStore(path) as con:
             if not {"session_windows", "transcript_events"} <= _table_names(con):
                 return None   # (parse says what is wrong with it)
             have = set(_db_columns(con, "session_windows"))
@@ -7564,17 +7565,12 @@ class OpenClawParser(Parser):
                 "SELECT w.session_id, %s, (SELECT count(*) FROM transcript_events e WHERE e.session_id = w.session_id), "
                 "(SELECT max(seq) FROM transcript_events e WHERE e.session_id = w.session_id) FROM session_windows w"
                 % cols) if isinstance(sid, str)}
-        except sqlite3.DatabaseError as e:
-            raise store_failure(e)
-        finally:
-            con.close()
 
     def parse_sessions(self, path, report, only):
         return self._parse_db(path, report, only)
 
     def _parse_db(self, path, report, only=None):
-        con = open_agent_db(path)
-        try:
+        with AgentStore(path) as con:
             if not {"session_windows", "transcript_events"} <= _table_names(con):
                 raise NotASessionFile("unknown schema: no session_windows/transcript_events tables")
             have = set(_db_columns(con, "session_windows"))
@@ -7622,10 +7618,6 @@ class OpenClawParser(Parser):
                 _finish_times(s, path)
                 sessions.append(s)
             return sessions
-        except sqlite3.DatabaseError as e:
-            raise store_failure(e)
-        finally:
-            con.close()
 
 
 # -------------------------------------------------------------------------------------------------
@@ -8684,18 +8676,13 @@ class ZedParser(Parser):
         return walk_files(root, lambda n: n == "threads.db", max_depth=0)
 
     def parse(self, path, report):
-        con = open_agent_db(path)
-        try:
+        with AgentStore(path) as con:
             cols = set(_db_columns(con, "threads"))
             if not {"id", "summary", "updated_at", "data_type", "data"} <= cols:
                 raise NotASessionFile("unknown schema (no Zed threads table)")
             extra = ["%s" % c if c in cols else "NULL" for c in ("parent_id", "folder_paths", "created_at")]
             rows = con.execute("SELECT id, summary, updated_at, data_type, data, %s FROM threads ORDER BY rowid"
                                % ", ".join(extra)).fetchall()
-        except sqlite3.DatabaseError as e:
-            raise store_failure(e)
-        finally:
-            con.close()
         sessions = []
         for tid, summary, updated, data_type, data, parent, folders, created in rows:
             try:
@@ -9032,16 +9019,11 @@ class KiroParser(Parser):
         updated_at)`, `value` = `{history: [{user: {content: {Prompt: {prompt}} | {ToolUseResults:
         {tool_use_results: [{tool_use_id, content: [{Text} | {Json}], status}]}}, timestamp},
         assistant: {Response: {content}} | {ToolUse: {content, tool_uses: [{id, name, args}]}}}]}`."""
-        con = open_agent_db(path)
-        try:
+        with AgentStore(path) as con:
             if not {"conversation_id", "value"} <= set(_db_columns(con, "conversations_v2")):
                 raise NotASessionFile("unknown schema (no Kiro conversations_v2 table)")
             rows = con.execute("SELECT key, conversation_id, value, created_at, updated_at FROM conversations_v2 "
                                "ORDER BY updated_at").fetchall()
-        except sqlite3.DatabaseError as e:
-            raise store_failure(e)
-        finally:
-            con.close()
         sessions = {}
         for key, conv, value, created, updated in rows:
             data = _json_value(value)
@@ -9112,8 +9094,7 @@ class DevinParser(Parser):
         return walk_files(root, lambda n: n == "sessions.db", max_depth=0)
 
     def parse(self, path, report):
-        con = open_agent_db(path)
-        try:
+        with AgentStore(path) as con:
             scols, mcols = set(_db_columns(con, "sessions")), set(_db_columns(con, "message_nodes"))
             if "id" not in scols or not {"session_id", "chat_message"} <= mcols:
                 raise NotASessionFile("unknown schema (no Devin sessions/message_nodes tables)")
@@ -9122,10 +9103,6 @@ class DevinParser(Parser):
                 pick(c) for c in ("title", "working_directory", "created_at", "last_activity_at", "hidden"))).fetchall()
             nodes = con.execute("SELECT session_id, chat_message, %s FROM message_nodes ORDER BY %s, rowid" % (
                 ("created_at",) * 2 if "created_at" in mcols else ("NULL", "rowid"))).fetchall()
-        except sqlite3.DatabaseError as e:
-            raise store_failure(e)
-        finally:
-            con.close()
         sessions = {}
         for sid, title, cwd, created, last, hidden in heads:
             if hidden == 1:
@@ -9312,13 +9289,8 @@ class TraeParser(Parser):
                 or os.path.basename(os.path.dirname(p)) == "globalStorage"]
 
     def parse(self, path, report):
-        con = open_agent_db(path)
-        try:
+        with AgentStore(path) as con:
             row = con.execute("SELECT value FROM ItemTable WHERE key = ?", (self.STORAGE_KEY,)).fetchone()
-        except sqlite3.DatabaseError as e:
-            raise store_failure(e)
-        finally:
-            con.close()
         store = _json_value(row[0]) if row else None
         if not isinstance(store, dict) or not isinstance(store.get("list"), list):
             return []   # an editor database without agent chats
@@ -9384,18 +9356,13 @@ class WarpParser(Parser):
         return walk_files(root, lambda n: n == "warp.sqlite", max_depth=0)
 
     def parse(self, path, report):
-        con = open_agent_db(path)
-        try:
+        with AgentStore(path) as con:
             cols = set(_db_columns(con, "ai_queries"))
             if not {"conversation_id", "start_ts", "input"} <= cols:
                 raise NotASessionFile("unknown schema (no Warp ai_queries table)")
             cwd_col = "working_directory" if "working_directory" in cols else "NULL"
             rows = con.execute("SELECT conversation_id, start_ts, input, %s FROM ai_queries "
                                "ORDER BY start_ts" % cwd_col).fetchall()
-        except sqlite3.DatabaseError as e:
-            raise store_failure(e)
-        finally:
-            con.close()
         sessions = {}
         for conv, start, raw, cwd in rows:
             if not conv:
