@@ -7621,7 +7621,8 @@ class OpenClawParser(Parser):
 
 
 # -------------------------------------------------------------------------------------------------
-# Grok CLI (superagent-ai/grok-cli): ~/.grok/sessions/<encoded cwd>/<sessionId>/chat_history.jsonl + summary.json
+# Grok CLI: xAI's (xai-org/grok-build) ~/.grok/sessions/<encoded cwd>/<sessionId>/chat_history.jsonl + summary.json;
+# superagent-ai/grok-cli's ~/.grok/grok.db
 # -------------------------------------------------------------------------------------------------
 
 
@@ -7636,22 +7637,107 @@ class GrokParser(Parser):
     web search). The records have no time: `summary.json` beside them gives id, cwd, title
     (generated_title > session_summary) and created/updated times. `updates.jsonl` repeats the same
     conversation and is never read. A sub-agent is its own session folder; the parent's
-    `subagents/<child>/meta.json` names `parent_session_id`.
+    `subagents/<child>/meta.json` names `parent_session_id`. (That is xAI's Grok CLI, grok-build.)
+
+    The other Grok CLI (superagent-ai/grok-cli, `grok-dev` 1.0 on, March 2026) keeps its sessions
+    in `~/.grok/grok.db` (SQLite, WAL; src/storage/migrations.ts): `sessions(id, title, cwd_at_start,
+    cwd_last, created_at, updated_at ISO)`, and `messages(session_id, seq, role, message_json)`, each an
+    AI SDK message: content a string or parts (`text`, `reasoning`, `tool-call {toolCallId, toolName,
+    input}`, `tool-result {toolCallId, output: {type, value}}`, images and files left out). The
+    system prompt is not stored; a `system` row is a background task's notice (context).
     """
 
-    id, label, version = "grok", "Grok CLI", 1
-    records = ("user", "assistant", "reasoning", "tool_result", "backend_tool_call")
+    id, label, version = "grok", "Grok CLI", 2
+    records = ("user", "assistant", "reasoning", "tool_result", "backend_tool_call", "tool")
     skipped_records = ("system",)   # the system prompt
+    blocks, skipped_blocks = ("text", "reasoning", "tool-call", "tool-result"), ("image", "file")
 
     def default_roots(self, env):
         home = agent_dir(env, "GROK_HOME", ".grok")
-        return [os.path.join(home, "sessions")]
+        return [os.path.join(home, "sessions"), os.path.join(_home(env), ".grok", "grok.db")]
 
     def list_files(self, root):
+        if os.path.isfile(root):   # superagent's database (or a configured file)
+            return [root] if root.endswith(".db") else []
         # bucket/session/chat_history.jsonl only: deeper copies (subagents/, compaction/) are not sessions
         return walk_files(root, lambda n: n == "chat_history.jsonl", max_depth=2)
 
+    def resume_command(self, row):
+        # superagent's `grok -s ID` continues a saved session (src/index.ts)
+        if row.get("path", "").endswith(".db") and row.get("session_id"):
+            return "%sgrok -s %s" % ("cd %s && " % shell_quote(row["cwd"]) if row.get("cwd") else "",
+                                    shell_quote(row["session_id"]))
+        return None
+
+    def session_marks(self, path):
+        if not path.endswith(".db"):
+            return None
+        with AgentStore(path) as con:
+            if not {"sessions", "messages"} <= _table_names(con):
+                return None
+            return {sid: [updated, title, n, last] for sid, updated, title, n, last in con.execute(
+                "SELECT s.id, s.updated_at, s.title, (SELECT count(*) FROM messages m WHERE m.session_id = s.id), "
+                "(SELECT max(seq) FROM messages m WHERE m.session_id = s.id) FROM sessions s")}
+
+    def parse_sessions(self, path, report, only):
+        return self._parse_db(path, report, only)
+
+    def _parse_db(self, path, report, only=None):
+        with AgentStore(path) as con:
+            if not {"sessions", "messages"} <= _table_names(con):
+                raise NotASessionFile("unknown schema: no sessions/messages tables")
+            have = set(_db_columns(con, "sessions"))
+            cols = ", ".join(c if c in have else "NULL" for c in ("id", "title", "cwd_at_start", "cwd_last",
+                                                                   "created_at", "updated_at"))
+            rows = con.execute("SELECT %s FROM sessions ORDER BY created_at, id" % cols).fetchall()
+            sessions = []
+            for sid, title, cwd_start, cwd_last, created, updated in rows:
+                if not isinstance(sid, str) or (only is not None and sid not in only):
+                    continue
+                s = Session(self.id, sid, path)
+                s.name, s.cwd = _str(title), _str(cwd_start) or _str(cwd_last)
+                calls = ToolCalls(s)
+                for role, raw, ts in con.execute("SELECT role, message_json, created_at FROM messages "
+                                                 "WHERE session_id = ? ORDER BY seq", (sid,)):
+                    m = _json_value(raw)
+                    if not isinstance(m, dict):
+                        report.skip("malformed message row")
+                        continue
+                    self._sdk_message(s, calls, self.record_type(report, {"type": role}), m.get("content"),
+                                      norm_time(ts), report)
+                calls.give_up()
+                s.touch(norm_time(created))
+                s.touch(norm_time(updated))
+                _finish_times(s, path)
+                sessions.append(s)
+            return sessions
+
+    def _sdk_message(self, s, calls, role, content, ts, report):
+        if role == "system":
+            s.add("context", text_of(content) if isinstance(content, list) else str(content or ""), role="system", ts=ts)
+            return
+        for part in ([{"type": "text", "text": content}] if isinstance(content, str) else content or []):
+            if not isinstance(part, dict):
+                continue
+            ptype = self.block_type(report, part)
+            if ptype == "text" and isinstance(part.get("text"), str):
+                s.add("user" if role == "user" else "assistant", part["text"], role=role, ts=ts)
+            elif ptype == "reasoning" and isinstance(part.get("text"), str):
+                s.add("thinking", part["text"], role="assistant", ts=ts)
+            elif ptype == "tool-call":
+                calls.call(part.get("toolCallId"), part.get("toolName"), part.get("input"), ts)
+            elif ptype == "tool-result":
+                out = part.get("output") if isinstance(part.get("output"), dict) else {"value": part.get("output")}
+                value = out.get("value")
+                failed = str(out.get("type", "")).startswith("error")
+                if isinstance(value, dict) and ("output" in value or "error" in value):   # grok's ToolResult
+                    failed = failed or value.get("success") is False
+                    value = value.get("error") if failed and value.get("error") else value.get("output")
+                calls.result(part.get("toolCallId"), _out_text(value), failed)
+
     def parse(self, path, report):
+        if path.endswith(".db"):
+            return self._parse_db(path, report)
         head = first_json_line(path)
         if not head or head.get("type") not in ("system", "user", "assistant", "reasoning", "tool_result"):
             raise NotASessionFile("no Grok chat_history records")

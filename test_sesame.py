@@ -4165,6 +4165,63 @@ def test_openclaw_database_written_by_a_running_gateway_is_searched_fresh_and_on
 # -------------------------------------------------------------------------------------------------
 
 
+def grok_db(path, sessions, messages):
+    """superagent-ai/grok-cli's ~/.grok/grok.db (src/storage/migrations.ts, user_version 3): sessions
+    (id, title, cwd_at_start, cwd_last, created_at, updated_at) and messages (session_id, seq, role,
+    message_json: an AI SDK message), the columns the reader uses."""
+    os.makedirs(os.path.dirname(str(path)), exist_ok=True)
+    con = sqlite3.connect(str(path))
+    con.executescript(
+        "CREATE TABLE sessions (id TEXT PRIMARY KEY, workspace_id TEXT NOT NULL, title TEXT, model TEXT NOT NULL,"
+        " mode TEXT NOT NULL, cwd_at_start TEXT NOT NULL, cwd_last TEXT NOT NULL, status TEXT NOT NULL,"
+        " created_at TEXT NOT NULL, updated_at TEXT NOT NULL, recap_text TEXT);"
+        "CREATE TABLE messages (session_id TEXT NOT NULL, seq INTEGER NOT NULL, role TEXT NOT NULL,"
+        " message_json TEXT NOT NULL, created_at TEXT NOT NULL, PRIMARY KEY (session_id, seq));")
+    for sid, title, cwd in sessions:
+        con.execute("INSERT INTO sessions VALUES (?, 'w1', ?, 'grok-4', 'agent', ?, ?, 'active', ?, ?, NULL)",
+                    (sid, title, cwd, cwd, "2026-04-02T10:00:00.000Z", "2026-04-02T10:09:00.000Z"))
+    for n, (sid, message) in enumerate(messages):
+        con.execute("INSERT INTO messages VALUES (?, ?, ?, ?, ?)", (sid, n + 1, message["role"], json.dumps(message),
+                                                                    "2026-04-02T10:%02d:00.000Z" % (n + 1)))
+    con.commit()
+    con.close()
+    return str(path)
+
+
+GROK_DB_MESSAGES = [
+    ("a1b2c3d4e5f6", {"role": "user", "content": [{"type": "text", "text": "why does the upload retry forever"},
+                                                  {"type": "image", "image": "data:image/png;base64,AAAA"}]}),
+    ("a1b2c3d4e5f6", {"role": "assistant", "content": [
+        {"type": "reasoning", "text": "check the backoff"},
+        {"type": "text", "text": "Let me read the uploader."},
+        {"type": "tool-call", "toolCallId": "call_1", "toolName": "read_file", "input": {"path": "src/upload.ts"}}]}),
+    ("a1b2c3d4e5f6", {"role": "tool", "content": [
+        {"type": "tool-result", "toolCallId": "call_1", "toolName": "read_file",
+         "output": {"type": "json", "value": {"success": False, "output": "", "error": "ENOENT: src/upload.ts"}}}]}),
+    ("a1b2c3d4e5f6", {"role": "system", "content": "Background task 3 finished."}),
+    ("a1b2c3d4e5f6", {"role": "assistant", "content": "The retry loop has no cap."}),
+]
+
+
+def test_superagent_grok_cli_database_sessions_tools_and_resume(env, tmp_path, capsys):
+    """superagent-ai/grok-cli (grok-dev 1.0 on) keeps sessions in ~/.grok/grok.db, not in files."""
+    home = pathlib.Path(os.environ["HOME"])
+    assert PARSERS["grok"].default_roots({"HOME": "/h"}) == ["/h/.grok/sessions", "/h/.grok/grok.db"]
+    db = grok_db(home / ".grok" / "grok.db", [("a1b2c3d4e5f6", "Upload retries", "/home/u/app")], GROK_DB_MESSAGES)
+    report = ParseReport()
+    [s] = PARSERS["grok"].parse(db, report)
+    assert (s.session_id, s.name, s.cwd) == ("a1b2c3d4e5f6", "Upload retries", "/home/u/app")
+    assert kinds(s) == ["user", "thinking", "assistant", "tool", "context", "assistant"]
+    assert texts(s, "user") == ["why does the upload retry forever"]
+    assert "src/upload.ts" in texts(s, "tool")[0] and "ENOENT" in texts(s, "tool")[0] and "error" in texts(s, "tool")[0]
+    assert (s.created, s.modified) == ("2026-04-02T10:00:00.000Z", "2026-04-02T10:09:00.000Z")
+    assert not report.unknown and not report.skipped
+    write_config({"sources": []}, tmp_path, text="{}")   # discovered, as a new user has it
+    code, out, err = run(capsys, "search", "upload", "retry", "--json")
+    [hit] = json.loads(out)["results"]
+    assert hit["sessionId"] == "a1b2c3d4e5f6" and hit["resumeCommand"] == "cd /home/u/app && grok -s a1b2c3d4e5f6"
+
+
 def test_grok_summary_title_synthetic_context_and_subagent_parent(tmp_path):
     bucket = tmp_path / "%2Ftmp%2Fp"
     (bucket / "parent1" / "subagents" / "child1").mkdir(parents=True)
