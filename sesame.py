@@ -1477,6 +1477,8 @@ class Parser:
                   the chunk kinds of KIND_COLUMN; times through norm_time (UTC, "...Z")
     sidecars(path)      other files whose change changes what `path` yields (titles, metadata): a
                   file is re-read when it or a sidecar changed
+    folder_levels  how many folders above a session file the agent writes in as the session goes
+                  on (Kimi Code: 2): a change of one of them has the file checked, as its own does
     session_marks(path), parse_sessions(path, report, only)  for a store of many sessions (a
                   database): a cheap mark per session, and a read of some sessions only, so that a
                   store that changed is read again for the sessions whose mark moved
@@ -1581,6 +1583,10 @@ class Parser:
 
     def sidecars(self, path):
         return []
+
+    # How many folders above a session file its agent may write (create, rename, remove a file) when
+    # the session goes on: a change of one of them has the file checked, as its own folder's does.
+    folder_levels = 0
 
     def session_marks(self, path):
         """For a store holding many sessions (an agent's database): {session id: a JSON value that
@@ -7041,6 +7047,9 @@ class KimiParser(Parser):
 
     id, label, version = "kimi", "Kimi", 4
     verified = "1.52.0, 2026-11-24"   # kimi-cli (also 1.40.0 and 0.50); Kimi Code not run
+    # Kimi Code renames state.json in the session's folder (a temporary file) at every prompt
+    # (kimi-code's atomicWrite, promptMetadata.ts): the wire two folders below it is checked then.
+    folder_levels = 2
     # Records read for nothing on purpose: the op log's settings, snapshots and LLM bookkeeping, and
     # kimi-cli's progress, status, approvals and hooks (the sub-agent's own wire holds its events).
     # Kimi Code's operations and their loop events, kimi-cli 1.x's wire messages, 0.x's context roles.
@@ -11174,6 +11183,16 @@ def plan_full(store, sources, summary, policy):
     return plan
 
 
+def _in_changed(path, changed_dirs, levels):
+    """Whether a file's folder, or one of the `levels` folders above it, is among changed_dirs."""
+    folder = os.path.dirname(path)
+    for _ in range(levels + 1):
+        if folder in changed_dirs:
+            return True
+        folder = os.path.dirname(folder)
+    return False
+
+
 def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
     """The freshness rules above: folders, active files, the caller's folder, the journals, then a
     sweep (unless `sweep` is false: the MCP server compares every file in the background)."""
@@ -11215,7 +11234,7 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
                     plan.checked += 1
                 except OSError as e:
                     summary.problem(path, "cannot stat: %s" % (e.strerror or e))
-            elif not dirs or row.status == "deleted" or os.path.dirname(path) in changed_dirs:
+            elif not dirs or row.status == "deleted" or _in_changed(path, changed_dirs, src.parser.folder_levels):
                 check[row.id] = row
         unreadable = [d for d, _ in log.unreadable]
         plan.gone += [row for key, row in rows.items() if key not in listed and row.status != "deleted"

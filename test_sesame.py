@@ -7032,16 +7032,21 @@ def _lock_beside(fmt, path):
     elif fmt == "droid":
         os.mkdir(path + ".events.lock")
         os.rmdir(path + ".events.lock")
+    elif fmt == "kimi-code":   # state.json renamed into the session's folder, two above the wire
+        session = os.path.dirname(os.path.dirname(folder))
+        write_file(os.path.join(session, "state.json.tmp.42"), json.dumps({"lastPrompt": "resumed"}))
+        os.replace(os.path.join(session, "state.json.tmp.42"), os.path.join(session, "state.json"))
     else:
         open(path + ".lock", "x").close()
         os.remove(path + ".lock")
 
 
-@pytest.mark.parametrize("fmt", ["copilot", "droid", "openclaw"])
+@pytest.mark.parametrize("fmt", ["copilot", "droid", "openclaw", "kimi-code"])
 def test_an_old_session_resumed_by_an_agent_that_locks_beside_it_is_found_at_once_from_any_folder(
         fmt, env, tmp_path, capsys, monkeypatch):
     """These agents keep no journal naming sessions, but they make and remove a lock in the session's
-    folder when they write to it: the folder's time changes, and a search lists it again."""
+    folder when they write to it (Kimi Code renames its state.json there, two folders above the
+    transcript): the folder's time changes, and a search lists it again."""
     parser, folder, name, sid, head, turn = APPEND_FORMATS[fmt]
     root = tmp_path / folder
     path = write_jsonl(root / name, head + turn(0, "gazebo"))
