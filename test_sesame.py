@@ -4132,10 +4132,14 @@ def test_openclaw_database_sessions_are_read_as_the_jsonl_files_were(tmp_path, m
         report = ParseReport()
         main, _ = PARSERS["openclaw"].parse(str(db), report)
         assert texts(main, "user") == ["the refund webhook retries twice"] and sum(report.skipped.values()) == 2
-    with pytest.raises(NotASessionFile):   # another program's database under that name
-        openclaw_db(tmp_path / "x" / "agent" / "openclaw-agent.sqlite", [], [])
-        sqlite3.connect(str(tmp_path / "x" / "agent" / "openclaw-agent.sqlite")).execute("DROP TABLE transcript_events")
-        PARSERS["openclaw"].parse(str(tmp_path / "x" / "agent" / "openclaw-agent.sqlite"), ParseReport())
+    other = tmp_path / "x" / "agent" / "openclaw-agent.sqlite"   # another program's database under that name
+    openclaw_db(other, [], [])
+    con = sqlite3.connect(str(other))
+    con.execute("DROP TABLE transcript_events")
+    con.close()
+    assert PARSERS["openclaw"].session_marks(str(other)) is None
+    with pytest.raises(NotASessionFile):
+        PARSERS["openclaw"].parse(str(other), ParseReport())
 
 
 def test_openclaw_database_written_by_a_running_gateway_is_searched_fresh_and_once(env, capsys, monkeypatch, tmp_path):
