@@ -1996,6 +1996,12 @@ def _json_value(value):
         return None
 
 
+def _pick(cols, names, alias=""):
+    """The columns `names` as a SELECT list (each prefixed with `alias.`), NULL for each not in `cols`
+    (a table written by an older release), so that rows unpack the same way whatever it has."""
+    return ", ".join(alias + c if c in cols else "NULL" for c in names)
+
+
 def _table_names(con):
     return {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
@@ -3408,8 +3414,7 @@ class CodexParser(Parser):
                 cols = set(_db_columns(con, "threads"))
                 if not {"id", "title"} <= cols:
                     return {}
-                pick = ", ".join(c if c in cols else "NULL" for c in ("name", "first_user_message", "updated_at_ms",
-                                                                       "updated_at"))
+                pick = _pick(cols, ("name", "first_user_message", "updated_at_ms", "updated_at"))
                 for tid, title, name, first, ms, secs in con.execute("SELECT id, title, %s FROM threads" % pick):
                     name = name.strip() if isinstance(name, str) else ""
                     title = title.strip() if isinstance(title, str) else ""
@@ -7567,8 +7572,7 @@ class OpenClawParser(Parser):
             if not {"session_windows", "transcript_events"} <= _table_names(con):
                 return None   # (parse says what is wrong with it)
             have = set(_db_columns(con, "session_windows"))
-            cols = ", ".join("w.%s" % c if c in have else "NULL" for c in (
-                "updated_at", "transcript_updated_at", "display_name", "spawned_by"))
+            cols = _pick(have, ("updated_at", "transcript_updated_at", "display_name", "spawned_by"), "w.")
             # A transcript rewritten in place moves transcript_updated_at; an append, the count and last seq.
             return {sid: list(rest) for sid, *rest in con.execute(
                 "SELECT w.session_id, %s, (SELECT count(*) FROM transcript_events e WHERE e.session_id = w.session_id), "
@@ -7583,8 +7587,7 @@ class OpenClawParser(Parser):
             if not {"session_windows", "transcript_events"} <= _table_names(con):
                 raise NotASessionFile("unknown schema: no session_windows/transcript_events tables")
             have = set(_db_columns(con, "session_windows"))
-            cols = ", ".join(c if c in have else "NULL" for c in (
-                "session_id", "session_key", "display_name", "created_at", "updated_at", "spawned_by"))
+            cols = _pick(have, ("session_id", "session_key", "display_name", "created_at", "updated_at", "spawned_by"))
             windows = con.execute("SELECT %s FROM session_windows ORDER BY created_at, session_id" % cols).fetchall()
             # A sub-agent names the session key that spawned it: its parent is that key's current session.
             current = {}
@@ -7696,8 +7699,7 @@ class GrokParser(Parser):
             if not {"sessions", "messages"} <= _table_names(con):
                 raise NotASessionFile("unknown schema: no sessions/messages tables")
             have = set(_db_columns(con, "sessions"))
-            cols = ", ".join(c if c in have else "NULL" for c in ("id", "title", "cwd_at_start", "cwd_last",
-                                                                   "created_at", "updated_at"))
+            cols = _pick(have, ("id", "title", "cwd_at_start", "cwd_last", "created_at", "updated_at"))
             rows = con.execute("SELECT %s FROM sessions ORDER BY created_at, id" % cols).fetchall()
             sessions = []
             for sid, title, cwd_start, cwd_last, created, updated in rows:
@@ -8775,9 +8777,8 @@ class ZedParser(Parser):
             cols = set(_db_columns(con, "threads"))
             if not {"id", "summary", "updated_at", "data_type", "data"} <= cols:
                 raise NotASessionFile("unknown schema (no Zed threads table)")
-            extra = ["%s" % c if c in cols else "NULL" for c in ("parent_id", "folder_paths", "created_at")]
             rows = con.execute("SELECT id, summary, updated_at, data_type, data, %s FROM threads ORDER BY rowid"
-                               % ", ".join(extra)).fetchall()
+                               % _pick(cols, ("parent_id", "folder_paths", "created_at"))).fetchall()
         sessions = []
         for tid, summary, updated, data_type, data, parent, folders, created in rows:
             try:
