@@ -5513,6 +5513,141 @@ def test_parser_contract_another_agents_file_is_refused_without_a_crash(agent, t
         assert not [c for s in sessions for c in s.chunks], "%s read %s's file" % (agent, other)
 
 
+# Values of a type the parser did not expect: an object where an id was, a number where a list of
+# tool calls or an output was (a new release, a hand-edited file, a broken writer).
+ODD_VALUES = [None, 7, 2.5, True, "", "x", [], [None], {}, {"type": None}]
+
+
+def ct_odd_places(path):
+    """(records, whether JSONL, [(record index, place of a value in it)]) of a JSON or JSONL file;
+    None for another kind of file (a database, Markdown)."""
+    raw = open(path, "rb").read()
+    try:
+        docs, jsonl = [json.loads(raw)], False
+    except ValueError:
+        try:
+            docs, jsonl = [json.loads(l) for l in raw.splitlines() if l.strip()], True
+        except ValueError:
+            return None
+
+    def places(v, at=()):
+        yield at
+        for k, x in (v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()):
+            yield from places(x, at + (k,))
+
+    return docs, jsonl, [(i, at) for i, doc in enumerate(docs) for at in list(places(doc))[1:]]
+
+
+def ct_odd_text(docs, jsonl, i, at, odd):
+    """The file's text with the value at record i, place `at`, replaced by `odd`."""
+    copy = json.loads(json.dumps(docs[i]))
+    holder = copy
+    for k in at[:-1]:
+        holder = holder[k]
+    holder[at[-1]] = odd
+    out = docs[:i] + [copy] + docs[i + 1:]
+    return "".join(json.dumps(d) + "\n" for d in out) if jsonl else json.dumps(copy)
+
+
+def ct_parse_odd(parser, path, text):
+    """Parse `text` written at `path`: sessions, or None when refused as not a session file. Anything
+    else raised is the failure these tests look for (parse_file would report the whole file failed)."""
+    with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
+        f.write(text)
+    try:
+        sessions = parser.parse(path, ParseReport())
+    except NotASessionFile:
+        return None
+    for sess in sessions:
+        sesame.Prepared(sess, fresh=True)   # redaction and the ranking documents take what it gave
+    return sessions
+
+
+@pytest.mark.parametrize("agent", list(PARSERS))
+def test_parser_contract_a_value_of_an_unexpected_type_never_fails_the_file(agent, tmp_path):
+    parser = PARSERS[agent]
+    path = ct_write(agent, tmp_path)
+    found = ct_odd_places(path)
+    if found is None:
+        pytest.skip("%s's contract file is not JSON" % agent)
+    docs, jsonl, places = found
+    for i, at in places:   # every value of the file in turn (each value, object and list)
+        for odd in ODD_VALUES:
+            try:
+                ct_parse_odd(parser, path, ct_odd_text(docs, jsonl, i, at, odd))
+            except Exception as e:
+                pytest.fail("%s: %r at %s: %s: %s" % (agent, odd, "/".join(map(str, at)), type(e).__name__, e))
+
+
+def test_tool_call_ids_and_lists_of_an_unexpected_type_cost_only_that_call(tmp_path):
+    """Call ids are keys that join a call to its result: an object or a list there used to raise
+    (unhashable) and the whole file was reported failed, its sessions not indexed."""
+    w = PiWriter(tmp_path / "pi", "odd-pi")
+    w.user("the gearbox calibration drifts")
+    w.assistant(calls=[({"id": 1}, "bash", {"command": "make calibrate"})])
+    w.result(["c", 1], "bash", "calibration done")
+    w.entry("message", message={"role": "bashExecution", "command": "date", "output": 42.5})
+    w.assistant("calibrated the sprocket tension")
+    [s] = parse_file("pi", w.save())
+    assert texts(s, "user") == ["the gearbox calibration drifts"] and texts(s, "assistant") == ["calibrated the sprocket tension"]
+    tools = texts(s, "tool")
+    assert any("make calibrate" in t for t in tools) and any("calibration done" in t for t in tools)
+    assert any("42.5" in t for t in tools)   # an output that is a number is kept as written
+
+    p = write_jsonl(tmp_path / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", "why does the sprocket slip"),
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "msg_1", [{"type": "tool_use", "id": ["toolu", 1], "name": "Bash",
+                                                          "input": {"command": "grep sprocket"}}]),
+        cc_cl_user("u2", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": ["toolu", 1],
+                                                 "content": "sprocket.c: slip"}]),
+        cc_cl_asst("a2", "2026-01-01T00:00:03Z", "msg_2", [{"type": "text", "text": "the sprocket teeth are worn"}]),
+    ])
+    [s] = parse_file("claude", p)
+    assert texts(s, "user") == ["why does the sprocket slip"] and texts(s, "assistant") == ["the sprocket teeth are worn"]
+    assert any("grep sprocket" in t and "sprocket.c: slip" in t for t in texts(s, "tool"))
+
+    p = write_jsonl(cc_rollout(tmp_path), [
+        cc_cx_meta(),
+        cc_cx_msg("2025-11-17T21:30:30.000Z", "user", "tune the flywheel governor"),
+        cc_cx("2025-11-17T21:30:32.000Z", "response_item", {"type": "function_call", "name": "shell",
+                                                          "call_id": {"odd": True}, "arguments": "{}"}),
+        cc_cx("2025-11-17T21:30:33.000Z", "response_item", {"type": "function_call_output", "call_id": {"odd": True},
+                                                          "output": "governor tuned"}),
+        cc_cx("2025-11-17T21:30:33.500Z", "event_msg", {"type": "exec_command_end", "call_id": [1], "exit_code": 1}),
+        cc_cx_msg("2025-11-17T21:30:34.000Z", "assistant", "the flywheel governor is tuned"),
+    ])
+    [s] = parse_file("codex", p)
+    assert texts(s, "user") == ["tune the flywheel governor"] and texts(s, "assistant") == ["the flywheel governor is tuned"]
+    assert any("governor tuned" in t for t in texts(s, "tool"))
+
+
+@pytest.mark.skipif(not os.path.isdir(SAMPLES), reason="../shared/samples not present")
+@slow
+def test_real_samples_with_values_of_an_unexpected_type_never_fail_the_file(tmp_path):
+    """The contract point above over the real sample files (with their tool calls, attachments and
+    nested records), each with a fixed random share of its values replaced."""
+    rnd = random.Random(20261126)
+    failures, tried = [], 0
+    for folder, (agent, _) in sorted(SAMPLE_AGENTS.items()):
+        for src in sorted(glob.glob(os.path.join(SAMPLES, folder, "**", "*"), recursive=True)):
+            if not os.path.isfile(src) or os.path.getsize(src) > 300_000:
+                continue
+            found = ct_odd_places(src)
+            if found is None:
+                continue
+            docs, jsonl, places = found
+            path = str(tmp_path / os.path.relpath(src, SAMPLES))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            for i, at in rnd.sample(places, min(40, len(places))):
+                odd = rnd.choice(ODD_VALUES)
+                tried += 1
+                try:
+                    ct_parse_odd(PARSERS[agent], path, ct_odd_text(docs, jsonl, i, at, odd))
+                except Exception as e:
+                    failures.append((os.path.relpath(src, SAMPLES), odd, "/".join(map(str, at)), "%s: %s" % (type(e).__name__, e)))
+    assert tried > 200 and failures == []
+
+
 DEEP = "[" * 100000   # deeper than Python's recursion limit: json raises RecursionError, not ValueError
 
 
