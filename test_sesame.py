@@ -9342,6 +9342,33 @@ def test_an_mcp_call_refreshes_active_files_and_leaves_the_old_ones_to_the_backg
         warm.close()
 
 
+def test_the_word_counts_an_mcp_server_keeps_from_call_to_call_follow_every_change_of_the_index(history, env,
+                                                                                                capsys):
+    """The server keeps the counts a search asks first (in how many documents a word occurs, the
+    vocabulary near a misspelt word) while the index is unchanged: a word asked for while no session
+    held it must be found once one does, whether the call's own refresh wrote it or another process
+    (the background refresh, a `sesame index`) did."""
+    warm = sesame.WarmIndex()
+
+    def found(query, **args):
+        return [r["sessionId"] for r in sesame.call_tool({"name": "search", "arguments": dict(args, query=query)},
+                                                         warm)["structuredContent"]["results"]]
+    try:
+        path = PiWriter(env, "active", cwd="/home/dev/p2").user("working on the quokka feature").save()
+        assert found("quokka") == ["active"]
+        assert found("wallaby") == [] and found("wallaby") == []   # counted 0, and kept
+        assert any(k[0] == "count" for k in warm.memo if k)
+        append_user(path, "and now the wallaby part")
+        assert found("wallaby") == ["active"]   # written by this call's own refresh
+        assert found("numbat") == []
+        PiWriter(env, "other", cwd="/home/dev/p3").user("the numbat enclosure").save()
+        assert run(capsys, "index")[0] == 0     # written by another connection (this call writes nothing)
+        assert found("numbat", no_refresh=True) == ["other"]
+        assert found("numbta", no_refresh=True) == ["other"]   # the vocabulary near a misspelt word
+    finally:
+        warm.close()
+
+
 @pytest.mark.skipif(sys.version_info < (3, 10), reason="the MCP Python SDK needs Python 3.10+")
 def test_the_official_mcp_python_sdk_client_uses_every_tool(corpus, tmp_path):
     mcp = pytest.importorskip("mcp", reason="the MCP Python SDK is not installed (pip install mcp)")
