@@ -3136,6 +3136,9 @@ def _codex_is_context(text):
 _CODEX_EXIT_RE = LazyPattern(r"^Process exited with code (-?\d+)\s*$", re.M)
 
 
+_CODEX_IMAGE_TAG = LazyPattern(r"\s*</?(?:local_)?image\b[^>\n]*>\s*\Z")
+
+
 def _codex_output(output):
     """function_call_output.output -> (text, is_error). It is a string (older CLIs: a JSON string
     {"output", "metadata": {"exit_code"}}; exec_command: a header naming the exit code), {content,
@@ -3189,7 +3192,7 @@ class CodexParser(Parser):
     """
 
     session_env = ("CODEX_THREAD_ID",)  # set for the commands it runs (0.169); a thread is a session
-    id, label, version = "codex", "Codex", 3
+    id, label, version = "codex", "Codex", 4
     resumable = True
     # $CODEX_HOME/history.jsonl: {session_id, ts (s), text} per prompt (codex-rs/core/src/
     # message_history.rs; `conversation_id` in some 0.2x releases). Trimmed from the front when it
@@ -3559,17 +3562,29 @@ class _CodexState:
 
     def _say(self, kind, text, ts, stream, role):
         if isinstance(text, str) and text.strip():
-            self.entries.add(kind, text, ts=ts, role=role, stream=stream, key=_text_key(text))
+            # Copies are compared without any whitespace: a prompt sent in several text parts is
+            # one text in the event stream, their concatenation (see _typed).
+            key = "".join(text.split())
+            self.entries.add(kind, text, ts=ts, role=role, stream=stream, key=key)
             if kind == "user":
                 self.two_streams = self.two_streams or stream == "event"
                 # A prompt is paired with an earlier copy from another stream; the prompts before
                 # that one will get no copy any more (Codex writes a prompt's copies before the next).
-                key = _text_key(text)
                 twin = next((i for i, (k, st) in enumerate(self.unpaired) if k == key and st != stream), None)
                 if twin is None:
                     self.unpaired.append((key, stream))
                 else:
                     del self.unpaired[:twin + 1]
+
+    def _typed(self, parts, ts, stream):
+        """The text parts of one prompt: one user text. A client may send a prompt in several parts
+        (a harness's project notes, then what was typed); the event stream writes their
+        concatenation, which then pairs with this one instead of adding every part a second time.
+        The tags around an attached image ("<image name=[Image #1]>", "</image>") are not text the
+        event stream keeps (codex-rs event_mapping.rs parse_user_message), nor words anyone types."""
+        parts = [t for t in parts if not _CODEX_IMAGE_TAG.match(t)]
+        if parts:
+            self._say("user", "\n".join(parts) if len(parts) > 1 else parts[0], ts, stream, "user")
 
     def foreign_meta(self, meta, line_ts):
         """A second session_meta: a fork or sub-agent replays its parent's history after it."""
@@ -3608,8 +3623,7 @@ class _CodexState:
                         m = re.search(r"<cwd>(.*?)</cwd>", t, re.S)
                         if m and self.env_cwd is None:
                             self.env_cwd = m.group(1).strip()
-                    else:
-                        self._say("user", t, ts, "response", "user")
+                self._typed([t for t in parts if not _codex_is_context(t)], ts, "response")
             elif role == "assistant":
                 text = "\n".join(t for t in parts if t.strip())
                 self._say("assistant", text, ts, "response", "assistant")
@@ -3700,7 +3714,9 @@ class _CodexState:
             if isinstance(item.get("content"), list) else []
         if itype == "UserMessage":
             for t in texts:
-                self._say("context" if _codex_is_context(t) else "user", t, ts, "item", "user")
+                if _codex_is_context(t):
+                    self._say("context", t, ts, "item", "user")
+            self._typed([t for t in texts if not _codex_is_context(t)], ts, "item")
         elif itype == "AgentMessage":
             self._say("assistant", "\n".join(texts), ts, "item", "assistant")
         elif itype == "Reasoning":
@@ -4053,6 +4069,18 @@ class OpenCodeParser(Parser):
 _GEMINI_CONTEXT_BLOCK = LazyPattern(r"<session_context>.*?(?:</session_context>|\Z)", re.S)
 _GEMINI_SETUP_PREFIX = "This is the Gemini CLI. We are setting up the context for our chat."
 _GEMINI_SETUP_REPLY = "Got it. Thanks for the context!"
+# Sub-agents the CLI runs on its own write a generated prompt as their first user message. The
+# memory manager (0.35-0.40, memory-manager-agent.ts) sends "\n# Initial Context\n\n<every
+# GEMINI.md it loaded, each as a '--- Context from: ... ---' block, then MCP servers' instructions>\n"
+# followed by the request it was given; the skill extraction (memoryService.ts, skill-extraction-
+# agent.ts) sends an index of the user's other sessions, ending with this sentence. Indexed as the
+# user's words, 100 KB of GEMINI.md made every such sub-agent match every query about the project.
+_GEMINI_INITIAL_CONTEXT = "# Initial Context"
+_GEMINI_CONTEXT_END = LazyPattern(r"--- End of Context from: [^\n]*---[ \t]*\n|---\[end of server instructions\]---[ \t]*\n")
+_GEMINI_SKILL_QUERY = "Analyze the session index above."
+# A sub-agent's summary is its result as JSON, cut after ~200 characters with "..." (and so no longer
+# JSON): the text of its "response" as far as it goes.
+_GEMINI_RESPONSE_RE = LazyPattern(r'\s*\{\s*"response"\s*:\s*"((?:[^"\\]|\\.)*)')
 _GEMINI_EXIT_RE = LazyPattern(r"^Exit Code: (-?\d+)\s*$", re.M)
 # A long tool output is cut in the record; the whole of it is in <project temp>/tool-outputs/.
 _GEMINI_FULL_OUTPUT_RE = LazyPattern(r"For full output see: (\S+)")
@@ -4075,7 +4103,7 @@ class GeminiParser(Parser):
     only), a legacy .json that a resume migrated into a .jsonl beside it.
     """
 
-    id, label, version = "gemini", "Gemini CLI", 4
+    id, label, version = "gemini", "Gemini CLI", 5
     verified = "0.61.0, 2026-11-25"
     records = ("user", "gemini", "model", "info", "error", "warning")   # MessageRecord types
 
@@ -4170,6 +4198,8 @@ class GeminiParser(Parser):
             parsed = _json_value(summary)
             if isinstance(parsed, dict):
                 summary = parsed.get("response", summary)
+            elif _GEMINI_RESPONSE_RE.match(summary):
+                summary = _json_value('"%s"' % _GEMINI_RESPONSE_RE.match(summary).group(1)) or summary
         if isinstance(summary, str) and summary.strip():
             s.name = _one_line(summary, 200)
         elif first_user:
@@ -4311,9 +4341,15 @@ class GeminiParser(Parser):
 
     def _user_text(self, s, text, ts, first_user, display=None):
         """One user turn: split what Gemini CLI injected from what the human typed."""
-        if text.startswith(_GEMINI_SETUP_PREFIX):
+        if text.startswith(_GEMINI_SETUP_PREFIX) or (_GEMINI_SKILL_QUERY in text and text.lstrip().startswith("# ")):
             s.add("context", text, role="user", ts=ts)
             return
+        if text.lstrip().startswith(_GEMINI_INITIAL_CONTEXT):
+            # The request comes after the last block of context (all of it is context without one).
+            ends = list(_GEMINI_CONTEXT_END.finditer(text))
+            cut = ends[-1].end() if ends else len(text)
+            s.add("context", text[:cut], role="user", ts=ts)
+            text = text[cut:]
         if text.lstrip().startswith("<state_snapshot>"):   # history compression summary
             s.add("summary", text, role="user", ts=ts)
             return

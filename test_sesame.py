@@ -1678,6 +1678,36 @@ def cc_rollout(tmp_path, name=cc_TID):
     return tmp_path / "sessions" / "2025" / "11" / "17" / ("rollout-2025-11-17T15-30-28-%s.jsonl" % name)
 
 
+def test_codex_prompt_sent_in_several_parts_is_one_user_text_and_image_tags_are_not_words(tmp_path):
+    # A client may send one prompt as several text parts (project notes, then what was typed): the
+    # event stream writes their concatenation. Each part used to be a user chunk of its own, and the
+    # concatenation a third. The tags Codex puts around an attached image are no one's words.
+    notes = "This is a Phoenix web application.\n\n## Project guidelines\n- run mix precommit\n"
+    typed = "should the ledger use event sourcing or an audit table?"
+    p = write_jsonl(cc_rollout(tmp_path), [
+        cc_cx_meta(),
+        cc_cx("2026-02-13T18:40:51.000Z", "response_item", {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": notes}, {"type": "input_text", "text": typed}]}),
+        cc_cx("2026-02-13T18:40:51.000Z", "event_msg", {"type": "user_message", "message": notes + typed, "images": []}),
+        cc_cx_msg("2026-02-13T18:40:55.000Z", "assistant", "an audit table"),
+        cc_cx("2026-02-13T18:41:00.000Z", "response_item", {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "<image name=[Image #1]>"}, {"type": "input_image", "image_url": "data:"},
+            {"type": "input_text", "text": "</image>"}, {"type": "input_text", "text": "read [Image #1] please"}]}),
+        cc_cx("2026-02-13T18:41:00.000Z", "event_msg", {"type": "user_message", "message": "read [Image #1] please",
+                                                      "images": [], "local_images": ["/tmp/shot.png"]}),
+    ])
+    [s] = parse_file("codex", p)
+    assert texts(s, "user") == [notes + typed, "read [Image #1] please"]
+    # a file that writes its prompts in one stream only: the parts are still one text
+    p = write_jsonl(cc_rollout(tmp_path, "one-stream"), [
+        cc_cx_meta(tid="one-stream"),
+        cc_cx("2026-02-13T18:40:51.000Z", "response_item", {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": notes}, {"type": "input_text", "text": typed}]}),
+    ])
+    [s] = parse_file("codex", p)
+    assert texts(s, "user") == [notes + "\n" + typed]
+
+
 def test_codex_wrapped_streams_are_indexed_once_and_context_is_not_user(tmp_path):
     p = write_jsonl(cc_rollout(tmp_path), [
         cc_cx_meta(),
@@ -2473,6 +2503,34 @@ def test_gemini_subagent_chats_are_indexed_under_their_parent_and_other_files_ar
         assert (hit["sessionId"], hit["parent"]) == (sid, parent)
         if sid == "wuvi38":   # a sub-agent's summary is its result as JSON: named by the text
             assert hit["name"] == "Extracted 3 new skills"
+
+
+def test_gemini_generated_subagent_prompts_are_context_and_a_cut_json_summary_still_names_it(tmp_path):
+    # The memory manager sub-agent's prompt is every GEMINI.md loaded, then MCP servers' instructions,
+    # then the request; the skill extraction's is an index of the user's other sessions. Only the
+    # request is the user's. Its summary is its JSON result cut after ~200 characters with "...".
+    chats = ogc_gemini_chats(tmp_path)
+    memory = ("\n# Initial Context\n\n--- Global ---\n--- Context from: ~/.gemini/GEMINI.md ---\n"
+              "the marmoset conventions of every project\n--- End of Context from: ~/.gemini/GEMINI.md ---\n\n"
+              "--- Project ---\n--- Context from: GEMINI.md ---\nmarmoset deployment notes\n"
+              "--- End of Context from: GEMINI.md ---\nThe following are instructions provided by the tool server "
+              "'docs':\n---[start of server instructions]---\ncall the marmoset tool\n---[end of server instructions]---\n"
+              "Remember that the gardener reviews every report.")
+    f = write_file(chats / "parent-uuid" / "m1.json", json.dumps(dict(
+        ogc_GEMINI_META, sessionId="m1", kind="subagent",
+        summary='{\n  "response": "Stored the \\"gardener\\" rule in the project GEMINI.md file, which the agents...',
+        messages=[{"id": "u1", "type": "user", "content": [{"text": memory}]},
+                  {"id": "a1", "type": "gemini", "content": "stored it"}])))
+    [s] = parse_file("gemini", f)
+    assert texts(s, "user") == ["Remember that the gardener reviews every report."]
+    assert "marmoset" not in " ".join(texts(s, "user")) and "marmoset deployment" in " ".join(texts(s, "context"))
+    assert s.name == 'Stored the "gardener" rule in the project GEMINI.md file, which the agents...'
+    index = ("# Existing Skills\n\nNone yet.\n\n# Session Index\n\n- [NEW] Fix the marmoset build (12 user msgs)\n\n"
+             "Analyze the session index above. Read sessions that suggest repeated workflows using read_file.")
+    f = write_jsonl(chats / "skill-extraction-1a2b3c4d" / "k9.jsonl", [
+        dict(ogc_GEMINI_META, sessionId="k9", kind="subagent"), {"id": "u1", "type": "user", "content": index}])
+    [s] = parse_file("gemini", f)
+    assert texts(s, "user") == [] and texts(s, "context") == [index]
 
 
 def test_gemini_foreign_json_is_not_a_session_file(tmp_path):
