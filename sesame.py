@@ -15114,7 +15114,8 @@ class _KeptStore:
     when they are done; this one stays open for the next call. The counts a search asks of the
     index before ranking (in how many documents each word occurs, the vocabulary near a misspelt
     word: 2-3 ms of a 3-5 word query at 1 GB) are kept from call to call in `memo` while the index
-    is unchanged, since an agent's searches share words ("the error", a project's names)."""
+    is unchanged, since an agent's searches share words ("the error", a project's names); so are
+    the folders the call's refresh compares (read-only: plan_quick only looks them up)."""
 
     def __init__(self, store, memo):
         self._store, self._memo = store, memo
@@ -15142,6 +15143,10 @@ class _KeptStore:
 
     def vocab_terms(self, first, shortest, longest):
         return self._kept(("vocab", first, shortest, longest), lambda: self._store.vocab_terms(first, shortest, longest))
+
+    def listings(self):
+        # (the folders every search compares: ~1,000 rows for a Codex history of dated folders)
+        return self._kept(("listings",), self._store.listings)
 
     def close(self):
         pass

@@ -9424,6 +9424,9 @@ def test_the_word_counts_an_mcp_server_keeps_from_call_to_call_follow_every_chan
         assert run(capsys, "index")[0] == 0     # written by another connection (this call writes nothing)
         assert found("numbat", no_refresh=True) == ["other"]
         assert found("numbta", no_refresh=True) == ["other"]   # the vocabulary near a misspelt word
+        assert found("okapi") == []      # (the folders this call's refresh compared are kept too)
+        PiWriter(env, "third", cwd="/home/dev/p4").user("the okapi paddock").save()   # a new folder
+        assert found("okapi") == ["third"]
     finally:
         warm.close()
 
