@@ -1438,14 +1438,14 @@ def open_agent_db(path, attempts=5):
             con = sqlite3.connect(uri, uri=True, timeout=1.0)
             con.execute("SELECT count(*) FROM sqlite_master").fetchone()
             return con
-        except sqlite3.DatabaseError as e:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as e:   # (a damaged schema's text)
             last = e
             if "locked" not in str(e) and "busy" not in str(e):
                 break
             time.sleep(0.2 * (attempt + 1))
     if "not a database" in str(last):
         raise NotASessionFile("not an SQLite store")
-    raise OSError(errno.EIO, "cannot read SQLite store (%s)" % last)
+    raise store_failure(last)
 
 
 class AgentStore:
@@ -1465,11 +1465,19 @@ class AgentStore:
         return False
 
 
+# What SQLite says of a store whose pages are damaged (a disk error, a copy cut short), as opposed to
+# one of another schema: the file cannot be read now, and what was indexed from it is kept.
+_DAMAGED_STORE = ("malformed", "disk image", "disk I/O", "can't decode", "codec")
+
+
 def store_failure(exc):
-    """What a failed read of an agent's SQLite store means: busy (retried next run) or not a store
-    of the expected kind (recorded as not a session file)."""
+    """What a failed read of an agent's SQLite store means: busy (retried next run), damaged (an
+    OSError: kept as indexed, read again when it changes) or not a store of the expected kind
+    (recorded as not a session file)."""
     if "locked" in str(exc) or "busy" in str(exc):
         return OSError(errno.EBUSY, "store busy (%s)" % exc)
+    if isinstance(exc, UnicodeDecodeError) or any(w in str(exc) for w in _DAMAGED_STORE):
+        return OSError(errno.EIO, "damaged SQLite store (%s)" % exc)
     return NotASessionFile("unknown schema (%s)" % exc)
 
 
@@ -11855,6 +11863,8 @@ def parse_file(path, parser_id, resume, limit, redact_secrets=True):
         return result("skipped", "not a %s session file (%s)" % (parser.label, e))
     except OSError as e:
         return result("error", "cannot read: %s" % (e.strerror or e))
+    except sqlite3.DatabaseError as e:   # an agent's store whose pages went bad while it was read
+        return result("error", "cannot read: %s" % store_failure(e))
     except Exception as e:  # a parser bug must not stop the run; the file is reported instead
         return result("error", "%s parser failed: %s: %s" % (parser_id, type(e).__name__, e))
     if marks is None and not parser.resumable and (len(sessions) > 1 or isinstance(old, dict)):

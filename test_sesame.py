@@ -10662,6 +10662,27 @@ def test_truncated_corrupt_and_non_json_lines_are_skipped_and_counted(env, capsy
     assert search_ids(capsys, "pangolin") == ["good-1"]
 
 
+def test_an_agent_database_damaged_on_disk_is_reported_as_damaged_and_keeps_what_was_indexed(env, capsys, tmp_path):
+    """A page of an agent's SQLite store overwritten (a disk error, a copy cut short): the next run
+    says the store is damaged in one line (not that a parser failed, nor that it is not a session
+    file), keeps its sessions searchable, and reads it again once it is whole."""
+    db = ogc_opencode_db(tmp_path / "home" / "opencode" / "opencode.db")
+    write_config({"sources": [{"parser": "opencode", "path": str(db.parent)}]}, tmp_path)
+    assert index_json(capsys)["sessions"] == 2
+    whole = db.read_bytes()
+    with open(str(db), "r+b") as f:
+        f.seek(4096)
+        f.write(b"\xff" * 2048)
+    code, out, err = run(capsys, "index", "--json")
+    assert code == 0 and "Traceback" not in err
+    [problem] = json.loads(out)["skipped"]
+    assert problem["reason"].startswith("cannot read: damaged SQLite store (") and "parser failed" not in problem["reason"]
+    assert [r["sessionId"] for r in search_json(capsys, "cache key wrong", "--no-refresh")["results"]] == ["ses_b"]
+    db.write_bytes(whole)
+    assert index_json(capsys)["skipped"] == []
+    assert [r["sessionId"] for r in search_json(capsys, "cache key wrong")["results"]] == ["ses_b"]
+
+
 def test_binary_garbage_and_empty_files_are_listed_with_a_reason_and_the_rest_is_indexed(env, capsys):
     folder = env / "--home-dev-proj--"
     folder.mkdir()
