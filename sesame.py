@@ -3294,7 +3294,9 @@ class CodexParser(Parser):
         if head is not None and head.get("type") == "session_meta":
             # Read the meta from the head too: a file holding only an unfinished meta line (no newline
             # yet) is still a session that exists.
-            records = itertools.chain([(None, head)], (r for i, r in enumerate(records) if i > 0))
+            records = iter(records)
+            next(records, None)
+            records = itertools.chain([(None, head)], records)
         prev, line_no, checkpoint, complete = start, 0, None, True
         for offset, rec in records:
             line_no += 1
@@ -3339,12 +3341,12 @@ class CodexParser(Parser):
             if not isinstance(payload, dict):
                 report.skip("record without payload")
                 continue
-            if self.record_type(report, rec) == "session_meta":
-                st.foreign_meta(payload, rec.get("timestamp"))
-            elif rtype == "response_item":
+            if rtype == "response_item":   # (the two types of most lines first; record_type counts the rest)
                 st.response_item(payload, ts, report, line_ts=rec.get("timestamp"))
             elif rtype == "event_msg":
                 st.event(payload, ts)
+            elif self.record_type(report, rec) == "session_meta":
+                st.foreign_meta(payload, rec.get("timestamp"))
             elif rtype == "turn_context":
                 if s.cwd is None and _is_abs_path(payload.get("cwd")):
                     s.cwd = payload["cwd"]
