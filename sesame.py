@@ -1315,9 +1315,10 @@ def _list(value):
     return value if isinstance(value, list) else ()
 
 
-def _call_id(value):
-    """A tool call's id as a key: a string, or a number written as one; anything else (an object, a
-    list) is no id, and the call is joined to its result as calls without one are."""
+def _id_key(value):
+    """A record's id (a tool call's, a message's) as a dictionary key: a string, or a number written
+    as one; anything else (an object, a list) is no id: a call is then joined to its result as calls
+    without one are."""
     if isinstance(value, str):
         return value
     if isinstance(value, int) and not isinstance(value, bool):
@@ -1787,7 +1788,7 @@ class _Entries:
         return e
 
     def tool(self, name, args, ts=None, call_id=None, role="assistant", **extra):
-        name, call_id = str(name or "tool"), _call_id(call_id)
+        name, call_id = str(name or "tool"), _id_key(call_id)
         e = self.add("tool", None, ts=ts, role=role, tool=name, args=args, output=None, is_error=False, **extra)
         if call_id:
             self.calls[call_id] = e
@@ -1797,7 +1798,7 @@ class _Entries:
 
     def result(self, call_id, output, is_error=False, ts=None, name=None):
         """Attach a tool result to its call; a result without a known call becomes its own chunk."""
-        call_id = _call_id(call_id)
+        call_id = _id_key(call_id)
         e = self.calls.pop(call_id, None) if call_id else None
         if e is None and self.unnamed_calls:
             e = self.unnamed_calls.pop(0)
@@ -2075,7 +2076,7 @@ class ToolCalls:
         self.waiting = set()   # ids of the calls whose result has not come yet (see Resumption)
 
     def call(self, call_id, name, args, ts=None, role="assistant"):
-        name, call_id = str(name or "tool"), _call_id(call_id)
+        name, call_id = str(name or "tool"), _id_key(call_id)
         if call_id and call_id in self.calls:
             entry = self.calls[call_id]
             if not entry["args"] and args:
@@ -2091,7 +2092,7 @@ class ToolCalls:
 
     def arguments(self, call_id, args):
         """The whole arguments of a call whose arguments came in parts (the chunk is rewritten)."""
-        call_id = _call_id(call_id)
+        call_id = _id_key(call_id)
         entry = self.calls.get(call_id) if call_id else None
         if entry is not None and args and entry["args"] != args:
             entry["args"] = args
@@ -2105,7 +2106,7 @@ class ToolCalls:
         self.waiting.clear()
 
     def result(self, call_id, output, is_error=False, name=None, ts=None):
-        call_id = _call_id(call_id)
+        call_id = _id_key(call_id)
         self.waiting.discard(call_id)
         entry = self.calls.get(call_id) if call_id else None
         if entry is None:
@@ -2652,7 +2653,7 @@ class ClaudeCodeParser(Parser):
                 if isinstance(rec.get("summary"), str) and rec["summary"].strip():
                     state["summaries"] = True
                     # Its leaf among this file's latest messages: it names this session.
-                    if not rec.get("leafUuid") or _call_id(rec["leafUuid"]) in recent_set:
+                    if not rec.get("leafUuid") or _id_key(rec["leafUuid"]) in recent_set:
                         state["own"] = rec["summary"].strip()
             elif rtype == "tool_use":
                 # Very old/drifted files wrote tool calls and results as records of their own (and so
@@ -3668,7 +3669,7 @@ class _CodexState:
             if isinstance(args, str):
                 m = _PATCH_FILE_RE.search(args)
                 path = m.group(1).strip() if m else None
-            call_id = _call_id(p.get("call_id") or p.get("id"))
+            call_id = _id_key(p.get("call_id") or p.get("id"))
             e = self.entries.tool(name, args, ts=ts, call_id=call_id, path=path)
             if call_id:
                 self.tool_calls[call_id] = e
@@ -3714,7 +3715,7 @@ class _CodexState:
         elif etype == "item_completed" and isinstance(p.get("item"), dict):
             self._item(p["item"], ts)
         elif etype == "exec_command_end" and isinstance(p.get("exit_code"), int):
-            self.exit_codes[_call_id(p.get("call_id"))] = p["exit_code"]
+            self.exit_codes[_id_key(p.get("call_id"))] = p["exit_code"]
         # token_count, task_*, patch_apply_end, ... repeat what response_items say
 
     def _item(self, item, ts):
@@ -3741,7 +3742,7 @@ class _CodexState:
             code = item.get("exit_code")
             e["is_error"] = item.get("status") == "failed" or (isinstance(code, int) and code != 0)
             if isinstance(code, int):
-                self.exit_codes[_call_id(item.get("id"))] = code   # the id is the call_id of its function_call
+                self.exit_codes[_id_key(item.get("id"))] = code   # the id is the call_id of its function_call
         elif itype == "McpToolCall":
             result = item.get("result") if isinstance(item.get("result"), dict) else {}
             e = self.entries.tool("%s.%s" % (item.get("server"), item.get("tool")), item.get("arguments"), ts=ts,
@@ -4429,14 +4430,14 @@ class GeminiParser(Parser):
             for call in m.get("toolCalls") if isinstance(m.get("toolCalls"), list) else []:
                 if isinstance(call, dict):
                     self._tool_call(s, call, ts)
-                    calls[_call_id(call.get("id")) or object()] = None   # complete: its responses are copies
+                    calls[_id_key(call.get("id")) or object()] = None   # complete: its responses are copies
             for part in content if isinstance(content, list) else []:
                 fc = part.get("functionCall") if isinstance(part, dict) else None
-                if isinstance(fc, dict) and (_call_id(fc.get("id")) or object()) not in calls:
+                if isinstance(fc, dict) and (_id_key(fc.get("id")) or object()) not in calls:
                     name = str(fc.get("name") or "tool")
                     args = fc.get("args") if isinstance(fc.get("args"), dict) else None
                     s.add("tool", tool_text(name, args), role="assistant", tool=name, path=tool_path(args), ts=ts)
-                    calls[_call_id(fc.get("id")) or name] = (len(s.chunks) - 1, name, args)
+                    calls[_id_key(fc.get("id")) or name] = (len(s.chunks) - 1, name, args)
         elif mtype in ("info", "error", "warning"):
             s.add("context", self._parts_text(content), role=mtype, ts=ts)   # the CLI talking, not the model
 
@@ -4453,7 +4454,7 @@ class GeminiParser(Parser):
         return ""
 
     def _function_response(self, s, fr, ts, calls):
-        key = _call_id(fr.get("id")) or _call_id(fr.get("name"))
+        key = _id_key(fr.get("id")) or _id_key(fr.get("name"))
         if key in calls and calls[key] is None:
             return   # the call's toolCalls entry already holds this result
         out = self._full_output(s, self._response_text(fr.get("response")))
@@ -4558,7 +4559,7 @@ class GeminiParser(Parser):
                         name = str(fc.get("name") or "tool")
                         args = fc.get("args") if isinstance(fc.get("args"), dict) else None
                         s.add("tool", tool_text(name, args), role="assistant", tool=name, path=tool_path(args), ts=ts)
-                        calls[_call_id(fc.get("id")) or name] = (len(s.chunks) - 1, name, args)
+                        calls[_id_key(fc.get("id")) or name] = (len(s.chunks) - 1, name, args)
             else:
                 report.skip("unknown role")
 
@@ -7294,7 +7295,7 @@ class KimiParser(Parser):
             s.add(kind, text, role="assistant", ts=ts)
             return key
         if et == "tool.call":
-            cid = _call_id(ev.get("toolCallId") or ev.get("uuid"))
+            cid = _id_key(ev.get("toolCallId") or ev.get("uuid"))
             if cid not in calls.calls:
                 calls.call(cid, ev.get("name"), _json_arg(ev.get("args")), ts)
             return None
