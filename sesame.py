@@ -1632,6 +1632,11 @@ class Parser:
     # the session goes on: a change of one of them has the file checked, as its own folder's does.
     folder_levels = 0
 
+    # Whether the folders two levels below the source's own or more belong to one session each
+    # (<project>/<session>/..., written only while <project>/<session>.<ext> is): a search then
+    # compares them with that file, not every time (see plan_quick).
+    session_folders = False
+
     def session_marks(self, path):
         """For a store holding many sessions (an agent's database): {session id: a JSON value that
         changes whenever what the session holds changes}, from a cheap query; None when it cannot
@@ -2540,6 +2545,10 @@ class ClaudeCodeParser(Parser):
         return walk_files(root, lambda n: n.endswith(".jsonl") and n != "journal.jsonl", max_depth=5,
                           skip_dirs=("tool-results",))
 
+    # <enc>/<sid>/ and its subagents/ are written while <enc>/<sid>.jsonl is: a history of 2,000
+    # sessions with sub-agents has 4,000 such folders, ~16 ms of every search to compare them all.
+    session_folders = True
+
     resumable = True
 
     def parse(self, path, report, resume=None, limit=None):
@@ -3085,6 +3094,7 @@ class OhMyOpenCodeParser(ClaudeCodeParser):
 
     session_env = ()
     journal = None   # ~/.claude/history.jsonl names Claude Code's sessions, not these
+    session_folders = False   # (flat)
     content_on_record = True
     id, label, version = "omo", "oh-my-opencode", 1
     verified = "its hooks' source and 3 real transcripts, 2026-11-25"
@@ -8390,6 +8400,7 @@ class ClaudeDesktopParser(ClaudeCodeParser):
     as agentsview's cowork reader has it.)"""
 
     id, label = "claude-desktop", "Claude Desktop (agent mode)"
+    session_folders = False   # (its tasks' folders hold whole project trees)
     verified = "as agentsview cowork.go reads it, 2026-11-25"
     session_env = ()
 
@@ -10608,13 +10619,19 @@ class Store:
         """The checkpoint stored with a file (a dict, see Parser.checkpoint_holds), or None."""
         return json.loads(self.con.execute("SELECT checkpoint FROM files WHERE id=?", (file_id,)).fetchone()[0] or "null")
 
-    def set_listings(self, listings, settled):
+    def set_listings(self, listings, settled, session_roots=()):
         """Record the folders each source was listed from ({source: [(folder, mtime_ns)]}); a folder
-        changed after `settled` (ns) is recorded with time 0, so that it is listed again."""
+        changed after `settled` (ns) is recorded with time 0, so that it is listed again. Of the
+        sources in `session_roots` (Parser.session_folders), the folders two levels down or more
+        are recorded under source + SESSION_DIRS: a search compares those with their session's file
+        (session_folders), not all of them (listings(sources) leaves them out by the key alone)."""
         for source, dirs in listings.items():
-            self.con.execute("DELETE FROM dirs WHERE source=?", (source,))
+            self.con.execute("DELETE FROM dirs WHERE source IN (?, ?)", (source, source + SESSION_DIRS))
+            own, cut = source + SESSION_DIRS, len(source.rstrip(os.sep)) + 1
+            deep = source in session_roots
             self.con.executemany("INSERT OR REPLACE INTO dirs(source, path, mtime_ns) VALUES(?,?,?)",
-                                 [(source, db_path(d), m if m < settled else 0) for d, m in dirs])
+                                 [(own if deep and os.sep in d[cut:] else source, db_path(d), m if m < settled else 0)
+                                  for d, m in dirs])
 
     def move_files(self, moved):
         """Files now listed first by another source: [(source, path)]."""
@@ -10679,12 +10696,34 @@ class Store:
         return {r[0]: r[1:] for r in self.con.execute("SELECT path, parser, parser_version, size, mtime_ns, status, source "
                                                       "FROM files")}
 
-    def listings(self):
-        """{source: [(folder, mtime_ns)]}: the folders each source was listed from, in order."""
+    def listings(self, sources=None):
+        """{source: [(folder, mtime_ns)]}: the folders each source (of `sources`, else all) was listed
+        from, in order; the folders of one session's own are kept apart (see set_listings)."""
         out = collections.defaultdict(list)
-        for source, path, mtime in self.con.execute("SELECT source, path, mtime_ns FROM dirs ORDER BY source, path"):
+        sql, params = "SELECT source, path, mtime_ns FROM dirs", ()
+        if sources is not None:
+            sql, params = sql + " WHERE source IN (%s)" % ",".join("?" * len(sources)), tuple(sources)
+        for source, path, mtime in self.con.execute(sql + " ORDER BY source, path", params):
             out[source].append((fs_path(path), mtime))
         return out
+
+    def session_folders(self, source, folder):
+        """[(folder, mtime_ns)] of a session's own folder and the folders in it (see set_listings)."""
+        low = db_path(folder)
+        if not isinstance(low, str):
+            return []
+        return [(fs_path(p), m) for p, m in self.con.execute(
+            "SELECT path, mtime_ns FROM dirs WHERE source = ? AND (path = ? OR (path >= ? AND path < ?))",
+            (source + SESSION_DIRS, low, low + os.sep, low + os.sep + "\uffff"))]
+
+    def session_folders_share(self, source, share, count):
+        """[(folder, mtime_ns)]: the `share`-th of `count` slices, in path order, of the folders of
+        a source's sessions' own (those of one session stay together)."""
+        key = source + SESSION_DIRS
+        n = self.con.execute("SELECT count(*) FROM dirs WHERE source = ?", (key,)).fetchone()[0]
+        size = -(-n // count)
+        return [(fs_path(p), m) for p, m in self.con.execute(
+            "SELECT path, mtime_ns FROM dirs WHERE source = ? ORDER BY path LIMIT ? OFFSET ?", (key, size, share * size))]
 
     def source_paths(self, source, parser_id):
         """The stored paths of the files a source (its root and parser) listed first."""
@@ -11164,7 +11203,11 @@ def _add_listing(listings, src, dirs):
 # of the rest:
 #   - the folders each source was listed from: a file created, removed or renamed in a folder
 #     changes the folder's time, so a changed folder means that source is listed again (new and
-#     removed sessions are seen at once) and every file in that folder is checked;
+#     removed sessions are seen at once) and every file in that folder is checked. The folders of
+#     one session's own (Parser.session_folders: Claude Code's <project>/<session>/subagents/)
+#     change only while that session's file is written: they are compared with that file, when a
+#     rule below compares it, and otherwise a slice at a time (1 in FOLDER_SHARE by the second), so
+#     that a file put there by something else (a restore) is found within FOLDER_SHARE searches;
 #   - the files written in the last ACTIVE_SECONDS (agents append to the sessions they run), the
 #     ACTIVE_MAX_FILES newest of them: a history copied or restored (every file dated now) or a day
 #     of thousands of sub-agent files would otherwise be compared file by file on every search for
@@ -11185,6 +11228,8 @@ def _add_listing(listings, src, dirs):
 # changed exclude/redact settings) makes the refresh check everything, as `sesame index` does.
 ACTIVE_SECONDS = 2 * 24 * 3600
 ACTIVE_MAX_FILES = 200
+FOLDER_SHARE = 16
+SESSION_DIRS = "\x00sessions"   # (the key suffix of the folders of one session's own: see Store.set_listings)
 SWEEP_MIN_FILES = 200
 SWEEP_SECONDS = 0.0015
 CWD_MAX_FILES = 1000
@@ -11286,11 +11331,31 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
     """The freshness rules above: folders, active files, the caller's folder, the journals, then a
     sweep (unless `sweep` is false: the MCP server compares every file in the background)."""
     plan = Plan(full=False)
-    known_dirs = store.listings()
-    changed_dirs, check = set(), {}
+    known_dirs = store.listings([src.path for src in sources])
+    # Files written lately, files holding several sessions, the caller's folder and the journals'
+    # sessions first: the folders of one session's own are compared when its file is.
+    check = {}
+    since = time.time_ns() - ACTIVE_SECONDS * 10 ** 9
+    for row in store.active_file_rows(since, ACTIVE_MAX_FILES):
+        check[row.id] = row
+    for row in store.shared_file_rows():
+        check[row.id] = row
+    for row in store.pending_file_rows():  # read in part, or marked to be read again
+        check[row.id] = row
+    for row in _cwd_rows(store, cwd):
+        check[row.id] = row
+    named, started, projects = read_journals(store, sources, plan)
+    for row in _journal_rows(store, named):
+        check[row.id] = row
+    for src, folder in projects:
+        for row in store.file_rows_under(*_owner(src), folder):
+            check[row.id] = row
+    changed_dirs = set()
     for src in sources:
         dirs = known_dirs.get(src.path)
         stale = not dirs  # a configured file, or a source not listed yet: listed every time (cheap)
+        if dirs and src.parser.session_folders:
+            dirs = dirs + _session_folders(store, src, check.values())
         for folder, mtime in dirs or ():
             try:
                 now = os.stat(folder).st_mtime_ns
@@ -11328,22 +11393,6 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
         unreadable = [d for d, _ in log.unreadable]
         plan.gone += [row for key, row in rows.items() if key not in listed and row.status != "deleted"
                       and not _inside(fs_path(key), unreadable)]
-    # Files written lately, files holding several sessions, and the caller's folder.
-    since = time.time_ns() - ACTIVE_SECONDS * 10 ** 9
-    for row in store.active_file_rows(since, ACTIVE_MAX_FILES):
-        check[row.id] = row
-    for row in store.shared_file_rows():
-        check[row.id] = row
-    for row in store.pending_file_rows():  # read in part, or marked to be read again
-        check[row.id] = row
-    for row in _cwd_rows(store, cwd):
-        check[row.id] = row
-    named, started, projects = read_journals(store, sources, plan)
-    for row in _journal_rows(store, named):
-        check[row.id] = row
-    for src, folder in projects:
-        for row in store.file_rows_under(*_owner(src), folder):
-            check[row.id] = row
     parsers = {_owner(src): src.parser for src in sources}
     gone = {row.id for row in plan.gone}
     for row in check.values():
@@ -11356,6 +11405,25 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
         _sweep(store, plan, parsers, summary, skip=compared)
     plan.gone = list({row.id: row for row in plan.gone}.values())
     return plan
+
+
+def _session_folders(store, src, rows):
+    """The folders of a source whose sessions have folders of their own (Parser.session_folders:
+    <source>/<project>/<session>/...) that a search compares: those of the sessions whose files it
+    compares (`rows`), and one slice in FOLDER_SHARE of all of them, by the second."""
+    root = src.path.rstrip(os.sep) + os.sep
+    owners = set()
+    for row in rows:
+        path = fs_path(row.path)
+        if row.source == src.path and path.startswith(root):
+            parts = path[len(root):].split(os.sep, 2)
+            if len(parts) >= 2:   # <project>/<session>.jsonl or <project>/<session>/.../<file>
+                owners.add(root + parts[0] + os.sep + (parts[1][:-6] if len(parts) == 2 and parts[1].endswith(".jsonl")
+                                                       else parts[1]))
+    out = []
+    for folder in sorted(owners):
+        out += store.session_folders(src.path, folder)
+    return out + store.session_folders_share(src.path, time.time_ns() // 10 ** 9 % FOLDER_SHARE, FOLDER_SHARE)
 
 
 def _cwd_rows(store, cwd):
@@ -11739,7 +11807,8 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
         # A folder changed within the last seconds may change again within the same tick of a
         # coarse file system clock (1-2 s on some disks) without its time moving: such a folder is
         # recorded as unknown, so the next refresh lists it again.
-        store.set_listings(plan.listings, settled=time.time_ns() - 2 * 10 ** 9)
+        store.set_listings(plan.listings, settled=time.time_ns() - 2 * 10 ** 9,
+                           session_roots={src.path for src in sources if src.parser.session_folders})
         store.move_files(plan.moved)
         for row in plan.gone:
             store.file_gone(row, keep=policy.keep_deleted)
@@ -15157,9 +15226,10 @@ class _KeptStore:
     def vocab_terms(self, first, shortest, longest):
         return self._kept(("vocab", first, shortest, longest), lambda: self._store.vocab_terms(first, shortest, longest))
 
-    def listings(self):
+    def listings(self, sources=None):
         # (the folders every search compares: ~1,000 rows for a Codex history of dated folders)
-        return self._kept(("listings",), self._store.listings)
+        key = ("listings", None if sources is None else tuple(sources))
+        return self._kept(key, lambda: self._store.listings(sources))
 
     def close(self):
         pass

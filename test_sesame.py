@@ -6455,6 +6455,61 @@ def _journal_home(tmp_path, agent, n=6):
     return root, journal, paths, entry
 
 
+def test_the_folders_of_an_old_claude_session_are_compared_with_its_session_not_by_every_search(
+        env, capsys, monkeypatch, tmp_path):
+    """Claude Code keeps each session's sub-agents in <project>/<session id>/subagents/: two folders
+    per session, which every search compared (4,000 in a history of 2,000 such sessions: ~16 ms of
+    every search). They change only while their session's transcript is written: a search compares
+    them when it compares that file (it was written lately, its journal line came, it ran in the
+    caller's folder), and the others a slice at a time. A resumed session's new sub-agent and a new
+    session's are found by the next search; one put in an old folder otherwise, within the slices."""
+    root, journal, paths, entry = _journal_home(tmp_path, "claude", n=24)
+    project = root / "-home-dev-a"
+    for n, sid in enumerate(paths):
+        write_jsonl(project / sid / "subagents" / ("agent-old%02d.jsonl" % n), [dict(
+            cc_cl_user("s%d" % n, "2026-01-01T10:00:01.000Z", "sub-agent task %d" % n, isSidechain=True,
+                       agentId="old%02d" % n), sessionId=sid, cwd="/home/dev/a")])
+    age(tmp_path / "home")
+    assert run(capsys, "index")[0] == 0
+    assert search_ids(capsys, "routine") != []   # (reads the journal written with the history)
+    owned = {str(project / sid) for sid in paths} | {str(project / sid / "subagents") for sid in paths}
+    stats, real_stat = [], os.stat
+    monkeypatch.setattr(sesame.os, "stat", lambda p, *a, **k: stats.append(os.fspath(p)) or real_stat(p, *a, **k))
+    monkeypatch.chdir(tmp_path)   # a folder of no session
+    for _ in range(3):
+        del stats[:]
+        assert search_ids(capsys, "routine") != []
+        compared = owned & set(stats)
+        assert len(compared) <= 4, sorted(compared)   # a slice (48 / 16 = 3 folders), not all 48
+    sid = list(paths)[7]   # resumed: its transcript grows, a sub-agent starts, the journal says so
+    with open(str(paths[sid]), "a") as f:
+        f.write(line(dict(cc_cl_user("r1", "2026-06-01T10:00:00.000Z", "resumed: the okapi plan"),
+                          sessionId=sid, cwd="/home/dev/a")))
+    write_jsonl(project / sid / "subagents" / "agent-new01.jsonl", [dict(
+        cc_cl_user("n1", "2026-06-01T10:00:02.000Z", "sub-agent: survey the okapi enclosure", isSidechain=True,
+                   agentId="new01"), sessionId=sid, cwd="/home/dev/a")])
+    with open(str(journal), "a") as f:
+        f.write(entry(sid))
+    assert sorted(search_ids(capsys, "okapi")) == sorted([sid, "agent-new01"])
+    new = "%08d-2222-4333-8444-555555555555" % 99   # a new session, with a sub-agent, in the old project
+    write_jsonl(project / (new + ".jsonl"), [dict(cc_cl_user("w1", "2026-06-02T10:00:00.000Z", "the quagga census"),
+                                                  sessionId=new, cwd="/home/dev/a")])
+    write_jsonl(project / new / "subagents" / "agent-new02.jsonl", [dict(
+        cc_cl_user("w2", "2026-06-02T10:00:01.000Z", "sub-agent: count the quagga", isSidechain=True,
+                   agentId="new02"), sessionId=new, cwd="/home/dev/a")])
+    assert sorted(search_ids(capsys, "quagga")) == sorted([new, "agent-new02"])
+    # an old session's folder changed by something else (a restore) is seen within the slices
+    write_jsonl(project / list(paths)[3] / "subagents" / "agent-restored.jsonl", [dict(
+        cc_cl_user("x1", "2026-01-01T10:00:05.000Z", "restored: the zorilla notes", isSidechain=True,
+                   agentId="restored"), sessionId=list(paths)[3], cwd="/home/dev/a")])
+    monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)
+    found = []
+    for second in range(sesame.FOLDER_SHARE):
+        monkeypatch.setattr(sesame.time, "time_ns", lambda s=second: (1800000000 + s) * 10 ** 9)
+        found.append(search_ids(capsys, "zorilla"))
+    assert ["agent-restored"] in found
+
+
 @pytest.mark.parametrize("agent", ["claude", "codex"])
 def test_a_resumed_old_session_is_found_by_the_next_search_from_any_folder(env, capsys, monkeypatch, tmp_path, agent):
     root, journal, paths, entry = _journal_home(tmp_path, agent)
