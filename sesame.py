@@ -1523,6 +1523,9 @@ class Parser:
                   file is re-read when it or a sidecar changed
     folder_levels  how many folders above a session file the agent writes in as the session goes
                   on (Kimi Code: 2): a change of one of them has the file checked, as its own does
+    session_folders  True when the folders two levels below the source's own or more belong to one
+                  session each (<project>/<session>/..., Claude Code's sub-agents), written only
+                  while <project>/<session>.<ext> is: a search compares them with that file
     session_marks(path), parse_sessions(path, report, only)  for a store of many sessions (a
                   database): a cheap mark per session, and a read of some sessions only, so that a
                   store that changed is read again for the sessions whose mark moved
@@ -10707,14 +10710,15 @@ class Store:
             out[source].append((fs_path(path), mtime))
         return out
 
-    def session_folders(self, source, folder):
-        """[(folder, mtime_ns)] of a session's own folder and the folders in it (see set_listings)."""
+    def session_folders(self, source, folder, below_only=False):
+        """[(folder, mtime_ns)] of a session's own folder and the folders in it (see set_listings);
+        with below_only, of every such folder below `folder` (the source's own: all of them)."""
         low = db_path(folder)
         if not isinstance(low, str):
             return []
         return [(fs_path(p), m) for p, m in self.con.execute(
             "SELECT path, mtime_ns FROM dirs WHERE source = ? AND (path = ? OR (path >= ? AND path < ?))",
-            (source + SESSION_DIRS, low, low + os.sep, low + os.sep + "\uffff"))]
+            (source + SESSION_DIRS, None if below_only else low, low + os.sep, low + os.sep + "\uffff"))]
 
     def session_folders_share(self, source, share, count):
         """[(folder, mtime_ns)]: the `share`-th of `count` slices, in path order, of the folders of
@@ -11421,8 +11425,15 @@ def _session_folders(store, src, rows):
                 owners.add(root + parts[0] + os.sep + (parts[1][:-6] if len(parts) == 2 and parts[1].endswith(".jsonl")
                                                        else parts[1]))
     out = []
-    for folder in sorted(owners):
-        out += store.session_folders(src.path, folder)
+    if len(owners) <= 64:
+        for folder in sorted(owners):
+            out += store.session_folders(src.path, folder)
+    else:   # (a search from a project of hundreds of sessions: one read of them all, then the owners')
+        cut = len(root)
+        for folder, mtime in store.session_folders(src.path, src.path.rstrip(os.sep), below_only=True):
+            parts = folder[cut:].split(os.sep, 2)
+            if len(parts) >= 2 and root + parts[0] + os.sep + parts[1] in owners:
+                out.append((folder, mtime))
     return out + store.session_folders_share(src.path, time.time_ns() // 10 ** 9 % FOLDER_SHARE, FOLDER_SHARE)
 
 

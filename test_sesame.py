@@ -6481,6 +6481,7 @@ def test_the_folders_of_an_old_claude_session_are_compared_with_its_session_not_
         assert search_ids(capsys, "routine") != []
         compared = owned & set(stats)
         assert len(compared) <= 4, sorted(compared)   # a slice (48 / 16 = 3 folders), not all 48
+    monkeypatch.setattr(sesame, "FOLDER_SHARE", 10 ** 6)   # (no slice in turn reaches them by chance)
     sid = list(paths)[7]   # resumed: its transcript grows, a sub-agent starts, the journal says so
     with open(str(paths[sid]), "a") as f:
         f.write(line(dict(cc_cl_user("r1", "2026-06-01T10:00:00.000Z", "resumed: the okapi plan"),
@@ -6503,11 +6504,40 @@ def test_the_folders_of_an_old_claude_session_are_compared_with_its_session_not_
         cc_cl_user("x1", "2026-01-01T10:00:05.000Z", "restored: the zorilla notes", isSidechain=True,
                    agentId="restored"), sessionId=list(paths)[3], cwd="/home/dev/a")])
     monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)
+    monkeypatch.setattr(sesame, "FOLDER_SHARE", 16)
     found = []
     for second in range(sesame.FOLDER_SHARE):
         monkeypatch.setattr(sesame.time, "time_ns", lambda s=second: (1800000000 + s) * 10 ** 9)
         found.append(search_ids(capsys, "zorilla"))
     assert ["agent-restored"] in found
+
+
+def test_a_new_sub_agent_of_an_old_session_of_the_callers_folder_is_found_among_hundreds(env, capsys, monkeypatch,
+                                                                                          tmp_path):
+    """Searching from a project of many sessions compares all their own folders (read at once):
+    a sub-agent an old session of that project started is found by the next search there."""
+    work = tmp_path / "work"
+    work.mkdir()
+    root = tmp_path / "home" / ".claude" / "projects"
+    project = root / "-work"
+    sids = ["%08d-2222-4333-8444-555555555555" % i for i in range(70)]
+    for n, sid in enumerate(sids):
+        write_jsonl(project / (sid + ".jsonl"), [dict(cc_cl_user("u%d" % n, "2026-01-01T10:00:00.000Z",
+                                                                 "routine question %d" % n), sessionId=sid, cwd=str(work))])
+        write_jsonl(project / sid / "subagents" / ("agent-old%02d.jsonl" % n), [dict(
+            cc_cl_user("s%d" % n, "2026-01-01T10:00:01.000Z", "sub-agent task %d" % n, isSidechain=True,
+                       agentId="old%02d" % n), sessionId=sid, cwd=str(work))])
+    write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
+    age(tmp_path / "home")
+    assert run(capsys, "index")[0] == 0
+    monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)
+    monkeypatch.setattr(sesame, "FOLDER_SHARE", 10 ** 6)   # (no slice in turn reaches it by chance)
+    monkeypatch.chdir(work)
+    assert search_ids(capsys, "routine") != []
+    write_jsonl(project / sids[41] / "subagents" / "agent-late.jsonl", [dict(
+        cc_cl_user("l1", "2026-06-01T10:00:00.000Z", "sub-agent: the serval survey", isSidechain=True,
+                   agentId="late"), sessionId=sids[41], cwd=str(work))])
+    assert search_ids(capsys, "serval") == ["agent-late"]
 
 
 @pytest.mark.parametrize("agent", ["claude", "codex"])
