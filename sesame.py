@@ -11421,9 +11421,9 @@ def _session_folders(store, src, rows):
         path = fs_path(row.path)
         if row.source == src.path and path.startswith(root):
             parts = path[len(root):].split(os.sep, 2)
-            if len(parts) >= 2:   # <project>/<session>.jsonl or <project>/<session>/.../<file>
-                owners.add(root + parts[0] + os.sep + (parts[1][:-6] if len(parts) == 2 and parts[1].endswith(".jsonl")
-                                                       else parts[1]))
+            if len(parts) >= 2:   # <project>/<session>.<ext> or <project>/<session>/.../<file>
+                session = os.path.splitext(parts[1])[0] if len(parts) == 2 else parts[1]
+                owners.add(root + parts[0] + os.sep + session)
     out = []
     if len(owners) <= 64:
         for folder in sorted(owners):
