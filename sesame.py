@@ -3856,7 +3856,7 @@ class OpenCodeParser(Parser):
 
     def parse(self, path, report):
         if path.endswith(".db"):
-            return self._parse_db(path, report)
+            return self.parse_sessions(path, report)
         return [self._parse_storage_session(path, report)]
 
     # -- SQLite store ------------------------------------------------------------------------------
@@ -3879,10 +3879,7 @@ class OpenCodeParser(Parser):
                         marks[sid] += [table, n, newest]
             return marks
 
-    def parse_sessions(self, path, report, only):
-        return self._parse_db(path, report, only)
-
-    def _parse_db(self, path, report, only=None):
+    def parse_sessions(self, path, report, only=None):   # (only=None: the whole store, for parse)
         con = open_agent_db(path)
         try:
             if not {"session", "message", "part"} <= _table_names(con):
@@ -7614,7 +7611,7 @@ class OpenClawParser(Parser):
 
     def parse(self, path, report, resume=None, limit=None):
         if os.path.basename(path) == self.DB_NAME:
-            return self._parse_db(path, report)
+            return self.parse_sessions(path, report)
         header = first_json_line(path)
         if not header or header.get("type") != "session" or not isinstance(header.get("id"), str):
             raise NotASessionFile("no OpenClaw/pi session header")
@@ -7677,10 +7674,7 @@ class OpenClawParser(Parser):
                 "(SELECT max(seq) FROM transcript_events e WHERE e.session_id = w.session_id) FROM session_windows w"
                 % cols) if isinstance(sid, str)}
 
-    def parse_sessions(self, path, report, only):
-        return self._parse_db(path, report, only)
-
-    def _parse_db(self, path, report, only=None):
+    def parse_sessions(self, path, report, only=None):   # (only=None: the whole store, for parse)
         with AgentStore(path) as con:
             if not {"session_windows", "transcript_events"} <= _table_names(con):
                 raise NotASessionFile("unknown schema: no session_windows/transcript_events tables")
@@ -7789,10 +7783,7 @@ class GrokParser(Parser):
                 "SELECT s.id, s.updated_at, s.title, (SELECT count(*) FROM messages m WHERE m.session_id = s.id), "
                 "(SELECT max(seq) FROM messages m WHERE m.session_id = s.id) FROM sessions s")}
 
-    def parse_sessions(self, path, report, only):
-        return self._parse_db(path, report, only)
-
-    def _parse_db(self, path, report, only=None):
+    def parse_sessions(self, path, report, only=None):   # (only=None: the whole store, for parse)
         with AgentStore(path) as con:
             if not {"sessions", "messages"} <= _table_names(con):
                 raise NotASessionFile("unknown schema: no sessions/messages tables")
@@ -7846,7 +7837,7 @@ class GrokParser(Parser):
 
     def parse(self, path, report):
         if path.endswith(".db"):
-            return self._parse_db(path, report)
+            return self.parse_sessions(path, report)
         head = first_json_line(path)
         if not head or head.get("type") not in ("system", "user", "assistant", "reasoning", "tool_result"):
             raise NotASessionFile("no Grok chat_history records")
