@@ -2517,13 +2517,17 @@ class ClaudeCodeParser(Parser):
     # <config dir>/history.jsonl, the prompt history behind the up arrow: {display, pastedContents,
     # timestamp (ms), project, sessionId} per prompt (sessionId since 1.0; older lines lack it).
     journal = ("history.jsonl", ("sessionId",))
-    verified = "2.1.197, 2026-11-25"
+    verified = "2.1.332, 2026-11-26"
     records = ("assistant", "user", "attachment", "system", "custom-title", "ai-title", "summary",
                "tool_use", "tool_result")
-    # session state with no conversation text
+    # session state with no conversation text; 2.1.3xx also keeps what each API request was made of
+    # (`api-request`: parameters and the hashes of its parts; `api-request-blob`: a part, once: the
+    # system prompt, reminders, the turns the user and assistant records already hold;
+    # `api-request-shape`: the tool schemas), the session's cost and the tools it used.
     skipped_records = ("progress", "file-history-snapshot", "queue-operation", "mode", "permission-mode",
                        "pr-link", "agent-name", "last-prompt", "worktree-state", "relocated", "bridge-session",
-                       "frame-link", "atis-latch", "teleported-from")
+                       "frame-link", "atis-latch", "teleported-from", "api-request", "api-request-blob",
+                       "api-request-shape", "cost-state", "tools-used")
     blocks = ("text", "thinking", "tool_use", "tool_result")
     # images, encrypted thinking and the API's server-side tool blocks: nothing to read
     skipped_blocks = ("image", "document", "redacted_thinking", "server_tool_use", "web_search_tool_result",
@@ -3827,7 +3831,7 @@ class OpenCodeParser(Parser):
     """
 
     id, label, version = "opencode", "OpenCode", 1
-    verified = "1.18.33, 2026-11-25"
+    verified = "1.18.33, 2026-11-26"
     records = ("user", "assistant")   # message roles; a message's parts are its blocks
     blocks = ("text", "reasoning", "tool", "tool-invocation", "subtask")
     # attachments (never indexed: may be images), bookkeeping, diffs
@@ -4079,7 +4083,11 @@ class OpenCodeParser(Parser):
         return None
 
     def resume_command(self, row):
-        return None   # no resume-by-id command of OpenCode's that we could confirm
+        # `opencode -s ID` continues a session in its own folder; run elsewhere, it hangs (1.18.33,
+        # checked with the real CLI). A sub-agent's session is opened from its parent's.
+        if not row.get("session_id") or row.get("parent") or not row.get("cwd"):
+            return None
+        return "cd %s && opencode -s %s" % (shell_quote(row["cwd"]), shell_quote(row["session_id"]))
 
 
 # -------------------------------------------------------------------------------------------------
@@ -6886,7 +6894,10 @@ class QwenParser(Parser):
 
     id, label, version = "qwen", "Qwen Code", 2
     resumable = True
-    verified = "0.15.10, 2026-11-25"
+    verified = "0.15.10 and 0.24.4, 2026-11-26"
+    # ~/.qwen/usage_record.jsonl (0.2x: usageHistoryService.ts): one line {sessionId, project,
+    # startTime, ...} when a run ends or /clear starts another session; none during an interactive one.
+    journal = ("usage_record.jsonl", ("sessionId",))
     records, version_field = ("user", "assistant", "tool_result", "system"), "version"
     INJECTED_SUBTYPES = ("notification", "cron", "goal_runtime", "background_task_completed")
 
@@ -6898,12 +6909,28 @@ class QwenParser(Parser):
         return roots
 
     def start_mark(self, root):
-        # No prompt history names sessions, but every start points ~/.qwen/debug/latest at the new
-        # run's debug log (the link made again: the folder's time changes), on by default (0.15.10,
-        # checked with the real CLI, a resumed session too).
+        # The journal gets its line when a run ends; a start shows earlier. 0.2x locks its extension
+        # store at every start (ExtensionStore.withLock: proper-lockfile makes and removes
+        # extension-store/lock.lock, which changes the folder's time; 0.24.4, checked with the real
+        # CLI). 0.15 had no store, but pointed ~/.qwen/debug/latest at the new run's debug log (the
+        # link made again), which 0.2x does only with QWEN_DEBUG_LOG_FILE set: the store comes first,
+        # so that a link an older release left behind is not followed instead.
         root = root.rstrip(os.sep)
-        debug = os.path.join(os.path.dirname(root), "debug")
-        return debug if os.path.basename(root) in ("projects", "tmp") and os.path.islink(os.path.join(debug, "latest")) else None
+        if os.path.basename(root) not in ("projects", "tmp"):
+            return None
+        home = os.path.dirname(root)
+        store = os.path.join(home, "extension-store")
+        if os.path.isfile(os.path.join(store, "lock")):
+            return store
+        debug = os.path.join(home, "debug")
+        return debug if os.path.islink(os.path.join(debug, "latest")) else None
+
+    def resume_command(self, row):
+        # `qwen --resume ID` finds a session among the current folder's project only (0.15.10 and
+        # 0.24.4, checked with the real CLI); a sub-agent's sidechain cannot be resumed on its own.
+        if not row.get("session_id") or row.get("parent") or not row.get("cwd"):
+            return None
+        return "cd %s && qwen --resume %s" % (shell_quote(row["cwd"]), shell_quote(row["session_id"]))
 
     def list_files(self, root):
         if os.path.isfile(root):
@@ -16058,7 +16085,7 @@ SETUP_AGENTS = [
                ".claude.json"), "json", ("mcpServers",),
                _std_entry, ["claude", "mcp", "add", "--scope", "user", SETUP_NAME, "--"],
                ["claude", "mcp", "remove", "--scope", "user", SETUP_NAME],
-               lambda e: os.path.join(agent_dir(e, "CLAUDE_CONFIG_DIR", ".claude"), "skills"), "2.1.197",
+               lambda e: os.path.join(agent_dir(e, "CLAUDE_CONFIG_DIR", ".claude"), "skills"), "2.1.197 and 2.1.332",
                lambda e: agent_dir(e, "CLAUDE_CONFIG_DIR", ".claude")),
     # developers.openai.com/codex/mcp ($CODEX_HOME/config.toml, [mcp_servers.NAME] command, args);
     # skills: developers.openai.com/codex/skills (user skills in $HOME/.agents/skills, the open
@@ -16078,7 +16105,7 @@ SETUP_AGENTS = [
     SetupAgent("qwen", "Qwen Code", "qwen", lambda e: os.path.join(_home(e), ".qwen", "settings.json"), "json",
                ("mcpServers",), _std_entry, ["qwen", "mcp", "add", "--scope", "user", SETUP_NAME],
                ["qwen", "mcp", "remove", "--scope", "user", SETUP_NAME],
-               lambda e: os.path.join(_home(e), ".qwen", "skills"), "0.15.10"),
+               lambda e: os.path.join(_home(e), ".qwen", "skills"), "0.15.10 and 0.24.4"),
     # opencode.ai/docs/mcp-servers ("mcp": {NAME: {"type": "local", "command": [...]}}) and
     # opencode.ai/docs/config (~/.config/opencode/opencode.json); skills: opencode.ai/docs/skills
     SetupAgent("opencode", "OpenCode", "opencode", lambda e: _xdg_config(e, "opencode", "opencode.json"), "json",

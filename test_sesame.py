@@ -9,6 +9,7 @@ import errno
 import glob
 import hashlib
 import io
+import itertools
 import json
 import zlib
 import os
@@ -1635,6 +1636,34 @@ def test_oh_my_opencode_transcripts_are_read_as_their_own_agent_and_appends_resu
 def test_claude_resume_command_runs_in_the_session_cwd():
     cmd = PARSERS["claude"].resume_command({"session_id": cc_SID, "cwd": "/home/u/my proj", "path": "x"})
     assert cmd == "cd '/home/u/my proj' && claude --resume %s" % cc_SID
+
+
+@pytest.mark.parametrize("agent,command", [("qwen", "qwen --resume"), ("opencode", "opencode -s")])
+def test_qwen_and_opencode_resume_a_session_from_its_own_folder(env, capsys, tmp_path, agent, command):
+    """Both look a session up from the folder they run in (run elsewhere, Qwen Code 0.15-0.24 says no
+    session has that id and OpenCode 1.18 hangs): the command goes there first; without a folder,
+    or for a sub-agent, there is none."""
+    if agent == "qwen":
+        write_jsonl(tmp_path / "home" / ".qwen" / "projects" / "-home-u-my-proj" / "chats" / "7799410a.jsonl", [
+            dict(ot_q("u1", None, "user", message={"role": "user", "parts": [{"text": "the lynx build"}]}),
+                 sessionId="7799410a", cwd="/home/u/my proj")])
+        write_config({"sources": [{"parser": "qwen", "path": str(tmp_path / "home" / ".qwen" / "projects")}]}, tmp_path)
+        sid = "7799410a"
+        word, cwd = "lynx", "'/home/u/my proj'"
+    else:   # ses_b in /home/u/proj, and its sub-agent's session ses_c
+        sid, word, cwd = "ses_b", "flake", "/home/u/proj"
+        ogc_opencode_db(tmp_path / "home" / ".local" / "share" / "opencode" / "opencode.db")
+        write_config({"sources": [{"parser": "opencode", "path": str(tmp_path / "home" / ".local" / "share" / "opencode")}]},
+                     tmp_path)
+        assert run(capsys, "index")[0] == 0
+        code, out, _ = run(capsys, "search", "child prompt", "--json")
+        assert [(r["sessionId"], r["resumeCommand"]) for r in json.loads(out)["results"]] == [("ses_c", None)]
+    assert run(capsys, "index")[0] == 0
+    code, out, _ = run(capsys, "search", word, "--json")
+    assert [r["resumeCommand"] for r in json.loads(out)["results"]] == ["cd %s && %s %s" % (cwd, command, sid)]
+    parser = PARSERS[agent]
+    assert parser.resume_command({"session_id": sid, "cwd": None, "parent": None}) is None
+    assert parser.resume_command({"session_id": sid, "cwd": "/home/u", "parent": "ses_parent"}) is None
 
 
 def test_claude_rejects_other_formats(tmp_path):
@@ -6438,6 +6467,11 @@ def _journal_home(tmp_path, agent, n=6):
             paths[sid] = write_jsonl(root / "-home-dev-a" / (sid + ".jsonl"), [
                 dict(cc_cl_user("u%d" % i, "2026-01-0%dT10:00:00.000Z" % (i + 1), "routine question %d" % i),
                      sessionId=sid, cwd="/home/dev/a")])
+        elif agent == "qwen":   # 0.24: a line per run that ended, in ~/.qwen/usage_record.jsonl
+            root, journal = home / ".qwen" / "projects", home / ".qwen" / "usage_record.jsonl"
+            paths[sid] = write_jsonl(root / "-home-dev-a" / "chats" / (sid + ".jsonl"), [
+                dict(ot_q("u1", None, "user", message={"role": "user", "parts": [{"text": "routine question %d" % i}]}),
+                     sessionId=sid, cwd="/home/dev/a")])
         else:
             root, journal = home / ".codex" / "sessions", home / ".codex" / "history.jsonl"
             paths[sid] = write_jsonl(root / "2026" / "01" / "01" / ("rollout-2026-01-01T10-00-00-%s.jsonl" % sid), [
@@ -6448,6 +6482,9 @@ def _journal_home(tmp_path, agent, n=6):
         if agent == "claude":
             return line({"display": "a prompt", "pastedContents": {}, "timestamp": 1767261600000,
                          "project": "/home/dev/a", "sessionId": sid})
+        if agent == "qwen":
+            return line({"version": 1, "sessionId": sid, "timestamp": 1767261601570, "startTime": 1767261600000,
+                         "project": "/home/dev/a", "durationMs": 1570, "models": {}, "tools": {"totalCalls": 0}})
         return line({"session_id": sid, "ts": 1767261600, "text": "a prompt"})
     with open(str(journal), "w") as f:
         f.writelines(entry(sid) for sid in paths)
@@ -6540,7 +6577,7 @@ def test_a_new_sub_agent_of_an_old_session_of_the_callers_folder_is_found_among_
     assert search_ids(capsys, "serval") == ["agent-late"]
 
 
-@pytest.mark.parametrize("agent", ["claude", "codex"])
+@pytest.mark.parametrize("agent", ["claude", "codex", "qwen"])
 def test_a_resumed_old_session_is_found_by_the_next_search_from_any_folder(env, capsys, monkeypatch, tmp_path, agent):
     root, journal, paths, entry = _journal_home(tmp_path, agent)
     age(tmp_path / "home")
@@ -6552,6 +6589,9 @@ def test_a_resumed_old_session_is_found_by_the_next_search_from_any_folder(env, 
         with open(str(paths[sid]), "a") as f:   # the agent resumes it: its transcript grows...
             f.write(line(dict(cc_cl_user("r%d" % n, "2026-06-01T10:00:00.000Z", "resumed: the narwhal%d plan" % n),
                               sessionId=sid, cwd="/home/dev/a") if agent == "claude" else
+                         dict(ot_q("r%d" % n, "u1", "user", message={"role": "user", "parts": [
+                             {"text": "resumed: the narwhal%d plan" % n}]}), sessionId=sid, cwd="/home/dev/a")
+                         if agent == "qwen" else
                          cc_cx_msg("2026-06-01T10:00:00.000Z", "user", "resumed: the narwhal%d plan" % n)))
         with open(str(journal), "a") as f:      # ...and its prompt history names it
             f.write(entry(sid))
@@ -6629,8 +6669,9 @@ def _started_home(tmp_path, capsys, monkeypatch, agent, n=12):
                 f.write(line({"type": "user", "timestamp": "2026-06-01T10:00:00.000Z", "content": text}))
         folder.mkdir(parents=True)
         sqlite3.connect(str(folder / lock)).close()
-    elif agent == "qwen":
-        folder, lock = tmp_path / "home" / ".qwen" / "debug", None
+    elif agent.startswith("qwen"):   # 0.15: the debug log's link; 0.24: the extension store's lock
+        folder, lock = (tmp_path / "home" / ".qwen" / "debug", None) if agent == "qwen-0.15" else \
+            (tmp_path / "home" / ".qwen" / "extension-store", "lock")
         root = folder.parent / "projects"
         paths = [str(write_jsonl(root / "-home-dev-a" / "chats" / ("old-%02d.jsonl" % i), [
             dict(ot_q("u1", None, "user", message={"role": "user", "parts": [{"text": "routine question %d" % i}]}),
@@ -6655,12 +6696,17 @@ def _started_home(tmp_path, capsys, monkeypatch, agent, n=12):
     if lock and lock.endswith(".db"):
         pass   # (made above)
     elif lock:
+        folder.mkdir(parents=True, exist_ok=True)
         (folder / lock).write_text("{}")
     else:   # Qwen Code: its debug folder, the link to the newest run's log
         folder.mkdir(parents=True)
         (folder / "first-run.txt").write_text("log")
         os.symlink("first-run.txt", str(folder / "latest"))
-    write_config({"sources": [{"parser": agent, "path": str(root)}]}, tmp_path)
+    if agent == "qwen-0.24":   # a link left by 0.15 before the upgrade: never moves again
+        (folder.parent / "debug").mkdir()
+        (folder.parent / "debug" / "old-run.txt").write_text("log")
+        os.symlink("old-run.txt", str(folder.parent / "debug" / "latest"))
+    write_config({"sources": [{"parser": agent.split("-")[0], "path": str(root)}]}, tmp_path)
     age(tmp_path / "home")
     assert run(capsys, "index")[0] == 0
     monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)
@@ -6678,7 +6724,7 @@ def test_a_start_mark_that_is_a_database_kept_open_moves_with_its_write_ahead_lo
     assert sesame._mark_time(str(db)) == os.stat(str(db) + "-wal").st_mtime_ns > 1.7e18
 
 
-@pytest.mark.parametrize("agent", ["pi", "gemini", "qwen", "cline", "omo"])
+@pytest.mark.parametrize("agent", ["pi", "gemini", "qwen-0.15", "qwen-0.24", "cline", "omo"])
 def test_a_resumed_old_session_of_an_agent_without_journal_is_found_at_once_after_its_start(
         env, capsys, monkeypatch, tmp_path, counted_stats, agent):
     """pi, Gemini CLI, Qwen Code and the Cline SDK keep no prompt history naming sessions; their start
@@ -10413,7 +10459,11 @@ def test_setup_all_then_each_agents_own_mcp_list_shows_sesame_and_undo_all_resto
 class _SearchingModel:
     """A mock Anthropic Messages server (127.0.0.1) for Claude Code: to a prompt it answers with one
     call of Sesame's MCP search tool (the word after "sesame-query=" in the prompt); once the tool's result
-    is back, it answers with that result's text. Claude Code streams, so replies are SSE."""
+    is back, it answers with that result's text. Claude Code streams, so replies are SSE.
+
+    Claude Code 2.1.2xx-3xx defers MCP tools: the request names them in a system message and offers
+    ToolSearch, which the model calls ("select:<name>") to load one before calling it, as a real
+    model does. `offered` says how the search tool came: "listed" with the tools or "deferred"."""
 
     def __init__(self):
         import http.server
@@ -10435,14 +10485,23 @@ class _SearchingModel:
                 tools = [t.get("name") for t in body.get("tools") or []]
                 last = body["messages"][-1]["content"]
                 results = [b for b in last if isinstance(b, dict) and b.get("type") == "tool_result"] if isinstance(last, list) else []
-                if results:
-                    content = results[0]["content"]
-                    text = content if isinstance(content, str) else "".join(c.get("text", "") for c in content)
+                query = re.search(r"sesame-query=(\w+)", json.dumps(body["messages"]))
+                search = {"type": "tool_use", "id": "toolu_1", "name": "mcp__sesame__search",
+                          "input": {"query": query.group(1) if query else ""}}
+                if results and results[-1].get("tool_use_id") == "toolu_0":  # the search tool is loaded
+                    block = search
+                elif results:
+                    content = results[-1]["content"]
+                    text = content if isinstance(content, str) else "".join(c.get("text", "") for c in content
+                                                                            if isinstance(c, dict))
                     block = {"type": "text", "text": "FOUND: " + text}
-                elif "mcp__sesame__search" in tools:
-                    model.tools_seen = tools
-                    block = {"type": "tool_use", "id": "toolu_1", "name": "mcp__sesame__search",
-                             "input": {"query": re.search(r"sesame-query=(\w+)", json.dumps(body["messages"])).group(1)}}
+                elif "mcp__sesame__search" in tools and query:
+                    model.offered = "listed"
+                    block = search
+                elif "ToolSearch" in tools and query and "mcp__sesame__search" in json.dumps(body.get("messages")):
+                    model.offered = "deferred"
+                    block = {"type": "tool_use", "id": "toolu_0", "name": "ToolSearch",
+                             "input": {"query": "select:mcp__sesame__search"}}
                 else:
                     block = {"type": "text", "text": "mock title"}
                 self.send_response(200)
@@ -10454,7 +10513,8 @@ class _SearchingModel:
                 def event(name, obj):
                     self.wfile.write(("event: %s\ndata: %s\n\n" % (name, json.dumps(obj))).encode())
                 usage = {"input_tokens": 10, "output_tokens": 1}
-                event("message_start", {"type": "message_start", "message": {"id": "msg_1", "type": "message",
+                # (a message id of its own: Claude Code merges the streamed fragments of one id)
+                event("message_start", {"type": "message_start", "message": {"id": "msg_%d" % next(model.ids), "type": "message",
                       "role": "assistant", "model": body.get("model"), "content": [], "stop_reason": None, "usage": usage}})
                 if block["type"] == "text":
                     event("content_block_start", {"type": "content_block_start", "index": 0,
@@ -10471,7 +10531,7 @@ class _SearchingModel:
                                         == "tool_use" else "end_turn"}, "usage": {"output_tokens": 5}})
                 event("message_stop", {"type": "message_stop"})
 
-        self.tools_seen = None
+        self.offered, self.ids = None, itertools.count(1)
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -10497,7 +10557,7 @@ def test_claude_code_after_setup_calls_sesames_search_tool_and_gets_the_session(
     finally:
         model.server.shutdown()
     out = p.stdout.decode("utf-8", "replace")
-    assert model.tools_seen and "mcp__sesame__search" in model.tools_seen, p.stderr
+    assert model.offered, p.stderr   # the tool reached the model, listed or deferred
     assert "FOUND:" in out and "e2e-1" in out, out + p.stderr.decode("utf-8", "replace")
 
 
