@@ -8330,6 +8330,40 @@ def test_the_next_stage_fetched_alongside_the_first_gives_the_same_results(vocab
     assert results() == alone
 
 
+def test_the_mcp_server_fetches_the_next_stage_on_one_kept_connection_that_sees_every_change(vocab_corpus, env,
+                                                                                             capsys, monkeypatch):
+    """The server keeps the second connection a prefetch runs on (Store.spare) from call to call: its
+    pages are those of stage after stage, and a session written meanwhile by another process is in
+    the stage it fetches."""
+    made = []
+    original = sesame._Prefetch
+
+    def recording(*a):
+        made.append(a[-1])   # the connection it was given (None: it opens its own)
+        return original(*a)
+    monkeypatch.setattr(sesame, "_Prefetch", recording)
+    queries = ["fix the docker error", "docker build node", "the node service error", "fix test"]
+    monkeypatch.setattr(sesame, "PREFETCH_MIN_DOCS", 10 ** 9)
+    alone = [search_json(capsys, q, "--limit", "20")["results"] for q in queries]
+    monkeypatch.setattr(sesame, "PREFETCH_MIN_DOCS", 1)
+    warm = sesame.WarmIndex()
+
+    def warm_ids(query):
+        return [r["sessionId"] for r in sesame.call_tool({"name": "search", "arguments": {"query": query, "limit": 20, "max_chars": 0}},
+                                                         warm)["structuredContent"]["results"]]
+    try:
+        assert [warm_ids(q) for q in queries] == [[r["sessionId"] for r in page] for page in alone]
+        assert made and made[0] is not None and all(con is made[0] for con in made)   # one kept connection
+        # another process adds a session holding both words apart (found by the fetched stage only)
+        PiWriter(env, "late-one", cwd="/home/dev/late").user("the docker cache, and later a node upgrade").save()
+        assert run(capsys, "index")[0] == 0
+        assert "late-one" in warm_ids("docker node")
+        assert all(con is made[0] for con in made)
+    finally:
+        warm.close()
+    assert warm.store is None
+
+
 def test_a_long_question_ranks_like_its_keywords(vocab_corpus, capsys):
     q = "where did we figure out why the kubernetes ingress kept timing out for the big uploads"
     assert search_json(capsys, q)["results"][0]["sessionId"] == "k8s-ingress"
