@@ -1658,6 +1658,11 @@ class Parser:
     # prompt, whatever folder it runs in; each search reads the lines added since the last one and
     # checks the files of the sessions they name (see read_journals).
     journal = None
+    # A folder beside the source folder where the agent keeps one small JSON file per running
+    # process, naming the session it runs, and the key that holds the session id: (folder name,
+    # key), or None. Each search compares the files of the sessions running (see read_journals);
+    # once read, a file is among those written lately, which every search compares.
+    running = None
 
     def start_mark(self, root):
         """For an agent that keeps no journal: the folder (or file: an SQLite store counts with its
@@ -2517,6 +2522,10 @@ class ClaudeCodeParser(Parser):
     # <config dir>/history.jsonl, the prompt history behind the up arrow: {display, pastedContents,
     # timestamp (ms), project, sessionId} per prompt (sessionId since 1.0; older lines lack it).
     journal = ("history.jsonl", ("sessionId",))
+    # <config dir>/sessions/<pid>.json {pid, sessionId, cwd, startedAt, kind, entrypoint, ...}, made when
+    # the process starts and removed when it ends, also for `claude -p` and the Agent SDK, which add
+    # nothing to history.jsonl (2.1.197 and 2.1.332, checked with the real CLI).
+    running = ("sessions", "sessionId")
     verified = "2.1.332, 2026-11-26"
     records = ("assistant", "user", "attachment", "system", "custom-title", "ai-title", "summary",
                "tool_use", "tool_result")
@@ -3100,7 +3109,7 @@ class OhMyOpenCodeParser(ClaudeCodeParser):
     """
 
     session_env = ()
-    journal = None   # ~/.claude/history.jsonl names Claude Code's sessions, not these
+    journal = running = None   # ~/.claude/history.jsonl and sessions/ name Claude Code's sessions, not these
     session_folders = False   # (flat)
     content_on_record = True
     id, label, version = "omo", "oh-my-opencode", 1
@@ -11519,26 +11528,33 @@ START_SLACK_NS = 2 * 10 ** 9  # a file written this long before the mark counts 
 START_KEY = "start:"  # the start marks' records, among the journals' places
 PROJECT_KEY = "project:"  # the per-project journals' sizes and times (Parser.project_journals), too
 PROJECT_JOURNALS_MAX = 1000
+RUNNING_KEY = "running:"  # a folder of running processes' files (Parser.running): its time, the ids named
+RUNNING_MAX_FILES = 256
+RUNNING_MAX_BYTES = 65536
 
 
 def read_journals(store, sources, plan):
     """({agent: {session id}}, [(source, mark folder, start time ns)], [(source, project folder)]):
-    the sessions the change journals of the sources' agents named since the last refresh, the
+    the sessions the change journals of the sources' agents named since the last refresh (and
+    those their running processes name: Parser.running), the
     sources whose agent started (and has not written a quiet file since), and the project folders
     whose journal changed. Where each journal was read up to, each start mark's time and each
     project journal's size and time go to plan.journals when they moved (_save_journals)."""
-    journals, marks, per_project = {}, {}, []
+    journals, marks, per_project, running = {}, {}, [], {}
     for src in sources:
         if src.parser.journal:
             name, keys = src.parser.journal
             journals.setdefault(os.path.join(os.path.dirname(src.path.rstrip(os.sep)), name), (src.parser.id, keys))
+        if src.parser.running:
+            name, key = src.parser.running
+            running.setdefault(os.path.join(os.path.dirname(src.path.rstrip(os.sep)), name), (src.parser.id, key))
         mark = src.parser.start_mark(src.path)
         if mark:
             marks.setdefault(mark, []).append(src)
         found = src.parser.project_journals(src.path)
         if found:
             per_project.append((src,) + found)
-    if not journals and not marks and not per_project:
+    if not journals and not marks and not per_project and not running:
         return {}, [], []
     try:
         with open_regular(_journals_file(store)) as f:
@@ -11565,6 +11581,19 @@ def read_journals(store, sources, plan):
         places[START_KEY + folder] = place
         moved = moved or place != was
         started += [(src, folder, place[1]) for src in srcs if place[1]]
+    for folder, (agent, key) in running.items():
+        try:
+            mtime = os.stat(folder).st_mtime_ns
+        except OSError:
+            continue
+        was = known.get(RUNNING_KEY + folder)
+        valid = isinstance(was, list) and len(was) == 2 and isinstance(was[1], list)
+        ids = [i for i in was[1] if isinstance(i, str)] if valid else []
+        if not valid or was[0] != mtime:   # a process started or ended: read again
+            ids = _running_sessions(folder, key)
+            moved = True
+        places[RUNNING_KEY + folder] = [mtime, ids]
+        named[agent].update(ids)
     projects = []
     for src, folder, project_of in per_project:
         try:
@@ -11627,6 +11656,25 @@ def read_journals(store, sources, plan):
     if moved:
         plan.journals = places
     return named, started, projects
+
+
+def _running_sessions(folder, key):
+    """The session ids the files of an agent's folder of running processes name (Parser.running)."""
+    ids = set()
+    try:
+        with os.scandir(folder) as it:
+            paths = sorted(e.path for e in it if e.name.endswith(".json"))
+    except OSError:
+        return []
+    for path in paths[:RUNNING_MAX_FILES]:   # (a folder left full of files by crashed processes)
+        try:
+            with open_regular(path) as f:
+                rec = json.loads(f.read(RUNNING_MAX_BYTES))
+        except (OSError, UnicodeDecodeError) + BAD_JSON:
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get(key), str) and rec[key]:
+            ids.add(rec[key])
+    return sorted(ids)
 
 
 def _mark_time(path):

@@ -6598,6 +6598,45 @@ def test_a_resumed_old_session_is_found_by_the_next_search_from_any_folder(env, 
         assert search_ids(capsys, "narwhal%d" % n) == [sid]
 
 
+def test_a_claude_session_resumed_headless_is_found_by_the_next_search_from_any_folder(env, capsys, monkeypatch,
+                                                                                       tmp_path, counted_stats):
+    """`claude -p --resume ID` and the Agent SDK write no history.jsonl line; every Claude Code
+    process keeps ~/.claude/sessions/<pid>.json naming its session while it runs (2.1.197, 2.1.332).
+    A search compares the running sessions' files; once read, the file is among those written
+    lately, which every search compares (so its last words, written as it ends, are found too)."""
+    root, journal, paths, entry = _journal_home(tmp_path, "claude")
+    running = tmp_path / "home" / ".claude" / "sessions"
+    running.mkdir()
+    age(tmp_path / "home")
+    assert run(capsys, "index")[0] == 0
+    monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)   # the sweep reaches nothing
+    monkeypatch.chdir(tmp_path)                                       # a folder of no session
+    sid = list(paths)[3]
+
+    def say(text):
+        with open(str(paths[sid]), "a") as f:
+            f.write(line(dict(cc_cl_user("r%d" % time.monotonic_ns(), "2026-06-01T10:00:00.000Z", text),
+                              sessionId=sid, cwd="/home/dev/a")))
+    assert search_ids(capsys, "routine") != []
+    (running / "4242.json").write_text(json.dumps({"pid": 4242, "sessionId": sid, "cwd": "/home/dev/a",
+                                                   "kind": "interactive", "entrypoint": "sdk-cli"}))
+    (running / "4243.json").write_text("{not json")     # (half written: skipped)
+    say("resumed headless: the okapi plan")
+    assert search_ids(capsys, "okapi") == [sid]
+    say("still running: the tapir plan")                 # the folder unchanged: still compared
+    assert search_ids(capsys, "tapir") == [sid]
+    say("last words: the dugong plan")
+    (running / "4242.json").unlink()                     # the process ends
+    assert search_ids(capsys, "dugong") == [sid]
+    other = list(paths)[4]                               # no process runs it: left to the sweep
+    with open(str(paths[other]), "a") as f:
+        f.write(line(dict(cc_cl_user("q1", "2026-06-01T10:00:00.000Z", "the quoll plan"), sessionId=other,
+                          cwd="/home/dev/a")))
+    del counted_stats[:]
+    assert search_ids(capsys, "quoll") == []
+    assert str(paths[other]) not in counted_stats
+
+
 def agent_starts(folder, lock):
     """What pi (0.73.1) and Gemini CLI (0.61.0) do at every start: a file of their folder is locked
     and released (proper-lockfile makes and removes `<file>.lock`: pi's auth.json, Gemini's
