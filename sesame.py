@@ -1663,6 +1663,11 @@ class Parser:
     # key), or None. Each search compares the files of the sessions running (see read_journals);
     # once read, a file is among those written lately, which every search compares.
     running = None
+    # A store of the agent's, beside the source folder, that stamps a session's row whenever the
+    # session is written, whatever runs it (a prompt typed, a headless run): (its file name, with
+    # "*" for a version number: the highest counts; the table; the id column; the stamp column),
+    # or None. When the store changed, a search compares the sessions stamped since the last one.
+    updates = None
 
     def start_mark(self, root):
         """For an agent that keeps no journal: the folder (or file: an SQLite store counts with its
@@ -3233,6 +3238,10 @@ class CodexParser(Parser):
     # message_history.rs; `conversation_id` in some 0.2x releases). Trimmed from the front when it
     # outgrows history.max_bytes (a rewrite: read again from its tail).
     journal = ("history.jsonl", ("session_id", "conversation_id"))
+    # ~/.codex/state_5.sqlite (0.16x): threads(id, rollout_path, cwd, updated_at_ms, ...), stamped at
+    # every turn, also by `codex exec` and `codex exec resume ID`, which add nothing to history.jsonl
+    # (0.169.0, checked with the real CLI).
+    updates = ("state_*.sqlite", "threads", "id", "updated_at_ms")
     verified = "0.169.0, 2026-11-25"
     # Wrapped records, then the ResponseItems inside `response_item` (and the bare era's lines); the
     # release is session_meta's `cli_version` (see _meta). event_msg repeats the items (see _CodexState).
@@ -11531,16 +11540,18 @@ PROJECT_JOURNALS_MAX = 1000
 RUNNING_KEY = "running:"  # a folder of running processes' files (Parser.running): its time, the ids named
 RUNNING_MAX_FILES = 256
 RUNNING_MAX_BYTES = 65536
+UPDATES_KEY = "updates:"  # an agent's store that stamps sessions (Parser.updates): path, time, newest stamp
+STAMPED_MAX = 1000   # sessions named by one read of such a store (a restored store stamps them all)
 
 
 def read_journals(store, sources, plan):
     """({agent: {session id}}, [(source, mark folder, start time ns)], [(source, project folder)]):
     the sessions the change journals of the sources' agents named since the last refresh (and
-    those their running processes name: Parser.running), the
+    those their running processes name, or their stores stamped since: Parser.running, updates), the
     sources whose agent started (and has not written a quiet file since), and the project folders
     whose journal changed. Where each journal was read up to, each start mark's time and each
     project journal's size and time go to plan.journals when they moved (_save_journals)."""
-    journals, marks, per_project, running = {}, {}, [], {}
+    journals, marks, per_project, running, updates = {}, {}, [], {}, {}
     for src in sources:
         if src.parser.journal:
             name, keys = src.parser.journal
@@ -11548,13 +11559,16 @@ def read_journals(store, sources, plan):
         if src.parser.running:
             name, key = src.parser.running
             running.setdefault(os.path.join(os.path.dirname(src.path.rstrip(os.sep)), name), (src.parser.id, key))
+        if src.parser.updates:
+            updates.setdefault(os.path.join(os.path.dirname(src.path.rstrip(os.sep)), src.parser.updates[0]),
+                               (src.parser.id,) + tuple(src.parser.updates[1:]))
         mark = src.parser.start_mark(src.path)
         if mark:
             marks.setdefault(mark, []).append(src)
         found = src.parser.project_journals(src.path)
         if found:
             per_project.append((src,) + found)
-    if not journals and not marks and not per_project and not running:
+    if not journals and not marks and not per_project and not running and not updates:
         return {}, [], []
     try:
         with open_regular(_journals_file(store)) as f:
@@ -11594,6 +11608,28 @@ def read_journals(store, sources, plan):
             moved = True
         places[RUNNING_KEY + folder] = [mtime, ids]
         named[agent].update(ids)
+    for pattern, (agent, table, id_column, stamp_column) in updates.items():
+        db = _newest_store(pattern)
+        try:
+            mtime = _mark_time(db) if db else None
+        except OSError:
+            mtime = None
+        if mtime is None:
+            continue
+        was, key = known.get(UPDATES_KEY + pattern), UPDATES_KEY + pattern
+        valid = isinstance(was, list) and len(was) == 3 and was[0] == db and isinstance(was[2], (int, float))
+        if valid and was[1] == mtime:
+            places[key] = was
+            continue
+        found = _stamped_sessions(db, table, id_column, stamp_column, was[2] if valid else None)
+        if found is None:   # (locked, damaged, another schema: tried again next time)
+            if valid:
+                places[key] = was
+            continue
+        ids, stamp = found
+        named[agent].update(ids)   # (first seen: none, only the newest stamp is remembered)
+        places[key] = [db, mtime, stamp]
+        moved = True
     projects = []
     for src, folder, project_of in per_project:
         try:
@@ -11675,6 +11711,44 @@ def _running_sessions(folder, key):
         if isinstance(rec, dict) and isinstance(rec.get(key), str) and rec[key]:
             ids.add(rec[key])
     return sorted(ids)
+
+
+def _newest_store(pattern):
+    """The file that `pattern` (a path whose name has one "*" for a version number) names with the
+    highest number, or None (see Parser.updates)."""
+    folder, name = os.path.split(pattern)
+    before, after = name.split("*", 1)
+    found = []
+    try:
+        with os.scandir(folder) as it:
+            for e in it:
+                n = e.name
+                if n.startswith(before) and n.endswith(after) and n[len(before):len(n) - len(after)].isdigit():
+                    found.append((int(n[len(before):len(n) - len(after)]), e.path))
+    except OSError:
+        return None
+    return max(found)[1] if found else None
+
+
+def _stamped_sessions(db, table, id_column, stamp_column, since):
+    """([ids of the rows stamped at or after `since`: none when it is None], the newest stamp) from an
+    agent's store (Parser.updates), or None when it cannot be read now."""
+    try:
+        con = open_agent_db(db, attempts=1)
+    except (OSError, NotASessionFile, sqlite3.Error, UnicodeDecodeError):
+        return None
+    try:
+        newest = con.execute('SELECT max("%s") FROM "%s"' % (stamp_column, table)).fetchone()[0]
+        ids = [] if since is None else [r[0] for r in con.execute(
+            'SELECT "%s" FROM "%s" WHERE "%s" >= ? ORDER BY "%s" DESC LIMIT ?' % (id_column, table, stamp_column,
+                                                                                  stamp_column), (since, STAMPED_MAX))]
+    except (sqlite3.Error, UnicodeDecodeError):
+        return None
+    finally:
+        con.close()
+    if not isinstance(newest, (int, float)) or isinstance(newest, bool):
+        newest = 0 if since is None else since   # (no row yet: every row stamped later is named)
+    return [i for i in ids if isinstance(i, str) and i], newest
 
 
 def _mark_time(path):
