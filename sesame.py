@@ -11617,17 +11617,20 @@ def read_journals(store, sources, plan):
         if mtime is None:
             continue
         was, key = known.get(UPDATES_KEY + pattern), UPDATES_KEY + pattern
-        valid = isinstance(was, list) and len(was) == 3 and was[0] == db and isinstance(was[2], (int, float))
-        if valid and was[1] == mtime:
+        # [the store, its time, the newest stamp read (None: none yet)]
+        same = isinstance(was, list) and len(was) == 3 and was[0] == db
+        since = was[2] if same and isinstance(was[2], (int, float)) and not isinstance(was[2], bool) else None
+        if same and was[1] == mtime:
             places[key] = was
             continue
-        found = _stamped_sessions(db, table, id_column, stamp_column, was[2] if valid else None)
-        if found is None:   # (locked, damaged, another schema: tried again next time)
-            if valid:
+        try:
+            found = _stamped_sessions(db, table, id_column, stamp_column, since)
+        except OSError:   # (busy now: read again by the next search)
+            if same:
                 places[key] = was
             continue
-        ids, stamp = found
-        named[agent].update(ids)   # (first seen: none, only the newest stamp is remembered)
+        ids, stamp = found if found is not None else ([], since)   # (damaged, another schema: read
+        named[agent].update(ids)   # again once the store changes; first seen: only remembered)
         places[key] = [db, mtime, stamp]
         moved = True
     projects = []
@@ -11732,17 +11735,25 @@ def _newest_store(pattern):
 
 def _stamped_sessions(db, table, id_column, stamp_column, since):
     """([ids of the rows stamped at or after `since`: none when it is None], the newest stamp) from an
-    agent's store (Parser.updates), or None when it cannot be read now."""
+    agent's store (Parser.updates); None when it is not such a store or is damaged; OSError (EBUSY)
+    when it is busy."""
     try:
         con = open_agent_db(db, attempts=1)
-    except (OSError, NotASessionFile, sqlite3.Error, UnicodeDecodeError):
+    except NotASessionFile:
+        return None
+    except OSError as e:   # busy, or damaged (store_failure)
+        if e.errno == errno.EBUSY:
+            raise
         return None
     try:
         newest = con.execute('SELECT max("%s") FROM "%s"' % (stamp_column, table)).fetchone()[0]
         ids = [] if since is None else [r[0] for r in con.execute(
             'SELECT "%s" FROM "%s" WHERE "%s" >= ? ORDER BY "%s" DESC LIMIT ?' % (id_column, table, stamp_column,
                                                                                   stamp_column), (since, STAMPED_MAX))]
-    except (sqlite3.Error, UnicodeDecodeError):
+    except (sqlite3.Error, UnicodeDecodeError) as e:
+        failure = store_failure(e)
+        if isinstance(failure, OSError) and failure.errno == errno.EBUSY:
+            raise failure
         return None
     finally:
         con.close()
