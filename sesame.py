@@ -1665,8 +1665,9 @@ class Parser:
     running = None
     # A store of the agent's, beside the source folder, that stamps a session's row whenever the
     # session is written, whatever runs it (a prompt typed, a headless run): (its file name, with
-    # "*" for a version number: the highest counts; the table; the id column; the stamp column),
-    # or None. When the store changed, a search compares the sessions stamped since the last one.
+    # "*" for a version number: the highest counts; the table; the id column; the stamp columns, the
+    # first the store has counts), or None. When the store changed, a search compares the sessions
+    # stamped since the last one.
     updates = None
 
     def start_mark(self, root):
@@ -3241,7 +3242,8 @@ class CodexParser(Parser):
     # ~/.codex/state_5.sqlite (0.16x): threads(id, rollout_path, cwd, updated_at_ms, ...), stamped at
     # every turn, also by `codex exec` and `codex exec resume ID`, which add nothing to history.jsonl
     # (0.169.0, checked with the real CLI).
-    updates = ("state_*.sqlite", "threads", "id", "updated_at_ms")
+    # (updated_at_ms came later than updated_at, in seconds: either serves.)
+    updates = ("state_*.sqlite", "threads", "id", ("updated_at_ms", "updated_at"))
     verified = "0.169.0, 2026-11-25"
     # Wrapped records, then the ResponseItems inside `response_item` (and the bare era's lines); the
     # release is session_meta's `cli_version` (see _meta). event_msg repeats the items (see _CodexState).
@@ -11608,7 +11610,7 @@ def read_journals(store, sources, plan):
             moved = True
         places[RUNNING_KEY + folder] = [mtime, ids]
         named[agent].update(ids)
-    for pattern, (agent, table, id_column, stamp_column) in updates.items():
+    for pattern, (agent, table, id_column, stamp_columns) in updates.items():
         db = _newest_store(pattern)
         try:
             mtime = _mark_time(db) if db else None
@@ -11624,13 +11626,15 @@ def read_journals(store, sources, plan):
             places[key] = was
             continue
         try:
-            found = _stamped_sessions(db, table, id_column, stamp_column, since)
+            found = _stamped_sessions(db, table, id_column, stamp_columns, since)
         except OSError:   # (busy now: read again by the next search)
             if same:
                 places[key] = was
             continue
-        ids, stamp = found if found is not None else ([], since)   # (damaged, another schema: read
-        named[agent].update(ids)   # again once the store changes; first seen: only remembered)
+        # (damaged, or of another schema: read again once the store changes; first seen: no names,
+        # only the newest stamp is remembered)
+        ids, stamp = found if found is not None else ([], since)
+        named[agent].update(ids)
         places[key] = [db, mtime, stamp]
         moved = True
     projects = []
@@ -11733,7 +11737,7 @@ def _newest_store(pattern):
     return max(found)[1] if found else None
 
 
-def _stamped_sessions(db, table, id_column, stamp_column, since):
+def _stamped_sessions(db, table, id_column, stamp_columns, since):
     """([ids of the rows stamped at or after `since`: none when it is None], the newest stamp) from an
     agent's store (Parser.updates); None when it is not such a store or is damaged; OSError (EBUSY)
     when it is busy."""
@@ -11746,6 +11750,10 @@ def _stamped_sessions(db, table, id_column, stamp_column, since):
             raise
         return None
     try:
+        columns = {r[1] for r in con.execute('PRAGMA table_info("%s")' % table)}
+        stamp_column = next((c for c in stamp_columns if c in columns), None)
+        if stamp_column is None or id_column not in columns:
+            return None
         newest = con.execute('SELECT max("%s") FROM "%s"' % (stamp_column, table)).fetchone()[0]
         ids = [] if since is None else [r[0] for r in con.execute(
             'SELECT "%s" FROM "%s" WHERE "%s" >= ? ORDER BY "%s" DESC LIMIT ?' % (id_column, table, stamp_column,

@@ -6637,19 +6637,23 @@ def test_a_claude_session_resumed_headless_is_found_by_the_next_search_from_any_
     assert str(paths[other]) not in counted_stats
 
 
+@pytest.mark.parametrize("stamp", ["updated_at_ms", "updated_at"])
 def test_a_codex_session_resumed_headless_is_found_by_the_next_search_from_any_folder(env, capsys, monkeypatch,
-                                                                                      tmp_path, counted_stats):
+                                                                                      tmp_path, counted_stats, stamp):
     """`codex exec resume ID` adds nothing to history.jsonl; Codex 0.16x stamps the thread's row of
-    ~/.codex/state_5.sqlite (threads.updated_at_ms) at every turn, whatever runs it. When that store
-    changed, a search compares the sessions stamped since the last one."""
+    ~/.codex/state_5.sqlite (threads.updated_at_ms; an older store has updated_at, in seconds, only)
+    at every turn, whatever runs it. When that store changed, a search compares the sessions stamped
+    since the last one."""
     root, journal, paths, entry = _journal_home(tmp_path, "codex")
     db = tmp_path / "home" / ".codex" / "state_5.sqlite"
     con = sqlite3.connect(str(db), isolation_level=None)
     con.execute("PRAGMA journal_mode=WAL")   # as Codex keeps it: commits go to the -wal file
     con.execute("CREATE TABLE threads (id TEXT PRIMARY KEY, rollout_path TEXT NOT NULL, cwd TEXT NOT NULL, "
-                "updated_at INTEGER NOT NULL, updated_at_ms INTEGER)")
-    con.executemany("INSERT INTO threads VALUES (?, ?, '/home/dev/a', 1767261600, 1767261600000)",
+                "updated_at INTEGER NOT NULL%s)" % (", updated_at_ms INTEGER" if stamp == "updated_at_ms" else ""))
+    con.executemany("INSERT INTO threads (id, rollout_path, cwd, updated_at) VALUES (?, ?, '/home/dev/a', 1767261600)",
                     [(sid, str(path)) for sid, path in paths.items()])
+    if stamp == "updated_at_ms":
+        con.execute("UPDATE threads SET updated_at_ms = updated_at * 1000")
     (tmp_path / "home" / ".codex" / "state_4.sqlite").write_text("an older release's store")   # (not read)
     age(tmp_path / "home")
     assert run(capsys, "index")[0] == 0
@@ -6659,8 +6663,8 @@ def test_a_codex_session_resumed_headless_is_found_by_the_next_search_from_any_f
     for n, sid in enumerate(list(paths)[2:5]):
         with open(str(paths[sid]), "a") as f:   # the thread resumed by `codex exec resume`...
             f.write(line(cc_cx_msg("2026-06-01T10:00:00.000Z", "user", "resumed: the kinkajou%d plan" % n)))
-        con.execute("UPDATE threads SET updated_at_ms = ?, cwd = '/home/dev/b' WHERE id = ?",
-                    (1780000000000 + n, sid))   # ...and its row stamped
+        con.execute("UPDATE threads SET %s = ?, cwd = '/home/dev/b' WHERE id = ?" % stamp,
+                    ((1780000000 + n) * (1000 if stamp == "updated_at_ms" else 1), sid))   # ...and its row stamped
         assert search_ids(capsys, "kinkajou%d" % n) == [sid]
     other = list(paths)[0]                      # written, but not stamped: left to the sweep
     with open(str(paths[other]), "a") as f:
