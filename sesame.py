@@ -1419,7 +1419,7 @@ def env_platform(env):
     return env.platform if isinstance(env, RemoteEnv) else sys.platform
 
 
-def open_agent_db(path, attempts=5):
+def open_agent_db(path, attempts=5, timeout=1.0):
     """Open an agent's SQLite store strictly read-only.
 
     With a -wal file beside it the newest rows live there, so it is opened `mode=ro` (which reads the
@@ -1436,7 +1436,7 @@ def open_agent_db(path, attempts=5):
     last = None
     for attempt in range(attempts):
         try:
-            con = sqlite3.connect(uri, uri=True, timeout=1.0)
+            con = sqlite3.connect(uri, uri=True, timeout=timeout)
             con.execute("SELECT count(*) FROM sqlite_master").fetchone()
             return con
         except (sqlite3.DatabaseError, UnicodeDecodeError) as e:   # (a damaged schema's text)
@@ -11742,7 +11742,7 @@ def _stamped_sessions(db, table, id_column, stamp_columns, since):
     agent's store (Parser.updates); None when it is not such a store or is damaged; OSError (EBUSY)
     when it is busy."""
     try:
-        con = open_agent_db(db, attempts=1)
+        con = open_agent_db(db, attempts=1, timeout=0.05)   # (a search does not wait for a busy store)
     except NotASessionFile:
         return None
     except OSError as e:   # busy, or damaged (store_failure)

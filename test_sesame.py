@@ -6680,6 +6680,35 @@ def test_a_codex_session_resumed_headless_is_found_by_the_next_search_from_any_f
         assert code == 0 and err == "" and [r["sessionId"] for r in json.loads(out)["results"]] == [list(paths)[2]]
 
 
+def test_a_codex_state_store_busy_when_searched_is_read_by_the_next_search(env, capsys, monkeypatch, tmp_path):
+    """A store held locked (another process writing it, exclusively) is not waited for: the search
+    goes on without it, and the next one reads it (its time has not changed since: no matter)."""
+    root, journal, paths, entry = _journal_home(tmp_path, "codex")
+    db = tmp_path / "home" / ".codex" / "state_5.sqlite"
+    con = sqlite3.connect(str(db), isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("CREATE TABLE threads (id TEXT PRIMARY KEY, updated_at INTEGER NOT NULL, updated_at_ms INTEGER)")
+    con.executemany("INSERT INTO threads VALUES (?, 1767261600, 1767261600000)", [(sid,) for sid in paths])
+    age(tmp_path / "home")
+    assert run(capsys, "index")[0] == 0
+    monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)
+    monkeypatch.chdir(tmp_path)
+    assert search_ids(capsys, "routine") != []
+    sid = list(paths)[1]
+    with open(str(paths[sid]), "a") as f:
+        f.write(line(cc_cx_msg("2026-06-01T10:00:00.000Z", "user", "resumed: the civet plan")))
+    con.execute("PRAGMA locking_mode=EXCLUSIVE")   # stamped by a writer that keeps the store: no
+    con.execute("UPDATE threads SET updated_at_ms = 1780000000000 WHERE id = ?", (sid,))   # reader gets in
+    mtime = sesame._mark_time(str(db))
+    code, out, err = run(capsys, "search", "civet", "--json")
+    assert code == 0 and err == "" and json.loads(out)["results"] == []
+    con.execute("PRAGMA locking_mode=NORMAL")      # let go, unchanged: the time the search saw
+    con.execute("SELECT count(*) FROM threads").fetchone()
+    assert sesame._mark_time(str(db)) == mtime
+    assert search_ids(capsys, "civet") == [sid]
+    con.close()
+
+
 def agent_starts(folder, lock):
     """What pi (0.73.1) and Gemini CLI (0.61.0) do at every start: a file of their folder is locked
     and released (proper-lockfile makes and removes `<file>.lock`: pi's auth.json, Gemini's
