@@ -11369,7 +11369,7 @@ def test_locked_agent_store_without_wal_is_read_without_waiting(stores, capsys):
 
 def test_locked_agent_store_in_wal_mode_is_listed_and_retried_next_run(stores, capsys, monkeypatch):
     oc, _ = stores
-    monkeypatch.setattr(sesame.open_agent_db, "__defaults__", (1,))   # one attempt: keeps the test fast
+    monkeypatch.setattr(sesame.open_agent_db, "__defaults__", (1, 1.0))   # one attempt: keeps the test fast
     con = make_opencode_db(oc / "opencode-wal.db", "bilby", wal=True)
     con.execute("PRAGMA locking_mode=EXCLUSIVE")
     con.execute("BEGIN EXCLUSIVE")
