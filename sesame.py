@@ -1541,10 +1541,12 @@ class Parser:
                   "cwd"...), not a Session
     retention(env)      how long the agent keeps transcripts, as its settings say, or None
     session_env, current_sessions(env)  how the agent tells a command which session it runs in
-    journal, start_mark(root), project_journals(root)  what the agent writes outside the session
-                  when a session is used, so that an old one resumed in another folder is found by
-                  the next search (a prompt history naming sessions; a folder whose time changes at
-                  every start; a prompt history per project): see read_journals
+    journal, start_mark(root), project_journals(root), running, updates  what the agent writes
+                  outside the session when a session is used, so that an old one resumed in another
+                  folder is found by the next search (a prompt history naming sessions; a folder
+                  whose time changes at every start; a prompt history per project; a file per
+                  running process naming its session; a store stamping a session's row when it is
+                  written): see read_journals
     """
 
     id = label = ""
