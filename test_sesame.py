@@ -13629,10 +13629,35 @@ def _bench_mcp(cmd, label, rows, rnd):
         client.close()
 
 
-def _bench_resumed(cmd, label, layout, root, rows, rnd):
+def _bench_headless(layout, root, sid):
+    """What a headless run resuming session `sid` leaves instead of a prompt history line (Claude Code
+    `-p`: a file naming it in ~/.claude/sessions while it runs; `codex exec resume`: its row of
+    ~/.codex/state_5.sqlite stamped); returns what undoes it once searched for (the run ended)."""
+    above = os.path.dirname(str(root))
+    if layout == "claude":
+        folder = os.path.join(above, "sessions")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, "%d.json" % (90000 + len(os.listdir(folder))))
+        write_file(path, json.dumps({"pid": 90000, "sessionId": sid, "cwd": BENCH_CWD, "kind": "interactive",
+                                     "entrypoint": "sdk-cli"}))
+        return lambda: os.remove(path)
+    con = sqlite3.connect(os.path.join(above, "state_5.sqlite"), isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("CREATE TABLE IF NOT EXISTS threads (id TEXT PRIMARY KEY, updated_at INTEGER NOT NULL, "
+                "updated_at_ms INTEGER)")
+    con.execute("INSERT OR REPLACE INTO threads VALUES (?, ?, ?)", (sid, int(time.time()), time.time_ns() // 10 ** 6))
+    con.close()
+    return lambda: None
+
+
+def _bench_resumed(cmd, label, layout, root, rows, rnd, headless=False):
     """20 old sessions chosen at random are resumed (the agent started, a message appended, the agent's
-    journal line written, where it keeps one), each then searched for from another folder: found by
-    the first search or not."""
+    journal line written, where it keeps one; or, `headless`, what `claude -p` and `codex exec` leave
+    instead: see _bench_headless), each then searched for from another folder: found by the first
+    search or not."""
+    if headless:   # the store seen once before (a first sight only remembers where it stands)
+        _bench_headless(layout, root, "bench-first-sight")()
+        cmd.found("bench first sight")
     con = sqlite3.connect(os.path.join(cmd.env["SESAME_DATA_DIR"], "index.sqlite"))
     old = time.time_ns() - 30 * 86400 * 10 ** 9
     files = con.execute("SELECT s.session_id, f.path FROM files f JOIN sessions s ON s.file_id = f.id WHERE f.source = ? "
@@ -13642,15 +13667,22 @@ def _bench_resumed(cmd, label, layout, root, rows, rnd):
     run_tag = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(6))  # a word of this call's own:
     for n, (sid, path) in enumerate(rnd.sample(files, min(20, len(files)))):   # an earlier call's sessions hold theirs
         word = "resumedword%s%s" % (run_tag, "".join(chr(97 + int(c)) for c in "%04d" % n))
-        _bench_started(layout, root)
+        ended = _bench_headless(layout, root, sid) if headless else _bench_started(layout, root)
         with open(path, "a") as f:
-            f.writelines(line(r) for r in _bench_lines(layout, sid, [(word + " again", "ok", "done")], 10 ** 6, False))
-        _bench_journal(layout, root, sid, word + " again")
+            # (records numbered apart from any earlier run's: a kept corpus (SESAME_BENCH_DIR) may be
+            # resumed twice, and a record id seen before is a repeat, read once)
+            f.writelines(line(r) for r in _bench_lines(layout, sid, [(word + " again", "ok", "done")],
+                                                       4 * (time.time_ns() // 1000), False))
+        if not headless:
+            _bench_journal(layout, root, sid, word + " again")
         secs, ids = cmd.found(word)
         found += ids == [sid]
         times.append(secs)
-    rows.append(("resumed old session, %s: found by the first search from another folder" % label,
-                 "%d of %d; %s" % (found, len(times), _ms(times))))
+        if headless:
+            ended()
+    rows.append(("resumed old session%s, %s: found by the first search from another folder"
+                 % (" headless (%s)" % ("claude -p" if layout == "claude" else "codex exec resume") if headless else "",
+                    label), "%d of %d; %s" % (found, len(times), _ms(times))))
 
 
 def _bench_dated_now(cmd, label, roots, rows, rnd):
@@ -13692,6 +13724,8 @@ def _bench_layout(tmp_path, layout, sizes, index_mb, nsmall, source, rows, rnd):
         _bench_searches(cmd, "%s %d MB" % (layout, mb), rows, rnd)
         _bench_mcp(cmd, "%s %d MB" % (layout, mb), rows, rnd)
         _bench_resumed(cmd, "%s %d MB" % (layout, mb), layout, root, rows, rnd)
+        if layout != "pi":   # (pi's start is its only trace, headless or not)
+            _bench_resumed(cmd, "%s %d MB" % (layout, mb), layout, root, rows, rnd, headless=True)
 
     # 2. Full index of the main corpus: speed, memory, size.
     cmd = installed("main")
@@ -13754,6 +13788,8 @@ def _bench_layout(tmp_path, layout, sizes, index_mb, nsmall, source, rows, rnd):
         _bench_searches(cmd, label, rows, rnd)
         _bench_mcp(cmd, label, rows, rnd)
         _bench_resumed(cmd, label, layout, root, rows, rnd)
+        if layout != "pi":
+            _bench_resumed(cmd, label, layout, root, rows, rnd, headless=True)
         if mb == big_sizes[-1]:
             _bench_dated_now(cmd, label, roots, rows, rnd)
 
