@@ -1687,6 +1687,14 @@ class Parser:
         return None
 
 
+def resume_in_folder(row, command):
+    """`cd <the session's folder> && <command> <id>`, for an agent that looks sessions up from the
+    folder it runs in; None for a sub-agent's session (opened from its parent's) or without a folder."""
+    if not row.get("session_id") or row.get("parent") or not row.get("cwd"):
+        return None
+    return "cd %s && %s %s" % (shell_quote(row["cwd"]), command, shell_quote(row["session_id"]))
+
+
 def _start_mark(root, name, lock):
     """The folder above `root` when `root` is called `name` and that folder holds `lock`, the file
     the agent locks at every start (see Parser.start_mark); else None."""
@@ -4106,10 +4114,8 @@ class OpenCodeParser(Parser):
 
     def resume_command(self, row):
         # `opencode -s ID` continues a session in its own folder; run elsewhere, it hangs (1.18.33,
-        # checked with the real CLI). A sub-agent's session is opened from its parent's.
-        if not row.get("session_id") or row.get("parent") or not row.get("cwd"):
-            return None
-        return "cd %s && opencode -s %s" % (shell_quote(row["cwd"]), shell_quote(row["session_id"]))
+        # checked with the real CLI).
+        return resume_in_folder(row, "opencode -s")
 
 
 # -------------------------------------------------------------------------------------------------
@@ -6949,10 +6955,8 @@ class QwenParser(Parser):
 
     def resume_command(self, row):
         # `qwen --resume ID` finds a session among the current folder's project only (0.15.10 and
-        # 0.24.4, checked with the real CLI); a sub-agent's sidechain cannot be resumed on its own.
-        if not row.get("session_id") or row.get("parent") or not row.get("cwd"):
-            return None
-        return "cd %s && qwen --resume %s" % (shell_quote(row["cwd"]), shell_quote(row["session_id"]))
+        # 0.24.4, checked with the real CLI).
+        return resume_in_folder(row, "qwen --resume")
 
     def list_files(self, root):
         if os.path.isfile(root):
@@ -11557,15 +11561,11 @@ def read_journals(store, sources, plan):
     project journal's size and time go to plan.journals when they moved (_save_journals)."""
     journals, marks, per_project, running, updates = {}, {}, [], {}, {}
     for src in sources:
-        if src.parser.journal:
-            name, keys = src.parser.journal
-            journals.setdefault(os.path.join(os.path.dirname(src.path.rstrip(os.sep)), name), (src.parser.id, keys))
-        if src.parser.running:
-            name, key = src.parser.running
-            running.setdefault(os.path.join(os.path.dirname(src.path.rstrip(os.sep)), name), (src.parser.id, key))
-        if src.parser.updates:
-            updates.setdefault(os.path.join(os.path.dirname(src.path.rstrip(os.sep)), src.parser.updates[0]),
-                               (src.parser.id,) + tuple(src.parser.updates[1:]))
+        above = os.path.dirname(src.path.rstrip(os.sep))   # journal, running and updates lie beside the source
+        for hook, found in ((src.parser.journal, journals), (src.parser.running, running),
+                            (src.parser.updates, updates)):
+            if hook:
+                found.setdefault(os.path.join(above, hook[0]), (src.parser.id,) + tuple(hook[1:]))
         mark = src.parser.start_mark(src.path)
         if mark:
             marks.setdefault(mark, []).append(src)
