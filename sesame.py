@@ -12788,9 +12788,6 @@ def edit_distance(a, b, limit):
     return prev[-1]
 
 
-_WORD_CHAR_RE = LazyPattern(r"[^\W_]")
-
-
 _LOWER_RUN = LazyPattern(r"[a-z0-9]+")
 _UPPER_RUN = LazyPattern(r"[A-Z]+")
 
@@ -12817,31 +12814,9 @@ def _needle(stem, prefix=False):
 
 
 _NON_SPACE = LazyPattern(r"\S+")
-_TOKEN_TAIL = LazyPattern("(?:[^\\W_]|[%s])*" % _ACCENTS)  # the rest of a token, after its first letters
-
-
-def _leftmost(text, needles, pos=0, tail=None):
-    """[(start, end)] of the matches of the alternation (?:needle1|needle2|...)TAIL in text from
-    `pos`, as its finditer gives them, `tail` being TAIL's match function (None: no tail). Found with
-    str.find per needle: Python's regular expressions try an alternation at every position, 2-3
-    times slower over a ranked part's ~60 KB. As the alternation does: the leftmost occurrence of
-    any needle (the earlier needle where several start there) is a match, and the next is looked
-    for from its end."""
-    out, last = [], pos
-    find = text.find
-    nxt = [find(n, pos) for n in needles]
-    while True:
-        at, k = -1, -1
-        for j, a in enumerate(nxt):
-            if a >= 0 and (at < 0 or a < at):
-                at, k = a, j
-        if at < 0:
-            return out
-        last = tail(text, at + len(needles[k])).end() if tail else at + len(needles[k])
-        out.append((at, last))
-        for j, a in enumerate(nxt):
-            if 0 <= a < last:
-                nxt[j] = find(needles[j], last)
+# A character of a token, after its first: a letter or digit, or an accent unicode61 keeps in it
+# (the rest of a token is a run of these; a needle after one is inside a token).
+_TOKEN_CHAR = "(?:[^\\W_]|[%s])" % _ACCENTS
 
 
 class Matcher:
@@ -12851,8 +12826,8 @@ class Matcher:
 
     Each form of a word is a sequence of stems (a phrase, or a word the tokenizer cuts in several,
     like `node-v20`), the last possibly a prefix. The tokens that begin like some form's first stem
-    are found at C speed (one regular expression for spans, str.find per beginning for words_in_each);
-    only those are stemmed and compared.
+    are found at C speed (a regular expression per beginning, see Matcher.starts); only those are
+    stemmed and compared.
     """
 
     def __init__(self, query):
@@ -12875,11 +12850,17 @@ class Matcher:
         # what its forms start with, in lower case, where a part of a name starts (see _part_spans).
         self.part_needles = sorted({_needle(stems[0], prefix) for _, stems, prefix in self.forms
                                     if len(stems) == 1 and stems[0].isascii() and stems[0][:1].isalpha()})
-        # Capitalised or in capitals, where such a part starts (_part_spans); and the needles for
-        # words_in_each, found with str.find (see _leftmost).
+        # Capitalised or in capitals, where such a part starts (_part_spans).
         self.capitals = sorted({v for n in self.part_needles for v in (n[:1].upper() + n[1:], n.upper())},
                                key=lambda n: (-len(n), n))
+        # Each needle where a token starts (not after a letter, digit or accent: inside a token), with
+        # the rest of its token: one regular expression per needle, its literal first, so that the
+        # scan runs at C speed (an alternation is tried at every position, 2-3 times slower) and each
+        # match is a token start (the checks per match were most of a search's Python time).
         self.needles = needles
+        self.starts = [re.compile("%s(?<!%s%s)%s*" % (re.escape(n), _TOKEN_CHAR, re.escape(n), _TOKEN_CHAR))
+                       for n in needles]
+        self.part_starts = [re.compile("%s(?<=[A-Za-z0-9]%s)" % (re.escape(n), re.escape(n))) for n in self.capitals]
         # Forms by their first stem (one dict lookup per candidate token); one-word prefixes apart.
         self.by_stem, self.prefixes = {}, []
         self._stems = {}  # token -> its stem: the same words come back in every chunk
@@ -12906,26 +12887,35 @@ class Matcher:
             out += self._part_spans(text)
         if self.joined:
             out += self._joined_spans(text, low)
-        for m in self.pattern.finditer(text):
-            token = m.group()
+        for at, last in self._token_starts(text, low):
+            token = text[at:last]
             if not token.islower():
-                out += self._first_part(text, m.start(), m.end())
+                out += self._first_part(text, at, last)
             folded = token.lower() if token.isascii() else fold_token(token)
             stem = cache.get(folded)
             if stem is None:
                 stem = cache[folded] = porter_stem(folded)
             for i, stems, prefix in by_stem.get(stem, ()):
                 if len(stems) == 1:
-                    out.append((m.start(), m.end(), i))
+                    out.append((at, last, i))
                 else:
-                    end = self._phrase_end(text, m.end(), stems[1:], prefix)
+                    end = self._phrase_end(text, last, stems[1:], prefix)
                     if end:
-                        out.append((m.start(), end, i))
+                        out.append((at, end, i))
             for i, stems, _ in prefixes:
                 if folded.startswith(stems[0]):
-                    out.append((m.start(), m.end(), i))
+                    out.append((at, last, i))
         out.sort()
         return out
+
+    def _token_starts(self, text, low):
+        """(start, end) of each token of text that starts with a needle, once (two needles can start
+        one token: `c` and `cod` for "codex"), in any order: found in its lower case, as
+        words_in_each finds them; with the one regular expression (case aside) where a letter's
+        lower case is longer (İ), which would move every offset after it."""
+        if len(low) == len(text):
+            return {m.span() for rx in self.starts for m in rx.finditer(low)}
+        return [m.span() for m in self.pattern.finditer(text)]
 
     @staticmethod
     def _phrase_end(text, pos, rest, prefix):
@@ -12945,13 +12935,15 @@ class Matcher:
         as identifier_parts cuts it for the index: Payment in handlePaymentIntent, HTTP in
         getHTTPResponse, Server in HTTPServer, Client in OAuth2Client. Such a part starts with a
         capital (after a lower-case letter or digit, or the last of an acronym's capitals before a
-        lower-case letter), so only the forms' needles Capitalised or in capitals are looked for, with
-        str.find (_leftmost). A name's first part is found with the name (_first_part)."""
+        lower-case letter), so only the forms' needles Capitalised or in capitals are looked for, after
+        an ASCII letter or digit. A name's first part is found with the name (_first_part)."""
         out = []
-        for at, _ in _leftmost(text, self.capitals, 1):
-            prev = text[at - 1]
-            if prev.isascii() and (prev.islower() or prev.isdigit() or prev.isupper() and text[at + 1:at + 2].islower()):
-                out += self._part_match(text, at)
+        for rx in self.part_starts:
+            for m in rx.finditer(text):
+                at = m.start()
+                prev = text[at - 1]  # (an ASCII letter or digit)
+                if prev.islower() or prev.isdigit() or prev.isupper() and text[at + 1:at + 2].islower():
+                    out += self._part_match(text, at)
         return out
 
     def _first_part(self, text, at, end):
@@ -13019,13 +13011,14 @@ class Matcher:
         if self.joined:
             for at, _, i in self._joined_spans(text, low):
                 found[where(ends, at)].add(i)
-        tokens, is_word = set(), _WORD_CHAR_RE.match
-        for at, end in _leftmost(low, self.needles, 0, _TOKEN_TAIL.match):
-            if not at or not is_word(low, at - 1):  # a token's start, not inside a word
-                k, token = where(ends, at), low[at:end]
+        tokens = set()
+        for rx in self.starts:
+            for m in rx.finditer(low):
+                at = m.start()
+                k, token = where(ends, at), m.group()
                 tokens.add((k, token))
                 if not text.startswith(token, at):  # capitals: maybe a camelCase name
-                    found[k].update(i for _, _, i in self._first_part(text, at, end))
+                    found[k].update(i for _, _, i in self._first_part(text, at, m.end()))
         if self.part_needles:
             for at, _, i in self._part_spans(text):
                 found[where(ends, at)].add(i)

@@ -8352,21 +8352,40 @@ def test_every_part_of_a_camelcase_name_is_marked_and_found_under_tools(env, cap
             assert any(marked in m["snippet"] for m in top[0]["matches"]), (query, extra, top[0]["matches"])
 
 
-def test_needles_found_with_str_find_are_the_matches_a_regex_alternation_finds():
-    """_leftmost (str.find per needle, merged) replaced `(?:n1|n2|...)TAIL` finditer for speed: same
-    matches, in the same order, wherever needles overlap, share starts or sit inside one another."""
+def test_the_matcher_finds_each_token_that_starts_with_a_needle_and_none_inside_a_token():
+    """The matcher finds the tokens that begin like a query word's stem with one regular expression
+    per needle (for speed). What it finds is checked here against a plain loop over the text: every
+    place a needle starts that is not inside a token (not after a letter, digit or an accent that
+    unicode61 keeps in a token: "x\u0301ab" is one token), once, to the end of its token; texts of
+    overlapping needles, needles inside one another, runs of one letter, camelCase capitals."""
     import random
     rnd = random.Random(11)
-    tail = sesame._TOKEN_TAIL.match
+
+    def token_char(c):
+        return (c.isalnum() and c != "_") or re.match("[%s]" % sesame._ACCENTS, c) is not None
+
+    checked = 0
     for _ in range(3000):
-        text = "".join(rnd.choice("aabcAB \n-\u0301\ue001") for _ in range(rnd.randint(0, 60)))
-        needles = sorted({"".join(rnd.choice("abcAB") for _ in range(rnd.randint(1, 3))) for _ in range(rnd.randint(1, 4))},
-                         key=lambda n: (-len(n), n))
-        pos = rnd.randint(0, 2)
-        for t, rx in ((tail, "(?:%s)(?:[^\\W_]|[%s])*" % ("|".join(map(re.escape, needles)), sesame._ACCENTS)),
-                      (None, "|".join(map(re.escape, needles)))):
-            want = [m.span() for m in re.compile(rx).finditer(text, pos)]
-            assert sesame._leftmost(text, needles, pos, t) == want, (text, needles, pos)
+        text = "".join(rnd.choice("aabcAB \n-_\u0301\ue001é") for _ in range(rnd.randint(0, 60)))
+        words = sorted({"".join(rnd.choice("abc") for _ in range(rnd.randint(1, 4))) for _ in range(rnd.randint(1, 3))})
+        query = sesame.Query(" ".join(words))
+        for w in query.words:
+            w.df = 5
+        m = sesame.Matcher(query)
+        low = text.lower()
+        want = set()
+        for i in range(len(low)):
+            if i and token_char(low[i - 1]):
+                continue  # inside a token
+            for n in m.needles:
+                if low.startswith(n, i):
+                    end = i + len(n)
+                    while end < len(low) and token_char(low[end]):
+                        end += 1
+                    want.add((i, end))
+        assert set(m._token_starts(text, low)) == want, (text, words)
+        checked += bool(want)
+    assert checked > 1000  # (most texts hold some)
 
 
 def test_the_words_of_a_parts_chunks_are_found_in_one_scan_as_chunk_by_chunk():
