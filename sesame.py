@@ -12938,12 +12938,10 @@ class Matcher:
         lower-case letter), so only the forms' needles Capitalised or in capitals are looked for, after
         an ASCII letter or digit. A name's first part is found with the name (_first_part)."""
         out = []
-        for rx in self.part_starts:
-            for m in rx.finditer(text):
-                at = m.start()
-                prev = text[at - 1]  # (an ASCII letter or digit)
-                if prev.islower() or prev.isdigit() or prev.isupper() and text[at + 1:at + 2].islower():
-                    out += self._part_match(text, at)
+        for at in {m.start() for rx in self.part_starts for m in rx.finditer(text)}:  # (`A` and `And` start one)
+            prev = text[at - 1]  # (an ASCII letter or digit)
+            if prev.islower() or prev.isdigit() or prev.isupper() and text[at + 1:at + 2].islower():
+                out += self._part_match(text, at)
         return out
 
     def _first_part(self, text, at, end):

@@ -8386,6 +8386,14 @@ def test_the_matcher_finds_each_token_that_starts_with_a_needle_and_none_inside_
         assert set(m._token_starts(text, low)) == want, (text, words)
         checked += bool(want)
     assert checked > 1000  # (most texts hold some)
+    # Each match once, where needles start one token or camelCase part ("a and": `A` and `And`)
+    for _ in range(1000):
+        text = "".join(rnd.choice(["And", "A", "and", "a", "AND", "x", " ", "Anda", "1"]) for _ in range(rnd.randint(1, 12)))
+        query = sesame.Query(rnd.choice(["a and", "and", "an* a", "and a"]))
+        for w in query.words:
+            w.df = 5
+        spans = sesame.Matcher(query).spans(text)
+        assert len(spans) == len(set(spans)), (text, spans)
 
 
 def test_the_words_of_a_parts_chunks_are_found_in_one_scan_as_chunk_by_chunk():
