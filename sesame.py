@@ -1526,6 +1526,9 @@ class Parser:
     session_folders  True when the folders two levels below the source's own or more belong to one
                   session each (<project>/<session>/..., Claude Code's sub-agents), written only
                   while <project>/<session>.<ext> is: a search compares them with that file
+    dated_folders  True when the agent writes each session in a folder named by the day it started
+                  (.../YYYY/MM/DD) and goes on in that file: a past day's quiet folder is compared a
+                  slice at a time
     session_marks(path), parse_sessions(path, report, only)  for a store of many sessions (a
                   database): a cheap mark per session, and a read of some sessions only, so that a
                   store that changed is read again for the sessions whose mark moved
@@ -1641,6 +1644,12 @@ class Parser:
     # (<project>/<session>/..., written only while <project>/<session>.<ext> is): a search then
     # compares them with that file, not every time (see plan_quick).
     session_folders = False
+
+    # Whether the agent writes each session in a folder named by the day it started (.../YYYY/MM/DD,
+    # Codex): such a folder gets new files on that day only (a session resumed later is appended to
+    # its file, which leaves the folder's time as it is), so a search compares a past day's folder a
+    # slice at a time (see plan_quick), not the ~1,000 of a long history every time.
+    dated_folders = False
 
     def session_marks(self, path):
         """For a store holding many sessions (an agent's database): {session id: a JSON value that
@@ -3254,6 +3263,10 @@ class CodexParser(Parser):
     # (0.169.0, checked with the real CLI).
     # (updated_at_ms came later than updated_at, in seconds: either serves.)
     updates = ("state_*.sqlite", "threads", "id", ("updated_at_ms", "updated_at"))
+    # sessions/YYYY/MM/DD/rollout-<start time>-<id>.jsonl; `codex resume` and `codex exec resume`
+    # append to the session's own file (codex-rs rollout/recorder.rs: RolloutRecorder::new opens
+    # it to resume; checked with 0.169.0).
+    dated_folders = True
     verified = "0.169.0, 2026-11-25"
     # Wrapped records, then the ResponseItems inside `response_item` (and the bare era's lines); the
     # release is session_meta's `cli_version` (see _meta). event_msg repeats the items (see _CodexState).
@@ -11272,6 +11285,8 @@ def _add_listing(listings, src, dirs):
 #     change only while that session's file is written: they are compared with that file, when a
 #     rule below compares it, and otherwise a slice at a time (1 in FOLDER_SHARE by the second), so
 #     that a file put there by something else (a restore) is found within FOLDER_SHARE searches;
+#     folders named by a past day (Parser.dated_folders: Codex's YYYY/MM/DD) and quiet since
+#     ACTIVE_SECONDS get no file from their agent either: a slice at a time too;
 #   - the files written in the last ACTIVE_SECONDS (agents append to the sessions they run), the
 #     ACTIVE_MAX_FILES newest of them: a history copied or restored (every file dated now) or a day
 #     of thousands of sub-agent files would otherwise be compared file by file on every search for
@@ -11381,6 +11396,9 @@ def plan_full(store, sources, summary, policy):
     return plan
 
 
+_DAY_FOLDER_RE = LazyPattern(r"[\\/][0-9]{4}[\\/][0-9]{2}[\\/][0-9]{2}$")  # .../YYYY/MM/DD (Parser.dated_folders)
+
+
 def _in_changed(path, changed_dirs, levels):
     """Whether a file's folder, or one of the `levels` folders above it, is among changed_dirs."""
     folder = os.path.dirname(path)
@@ -11415,12 +11433,17 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
         for row in store.file_rows_under(*_owner(src), folder):
             check[row.id] = row
     changed_dirs = set()
+    share = time.time_ns() // 10 ** 9 % FOLDER_SHARE
     for src in sources:
         dirs = known_dirs.get(src.path)
         stale = not dirs  # a configured file, or a source not listed yet: listed every time (cheap)
         if dirs and src.parser.session_folders:
             dirs = dirs + _session_folders(store, src, check.values())
-        for folder, mtime in dirs or ():
+        for k, folder_mtime in enumerate(dirs or ()):
+            folder, mtime = folder_mtime
+            if (src.parser.dated_folders and mtime < since and k % FOLDER_SHARE != share
+                    and _DAY_FOLDER_RE.search(folder)):
+                continue  # a past day's folder, quiet since: one slice of them per search
             try:
                 now = os.stat(folder).st_mtime_ns
             except OSError:

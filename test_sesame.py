@@ -6549,6 +6549,57 @@ def test_the_folders_of_an_old_claude_session_are_compared_with_its_session_not_
     assert ["agent-restored"] in found
 
 
+def test_past_days_codex_folders_are_compared_a_slice_at_a_time_and_todays_at_every_search(
+        env, capsys, monkeypatch, tmp_path):
+    """Codex writes each session in sessions/YYYY/MM/DD, the day it started, and a resumed one into
+    its own file: a past day's folder gets no new file. Every search compared every one (~1,000 in
+    a long history: 2.5 ms of each). Now a quiet past day's folder is compared a slice at a time; a
+    new day's folder (its month's folder changes), a file added to today's and a resumed session
+    are found by the next search, and a file put in a past day's folder (a restore) within the slices."""
+    root = tmp_path / "home" / ".codex" / "sessions"
+
+    def rollout(day, sid, text):
+        return write_jsonl(root / "2026" / day[:2] / day[3:] / ("rollout-2026-%sT10-00-00-%s.jsonl" % (day, sid)), [
+            cc_cx_meta(sid, "2026-%sT10:00:00.000Z" % day, cwd="/home/dev/a"),
+            cc_cx_msg("2026-%sT10:00:01.000Z" % day, "user", text)])
+    days = ["%02d-%02d" % (m, d) for m in (1, 2) for d in range(1, 25)]   # 48 past days
+    for n, day in enumerate(days):
+        rollout(day, "%08d-2222-4333-8444-555555555555" % n, "routine question %d" % n)
+    write_config({"sources": [{"parser": "codex", "path": str(root)}]}, tmp_path)
+    age(tmp_path / "home")
+    assert run(capsys, "index")[0] == 0
+    day_folders = {str(root / "2026" / d[:2] / d[3:]) for d in days}
+    stats, real_stat = [], os.stat
+    monkeypatch.setattr(sesame.os, "stat", lambda p, *a, **k: stats.append(os.fspath(p)) or real_stat(p, *a, **k))
+    monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)
+    monkeypatch.chdir(tmp_path)   # a folder of no session
+    for _ in range(3):
+        del stats[:]
+        assert search_ids(capsys, "routine") != []
+        assert 1 <= len(day_folders & set(stats)) <= 4   # a slice (48 / 16 = 3 folders), not all 48
+        assert {str(root), str(root / "2026"), str(root / "2026" / "01")} <= set(stats)   # (always)
+    monkeypatch.setattr(sesame, "FOLDER_SHARE", 10 ** 6)   # (no slice in turn reaches them by chance)
+    rollout("11-26", "new-0001", "the quokka census")     # a new day: its folder is new
+    assert search_ids(capsys, "quokka") == ["new-0001"]
+    rollout("11-26", "new-0002", "the tapir census")      # today's folder, written lately
+    assert search_ids(capsys, "tapir") == ["new-0002"]
+    old = root / "2026" / "01" / "05"
+    with open(str(next(old.iterdir())), "a") as f:        # resumed: its file grows, its journal says so
+        f.write(line(cc_cx_msg("2026-11-26T10:00:00.000Z", "user", "resumed: the okapi plan")))
+    with open(str(tmp_path / "home" / ".codex" / "history.jsonl"), "a") as f:
+        f.write(line({"session_id": "00000004-2222-4333-8444-555555555555", "ts": 1795600000, "text": "x"}))
+    assert search_ids(capsys, "okapi") == ["00000004-2222-4333-8444-555555555555"]
+    age(tmp_path / "home")   # (days later: the folders written today are quiet too)
+    assert search_ids(capsys, "routine") != []
+    rollout("02-10", "restored-01", "restored: the zorilla notes")   # a past day's folder, changed
+    monkeypatch.setattr(sesame, "FOLDER_SHARE", 16)
+    found = []
+    for second in range(sesame.FOLDER_SHARE):
+        monkeypatch.setattr(sesame.time, "time_ns", lambda s=second: (1800000000 + s) * 10 ** 9)
+        found.append(search_ids(capsys, "zorilla"))
+    assert ["restored-01"] in found and found.count([]) >= 1
+
+
 def test_a_new_sub_agent_of_an_old_session_of_the_callers_folder_is_found_among_hundreds(env, capsys, monkeypatch,
                                                                                           tmp_path):
     """Searching from a project of many sessions compares all their own folders (read at once):
@@ -13421,8 +13472,11 @@ def _bench_agent_folder(layout, out):
 
 
 def _date_by_last_entry(root):
-    """Set each session file's time to its last entry's, as an agent's writes leave it."""
-    for dp, _, fs in os.walk(root):
+    """Set each session file's time to its last entry's, as an agent's writes leave it, and each
+    folder's to its newest file's or folder's (a folder's time is that of the last file made in it:
+    Codex's day folders and a project's folder stay as old as their last session)."""
+    for dp, ds, fs in os.walk(root, topdown=False):
+        times = []
         for f in fs:
             path = os.path.join(dp, f)
             with open(path, "rb") as fh:
@@ -13431,6 +13485,10 @@ def _date_by_last_entry(root):
             when = sesame.parse_time(json.loads(last).get("timestamp"))
             if when:
                 os.utime(path, (when.timestamp(), when.timestamp()))
+                times.append(when.timestamp())
+        times += [os.stat(os.path.join(dp, d)).st_mtime for d in ds]
+        if times:
+            os.utime(dp, (max(times), max(times)))
 
 
 def _bench_lines(layout, sid, turns, first=0, header=True):
