@@ -11441,9 +11441,9 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
             dirs = dirs + _session_folders(store, src, check.values())
         for k, folder_mtime in enumerate(dirs or ()):
             folder, mtime = folder_mtime
-            if (src.parser.dated_folders and mtime < since and k % FOLDER_SHARE != share
+            if (src.parser.dated_folders and 0 < mtime < since and k % FOLDER_SHARE != share
                     and _DAY_FOLDER_RE.search(folder)):
-                continue  # a past day's folder, quiet since: one slice of them per search
+                continue  # a past day's folder, quiet since: one slice of them per search (0: not settled)
             try:
                 now = os.stat(folder).st_mtime_ns
             except OSError:

@@ -6591,6 +6591,14 @@ def test_past_days_codex_folders_are_compared_a_slice_at_a_time_and_todays_at_ev
     assert search_ids(capsys, "okapi") == ["00000004-2222-4333-8444-555555555555"]
     age(tmp_path / "home")   # (days later: the folders written today are quiet too)
     assert search_ids(capsys, "routine") != []
+    # a folder listed while it changed (its time not settled: recorded as 0) is compared every time
+    con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
+    with con:
+        assert con.execute("UPDATE dirs SET mtime_ns = 0 WHERE path = ?", (str(root / "2026" / "02" / "20"),)).rowcount == 1
+    con.close()
+    rollout("02-20", "late-01", "the serval notes")
+    age(root / "2026" / "02" / "20")
+    assert search_ids(capsys, "serval") == ["late-01"]
     rollout("02-10", "restored-01", "restored: the zorilla notes")   # a past day's folder, changed
     monkeypatch.setattr(sesame, "FOLDER_SHARE", 16)
     found = []
