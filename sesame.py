@@ -12837,9 +12837,25 @@ def _needle(stem, prefix=False):
 
 
 _NON_SPACE = LazyPattern(r"\S+")
-# A character of a token, after its first: a letter or digit, or an accent unicode61 keeps in it
-# (the rest of a token is a run of these; a needle after one is inside a token).
-_TOKEN_CHAR = "(?:[^\\W_]|[%s])" % _ACCENTS
+_TOKEN_TAIL = LazyPattern("(?:[^\\W_]|[%s])*" % _ACCENTS)  # the rest of a token: letters, digits, accents
+
+
+def _class_chars(body):
+    """The characters a regular-expression class body of single characters and a-b ranges holds."""
+    out, i = set(), 0
+    while i < len(body):
+        if body[i + 1:i + 2] == "-" and i + 2 < len(body):
+            out.update(map(chr, range(ord(body[i]), ord(body[i + 2]) + 1)))
+            i += 3
+        else:
+            out.add(body[i])
+            i += 1
+    return frozenset(out)
+
+
+# The accents unicode61 keeps inside a token (a needle after one is inside a token), as a set: a
+# class of them costs 0.1 ms to compile in each of a query's expressions (see Matcher.starts).
+_ACCENT_CHARS = _class_chars(_ACCENTS)
 
 
 class Matcher:
@@ -12867,8 +12883,6 @@ class Matcher:
                 if stems and stems[0]:
                     self.forms.append((i, stems, prefix))
         needles = sorted({_needle(stems[0], prefix) for _, stems, prefix in self.forms}, key=lambda n: (-len(n), n))
-        self.pattern = re.compile(r"(?<![^\W_])(?:%s)(?:[^\W_]|[%s])*" % ("|".join(map(re.escape, needles)), _ACCENTS),
-                                  re.IGNORECASE) if needles else None
         # A word may also be a part of a camelCase name (indexed in the `parts` column): found by
         # what its forms start with, in lower case, where a part of a name starts (see _part_spans).
         self.part_needles = sorted({_needle(stems[0], prefix) for _, stems, prefix in self.forms
@@ -12876,13 +12890,13 @@ class Matcher:
         # Capitalised or in capitals, where such a part starts (_part_spans).
         self.capitals = sorted({v for n in self.part_needles for v in (n[:1].upper() + n[1:], n.upper())},
                                key=lambda n: (-len(n), n))
-        # Each needle where a token starts (not after a letter, digit or accent: inside a token), with
-        # the rest of its token: one regular expression per needle, its literal first, so that the
-        # scan runs at C speed (an alternation is tried at every position, 2-3 times slower) and each
-        # match is a token start (the checks per match were most of a search's Python time).
+        # Each needle where a token starts (not after a letter or digit), with the letters and digits
+        # after it: one regular expression per needle, its literal first, so that the scan runs at C
+        # speed (an alternation is tried at every position, 2-3 times slower) and each match is a
+        # token start (the checks per match were most of a search's Python time). Accents are seen
+        # to in Python (_token_spans): rare, and a class of them is slow to compile.
         self.needles = needles
-        self.starts = [re.compile("%s(?<!%s%s)%s*" % (re.escape(n), _TOKEN_CHAR, re.escape(n), _TOKEN_CHAR))
-                       for n in needles]
+        self.starts = [re.compile("%s(?<![^\\W_]%s)[^\\W_]*" % (re.escape(n), re.escape(n))) for n in needles]
         self.part_starts = [re.compile("%s(?<=[A-Za-z0-9]%s)" % (re.escape(n), re.escape(n))) for n in self.capitals]
         # Forms by their first stem (one dict lookup per candidate token); one-word prefixes apart.
         self.by_stem, self.prefixes = {}, []
@@ -12901,7 +12915,7 @@ class Matcher:
     def spans(self, text):
         """[(start, end, word index)] of every match, in order."""
         out = [(m.start(), m.end(), i) for i, rx in self.cjk for m in rx.finditer(text)]
-        if self.pattern is None:
+        if not self.needles:
             return sorted(out)
         text = cjk_blanked(text)  # other words as FTS5 has them: "React" in "用React写"
         by_stem, prefixes, cache = self.by_stem, self.prefixes, self._stems
@@ -12937,8 +12951,26 @@ class Matcher:
         words_in_each finds them; with the one regular expression (case aside) where a letter's
         lower case is longer (İ), which would move every offset after it."""
         if len(low) == len(text):
-            return {m.span() for rx in self.starts for m in rx.finditer(low)}
-        return [m.span() for m in self.pattern.finditer(text)]
+            return set(self._token_spans(low))
+        # (the needles as one alternation, case aside: compiled here only, 0.15 ms per query)
+        pattern = re.compile(r"(?<![^\W_])(?:%s)(?:[^\W_]|[%s])*" % ("|".join(map(re.escape, self.needles)), _ACCENTS),
+                             re.IGNORECASE)
+        return [m.span() for m in pattern.finditer(text)]
+
+    def _token_spans(self, low):
+        """[(start, end)] of the tokens of `low` (text in lower case) that start with a needle, once
+        per needle that starts them (Matcher.starts): one after an accent that unicode61 keeps in a
+        token is inside a token, and one followed by such an accent goes on over it."""
+        out, n = [], len(low)
+        for rx in self.starts:
+            for m in rx.finditer(low):
+                at, end = m.span()
+                if at and low[at - 1] in _ACCENT_CHARS:
+                    continue
+                if end < n and low[end] in _ACCENT_CHARS:
+                    end = _TOKEN_TAIL.match(low, end).end()
+                out.append((at, end))
+        return out
 
     @staticmethod
     def _phrase_end(text, pos, rest, prefix):
@@ -13021,7 +13053,7 @@ class Matcher:
         times in a chunk; each distinct token of a chunk is looked at once. A word of several tokens
         (a phrase, `node-v20`) needs positions: spans() then, for that chunk."""
         found = [{i for i, rx in self.cjk if rx.search(t)} for t in texts]
-        if self.pattern is None:
+        if not self.needles:
             return found
         text = cjk_blanked("\n".join(texts))  # a line break: no token, part or name runs across it
         low = text.lower()
@@ -13033,13 +13065,11 @@ class Matcher:
             for at, _, i in self._joined_spans(text, low):
                 found[where(ends, at)].add(i)
         tokens = set()
-        for rx in self.starts:
-            for m in rx.finditer(low):
-                at = m.start()
-                k, token = where(ends, at), m.group()
-                tokens.add((k, token))
-                if not text.startswith(token, at):  # capitals: maybe a camelCase name
-                    found[k].update(i for _, _, i in self._first_part(text, at, m.end()))
+        for at, end in self._token_spans(low):
+            k, token = where(ends, at), low[at:end]
+            tokens.add((k, token))
+            if not text.startswith(token, at):  # capitals: maybe a camelCase name
+                found[k].update(i for _, _, i in self._first_part(text, at, end))
         if self.part_needles:
             for at, _, i in self._part_spans(text):
                 found[where(ends, at)].add(i)
