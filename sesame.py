@@ -12858,6 +12858,13 @@ def _class_chars(body):
 _ACCENT_CHARS = _class_chars(_ACCENTS)
 
 
+def lower_in_place(text):
+    """text in lower case, each character in its place: İ, the one letter whose lower case is two
+    characters (i and a dot above: every offset after it would move), becomes i, as unicode61 folds it."""
+    low = text.lower()
+    return low if len(low) == len(text) else text.replace("\u0130", "i").lower()
+
+
 class Matcher:
     """Finds the query's words in chunk text the way the index matched them: tokens as unicode61
     finds them, compared by their porter stems, so `simplify` finds "simplified", `parser.py` finds
@@ -12919,12 +12926,12 @@ class Matcher:
             return sorted(out)
         text = cjk_blanked(text)  # other words as FTS5 has them: "React" in "用React写"
         by_stem, prefixes, cache = self.by_stem, self.prefixes, self._stems
-        low = text.lower()
+        low = lower_in_place(text)
         if self.part_needles:
             out += self._part_spans(text)
         if self.joined:
             out += self._joined_spans(text, low)
-        for at, last in self._token_starts(text, low):
+        for at, last in set(self._token_spans(low)):   # (once where two needles start a token: `c`, `cod`)
             token = text[at:last]
             if not token.islower():
                 out += self._first_part(text, at, last)
@@ -12944,18 +12951,6 @@ class Matcher:
                     out.append((at, last, i))
         out.sort()
         return out
-
-    def _token_starts(self, text, low):
-        """(start, end) of each token of text that starts with a needle, once (two needles can start
-        one token: `c` and `cod` for "codex"), in any order: found in its lower case, as
-        words_in_each finds them; with the one regular expression (case aside) where a letter's
-        lower case is longer (İ), which would move every offset after it."""
-        if len(low) == len(text):
-            return set(self._token_spans(low))
-        # (the needles as one alternation, case aside: compiled here only, 0.15 ms per query)
-        pattern = re.compile(r"(?<![^\W_])(?:%s)(?:[^\W_]|[%s])*" % ("|".join(map(re.escape, self.needles)), _ACCENTS),
-                             re.IGNORECASE)
-        return [m.span() for m in pattern.finditer(text)]
 
     def _token_spans(self, low):
         """[(start, end)] of the tokens of `low` (text in lower case) that start with a needle, once
@@ -13023,8 +13018,6 @@ class Matcher:
         """[(start, end, word index)] where a typed word is two or more neighbouring parts of a
         camelCase name: it starts a token or a part, ends one, and holds a case change."""
         out = []
-        if len(low) != len(text):
-            return out
         for i, w in self.joined:
             at = low.find(w)
             while at >= 0:
@@ -13056,9 +13049,7 @@ class Matcher:
         if not self.needles:
             return found
         text = cjk_blanked("\n".join(texts))  # a line break: no token, part or name runs across it
-        low = text.lower()
-        if len(low) != len(text) and len(texts) > 1:  # (a letter whose lower case is longer: İ)
-            return [self.words_in(t) for t in texts]
+        low = lower_in_place(text)
         ends = list(itertools.accumulate(len(t) + 1 for t in texts))
         where = bisect.bisect_right  # the chunk of a position: the first whose end is after it
         if self.joined:
@@ -13081,8 +13072,9 @@ class Matcher:
                 stem = cache[folded] = porter_stem(folded)
             for i, stems, prefix in by_stem.get(stem, ()):
                 if len(stems) > 1:
-                    by_spans.add(k)
-                found[k].add(i)
+                    by_spans.add(k)   # (whether the rest of it follows: spans() tells)
+                else:
+                    found[k].add(i)
             for i, stems, _ in self.prefixes:
                 if folded.startswith(stems[0]):
                     found[k].add(i)
