@@ -14354,8 +14354,9 @@ def _did_you_mean(message, parser):
     import difflib
     unknown = re.findall(r"(--?[\w-]+)", message.split(":", 1)[-1]) if "unrecognized" in message else []
     # argparse keeps the option names nowhere public; a subcommand's are in its own parser
-    parsers = [parser] + [sp for a in parser._actions for sp in (getattr(a, "choices", None) or {}).values()
-                          if hasattr(sp, "_actions")]
+    # (a subcommand's parser is among its action's choices, a dict; an option's choices are a list)
+    parsers = [parser] + [sp for a in parser._actions if isinstance(getattr(a, "choices", None), dict)
+                          for sp in a.choices.values() if hasattr(sp, "_actions")]
     known = [o for p in parsers for a in p._actions for o in a.option_strings]
     close = [(u, difflib.get_close_matches(u, known, 1)) for u in unknown]
     # An option of sesame itself given after the command (`sesame search --version`) is known, but

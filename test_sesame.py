@@ -10920,6 +10920,13 @@ def test_usage_errors_exit_2_with_one_line(capsys):
     # an option of sesame itself after the command: where it goes, not "did you mean --version?"
     code, out, err = run(capsys, "search", "--version")
     assert code == 2 and "did you mean" not in err and "goes before the command (sesame --version)" in err
+    # every command, a required argument missing or an option misspelt (`show` without a session
+    # printed a traceback: its --format's choices were taken for a subcommand's parsers)
+    code, out, err = run(capsys, "show")
+    assert code == 2 and err.count("\n") == 1 and "required: session" in err, err
+    for name in sesame.COMMANDS:
+        code, out, err = run(capsys, name, "--formt", "x")
+        assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, (name, err)
 
 
 # ==================================================================================================
