@@ -13032,10 +13032,6 @@ class Matcher:
                 at = nxt if nxt < 0 or nxt >= end else low.find(w, _after_run(text, at))
         return out
 
-    def present(self, text):
-        """The indexes of the query words found in text."""
-        return sorted(self.words_in(text))
-
     def words_in(self, text):
         """The set of query words found in text: what spans() finds, for less."""
         return self.words_in_each([text])[0]
