@@ -848,6 +848,34 @@ def test_secret_names_are_found_from_their_hints_exactly_where_the_pattern_finds
     assert sesame.redact("export DB_PASS=hunter2hunter2")[0] == "export DB_PASS=[REDACTED:secret]"
 
 
+
+def test_a_session_redacted_chunk_by_chunk_equals_one_where_only_the_hinted_chunks_are():
+    """Prepared redacts only the chunks that secret_hints says hold a hint (for speed): that must
+    change nothing. Random sessions of chunks made of every secret, their hints alone, case
+    changes, letters that lower-case to ASCII (Kelvin K) or to two characters (İ: a run of them
+    before a hint must not move it into the next chunk), and filler."""
+    import random
+    rnd = random.Random(11)
+    secrets = [OPENAI, ANTHROPIC, GH_PAT, GH_FINE, AWS, AWS_TMP, SLACK, STRIPE, GOOGLE, JWT, HF, NPM, SENDGRID,
+               TWILIO, GROQ, TELEGRAM, PEM, "Authorization: Bearer abcdefghijklmnop1234", "Basic dXNlcjpwYXNzd29yZA==",
+               "Cookie: sid=abcdef123", "postgres://u:hunter2hunter2@db", "mysql -u root -phunter2x",
+               "API_KEY=abcdef123456", "Password: 'hunter2hunter2'", "--token abcdef12", "db_pw=abcdefgh"]
+    hints = [h for hints, _ in sesame._SHAPE_GROUPS for h in hints] + ["://", "mysql", "SECRET", "Token", "\u212aEY",
+                                                                      "_PW", "pass"]
+    filler = ["the", "parser", "\n", " ", "İ", "İ" * 40, "ΣΑΣ", "=", ":", "'", "x" * 40, "-----END RSA PRIVATE KEY-----",
+              "[... 40 characters dropped ...]\n"]
+    pool = secrets + hints + filler * 3
+    held_some = 0
+    for _ in range(400):
+        chunks = ["".join(rnd.choice(pool) if rnd.random() < 0.3 else rnd.choice(filler) for _ in range(rnd.randint(0, 8)))
+                  for _ in range(rnd.randint(1, 12))]
+        shapes, held = sesame.secret_hints(chunks)
+        everywhere = [sesame.redact(c)[0] for c in chunks]
+        only_held = [sesame.redact(c, shapes)[0] if k in held else c for k, c in enumerate(chunks)]
+        assert only_held == everywhere, chunks
+        held_some += 0 < len(held) < len(chunks)
+    assert held_some > 50   # (the sessions mix chunks with and without hints)
+
 def test_names_summaries_labels_and_working_directories_are_redacted_too(env, tmp_path, capsys):
     w = PiWriter(env, "named-1").user("the capybara deploy")
     w.lines[0]["cwd"] = "/home/dev/token=%s/app" % "Zq81mXc0"   # (the folder name is left as it was)
