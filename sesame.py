@@ -943,6 +943,7 @@ def secret_hints(texts):
             k = bisect.bisect_right(ends, at)
             held.add(k)
             at = ends[k]
+    # (sum, not any: every scan of a shape runs, each marking the texts its hints are in)
     shapes = [shape for shape, scans in zip(_SHAPES, _SHAPE_SCANS) if sum(scan(h, joined) for h in scans)]
     for hints, _, _ in _PREFIXED:
         for h in hints:
@@ -11182,7 +11183,8 @@ class Prepared:
         self.complete = s.complete
         self.count = len(s.chunks)
         # The words people and the assistant used, for spelling corrections (see near_words).
-        self.words = sorted(vocabulary([label_text(s)] + [c.text for c in s.chunks if KIND_COLUMN.get(c.kind) == "talk"]))
+        # (in no order: the writer adds them to its batch's set, written sorted at commit)
+        self.words = list(vocabulary([label_text(s)] + [c.text for c in s.chunks if KIND_COLUMN.get(c.kind) == "talk"]))
 
     def __getstate__(self):
         return [getattr(self, k) for k in self.__slots__]
