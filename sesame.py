@@ -1570,8 +1570,8 @@ class Parser:
                   session each (<project>/<session>/..., Claude Code's sub-agents), written only
                   while <project>/<session>.<ext> is: a search compares them with that file
     dated_folders  True when the agent writes each session in a folder named by the day it started
-                  (.../YYYY/MM/DD) and goes on in that file: a past day's quiet folder is compared a
-                  slice at a time
+                  (.../YYYY/MM/DD) and goes on in that file: a past day's folder (quiet for two days,
+                  or named two days back) is compared a slice at a time
     session_marks(path), parse_sessions(path, report, only)  for a store of many sessions (a
                   database): a cheap mark per session, and a read of some sessions only, so that a
                   store that changed is read again for the sessions whose mark moved
@@ -11329,8 +11329,9 @@ def _add_listing(listings, src, dirs):
 #     change only while that session's file is written: they are compared with that file, when a
 #     rule below compares it, and otherwise a slice at a time (1 in FOLDER_SHARE by the second), so
 #     that a file put there by something else (a restore) is found within FOLDER_SHARE searches;
-#     folders named by a past day (Parser.dated_folders: Codex's YYYY/MM/DD) and quiet since
-#     ACTIVE_SECONDS get no file from their agent either: a slice at a time too;
+#     folders named by a past day (Parser.dated_folders: Codex's YYYY/MM/DD), quiet since
+#     ACTIVE_SECONDS or named two days back or more, get no file from their agent either: a slice
+#     at a time too;
 #   - the files written in the last ACTIVE_SECONDS (agents append to the sessions they run), the
 #     ACTIVE_MAX_FILES newest of them: a history copied or restored (every file dated now) or a day
 #     of thousands of sub-agent files would otherwise be compared file by file on every search for
@@ -11478,6 +11479,9 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
             check[row.id] = row
     changed_dirs = set()
     share = time.time_ns() // 10 ** 9 % FOLDER_SHARE
+    # A day folder named before this (by the local date, as Codex names them; two days back, so that
+    # another time zone's, a remote's, is not taken for past too soon) is a past day's by its name.
+    past_days = time.strftime("/%Y/%m/%d", time.localtime(since / 10 ** 9))
     for src in sources:
         dirs = known_dirs.get(src.path)
         stale = not dirs  # a configured file, or a source not listed yet: listed every time (cheap)
@@ -11485,9 +11489,13 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
             dirs = dirs + _session_folders(store, src, check.values())
         for k, folder_mtime in enumerate(dirs or ()):
             folder, mtime = folder_mtime
-            if (src.parser.dated_folders and 0 < mtime < since and k % FOLDER_SHARE != share
-                    and _DAY_FOLDER_RE.search(folder)):
-                continue  # a past day's folder, quiet since: one slice of them per search (0: not settled)
+            if src.parser.dated_folders and mtime > 0 and k % FOLDER_SHARE != share:
+                # A past day's folder, quiet since or named so (a history restored or copied: every
+                # folder's time is recent for two days, and ~1,000 of them cost each search 2.5 ms):
+                # one slice of them per search (0: its time was not settled when it was listed).
+                day = _DAY_FOLDER_RE.search(folder)
+                if day and (mtime < since or day.group().replace("\\", "/") < past_days):
+                    continue
             try:
                 now = os.stat(folder).st_mtime_ns
             except OSError:

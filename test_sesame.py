@@ -5,6 +5,7 @@ Inputs are small literal sessions written here; when ../shared/samples exists th
 there are indexed too. Run: python3 -m pytest -q
 """
 import collections
+import datetime
 import errno
 import glob
 import hashlib
@@ -6581,53 +6582,71 @@ def test_past_days_codex_folders_are_compared_a_slice_at_a_time_and_todays_at_ev
         env, capsys, monkeypatch, tmp_path):
     """Codex writes each session in sessions/YYYY/MM/DD, the day it started, and a resumed one into
     its own file: a past day's folder gets no new file. Every search compared every one (~1,000 in
-    a long history: 2.5 ms of each). Now a quiet past day's folder is compared a slice at a time; a
-    new day's folder (its month's folder changes), a file added to today's and a resumed session
-    are found by the next search, and a file put in a past day's folder (a restore) within the slices."""
+    a long history: 2.5 ms of each). Now a past day's folder, quiet or named so, is compared a slice
+    at a time; a new day's folder (its month's folder changes), a file added to today's or
+    yesterday's and a resumed session are found by the next search, and a file put in a past day's
+    folder (a restore) within the slices. A restored history (every folder's time recent) is still
+    compared a slice at a time: its folders' names say they are past."""
     root = tmp_path / "home" / ".codex" / "sessions"
+    today = datetime.date.today()
 
     def rollout(day, sid, text):
-        return write_jsonl(root / "2026" / day[:2] / day[3:] / ("rollout-2026-%sT10-00-00-%s.jsonl" % (day, sid)), [
-            cc_cx_meta(sid, "2026-%sT10:00:00.000Z" % day, cwd="/home/dev/a"),
-            cc_cx_msg("2026-%sT10:00:01.000Z" % day, "user", text)])
-    days = ["%02d-%02d" % (m, d) for m in (1, 2) for d in range(1, 25)]   # 48 past days
+        return write_jsonl(root / day.strftime("%Y/%m/%d") / ("rollout-%sT10-00-00-%s.jsonl" % (day.isoformat(), sid)), [
+            cc_cx_meta(sid, "%sT10:00:00.000Z" % day.isoformat(), cwd="/home/dev/a"),
+            cc_cx_msg("%sT10:00:01.000Z" % day.isoformat(), "user", text)])
+    days = [today - datetime.timedelta(days=100 + n) for n in range(48)]   # 48 past days
     for n, day in enumerate(days):
         rollout(day, "%08d-2222-4333-8444-555555555555" % n, "routine question %d" % n)
     write_config({"sources": [{"parser": "codex", "path": str(root)}]}, tmp_path)
     age(tmp_path / "home")
     assert run(capsys, "index")[0] == 0
-    day_folders = {str(root / "2026" / d[:2] / d[3:]) for d in days}
+    day_folders = {str(root / d.strftime("%Y/%m/%d")) for d in days}
     stats, real_stat = [], os.stat
     monkeypatch.setattr(sesame.os, "stat", lambda p, *a, **k: stats.append(os.fspath(p)) or real_stat(p, *a, **k))
     monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)
     monkeypatch.chdir(tmp_path)   # a folder of no session
-    for _ in range(3):
-        del stats[:]
-        assert search_ids(capsys, "routine") != []
-        assert 1 <= len(day_folders & set(stats)) <= 4   # a slice (48 / 16 = 3 folders), not all 48
-        assert {str(root), str(root / "2026"), str(root / "2026" / "01")} <= set(stats)   # (always)
+
+    def searches_compare_a_slice():
+        for _ in range(3):
+            del stats[:]
+            assert search_ids(capsys, "routine") != []
+            assert 1 <= len(day_folders & set(stats)) <= 5   # a slice (48 / 16 = 3 folders), not all 48
+            assert {str(root), str(root / days[0].strftime("%Y")), str(root / days[0].strftime("%Y/%m"))} <= set(stats)
+    searches_compare_a_slice()
+    # A history restored: every folder's time an hour ago (settled, within the two days), indexed so.
+    hour_ago = time.time() - 3600
+    for d, _, _ in os.walk(str(root)):
+        os.utime(d, (hour_ago, hour_ago))
+    assert run(capsys, "index")[0] == 0
+    searches_compare_a_slice()
     monkeypatch.setattr(sesame, "FOLDER_SHARE", 10 ** 6)   # (no slice in turn reaches them by chance)
-    rollout("11-26", "new-0001", "the quokka census")     # a new day: its folder is new
+    rollout(today, "new-0001", "the quokka census")     # a new day: its folder is new
     assert search_ids(capsys, "quokka") == ["new-0001"]
-    rollout("11-26", "new-0002", "the tapir census")      # today's folder, written lately
+    rollout(today, "new-0002", "the tapir census")      # today's folder, written lately
     assert search_ids(capsys, "tapir") == ["new-0002"]
-    old = root / "2026" / "01" / "05"
+    yesterday = today - datetime.timedelta(days=1)
+    rollout(yesterday, "new-0003", "the margay census")  # yesterday's (or another time zone's today)
+    assert search_ids(capsys, "margay") == ["new-0003"]
+    rollout(yesterday, "new-0004", "the kinkajou census")
+    assert search_ids(capsys, "kinkajou") == ["new-0004"]
+    old = root / days[4].strftime("%Y/%m/%d")
     with open(str(next(old.iterdir())), "a") as f:        # resumed: its file grows, its journal says so
-        f.write(line(cc_cx_msg("2026-11-26T10:00:00.000Z", "user", "resumed: the okapi plan")))
+        f.write(line(cc_cx_msg("%sT10:00:00.000Z" % today.isoformat(), "user", "resumed: the okapi plan")))
     with open(str(tmp_path / "home" / ".codex" / "history.jsonl"), "a") as f:
-        f.write(line({"session_id": "00000004-2222-4333-8444-555555555555", "ts": 1795600000, "text": "x"}))
+        f.write(line({"session_id": "00000004-2222-4333-8444-555555555555", "ts": int(time.time()), "text": "x"}))
     assert search_ids(capsys, "okapi") == ["00000004-2222-4333-8444-555555555555"]
     age(tmp_path / "home")   # (days later: the folders written today are quiet too)
     assert search_ids(capsys, "routine") != []
     # a folder listed while it changed (its time not settled: recorded as 0) is compared every time
+    late = root / days[20].strftime("%Y/%m/%d")
     con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
     with con:
-        assert con.execute("UPDATE dirs SET mtime_ns = 0 WHERE path = ?", (str(root / "2026" / "02" / "20"),)).rowcount == 1
+        assert con.execute("UPDATE dirs SET mtime_ns = 0 WHERE path = ?", (str(late),)).rowcount == 1
     con.close()
-    rollout("02-20", "late-01", "the serval notes")
-    age(root / "2026" / "02" / "20")
+    rollout(days[20], "late-01", "the serval notes")
+    age(late)
     assert search_ids(capsys, "serval") == ["late-01"]
-    rollout("02-10", "restored-01", "restored: the zorilla notes")   # a past day's folder, changed
+    rollout(days[30], "restored-01", "restored: the zorilla notes")   # a past day's folder, changed
     monkeypatch.setattr(sesame, "FOLDER_SHARE", 16)
     found = []
     for second in range(sesame.FOLDER_SHARE):
