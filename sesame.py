@@ -15478,7 +15478,8 @@ class _KeptStore:
     index before ranking (in how many documents each word occurs, the vocabulary near a misspelt
     word: 2-3 ms of a 3-5 word query at 1 GB) are kept from call to call in `memo` while the index
     is unchanged, since an agent's searches share words ("the error", a project's names); so are
-    the folders the call's refresh compares (read-only: plan_quick only looks them up)."""
+    the folders and the newest files the call's refresh compares (read-only: plan_quick only looks
+    them up)."""
 
     def __init__(self, store, memo):
         self._store, self._memo = store, memo
@@ -15511,6 +15512,11 @@ class _KeptStore:
         # (the folders every search compares: ~1,000 rows for a Codex history of dated folders)
         key = ("listings", None if sources is None else tuple(sources))
         return self._kept(key, lambda: self._store.listings(sources))
+
+    def active_file_rows(self, since_ns, limit):
+        # (the files every search compares: 200 rows, 0.3 ms. Kept while the index is unchanged,
+        # the list can hold a file that has since grown older than `since_ns`: compared once more.)
+        return self._kept(("active", limit), lambda: self._store.active_file_rows(since_ns, limit))
 
     def close(self):
         pass

@@ -9842,13 +9842,63 @@ def test_the_word_counts_an_mcp_server_keeps_from_call_to_call_follow_every_chan
         append_user(path, "and now the wallaby part")
         assert found("wallaby") == ["active"]   # written by this call's own refresh
         assert found("numbat") == []
-        PiWriter(env, "other", cwd="/home/dev/p3").user("the numbat enclosure").save()
+        other = PiWriter(env, "other", cwd="/home/dev/p3").user("the numbat enclosure").save()
         assert run(capsys, "index")[0] == 0     # written by another connection (this call writes nothing)
         assert found("numbat", no_refresh=True) == ["other"]
         assert found("numbta", no_refresh=True) == ["other"]   # the vocabulary near a misspelt word
         assert found("okapi") == []      # (the folders this call's refresh compared are kept too)
-        PiWriter(env, "third", cwd="/home/dev/p4").user("the okapi paddock").save()   # a new folder
+        third = PiWriter(env, "third", cwd="/home/dev/p4").user("the okapi paddock").save()   # a new folder
         assert found("okapi") == ["third"]
+        # (and so are the newest files it compares: those written since are among them)
+        append_user(third, "and the tapir paddock")
+        assert found("tapir") == ["third"]
+        append_user(other, "and the dugong enclosure")
+        assert found("dugong") == ["other"]
+    finally:
+        warm.close()
+
+
+def test_the_newest_files_an_mcp_server_keeps_from_call_to_call_follow_every_change_of_the_index(
+        env, capsys, monkeypatch, tmp_path):
+    """The server keeps the list of the newest files each call compares (Claude Code: no journal
+    line for an append, so that list is what finds it) while the index is unchanged: a session
+    indexed since, by the call's own refresh or by another process, is among them at the next call."""
+    root = tmp_path / "home" / ".claude" / "projects"
+
+    def session(project, sid, text):
+        return write_jsonl(root / project / (sid + ".jsonl"), [dict(cc_cl_user("u-" + sid, "2026-01-01T10:00:00.000Z",
+                                                                               text), sessionId=sid)])
+    session("-a", "11111111-2222-4333-8444-555555555555", "the quokka census")
+    write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
+    assert run(capsys, "index")[0] == 0
+    monkeypatch.chdir(tmp_path)   # a folder of no session
+    warm = sesame.WarmIndex()
+
+    def found(query):
+        return [r["sessionId"] for r in sesame.call_tool({"name": "search", "arguments": {"query": query}},
+                                                         warm)["structuredContent"]["results"]]
+    try:
+        def settle(path):   # written an hour ago: still among the newest, its folder's time settled
+            hour_ago = time.time() - 3600
+            for p in (path, os.path.dirname(str(path))):
+                os.utime(str(p), (hour_ago, hour_ago))
+            assert found("nothing-of-the-sort") == []   # (the next call records it so)
+        assert found("quokka") == ["11111111-2222-4333-8444-555555555555"]
+        new = session("-b", "22222222-2222-4333-8444-555555555555", "the tapir census")   # a new project
+        assert found("tapir") == ["22222222-2222-4333-8444-555555555555"]   # this call's refresh wrote it
+        settle(new)
+        with open(str(new), "a") as f:
+            f.write(line(dict(cc_cl_user("u-2b", "2026-01-01T10:01:00.000Z", "and the margay"),
+                              sessionId="22222222-2222-4333-8444-555555555555")))
+        assert found("margay") == ["22222222-2222-4333-8444-555555555555"]
+        third = session("-c", "33333333-2222-4333-8444-555555555555", "the okapi census")
+        assert run(capsys, "index")[0] == 0   # another process wrote it
+        assert found("okapi") == ["33333333-2222-4333-8444-555555555555"]
+        settle(third)
+        with open(str(third), "a") as f:
+            f.write(line(dict(cc_cl_user("u-3b", "2026-01-01T10:01:00.000Z", "and the serval"),
+                              sessionId="33333333-2222-4333-8444-555555555555")))
+        assert found("serval") == ["33333333-2222-4333-8444-555555555555"]
     finally:
         warm.close()
 
