@@ -2945,9 +2945,11 @@ class ClaudeCodeParser(Parser):
         one makes the session file look changed, so that it is read again and takes its name. (Once
         such a file is older than CLAUDE_SUMMARY_RECENT, the session file looks changed once more
         and is gone on from where it was read: it is no longer checked for them.)"""
-        if os.path.basename(path).startswith("agent-"):
+        folder, name = os.path.split(path)
+        if name.startswith("agent-"):
             return []
-        return [p for p in self._folder_summaries(os.path.dirname(path), recent=True)[1] if p != path]
+        found = self._folder_summaries(folder, recent=True)[1]   # (none, in most folders: every search asks)
+        return [p for p in found if p != path] if found else found
 
     def checkpoint_holds(self, path, checkpoint):
         # A summary file newer than the last whole read may name one of the messages read then.
@@ -12537,12 +12539,17 @@ ABBREVIATIONS = [
 ]
 
 
+_ABBREVIATION_TABLE = {}
+
+
 def _abbreviation_table():
-    """{form: [the other forms of its group]} (both ways)."""
-    table = {}
-    for forms in ABBREVIATIONS:
-        for form in forms:
-            table.setdefault(form, []).extend(f for f in forms if f != form and f not in table[form])
+    """{form: [the other forms of its group]} (both ways), built once per process (the MCP server
+    searches many times)."""
+    table = _ABBREVIATION_TABLE
+    if not table:
+        for forms in ABBREVIATIONS:
+            for form in forms:
+                table.setdefault(form, []).extend(f for f in forms if f != form and f not in table[form])
     return table
 
 
