@@ -873,6 +873,15 @@ _SECRET_STARTS = {"secret": (0,), "token": (0,), "pass": (0,), "_pw": (1,),
 _SECRET_HINTS = tuple(_SECRET_STARTS)
 
 
+def _offset_lower(text):
+    """text in lower case for the secret words, each character in its place: İ, the one letter whose
+    lower case is two characters (every offset after it would move), becomes ı, which no secret
+    word, hint or the letters after one ([a-z]) hold either. (Lowered character by character
+    instead, a session of 8 MB with one İ took 1.4 s.)"""
+    low = text.lower()
+    return low if len(low) == len(text) else text.replace("\u0130", "\u0131").lower()
+
+
 def _secret_words(low):
     """The matches of _SECRET_WORD in low, as finditer would give them (leftmost, not overlapping),
     looked for only where a hint occurs."""
@@ -948,9 +957,7 @@ def secret_hints(texts):
     for hints, _, _ in _PREFIXED:
         for h in hints:
             scan(h, joined)
-    low = joined.lower()
-    if len(low) != len(joined):  # as redact lowers a text: each character alone, its length kept
-        low = "".join(c.lower() if len(c.lower()) == 1 else c for c in joined)
+    low = _offset_lower(joined)
     for h in _SECRET_HINTS:
         scan(h, low)
     return shapes, held
@@ -973,9 +980,7 @@ def redact(text, shapes=None):
             text, n = pattern.subn(lambda m: m.group(1) + "[REDACTED:%s]" % kind, text)
             count += n
     spans = []
-    low = text.lower()
-    if len(low) != len(text):  # a few non-ASCII letters change length when lower-cased
-        low = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
+    low = _offset_lower(text)
     words = _secret_words(low)
     for m in words:
         if spans and m.start() < spans[-1][1]:
