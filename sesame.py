@@ -9755,16 +9755,33 @@ _CJK = ("\u1100-\u11ff\u3005-\u3007\u3021-\u3029\u3031-\u3035\u3038-\u303c\u3041
         "\uff66-\uff9f\U00020000-\U0002a6d6\U0002a700-\U0002b734\U0002b740-\U0002b81d\U0002f800-\U0002fa1d")
 _CJK_RUN = LazyPattern("[%s]+" % _CJK)
 _CJK_CHAR = LazyPattern("[%s]" % _CJK)
-# A first look in bytes: every CJK letter above starts, in UTF-8, with one of these bytes. The pattern
-# compiles in 0.1 ms (the ones above take 3 ms each, on every search that meets an accent or a dash)
-# and scans non-CJK text three times faster than _CJK_CHAR.
-_CJK_LEAD = LazyPattern(rb"[\xe1\xe3-\xed\xef\xf0]")
+# A first look in bytes: every CJK letter above is, in UTF-8, one of these bytes, or one of those
+# followed by a byte of its range. Each is looked for with `in` or `find` (memchr: 14 looks over a
+# 160 KB text take 0.03 ms; a character class of them 0.9 ms, and _CJK_CHAR, 3 ms to compile on
+# every search that meets an accent or a dash, 1 ms). The second byte tells emoji (\xf0\x9f: "🤖
+# Generated with Claude Code" in most commits), the variation selector after ✔️ or ⚠️ (\xef\xb8) and
+# Vietnamese letters (\xe1\xba-\xbb) from CJK letters.
+_CJK_LEADS = tuple(bytes([b]) for b in range(0xe3, 0xee))
+_CJK_LEAD_PAIRS = ((b"\xe1", LazyPattern(rb"\xe1[\x84-\x87]")), (b"\xef", LazyPattern(rb"\xef[\xa4-\xab\xbd\xbe]")),
+                   (b"\xf0", LazyPattern(rb"\xf0[\xa0-\xaf]")))   # (a literal first: the engine skips to it)
+
+
+def _cjk_bytes(raw):
+    """Whether UTF-8 bytes may hold a CJK letter (as _CJK counts them): a first look, never wrong when
+    it says no."""
+    return any(b in raw for b in _CJK_LEADS) or any(lead in raw and pair.search(raw) for lead, pair in _CJK_LEAD_PAIRS)
 
 
 def has_cjk(text):
     """Whether text holds a CJK letter (as _CJK counts them)."""
-    return (not text.isascii() and _CJK_LEAD.search(text.encode("utf-8", "surrogatepass")) is not None
-            and _CJK_CHAR.search(text) is not None)
+    if text.isascii():
+        return False
+    try:
+        text.encode("latin-1")   # every letter below U+0100 (é, ß, ©): a copy, no CJK; 0.5 ms less per 160 KB
+        return False
+    except UnicodeEncodeError:
+        pass
+    return _cjk_bytes(text.encode("utf-8", "surrogatepass")) and _CJK_CHAR.search(text) is not None
 
 
 def _bigrams(run):

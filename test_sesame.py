@@ -6104,6 +6104,25 @@ def test_terms_are_tokens_stemmed_as_the_index_stores_them():
     assert sesame.fts_terms(text) == sqlite_terms([text], "porter unicode61 remove_diacritics 2")[0]
 
 
+def test_the_first_look_for_cjk_letters_in_bytes_never_misses_one():
+    """has_cjk looks at a text's UTF-8 bytes before its characters (for speed: emoji, ⚠️'s variation
+    selector, Vietnamese and Latin-1 letters are not CJK, and cost a slow scan when taken for it). It
+    must say what the exact pattern says, for every code point near the edges of CJK's ranges and of
+    the bytes looked for, and a sample of all the others, alone, among ASCII, and after an emoji."""
+    edges = set()
+    for lo, hi in re.findall("(.)-(.)", sesame._CJK):
+        edges |= {ord(lo) - 1, ord(lo), ord(hi), ord(hi) + 1}
+    for lead in (0x1000, 0x1100, 0x1200, 0xE000, 0xF000, 0xF900, 0xFB00, 0xFF00, 0xFFC0, 0x10000, 0x1F000, 0x20000, 0x30000):
+        edges |= {lead - 1, lead, lead + 1}
+    points = sorted(edges | set(range(0x80, 0x110000, 97)))
+    for cp in points:
+        if 0 <= cp <= 0x10FFFF:
+            for text in (chr(cp), "ab" + chr(cp) + "cd", "\U0001F916 ok " + chr(cp) + "\ufe0f"):
+                assert sesame.has_cjk(text) == (sesame._CJK_CHAR.search(text) is not None), hex(cp)
+    assert sesame.has_cjk("Tiếng Việt 🤖 ⚠️ straße “quoted”") is False
+    assert sesame.has_cjk("⚠️ 用React写") and sesame.has_cjk("\U00020000") and sesame.has_cjk("한")
+
+
 def test_every_cjk_letter_is_indexed_in_pairs_that_sqlite_keeps_whole():
     # A CJK run is given to FTS5 as its bigrams: a pair holding a character unicode61 takes for a
     # separator (a letter newer than its tables) would be cut, and the query's pair never found.
