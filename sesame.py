@@ -871,6 +871,7 @@ _SECRET_WORD = LazyPattern(r"secret|token|passw(?:or)?d|passwd|api[_-]?key|priva
 _SECRET_STARTS = {"secret": (0,), "token": (0,), "pass": (0,), "_pw": (1,),
                   "key": (3, 4, 4, 5, 6, 7, 7, 8)}  # api_key, auth-key, access_key, private_key (with or without _ -)
 _SECRET_HINTS = tuple(_SECRET_STARTS)
+_KEY_AFTER = ("i", "e", "s", "h")   # the letter "key" follows (past one _ or -) in api, private, access, auth
 
 
 def _offset_lower(text):
@@ -889,7 +890,10 @@ def _secret_words(low):
     for hint, offsets in _SECRET_STARTS.items():
         at = low.find(hint)
         while at >= 0:
-            starts.update(at - k if hint == "key" else at + k for k in offsets)
+            if hint != "key":
+                starts.update(at + k for k in offsets)
+            elif low[at - 2 if low[at - 1:at] in ("_", "-") else at - 1:at][:1] in _KEY_AFTER:
+                starts.update(at - k for k in offsets)   # (not "monkey", "the key": a tool output of them took 0.6 s a MB)
             at = low.find(hint, at + 1)
     end = 0
     for at in sorted(starts):
