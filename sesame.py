@@ -904,11 +904,16 @@ def _secret_words(low):
                 yield m
 
 
-# After the secret word: the rest of the name, an optional closing quote, `=` or `:`, then the value.
-_SECRET_VALUE = LazyPattern(r"[A-Za-z0-9_.-]*[\"']?[ \t]*[:=][ \t]*"
-                           r"(\"[^\"\n]{6,}\"|'[^'\n]{6,}'|(?![\"'])[^\s,;\"'`)}\]]{6,})")
-# A command-line flag: --password VALUE, --token=VALUE (the word follows "--").
-_FLAG_VALUE = LazyPattern(r"[A-Za-z0-9_-]*(?:=|[ \t]+)(\"[^\"\n]{4,}\"|'[^'\n]{4,}'|(?![\"'-])[^\s\"'`]{4,})")
+# After the secret word: the rest of the name (_NAME_REST), an optional closing quote, `=` or `:`,
+# then the value (_SECRET_VALUE). The rest of the name is matched apart, once for all the secret
+# words of one run of name characters: they all end where it ends, so they have the same value.
+# (As one pattern, each secret word of a long run, 64 KB of "tokentoken..." or "_pw_pw...", went
+# to the run's end and back: a chunk took 20-40 s.)
+_NAME_REST = LazyPattern(r"[A-Za-z0-9_.-]*")
+_SECRET_VALUE = LazyPattern(r"[\"']?[ \t]*[:=][ \t]*(\"[^\"\n]{6,}\"|'[^'\n]{6,}'|(?![\"'])[^\s,;\"'`)}\]]{6,})")
+# A command-line flag: --password VALUE, --token=VALUE (the word follows "--"); the same way.
+_FLAG_REST = LazyPattern(r"[A-Za-z0-9_-]*")
+_FLAG_VALUE = LazyPattern(r"(?:=|[ \t]+)(\"[^\"\n]{4,}\"|'[^'\n]{4,}'|(?![\"'-])[^\s\"'`]{4,})")
 # Values that are obviously not secrets: placeholders, references to other variables, booleans.
 _NOT_SECRET = LazyPattern(r"^[\"']?(?:\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^>]*>|\*+|x+|X+|\.\.\.+|null|None|"
                          r"true|false|undefined|changeme|\[REDACTED[^\]]*\]|process\.env\.[A-Za-z0-9_.]+|"
@@ -967,6 +972,18 @@ def secret_hints(texts):
     return shapes, held
 
 
+def _secret_span(v):
+    """(start, end) of the value a _SECRET_VALUE or _FLAG_VALUE match found, without its quotes;
+    None when there is none or it is obviously not a secret (a placeholder, a variable, code)."""
+    if not v:
+        return None
+    value = v.group(1)
+    if _NOT_SECRET.match(value) or not any(c.isalnum() for c in value):
+        return None
+    quote = 1 if value[0] in "\"'" else 0
+    return v.start(1) + quote, v.end(1) - quote
+
+
 def redact(text, shapes=None):
     """(text with secrets replaced by [REDACTED:<kind>], number of replacements). `shapes`: the
     secret shapes to look for (secret_hints), when the caller knows which can occur; else all."""
@@ -985,20 +1002,22 @@ def redact(text, shapes=None):
             count += n
     spans = []
     low = _offset_lower(text)
-    words = _secret_words(low)
-    for m in words:
+    name_end = flag_end = -1   # where the run of name characters of the last secret word ends (_NAME_REST)
+    for m in _secret_words(low):
         if spans and m.start() < spans[-1][1]:
             continue
-        v = _SECRET_VALUE.match(text, m.end())
-        if not v and low.endswith("--", 0, m.start()):
-            v = _FLAG_VALUE.match(text, m.end())
-        if not v:
-            continue
-        value = v.group(1)
-        if _NOT_SECRET.match(value) or not any(c.isalnum() for c in value):
-            continue
-        quote = 1 if value[0] in "\"'" else 0
-        spans.append((v.start(1) + quote, v.end(1) - quote))
+        if m.end() > name_end:   # (the words come in order: one at or before name_end is in that run)
+            name_end = _NAME_REST.match(text, m.end()).end()
+            name_value = _SECRET_VALUE.match(text, name_end)
+            name_span = _secret_span(name_value)
+        span = name_span
+        if name_value is None and low.endswith("--", 0, m.start()):   # (a flag only where no = or : follows)
+            if m.end() > flag_end:
+                flag_end = _FLAG_REST.match(text, m.end()).end()
+                flag_span = _secret_span(_FLAG_VALUE.match(text, flag_end))
+            span = flag_span
+        if span is not None:
+            spans.append(span)
     if spans:
         out, pos = [], 0
         for start, end in spans:

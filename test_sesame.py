@@ -853,6 +853,24 @@ def test_secret_names_are_found_from_their_hints_exactly_where_the_pattern_finds
 
 
 
+def test_a_long_run_of_secret_words_is_read_once_not_once_per_word(monkeypatch):
+    """Each secret word inside one run of name characters ("tokentoken...", "_pw_pw...", a 64 KB
+    chunk of them on a hostile disk) ends where the run ends: the run is matched once, not once per
+    word (each going to the run's end and back: 20-40 s a chunk), and the value after it is found."""
+    calls = collections.Counter()
+    for name in ("_NAME_REST", "_FLAG_REST"):
+        real = getattr(sesame, name)
+        monkeypatch.setattr(sesame, name, type("Counted", (), {"match": lambda self, *a, _r=real, _n=name: calls.update([_n])
+                                                                or _r.match(*a)})())
+    for run, tail, want in [("token" * 20000, "=hunter2hunter2", "=[REDACTED:secret]"),
+                            ("db_pw" * 20000, ": 'hunter2hunter2'", ": '[REDACTED:secret]'"),
+                            ("--password" * 10000, " hunter2hunter2", " [REDACTED:secret]"),
+                            ("api_key." * 10000, "", "")]:
+        calls.clear()
+        assert sesame.redact(run + tail)[0] == run + want
+        assert calls["_NAME_REST"] <= 2 and calls["_FLAG_REST"] <= 2, calls
+
+
 def test_a_session_redacted_chunk_by_chunk_equals_one_where_only_the_hinted_chunks_are():
     """Prepared redacts only the chunks that secret_hints says hold a hint (for speed): that must
     change nothing. Random sessions of chunks made of every secret, their hints alone, case
