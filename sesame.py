@@ -12258,7 +12258,7 @@ def parse_file(path, parser_id, resume, limit, redact_secrets=True):
         else:
             sessions = parser.parse(path, report)
     except NotASessionFile as e:
-        return result("skipped", "not a %s session file (%s)" % (parser.label, e))
+        return result("skipped", "not %s %s session file (%s)" % ("an" if parser.label[:1].upper() in "AEIOU" else "a", parser.label, e))
     except OSError as e:
         return result("error", "cannot read: %s" % (e.strerror or e))
     except sqlite3.DatabaseError as e:   # an agent's store whose pages went bad while it was read
