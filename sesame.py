@@ -1889,7 +1889,7 @@ class _Entries:
     def __init__(self):
         self.items = []
         self.calls = {}            # call id -> open tool entry
-        self.unnamed_calls = []    # tool entries without an id, joined in order (old fixtures)
+        self.unnamed_calls = collections.deque()   # tool entries without an id, joined in order (old fixtures)
 
     def add(self, kind, text, ts=None, role=None, **extra):
         e = dict(kind=kind, text=text, ts=ts, role=role, **extra)
@@ -1910,7 +1910,7 @@ class _Entries:
         call_id = _id_key(call_id)
         e = self.calls.pop(call_id, None) if call_id else None
         if e is None and self.unnamed_calls:
-            e = self.unnamed_calls.pop(0)
+            e = self.unnamed_calls.popleft()
         if e is None:
             e = self.add("tool", None, ts=ts, role="tool", tool=str(name or "tool"), args=None, output=None,
                          is_error=False)
@@ -4442,9 +4442,11 @@ class GeminiParser(Parser):
             if isinstance(rec.get("$rewindTo"), str):
                 target = rec["$rewindTo"]
                 if target in messages:
-                    ids = list(messages)
-                    for mid in ids[ids.index(target):]:
+                    while True:   # the target and every message after it, newest first (each goes once)
+                        mid = next(reversed(messages))
                         del messages[mid]
+                        if mid == target:
+                            break
                 else:
                     if seen:
                         raise ReadAgain()
@@ -8417,7 +8419,7 @@ class AntigravityParser(Parser):
         else:
             sid = stem
         s = Session(self.id, sid, path)
-        pending = []  # (chunk index, name, args) of calls whose output step has not come yet
+        pending = collections.deque()  # (chunk index, name, args) of calls whose output step has not come yet
         for _, e in iter_jsonl(path, report):
             stype, src = self.record_type(report, e), e.get("source")
             ts = norm_time(e.get("created_at"))
@@ -8434,7 +8436,7 @@ class AntigravityParser(Parser):
                 if isinstance(e.get("thinking"), str):
                     s.add("thinking", e["thinking"], role="assistant", ts=ts)
                 s.add("assistant", content, role="assistant", ts=ts)
-                pending = []
+                pending.clear()
                 for c in _list(e.get("tool_calls")):
                     if not isinstance(c, dict):
                         continue
@@ -8453,7 +8455,7 @@ class AntigravityParser(Parser):
                 s.add("context", content, role="system", ts=ts)
             elif src == "MODEL" and content:
                 if pending:
-                    idx, name, args = pending.pop(0)
+                    idx, name, args = pending.popleft()
                     s.chunks[idx].text = cap_text(tool_text(name, args, content, e.get("status") == "ERROR"), CHUNK_CAP)
                 else:
                     name = stype.lower() if isinstance(stype, str) else "tool"
