@@ -6001,7 +6001,7 @@ def test_every_sample_file_is_indexed_or_reported_and_its_prompts_and_commands_a
     code, out, err = run(capsys, "index", "--json")
     summary = json.loads(out)
     assert code == 0 and summary["filesSeen"] == len(sources)
-    assert all(p["reason"].startswith("not a ") for p in summary["skipped"]), summary["skipped"]
+    assert all(p["reason"].startswith(("not a ", "not an ")) for p in summary["skipped"]), summary["skipped"]
     status = json.loads(run(capsys, "status", "--json")[1])
     assert {p["agent"]: p["sessions"] for p in status["perAgent"]} == {a: n for a, n in SAMPLE_AGENTS.values()}
     import sqlite3 as sq
