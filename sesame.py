@@ -651,6 +651,15 @@ class Chunk:
     def __init__(self, kind, text, role=None, tool=None, path=None, ts=None):
         self.kind, self.text, self.role, self.tool, self.path, self.ts = kind, text, role, tool, path, ts
 
+    def extend(self, text):
+        """self.text += text, for a streamed fragment of the same message (Droid deltas, Kimi parts).
+        The text is taken out first: with one reference left, CPython extends the string in place
+        instead of copying it. Fragments arrive by the thousand; `+=` on the attribute copied all the
+        text before each one (80,000 took 4 s, a million would take an hour; 0.03 s so)."""
+        value, self.text = self.text, None
+        value += text
+        self.text = value
+
 
 class Session:
     """A conversation as parsers hand it to the indexer."""
@@ -6917,7 +6926,7 @@ class DroidParser(Parser):
                     _add_user(s, text, ts)
                 elif e.get("subtype") == "delta" and s.chunks and s.chunks[-1].kind == "assistant" \
                         and state["last_id"] == e.get("id"):
-                    s.chunks[-1].text += text  # streamed fragments of one message: one chunk
+                    s.chunks[-1].extend(text)  # streamed fragments of one message: one chunk
                 else:
                     s.add("assistant", text, role="assistant", ts=ts)
                     state["last_id"] = e.get("id")
@@ -7457,7 +7466,7 @@ class KimiParser(Parser):
                 return last_part
             key = (ev.get("stepUuid"), kind)
             if last_part == key and s.chunks and s.chunks[-1].kind == kind:
-                s.chunks[-1].text += text  # consecutive parts of one step: one chunk
+                s.chunks[-1].extend(text)  # consecutive parts of one step: one chunk
                 return last_part
             s.add(kind, text, role="assistant", ts=ts)
             return key
@@ -7619,7 +7628,9 @@ class KimiParser(Parser):
             raw = fn.get("arguments")
             streaming[key] = [p.get("id"), fn.get("name"), raw if isinstance(raw, str) else ""]
         elif m.get("type") == "ToolCallPart" and key in streaming and isinstance(p.get("arguments_part"), str):
-            streaming[key][2] += p["arguments_part"]
+            part, streaming[key][2] = streaming[key][2], None   # (one reference: extended in place, see Chunk.extend)
+            part += p["arguments_part"]
+            streaming[key][2] = part
         else:
             return
         call_id, name, raw = streaming[key]
@@ -7642,7 +7653,7 @@ class KimiParser(Parser):
             if kind is None:
                 return last
             if last == kind and s.chunks and s.chunks[-1].kind == kind and isinstance(text, str):
-                s.chunks[-1].text += text
+                s.chunks[-1].extend(text)
                 return last
             s.add(kind, text if isinstance(text, str) else "", role="assistant", ts=ts)
             return kind

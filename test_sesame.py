@@ -3808,6 +3808,19 @@ def test_droid_stream_json_final_text_not_doubled(tmp_path):
     assert s.created == "2026-01-07T19:04:00.310Z"
 
 
+def test_droid_streamed_fragments_of_one_message_are_one_chunk_in_order(tmp_path):
+    # (Chunk.extend: thousands of fragments are joined in place, not copied at each one)
+    fragments = ["part %05d; " % i for i in range(5000)]
+    p = write_jsonl(tmp_path / "x.jsonl", [
+        {"type": "system", "session_id": "sx", "timestamp": 1767812640310, "cwd": "/d"},
+        {"type": "message", "session_id": "sx", "timestamp": 1767812641000, "role": "user", "text": "Stream it"},
+        {"type": "message", "session_id": "sx", "timestamp": 1767812641500, "role": "assistant", "id": "a1", "text": "Start: "}] + [
+        {"type": "message", "session_id": "sx", "timestamp": 1767812641600, "role": "assistant", "id": "a1", "subtype": "delta",
+         "text": f} for f in fragments])
+    [s] = parse_file("droid", p)
+    assert texts(s, "assistant") == ["Start:" + "".join(fragments)]   # (a message's own text is stripped)
+
+
 def test_droid_session_opened_and_left_is_listed_not_indexed_until_something_is_said(env, tmp_path, capsys):
     root = tmp_path / "factory" / "sessions"
     write_config({"sources": [{"parser": "droid", "path": str(root)}]}, tmp_path)
