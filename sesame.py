@@ -883,13 +883,13 @@ _SECRET_HINTS = tuple(_SECRET_STARTS)
 _KEY_AFTER = ("i", "e", "s", "h")   # the letter "key" follows (past one _ or -) in api, private, access, auth
 
 
-def _offset_lower(text):
-    """text in lower case for the secret words, each character in its place: İ, the one letter whose
-    lower case is two characters (every offset after it would move), becomes ı, which no secret
-    word, hint or the letters after one ([a-z]) hold either. (Lowered character by character
-    instead, a session of 8 MB with one İ took 1.4 s.)"""
+def lower_in_place(text, dotted_i="i"):
+    """text in lower case, each character in its place: İ, the one letter whose lower case is two
+    characters (i and a dot above: every offset after it would move), becomes `dotted_i`: i, as
+    unicode61 folds it (the matcher), or ı, which no secret word, hint or [a-z] holds, as İ (redact).
+    (Lowered character by character instead, a session of 8 MB with one İ took 1.4 s.)"""
     low = text.lower()
-    return low if len(low) == len(text) else text.replace("\u0130", "\u0131").lower()
+    return low if len(low) == len(text) else text.replace("\u0130", dotted_i).lower()
 
 
 def _secret_words(low):
@@ -975,7 +975,7 @@ def secret_hints(texts):
     for hints, _, _ in _PREFIXED:
         for h in hints:
             scan(h, joined)
-    low = _offset_lower(joined)
+    low = lower_in_place(joined, "\u0131")
     for h in _SECRET_HINTS:
         scan(h, low)
     return shapes, held
@@ -1010,7 +1010,7 @@ def redact(text, shapes=None):
             text, n = pattern.subn(lambda m: m.group(1) + "[REDACTED:%s]" % kind, text)
             count += n
     spans = []
-    low = _offset_lower(text)
+    low = lower_in_place(text, "\u0131")
     name_end = flag_end = -1   # where the run of name characters of the last secret word ends (_NAME_REST)
     for m in _secret_words(low):
         if spans and m.start() < spans[-1][1]:
@@ -12989,13 +12989,6 @@ def _class_chars(body):
 # The accents unicode61 keeps inside a token (a needle after one is inside a token), as a set: a
 # class of them costs 0.1 ms to compile in each of a query's expressions (see Matcher.starts).
 _ACCENT_CHARS = _class_chars(_ACCENTS)
-
-
-def lower_in_place(text):
-    """text in lower case, each character in its place: İ, the one letter whose lower case is two
-    characters (i and a dot above: every offset after it would move), becomes i, as unicode61 folds it."""
-    low = text.lower()
-    return low if len(low) == len(text) else text.replace("\u0130", "i").lower()
 
 
 class Matcher:
