@@ -738,7 +738,11 @@ def cap_text(text, cap, head_share=0.75):
         return text
     head = int(cap * head_share)
     tail = cap - head
-    return "%s\n[... %d characters dropped ...]\n%s" % (text[:head], len(text) - cap, text[-tail:])
+    return "%s%s%s" % (text[:head], CAP_NOTE % (len(text) - cap), text[-tail:])
+
+
+CAP_NOTE = "\n[... %d characters dropped ...]\n"
+CAPPED_CHUNK = CHUNK_CAP + len(CAP_NOTE % sys.maxsize)   # the longest a chunk capped at CHUNK_CAP can be
 
 
 def tool_text(name, args=None, output=None, is_error=False):
@@ -11234,7 +11238,11 @@ class Prepared:
 
     def __init__(self, s, fresh, redact_secrets=True):
         for c in s.chunks:
-            c.text = clean_text(c.text)
+            # Session.add caps a message at CHUNK_CAP; a chunk grown after it (streamed fragments
+            # joined by Chunk.extend, a tool call's text set once its output came) is capped here,
+            # so that no stored chunk is longer, whatever the parser did.
+            text = c.text if len(c.text) <= CAPPED_CHUNK else cap_text(c.text, CHUNK_CAP)
+            c.text = clean_text(text)
         if redact_secrets:
             shapes, held = secret_hints(c.text for c in s.chunks)
             for k in held:

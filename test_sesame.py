@@ -3821,6 +3821,30 @@ def test_droid_streamed_fragments_of_one_message_are_one_chunk_in_order(tmp_path
     assert texts(s, "assistant") == ["Start:" + "".join(fragments)]   # (a message's own text is stripped)
 
 
+def test_a_streamed_message_longer_than_a_chunk_is_stored_capped_like_any_other(env, tmp_path, capsys):
+    # Session.add caps a message at CHUNK_CAP; fragments joined after it (Chunk.extend) are capped
+    # when the session is made ready: head and tail kept, the middle said to be dropped.
+    root = tmp_path / "factory" / "sessions"
+    write_config({"sources": [{"parser": "droid", "path": str(root)}]}, tmp_path)
+    fragments = [" okapi%05d" % i for i in range(20000)]   # 220,000 characters in one message
+    write_jsonl(root / "-w" / "sx.jsonl", [
+        {"type": "system", "session_id": "sx", "timestamp": 1767812640310, "cwd": "/w"},
+        {"type": "message", "session_id": "sx", "timestamp": 1767812641000, "role": "user", "text": "Stream it"},
+        {"type": "message", "session_id": "sx", "timestamp": 1767812641500, "role": "assistant", "id": "a1",
+         "text": "Start: headword"}] + [
+        {"type": "message", "session_id": "sx", "timestamp": 1767812641600, "role": "assistant", "id": "a1",
+         "subtype": "delta", "text": f} for f in fragments] + [
+        {"type": "message", "session_id": "sx", "timestamp": 1767812641700, "role": "assistant", "id": "a1",
+         "subtype": "delta", "text": " tailword"}])
+    run(capsys, "index")
+    chunks = json.loads(run(capsys, "show", "sx", "--json", "--max-chars", "0")[1])["chunks"]
+    [text] = [c["text"] for c in chunks if c["kind"] == "assistant"]
+    assert len(text) <= sesame.CHUNK_CAP + 100 and "characters dropped" in text
+    assert text.startswith("Start: headword okapi00000") and text.endswith("okapi19999 tailword")
+    assert search_ids(capsys, "headword") == ["sx"] and search_ids(capsys, "tailword") == ["sx"]
+    assert "okapi10000" not in text   # (from the dropped middle)
+
+
 def test_droid_session_opened_and_left_is_listed_not_indexed_until_something_is_said(env, tmp_path, capsys):
     root = tmp_path / "factory" / "sessions"
     write_config({"sources": [{"parser": "droid", "path": str(root)}]}, tmp_path)
