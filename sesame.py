@@ -3362,7 +3362,7 @@ class CodexParser(Parser):
                "tool_call", "tool_result")
     skipped_records = ("world_state", "inter_agent_communication", "inter_agent_communication_metadata",
                        "ghost_snapshot", "image_generation_call", "tool_search_call", "tool_search_output",
-                       "compaction", "context_compaction")
+                       "compaction", "context_compaction", "token_usage_record")
 
     def __init__(self):
         self._title_cache = {}   # session_index.jsonl path -> (size, mtime_ns, {thread id: name})
@@ -3495,7 +3495,11 @@ class CodexParser(Parser):
             elif self.record_type(report, rec) == "session_meta":
                 st.foreign_meta(payload, rec.get("timestamp"))
             elif rtype == "turn_context":
-                if s.cwd is None and _is_abs_path(payload.get("cwd")):
+                # A thread resumed from another folder goes on there: Codex writes that folder in the
+                # context of the turns after, and moves the thread to it in its state store (0.169).
+                # The session's folder is its latest turn's, as in Codex's own list (a parent's
+                # history replayed in a fork's creation burst does not count).
+                if _is_abs_path(payload.get("cwd")) and (s.cwd is None or not st.in_replay(rec.get("timestamp"))):
                     s.cwd = payload["cwd"]
             elif rtype == "compacted":
                 # The summary the model wrote; replacement_history replays earlier items (not indexed).
@@ -3698,10 +3702,8 @@ class _CodexState:
             entries.calls.clear()   # a call whose output never came: kept without it
             entries.unnamed_calls.clear()
         self.waiting_since = None
-        if self.replay is not None:
-            t, t0 = parse_time(rec.get("timestamp")), self.replay["ts"]
-            if t is None or t0 is None or (t - t0).total_seconds() <= REPLAY_BURST_SECONDS:
-                return False
+        if self.in_replay(rec.get("timestamp")):
+            return False
         if self.bare:
             return True
         rtype, p = rec.get("type"), rec.get("payload")
@@ -3766,13 +3768,17 @@ class _CodexState:
         if self.replay is None and not self.replayed:
             self.replay = {"start": len(self.entries.items), "end": None, "ts": parse_time(line_ts)}
 
+    def in_replay(self, line_ts):
+        """Whether a line written at line_ts belongs to the burst that replays a parent's history."""
+        if self.replay is None:
+            return False
+        t, t0 = parse_time(line_ts), self.replay["ts"]
+        return t is None or t0 is None or (t - t0).total_seconds() <= REPLAY_BURST_SECONDS
+
     def _initial_context_seen(self, line_ts):
         # The new thread writes its own initial context (developer + environment messages) right
         # after the replayed parent items: the last such message in the creation burst ends the replay.
-        if self.replay is None:
-            return
-        t, t0 = parse_time(line_ts), self.replay["ts"]
-        if t is None or t0 is None or (t - t0).total_seconds() <= REPLAY_BURST_SECONDS:
+        if self.in_replay(line_ts):
             self.replay["end"] = len(self.entries.items)
 
     def response_item(self, p, ts, report, line_ts=None):

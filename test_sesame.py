@@ -5369,6 +5369,7 @@ def ct_codex(d, unknown):
                                   "content": [{"type": "input_text", "text": "the walrus question"}]}),
         item(2, "response_item", {"type": "message", "role": "assistant",
                                   "content": [{"type": "output_text", "text": "an answer"}]}),
+        item(2, "token_usage_record", {"thread_id": cc_TID, "usage": {"input_tokens": 50}}),   # (0.169, recorded)
     ], unknown, lambda u: item(3, u, {"data": 1}))(d)
 
 
@@ -7423,6 +7424,37 @@ def test_codex_prompts_waiting_for_their_copies_pair_by_text_and_stream(tmp_path
     [s] = sesame.PARSERS["codex"].parse(str(path), sesame.ParseReport())
     said = collections.Counter("".join(c.text.split()) for c in s.chunks if c.kind == "user")
     assert len(said) == n and all(said["prompt%d" % i] == (2 if i == 7 else 1) for i in range(n))
+
+
+def test_a_codex_thread_resumed_from_another_folder_is_that_folders_session(env, tmp_path, capsys):
+    """`codex resume` run in another folder goes on there: Codex 0.169 writes the new folder in the
+    next turns' context and moves the thread to it in its state store (recorded with the real CLI).
+    The session's folder follows, when the append is read on from the last turn as when the file is
+    read whole; a fork's replayed parent context does not move it."""
+    root = tmp_path / "codex-sessions"
+    write_config({"sources": [{"parser": "codex", "path": str(root)}]}, tmp_path)
+    path = cc_rollout(root)
+    def turn(ts, cwd, prompt, answer):
+        return [cc_cx(ts, "turn_context", {"cwd": cwd, "model": "gpt-5"}), cc_cx_msg(ts, "user", prompt),
+                cc_cx(ts, "event_msg", {"type": "user_message", "message": prompt}), cc_cx_msg(ts, "assistant", answer)]
+    write_jsonl(path, [cc_cx_meta(cwd="/w/first")] + turn("2025-11-17T21:31:00.000Z", "/w/first", "plan the gazebo", "planned"))
+    run(capsys, "index")
+    assert search_ids(capsys, "gazebo", "--cwd", "/w/first") == [cc_TID]
+    with open(path, "a") as f:   # resumed in /w/second
+        f.writelines(json.dumps(r) + "\n" for r in turn("2025-11-18T09:00:00.000Z", "/w/second", "paint the gazebo", "painted"))
+    for _ in range(2):   # read on from the last turn, then whole
+        assert search_ids(capsys, "gazebo", "--cwd", "/w/second") == [cc_TID]
+        assert search_ids(capsys, "gazebo", "--cwd", "/w/first") == []
+        hit = json.loads(run(capsys, "search", "paint gazebo", "--json")[1])["results"][0]
+        assert hit["cwd"] == "/w/second"
+        run(capsys, "index", "--full")
+    fork = cc_rollout(root, name="019a93b9-f380-7600-98ff-0000000000ff")   # forked in /w/third from the thread above
+    write_jsonl(fork, [cc_cx_meta(tid="019a93b9-f380-7600-98ff-0000000000ff", ts="2025-11-19T10:00:00.000Z",
+                                  cwd="/w/third", forked_from_id=cc_TID),
+                       cc_cx_meta(ts="2025-11-19T10:00:00.001Z", cwd="/w/first")]
+               + turn("2025-11-19T10:00:00.002Z", "/w/second", "paint the gazebo", "painted"))
+    run(capsys, "index")
+    assert search_ids(capsys, "gazebo", "--cwd", "/w/third") == ["019a93b9-f380-7600-98ff-0000000000ff"]
 
 
 @pytest.mark.parametrize("era", ["turn_context", "no turn lines", "bare", "one stream"])
