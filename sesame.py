@@ -745,10 +745,31 @@ CAP_NOTE = "\n[... %d characters dropped ...]\n"
 CAPPED_CHUNK = CHUNK_CAP + len(CAP_NOTE % sys.maxsize)   # the longest a chunk capped at CHUNK_CAP can be
 
 
+# Sesame's own output, met in the sessions that called it (its MCP tools, or the command through a
+# shell tool, as the skill does): search results and shown sessions are copies of other sessions,
+# each indexed where it was said. Indexed again they would put the session that looked something up
+# beside, or above, the session it found, and keep the words of a forgotten session findable. The
+# call stays (what was asked for); its output is left out, with its length. Tool names as agents
+# prefix a server's: mcp__sesame__show (Claude Code), sesame__show (Codex), sesame_show (OpenCode)...
+_OWN_TOOL = LazyPattern(r"(?:mcp[_-]{1,2})?sesame(?:__|[_.:/-])(?:search|show|status|export)", re.I)
+# ...and a command that is one run of it (piped on or not): `sesame search ... | head`,
+# `python3 ~/bin/sesame.py show ...`; not one that runs something else after it.
+_OWN_COMMAND = LazyPattern(r"\s*(?:python3?\s+)?(?:\S*/)?sesame(?:\.py)?\s+(?:search|show|status|export)\b[^;&\n`$]*")
+OWN_OUTPUT_NOTE = "(Sesame's own output, %d characters: not indexed again)"
+
+
+def own_output(name, args):
+    """Whether a tool call's output is Sesame's own (see _OWN_TOOL)."""
+    if isinstance(name, str) and _OWN_TOOL.fullmatch(name):
+        return True
+    command = args.get("command") if isinstance(args, dict) else None
+    return isinstance(command, str) and _OWN_COMMAND.fullmatch(command) is not None
+
+
 def tool_text(name, args=None, output=None, is_error=False):
     """The structured text of a tool call: its name, its arguments (the file it touched first, so that
     a one-line view names the file, not the first line of what a `write` put in it: OpenCode and
-    Kilo give `content` before `filePath`), then what it printed."""
+    Kilo give `content` before `filePath`), then what it printed (not Sesame's own: own_output)."""
     lines = ["tool: %s" % name]
     if isinstance(args, dict):
         for k, v in sorted(args.items(), key=lambda kv: kv[0] not in PATH_ARG_KEYS):
@@ -763,6 +784,8 @@ def tool_text(name, args=None, output=None, is_error=False):
         if not isinstance(output, str):   # a structured result (an object, a number) is kept as JSON
             output = json.dumps(output, ensure_ascii=False, default=str)
         lines.append("error:" if is_error else "output:")
+        if not is_error and own_output(name, args):
+            output = OWN_OUTPUT_NOTE % len(output)
         lines.append(cap_text(output, TOOL_OUTPUT_CAP))
     return "\n".join(lines)
 

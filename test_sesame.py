@@ -1256,6 +1256,46 @@ def test_claude_streamed_message_is_merged_and_indexed_once(tmp_path):
     assert tool.tool == "Bash" and "command: ls -la" in tool.text and "setup.py" in tool.text
 
 
+def test_sesames_own_output_in_a_session_that_called_it_is_not_indexed_again(env, tmp_path, capsys):
+    """A session that looked something up with Sesame (its MCP tools, or the command through a shell
+    tool, as the skill does) holds copies of other sessions in those outputs. They are left out (the
+    calls stay): the session found comes first alone for its words, and a forgotten one's words are
+    not found through a copy. Other tools' output, and Sesame's errors, stay searchable."""
+    root = tmp_path / "claude-projects"
+    write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
+    original, reader = "aaaaaaaa-2222-4333-8444-555555555555", "bbbbbbbb-2222-4333-8444-555555555555"
+    write_jsonl(root / "-home-u-proj" / (original + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", "the okapi migration fails on the orders table", sessionId=original),
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "text", "text": "Fixed the okapi migration."}],
+                   sessionId=original)])
+    copy = "okapi migration fails on the orders table. Fixed the okapi migration."
+
+    def call(n, name, args, output, error=False):
+        return [cc_cl_asst("a%d" % n, "2026-01-02T00:00:%02dZ" % n, "m%d" % n, [
+                    {"type": "tool_use", "id": "toolu_%d" % n, "name": name, "input": args}], sessionId=reader),
+                cc_cl_user("r%d" % n, "2026-01-02T00:00:%02dZ" % n, [
+                    {"type": "tool_result", "tool_use_id": "toolu_%d" % n, "content": output, "is_error": error}],
+                    sessionId=reader)]
+    write_jsonl(root / "-home-u-other" / (reader + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-02T00:00:00Z", "find where we fixed the zanzibar thing", sessionId=reader)]
+        + call(1, "mcp__sesame__search", {"query": "orders table"}, "1. aaaaaaaa  " + copy)
+        + call(2, "mcp__sesame__show", {"session": "aaaaaaaa"}, copy)
+        + call(3, "Bash", {"command": "sesame search 'okapi' --json | head -50"}, '{"results": ["%s"]}' % copy)
+        + call(4, "Bash", {"command": "cat notes.txt"}, "capybara notes about the okapi")
+        + call(5, "Bash", {"command": "sesame show nosuch"}, "sesame: no session matches 'walrusid'", error=True))
+    run(capsys, "index")
+    assert search_ids(capsys, "okapi migration")[0] == original and search_ids(capsys, "migration") == [original]
+    assert search_ids(capsys, "orders table") == [original, reader]   # (the reader asked for them)
+    assert search_ids(capsys, "capybara notes") == [reader] and search_ids(capsys, "walrusid") == [reader]
+    chunks = json.loads(run(capsys, "show", reader, "--tools", "--json", "--max-chars", "0")[1])["chunks"]
+    tools = [c["text"] for c in chunks if c["kind"] == "tool"]
+    assert len(tools) == 5 and "query: orders table" in tools[0] and "session: aaaaaaaa" in tools[1]
+    assert all("Sesame's own output, %d characters" % n in t for t, n in zip(tools, (len(copy) + 13, len(copy))))
+    assert "Sesame's own output" in tools[2] and "migration" not in tools[1] + tools[2]
+    run(capsys, "forget", original)
+    assert search_ids(capsys, "migration") == [] and search_ids(capsys, "fails") == []
+
+
 def test_claude_injected_text_is_context_never_user(tmp_path):
     p = write_jsonl(tmp_path / (cc_SID + ".jsonl"), [
         cc_cl_user("u1", "2026-01-01T00:00:00Z",
