@@ -750,7 +750,8 @@ CAPPED_CHUNK = CHUNK_CAP + len(CAP_NOTE % sys.maxsize)   # the longest a chunk c
 # each indexed where it was said. Indexed again they would put the session that looked something up
 # beside, or above, the session it found, and keep the words of a forgotten session findable. The
 # call stays (what was asked for); its output is left out, with its length. Tool names as agents
-# prefix a server's: mcp__sesame__show (Claude Code), sesame__show (Codex), sesame_show (OpenCode)...
+# prefix a server's: mcp__sesame__show (Claude Code), mcp_sesame_search (Gemini CLI 0.61, recorded),
+# sesame__show (Codex), sesame_show (OpenCode)...
 _OWN_TOOL = LazyPattern(r"(?:mcp[_-]{1,2})?sesame(?:__|[_.:/-])(?:search|show|status|export)", re.I)
 # ...and a command that is one run of it (piped on or not): `sesame search ... | head`,
 # `python3 ~/bin/sesame.py show ...`; not one that runs something else after it.

@@ -1278,7 +1278,7 @@ def test_sesames_own_output_in_a_session_that_called_it_is_not_indexed_again(env
                     sessionId=reader)]
     write_jsonl(root / "-home-u-other" / (reader + ".jsonl"), [
         cc_cl_user("u1", "2026-01-02T00:00:00Z", "find where we fixed the zanzibar thing", sessionId=reader)]
-        + call(1, "mcp__sesame__search", {"query": "orders table"}, "1. aaaaaaaa  " + copy)
+        + call(1, "mcp_sesame_search", {"query": "orders table"}, "1. aaaaaaaa  " + copy)   # (Gemini CLI's name)
         + call(2, "mcp__sesame__show", {"session": "aaaaaaaa"}, copy)
         + call(3, "Bash", {"command": "sesame search 'okapi' --json | head -50"}, '{"results": ["%s"]}' % copy)
         + call(4, "Bash", {"command": "cat notes.txt"}, "capybara notes about the okapi")
