@@ -763,7 +763,10 @@ def own_output(name, args):
     """Whether a tool call's output is Sesame's own (see _OWN_TOOL)."""
     if isinstance(name, str) and _OWN_TOOL.fullmatch(name):
         return True
-    command = args.get("command") if isinstance(args, dict) else None
+    if not isinstance(args, dict):
+        return False
+    command = args.get("command", args.get("cmd"))   # (Codex 0.169's exec_command: "cmd")
+    command = _command_string(command) if isinstance(command, list) else command   # ["bash", "-lc", "..."]
     return isinstance(command, str) and _OWN_COMMAND.fullmatch(command) is not None
 
 

@@ -1280,7 +1280,7 @@ def test_sesames_own_output_in_a_session_that_called_it_is_not_indexed_again(env
         cc_cl_user("u1", "2026-01-02T00:00:00Z", "find where we fixed the zanzibar thing", sessionId=reader)]
         + call(1, "mcp_sesame_search", {"query": "orders table"}, "1. aaaaaaaa  " + copy)   # (Gemini CLI's name)
         + call(2, "mcp__sesame__show", {"session": "aaaaaaaa"}, copy)
-        + call(3, "Bash", {"command": "sesame search 'okapi' --json | head -50"}, '{"results": ["%s"]}' % copy)
+        + call(3, "exec_command", {"cmd": "sesame search 'okapi' --json | head -50"}, '{"results": ["%s"]}' % copy)
         + call(4, "Bash", {"command": "cat notes.txt"}, "capybara notes about the okapi")
         + call(5, "Bash", {"command": "sesame show nosuch"}, "sesame: no session matches 'walrusid'", error=True))
     run(capsys, "index")
@@ -1290,6 +1290,8 @@ def test_sesames_own_output_in_a_session_that_called_it_is_not_indexed_again(env
     chunks = json.loads(run(capsys, "show", reader, "--tools", "--json", "--max-chars", "0")[1])["chunks"]
     tools = [c["text"] for c in chunks if c["kind"] == "tool"]
     assert len(tools) == 5 and "query: orders table" in tools[0] and "session: aaaaaaaa" in tools[1]
+    assert all(sesame.own_output("shell", {"command": c}) for c in (["bash", "-lc", "sesame show x"], "sesame status"))
+    assert not any(sesame.own_output("shell", {"command": c}) for c in ("sesame show x; ls", "sesame index", "cat sesame.py"))
     assert all("Sesame's own output, %d characters" % n in t for t, n in zip(tools, (len(copy) + 13, len(copy))))
     assert "Sesame's own output" in tools[2] and "migration" not in tools[1] + tools[2]
     run(capsys, "forget", original)
