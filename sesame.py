@@ -750,8 +750,8 @@ CAPPED_CHUNK = CHUNK_CAP + len(CAP_NOTE % sys.maxsize)   # the longest a chunk c
 # each indexed where it was said. Indexed again they would put the session that looked something up
 # beside, or above, the session it found, and keep the words of a forgotten session findable. The
 # call stays (what was asked for); its output is left out, with its length. Tool names as agents
-# prefix a server's: mcp__sesame__show (Claude Code), mcp_sesame_search (Gemini CLI 0.61, recorded),
-# sesame__show (Codex), sesame_show (OpenCode)...
+# prefix a server's: mcp__sesame__show (Claude Code; Codex 0.169's namespace mcp__sesame + show, recorded),
+# mcp_sesame_search (Gemini CLI 0.61, recorded), sesame_show (OpenCode)...
 _OWN_TOOL = LazyPattern(r"(?:mcp[_-]{1,2})?sesame(?:__|[_.:/-])(?:search|show|status|export)", re.I)
 # ...and a command that is one run of it (piped on or not): `sesame search ... | head`,
 # `python3 ~/bin/sesame.py show ...`; not one that runs something else after it.
@@ -3860,6 +3860,10 @@ class _CodexState:
             if isinstance(args, dict) and "command" in args:
                 args = dict(args, command=_command_string(args["command"]))
             name = p.get("name") or ("shell" if ptype == "local_shell_call" else "tool")
+            if isinstance(p.get("namespace"), str) and p["namespace"] and isinstance(name, str):
+                # An MCP server's tool (0.169): {"namespace": "mcp__sesame", "name": "search"}, named
+                # as the other agents name it, mcp__sesame__search (see _OWN_TOOL)
+                name = "%s__%s" % (p["namespace"], name)
             path = None
             if isinstance(args, str):
                 m = _PATCH_FILE_RE.search(args)

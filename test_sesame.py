@@ -1981,6 +1981,25 @@ def test_codex_exec_command_is_found_with_tool_bash(env, tmp_path, capsys):
     assert search_ids(capsys, "build-std", "--tool", "bash") == [cc_TID]
 
 
+def test_codex_mcp_calls_are_named_with_their_server_and_sesames_own_output_is_left_out(tmp_path):
+    # Codex 0.169 offers an MCP server's tools as a namespace and records a call as {"namespace":
+    # "mcp__sesame", "name": "search"} (recorded with the real CLI and Sesame's server).
+    def mcp(ts, call_id, namespace, name, args, output):
+        return [cc_cx(ts, "response_item", {"type": "function_call", "namespace": namespace, "name": name,
+                                            "arguments": json.dumps(args), "call_id": call_id}),
+                cc_cx(ts, "response_item", {"type": "function_call_output", "call_id": call_id,
+                                            "output": "Wall time: 0.0127 seconds\nOutput:\n" + output})]
+    p = write_jsonl(cc_rollout(tmp_path), [cc_cx_meta(), cc_cx_msg("2025-11-17T21:31:00Z", "user", "find the okapi thing")]
+                    + mcp("2025-11-17T21:31:01Z", "c1", "mcp__sesame", "search", {"query": "okapi"},
+                          '{"results": [{"snippet": "the okapi migration fails"}]}')
+                    + mcp("2025-11-17T21:31:02Z", "c2", "mcp__github", "search_issues", {"q": "okapi"}, "issue 12: okapi cache"))
+    [s] = parse_file("codex", p)
+    tools = [(c.tool, c.text) for c in s.chunks if c.kind == "tool"]
+    assert [t for t, _ in tools] == ["mcp__sesame__search", "mcp__github__search_issues"]
+    assert "query: okapi" in tools[0][1] and "Sesame's own output" in tools[0][1] and "migration" not in tools[0][1]
+    assert "issue 12: okapi cache" in tools[1][1]
+
+
 def test_codex_subagent_links_parent_and_drops_replayed_history(tmp_path):
     parent = "0199a000-0000-7000-8000-000000000002"
     child = "0199a001-0000-7000-8000-00000000c41d"
