@@ -3304,9 +3304,15 @@ def _codex_is_context(text):
     return t.startswith(_CODEX_CONTEXT_PREFIXES) or bool(_CODEX_WRAPPED_RE.match(t))
 
 
-# exec_command (unified exec, 0.100+) puts a header before the output: "Chunk ID: ...\nWall time: ...\n
-# Process exited with code N\nOriginal token count: ...\nOutput:\n...".
-_CODEX_EXIT_RE = LazyPattern(r"^Process exited with code (-?\d+)\s*$", re.M)
+# Codex puts a header before a command's output: "Exit code: N\nWall time: 0.8 seconds\nOutput:\n..."
+# (the shell tool), "Chunk ID: ...\nWall time: ...\nProcess exited with code N\nOriginal token count:
+# ...\nOutput:\n..." (exec_command, 0.100+), "Wall time: ...\nOutput:\n" (an MCP call). The header is
+# the harness's, in every output alike: its words ("token count", "wall time", "exit code") would
+# match every session that ran a command. Only a failure is said, as Claude Code says it.
+_CODEX_HEADER_LINE = LazyPattern(r"(?:Chunk ID|Wall time|Exit code|Original token count|Total output lines):[^\n]*"
+                                 r"|Process (?:exited with code|running with session ID) -?\d+\s*")
+_CODEX_EXIT_RE = LazyPattern(r"^(?:Process exited with code|Exit code:) (-?\d+)\s*$", re.M)
+_CODEX_EXITED_RE = LazyPattern(r"^Process exited with code (-?\d+)\s*$", re.M)   # (a header not whole)
 
 
 _CODEX_IMAGE_TAG = LazyPattern(r"\s*</?(?:local_)?image\b[^>\n]*>\s*\Z")
@@ -3325,8 +3331,14 @@ def _codex_output(output):
             if isinstance(obj, dict) and isinstance(obj.get("output"), str):
                 meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
                 return obj["output"], bool(meta.get("exit_code"))
-        head = output[:output.find("\nOutput:")] if "\nOutput:" in output else output[:300]
-        m = _CODEX_EXIT_RE.search(head)
+        at = output.find("\nOutput:")
+        head = output[:at] if at >= 0 else output[:300]
+        if 0 <= at < 600 and all(_CODEX_HEADER_LINE.fullmatch(line) for line in head.split("\n")):
+            m = _CODEX_EXIT_RE.search(head)
+            code = int(m.group(1)) if m else 0
+            body = output[at + 8:]
+            return ("Exit code %d\n" % code if code else "") + (body[1:] if body.startswith("\n") else body), code != 0
+        m = _CODEX_EXITED_RE.search(head)
         return output, bool(m and int(m.group(1)) != 0)
     if isinstance(output, dict):
         if "content" in output:

@@ -1971,6 +1971,18 @@ def test_codex_failed_exec_command_is_an_error_from_its_exit_code(tmp_path):
                                                       "output": "make: *** No rule"}),
     ])
     assert "\nerror:" in parse_file("codex", p3)[0].chunks[-1].text
+    # The header before an output is the harness's, alike in every output: left out, a failure said
+    # as Claude Code says it. The shell tool's era wrote "Exit code: N" first (130 failed commands of
+    # the real-world corpus read as succeeded).
+    assert ok.text.endswith("output:\ncanary-1") and bad.text.endswith("error:\nExit code 3\nfail-x")
+    p4 = write_jsonl(cc_rollout(tmp_path, "shell-era"), [cc_cx_meta()] + [r for n, (code, out) in enumerate(
+        [(1, "fatal: Unable to create index.lock"), (0, "On branch main"), (2, "")]) for r in (
+        cc_cx("2025-11-17T21:31:0%dZ" % n, "response_item", {"type": "function_call", "name": "shell_command", "call_id": "s%d" % n,
+                                                          "arguments": json.dumps({"command": "git status"})}),
+        cc_cx("2025-11-17T21:31:0%dZ" % n, "response_item", {"type": "function_call_output", "call_id": "s%d" % n,
+              "output": "Exit code: %d\nWall time: 0.8 seconds\nTotal output lines: 1\nOutput:\n%s" % (code, out)}))])
+    texts = [c.text.split("\n", 2)[2] for c in parse_file("codex", p4)[0].chunks if c.kind == "tool"]
+    assert texts == ["error:\nExit code 1\nfatal: Unable to create index.lock", "output:\nOn branch main", "error:\nExit code 2"]
 
 
 def test_codex_exec_command_is_found_with_tool_bash(env, tmp_path, capsys):
