@@ -2287,6 +2287,40 @@ def _str(v):
     return v.strip() if isinstance(v, str) and v.strip() else None
 
 
+# Gemini CLI and Qwen Code write a shell command's result as fields: "Command: ...\nDirectory: ...\n
+# Output: ...\nError: (none)\nExit Code: 0\nSignal: (none)\nBackground PIDs: (none)\nProcess Group PGID:
+# 123" (newer releases: Output, then the fields that say something). A failed command is a "success"
+# whose fields say "Exit Code: N". The fields are the harness's, alike in every call ("process group
+# pgid" matched every session that ran a command): the output is kept, and a failure said first as
+# "Exit code N", as for the other agents.
+SHELL_EXIT_RE = LazyPattern(r"^Exit Code: (-?\d+)\s*$", re.M)
+_SHELL_FIELDS_TAIL = LazyPattern(r"(?:\n(?:Error: \(none\)|Exit Code: -?\d+|Signal: (?:\(none\)|-?\d+)|"
+                                 r"Background PIDs: [^\n]*|Process Group PGID: (?:\(none\)|\d+)))+\s*\Z")
+
+
+def shell_fields(output):
+    """A Gemini-style shell result without its fields (see above); the text as it is otherwise."""
+    text = output or ""
+    if text.startswith(("Command: ", "Directory: ")):   # (the command is the call's own argument)
+        at = 0 if text.startswith("Directory: ") else text.find("\nDirectory: ") + 1
+        end = text.find("\n", at) if at > 0 or text.startswith("Directory: ") else -1
+        if end < 0:
+            return output
+        text = text[end + 1:]
+    if not text.startswith("Output: "):   # (a result of Stdout and Stderr fields, older: as it is)
+        return output
+    text = text[8:]
+    tail = _SHELL_FIELDS_TAIL.search(text, max(0, len(text) - 400))
+    code = 0
+    if tail:
+        m = SHELL_EXIT_RE.search(tail.group().strip())
+        code = int(m.group(1)) if m else 0
+        text = text[:tail.start()]
+    if text.strip() == "(empty)":
+        text = ""
+    return ("Exit code %d\n" % code if code else "") + text
+
+
 def _out_text(v):
     """A tool output of any shape -> text (strings as is, blocks via text_of, the rest as JSON)."""
     if v is None:
@@ -4302,7 +4336,18 @@ _GEMINI_SKILL_QUERY = "Analyze the session index above."
 # A sub-agent's summary is its result as JSON, cut after ~200 characters with "..." (and so no longer
 # JSON): the text of its "response" as far as it goes.
 _GEMINI_RESPONSE_RE = LazyPattern(r'\s*\{\s*"response"\s*:\s*"((?:[^"\\]|\\.)*)')
-_GEMINI_EXIT_RE = LazyPattern(r"^Exit Code: (-?\d+)\s*$", re.M)
+# 0.61 wraps what a tool returned in these tags, for the model (it is data, not instructions): the
+# same two words around every output, not what the tool said.
+_GEMINI_UNTRUSTED = ("<untrusted_context>", "</untrusted_context>")
+
+
+def _gemini_unwrapped(text):
+    t = text.strip()
+    if t.startswith(_GEMINI_UNTRUSTED[0]) and t.endswith(_GEMINI_UNTRUSTED[1]):
+        return t[len(_GEMINI_UNTRUSTED[0]):-len(_GEMINI_UNTRUSTED[1])].strip("\n")
+    return text
+
+
 # A long tool output is cut in the record; the whole of it is in <project temp>/tool-outputs/.
 _GEMINI_FULL_OUTPUT_RE = LazyPattern(r"For full output see: (\S+)")
 
@@ -4656,12 +4701,12 @@ class GeminiParser(Parser):
     @staticmethod
     def _response_text(response):
         if isinstance(response, str):
-            return response
+            return _gemini_unwrapped(response)
         if isinstance(response, dict):
             for key in ("output", "error", "content", "result"):
                 v = response.get(key)
                 if isinstance(v, str) and v:
-                    return v
+                    return _gemini_unwrapped(v)
             return json.dumps(response, ensure_ascii=False) if response else ""
         return ""
 
@@ -4674,10 +4719,10 @@ class GeminiParser(Parser):
         calls[key] = None
         if call:
             idx, name, args = call
-            s.chunks[idx].text = tool_text(name, args, out, self._failed(name, fr.get("response"), out))
+            s.chunks[idx].text = self._result_text(name, args, out, fr.get("response"))
         else:
             name = str(fr.get("name") or "tool")
-            s.add("tool", tool_text(name, None, out, self._failed(name, fr.get("response"), out)), role="tool",
+            s.add("tool", self._result_text(name, None, out, fr.get("response")), role="tool",
                   tool=name, ts=ts)
 
     @staticmethod
@@ -4700,13 +4745,20 @@ class GeminiParser(Parser):
                     continue
         return output
 
+    def _result_text(self, name, args, out, response=None, failed=None):
+        """A call's chunk text with its result: failed when the response or the shell's exit code says
+        so; a shell command's output without the fields around it (shell_fields)."""
+        if failed is None:
+            failed = self._failed(name, response, out)
+        return tool_text(name, args, shell_fields(out) if name == "run_shell_command" else out, failed)
+
     @staticmethod
     def _failed(name, response, output):
         """An error response, or a shell command whose output names a non-zero exit code (the call's
         status stays "success": run_shell_command writes "Exit Code: N" into its output)."""
         if isinstance(response, dict) and response.get("error"):
             return True
-        m = _GEMINI_EXIT_RE.search(output or "")
+        m = SHELL_EXIT_RE.search(output or "")
         return bool(m and int(m.group(1)) != 0)
 
     def _tool_call(self, s, call, ts):
@@ -4731,7 +4783,7 @@ class GeminiParser(Parser):
             self._failed(name, p["functionResponse"].get("response"), output) for p in
             (result if isinstance(result, list) else [result]) if isinstance(p, dict) and
             isinstance(p.get("functionResponse"), dict)) or self._failed(name, None, output)
-        s.add("tool", tool_text(name, args, output, failed), role="assistant",
+        s.add("tool", self._result_text(name, args, output, failed=failed), role="assistant",
               tool=name, path=path, ts=norm_time(call.get("timestamp")) or ts)
 
     def _history(self, s, history, report, first_user):
@@ -4755,10 +4807,11 @@ class GeminiParser(Parser):
                         out = self._response_text(fr.get("response"))
                         if call:
                             idx, name, args = call
-                            s.chunks[idx].text = tool_text(name, args, out)
+                            s.chunks[idx].text = self._result_text(name, args, out, fr.get("response"))
                         else:
                             name = str(fr.get("name") or "tool")
-                            s.add("tool", tool_text(name, None, out), role="tool", tool=name, ts=ts)
+                            s.add("tool", self._result_text(name, None, out, fr.get("response")), role="tool",
+                                  tool=name, ts=ts)
             elif role in ("model", "gemini"):
                 s.add("thinking", self._parts_text(parts, want_thought=True), role="assistant", ts=ts)
                 if text.strip() == _GEMINI_SETUP_REPLY:
@@ -7063,7 +7116,6 @@ def _glued_values(dec, line):
 
 _ID_LIKE = LazyPattern(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
 _QWEN_HOOK_CONTEXT = "<qwen:user-prompt-submit-context>"
-_QWEN_EXIT_RE = LazyPattern(r"^Exit Code: (-?\d+)\s*$", re.M)
 
 
 @register
@@ -7295,9 +7347,9 @@ class QwenParser(Parser):
                 if isinstance(fr, dict):
                     out = _out_text(fr.get("response"))
                     # A failed shell command is a "success" whose output says "Exit Code: N".
-                    code = _QWEN_EXIT_RE.search(out or "")
-                    calls.result(fr.get("id"), out, err or bool(code and int(code.group(1)) != 0),
-                                 name=fr.get("name"), ts=ts)
+                    code = SHELL_EXIT_RE.search(out or "")
+                    calls.result(fr.get("id"), shell_fields(out) if fr.get("name") == "run_shell_command" else out,
+                                 err or bool(code and int(code.group(1)) != 0), name=fr.get("name"), ts=ts)
                     done = True
             if not done and result:
                 calls.result(result.get("callId"), _out_text(result.get("resultDisplay")), err,

@@ -2501,8 +2501,9 @@ def test_gemini_resumed_session_keeps_its_tool_calls_creation_time_and_failures(
     assert s.created == "2026-11-25T02:01:45.459Z" and s.modified == "2026-11-25T02:01:51.035Z"
     assert kinds(s) == ["context", "user", "tool", "assistant", "user", "tool"]
     canary, failure = texts(s, "tool")
-    assert canary.startswith("tool: run_shell_command\ncommand: echo canary-1 && ls\noutput:") and "canary-1" in canary
-    assert failure.startswith("tool: run_shell_command\ncommand: echo fail-x; exit 3\nerror:")
+    # (the output alone: not the tags 0.61 wraps it in for the model, nor the shell's fields)
+    assert canary == "tool: run_shell_command\ncommand: echo canary-1 && ls\noutput:\ncanary-1"
+    assert failure == "tool: run_shell_command\ncommand: echo fail-x; exit 3\nerror:\nExit code 3\nfail-x"
 
 
 def test_gemini_resume_stub_with_the_same_session_id_is_not_a_second_session(tmp_path):
@@ -3996,7 +3997,13 @@ def test_qwen_failed_shell_command_is_an_error(tmp_path):
                                       "response": {"output": out % (cmd, printed, code)}}}]},
                  toolCallResult={"callId": "call_%d" % i, "status": "success", "resultDisplay": printed})]
     ok, failed = texts(parse_file("qwen", write_jsonl(tmp_path / "chats" / (ot_SID + ".jsonl"), lines))[0], "tool")
-    assert "\noutput:\nCommand: echo canary-1" in ok and "\nerror:\nCommand: echo fail-x; exit 3" in failed
+    assert ok.endswith("\noutput:\ncanary-1") and failed.endswith("\nerror:\nExit code 3\nfail-x")   # (the fields left out)
+    # (fields as releases wrote them; what is not a field stays, and a text that is not a result is as it is)
+    assert [sesame.shell_fields(o) for o in (
+        "Directory: C:\\w\nOutput: a\nError: (none)\nExit Code: 0\nSignal: (none)\nBackground PIDs: (none)\nProcess Group PGID: 7",
+        "Command: cat <<EOF\nhi\nEOF\nDirectory: (root)\nOutput: hi\nError: Command exited 2\nExit Code: 2",
+        "Output: (empty)\nProcess Group PGID: (none)", "Command: x\nno fields", "Output of the build: ok\nProcess Group PGID: 7")] == [
+        "a", "Exit code 2\nhi\nError: Command exited 2", "", "Command: x\nno fields", "Output of the build: ok\nProcess Group PGID: 7"]
 
 
 def test_qwen_glued_objects_and_wrong_session(tmp_path):
