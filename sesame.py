@@ -759,6 +759,24 @@ _OWN_COMMAND = LazyPattern(r"\s*(?:python3?\s+)?(?:\S*/)?sesame(?:\.py)?\s+(?:se
 OWN_OUTPUT_NOTE = "(Sesame's own output, %d characters: not indexed again)"
 
 
+# A file read back with its line numbers (Claude Code's "     1→import os", cat -n's "     1\t",
+# OpenCode's "00001| "): each number is a token, so reading a long file put every number from 1 up
+# into the index (a search for "1234" found a 2,000-line file read). Where numbers run 1, 2, 3...
+# down the lines, they are left out; the lines stay.
+_LINE_NUMBER = LazyPattern(r"^ *(\d+)(?:→|\t|\| )", re.M)
+
+
+def line_numbers_dropped(text):
+    """text without the line numbers of a numbered listing (see above); as it is otherwise."""
+    if not _LINE_NUMBER.search(text, 0, 400):
+        return text
+    numbers = [int(m.group(1)) for m in _LINE_NUMBER.finditer(text)]
+    steps = sum(b == a + 1 for a, b in zip(numbers, numbers[1:]))
+    if len(numbers) < 3 or steps < 0.9 * (len(numbers) - 1):
+        return text
+    return _LINE_NUMBER.sub("", text)
+
+
 def own_output(name, args):
     """Whether a tool call's output is Sesame's own (see _OWN_TOOL)."""
     if isinstance(name, str) and _OWN_TOOL.fullmatch(name):
@@ -790,7 +808,7 @@ def tool_text(name, args=None, output=None, is_error=False):
         lines.append("error:" if is_error else "output:")
         if not is_error and own_output(name, args):
             output = OWN_OUTPUT_NOTE % len(output)
-        lines.append(cap_text(output, TOOL_OUTPUT_CAP))
+        lines.append(cap_text(line_numbers_dropped(output), TOOL_OUTPUT_CAP))
     return "\n".join(lines)
 
 

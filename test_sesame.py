@@ -1298,6 +1298,34 @@ def test_sesames_own_output_in_a_session_that_called_it_is_not_indexed_again(env
     assert search_ids(capsys, "migration") == [] and search_ids(capsys, "fails") == []
 
 
+def test_line_numbers_of_a_file_read_back_are_not_words(env, tmp_path, capsys):
+    """Claude Code's Read (and cat -n, OpenCode's read) number every line: those numbers are left out
+    where they run 1, 2, 3..., so a search for a number finds where it was said, not every long file
+    read. The lines stay, and numbers that do not run in sequence (a table) stay."""
+    root = tmp_path / "claude-projects"
+    write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
+    reader, talker = "aaaaaaaa-2222-4333-8444-555555555555", "bbbbbbbb-2222-4333-8444-555555555555"
+    listing = "".join("%6d→line of the walrus module %s\n" % (n, "ocelot" if n == 1480 else "") for n in range(1, 1501))
+    table = "7\tpelican\n1234\tcapybara\n3\theron\n"   # (ids, not line numbers)
+    write_jsonl(root / "-p" / (reader + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", "read the walrus module", sessionId=reader),
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [
+            {"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "/p/walrus.py"}},
+            {"type": "tool_use", "id": "t2", "name": "Bash", "input": {"command": "cut -f1,2 ids.tsv"}}], sessionId=reader),
+        cc_cl_user("u2", "2026-01-01T00:00:02Z", [{"type": "tool_result", "tool_use_id": "t1", "content": listing},
+                                                {"type": "tool_result", "tool_use_id": "t2", "content": table}],
+                   sessionId=reader)])
+    write_jsonl(root / "-p" / (talker + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-02T00:00:00Z", "the build fails at step 1455", sessionId=talker)])
+    run(capsys, "index")
+    assert search_ids(capsys, "1455") == [talker]   # (line 1455 of the file read is no word)
+    assert search_ids(capsys, "ocelot") == [reader] and search_ids(capsys, "1234") == [reader]
+    chunks = json.loads(run(capsys, "show", reader, "--tools", "--json", "--max-chars", "0")[1])["chunks"]
+    read, cut = [c["text"] for c in chunks if c["kind"] == "tool"]
+    assert read.split("output:\n", 1)[1].startswith("line of the walrus module \nline of the walrus module")
+    assert cut.endswith(table.strip())
+
+
 def test_claude_injected_text_is_context_never_user(tmp_path):
     p = write_jsonl(tmp_path / (cc_SID + ".jsonl"), [
         cc_cl_user("u1", "2026-01-01T00:00:00Z",
