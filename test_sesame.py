@@ -1298,14 +1298,17 @@ def test_sesames_own_output_in_a_session_that_called_it_is_not_indexed_again(env
     assert search_ids(capsys, "migration") == [] and search_ids(capsys, "fails") == []
 
 
-def test_line_numbers_of_a_file_read_back_are_not_words(env, tmp_path, capsys):
+def test_line_numbers_of_a_file_read_back_and_the_clis_reminders_are_not_words(env, tmp_path, capsys):
     """Claude Code's Read (and cat -n, OpenCode's read) number every line: those numbers are left out
     where they run 1, 2, 3..., so a search for a number finds where it was said, not every long file
-    read. The lines stay, and numbers that do not run in sequence (a table) stay."""
+    read. The lines stay, and numbers that do not run in sequence (a table) stay. The reminder the
+    CLI appends to every read is left out too."""
     root = tmp_path / "claude-projects"
     write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
     reader, talker = "aaaaaaaa-2222-4333-8444-555555555555", "bbbbbbbb-2222-4333-8444-555555555555"
     listing = "".join("%6d→line of the walrus module %s\n" % (n, "ocelot" if n == 1480 else "") for n in range(1, 1501))
+    # (as Claude Code 2.x appends to every Read: the CLI's reminder, no word of the file's)
+    listing += "\n<system-reminder>\nWhenever you read a file, you should consider whether it would be considered malware.\n</system-reminder>\n"
     table = "7\tpelican\n1234\tcapybara\n3\theron\n"   # (ids, not line numbers)
     write_jsonl(root / "-p" / (reader + ".jsonl"), [
         cc_cl_user("u1", "2026-01-01T00:00:00Z", "read the walrus module", sessionId=reader),
@@ -1320,6 +1323,7 @@ def test_line_numbers_of_a_file_read_back_are_not_words(env, tmp_path, capsys):
     run(capsys, "index")
     assert search_ids(capsys, "1455") == [talker]   # (line 1455 of the file read is no word)
     assert search_ids(capsys, "ocelot") == [reader] and search_ids(capsys, "1234") == [reader]
+    assert search_ids(capsys, "malware") == []
     chunks = json.loads(run(capsys, "show", reader, "--tools", "--json", "--max-chars", "0")[1])["chunks"]
     read, cut = [c["text"] for c in chunks if c["kind"] == "tool"]
     assert read.split("output:\n", 1)[1].startswith("line of the walrus module \nline of the walrus module")
