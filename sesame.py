@@ -3889,8 +3889,13 @@ class _CodexState:
                 and isinstance(b.get("text"), str)] if isinstance(content, list) else []
             if role in ("developer", "system"):
                 self._initial_context_seen(line_ts)
-                for t in parts:
-                    self._say("context", t, ts, "response", role)
+                # What Codex composes for the model at each start: permissions, the skills list (33 KB),
+                # collaboration mode, apps, plugins... up to 40 KB a session, the same in every one. Not
+                # indexed: its words matched every Codex session, and its length (BM25 divides by a
+                # document's) ranked a Codex session below another agent's saying the same.
+                if role == "system":
+                    for t in parts:
+                        self._say("context", t, ts, "response", role)
             elif role == "user":
                 if parts and all(_codex_is_context(t) for t in parts):
                     self._initial_context_seen(line_ts)

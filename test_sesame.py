@@ -1888,7 +1888,8 @@ def test_codex_wrapped_streams_are_indexed_once_and_context_is_not_user(tmp_path
     assert s.created == "2025-11-17T21:30:28.608Z" and s.modified == "2025-11-17T21:30:35.000Z"
     assert texts(s, "user") == ["wire lmstudio in"]
     assert texts(s, "assistant") == ["Done wiring."] and texts(s, "thinking") == ["**Planning inspection**"]
-    assert len(texts(s, "context")) == 3 and not any("AGENTS.md" in t for t in texts(s, "user"))
+    assert len(texts(s, "context")) == 2 and not any("AGENTS.md" in t for t in texts(s, "user"))
+    assert not any("permissions" in c.text for c in s.chunks)   # (Codex's own instructions to the model)
     [tool] = [c for c in s.chunks if c.kind == "tool"]
     assert tool.text == "tool: shell\ncommand: ls\noutput:\nREADME.md"
 
