@@ -1330,6 +1330,23 @@ def test_line_numbers_of_a_file_read_back_and_the_clis_reminders_are_not_words(e
     assert cut.endswith(table.strip())
 
 
+def test_claude_compaction_summary_is_kept_without_the_clis_sentences_around_it(tmp_path):
+    # What Claude Code 2.1 writes around the summary the model wrote (78 of 79 summaries of the
+    # real-world corpus): its words were in the talk column of every compacted session.
+    inner = "Summary:\n1. Primary Request and Intent: fix the okapi scheduler.\n9. Optional Next Step: run the tests."
+    framed = ("This session is being continued from a previous conversation that ran out of context. The summary "
+              "below covers the earlier portion of the conversation.\n\n" + inner + "\n\nIf you need specific details "
+              "from before compaction (like exact code snippets, error messages, or content you generated), read the "
+              "full transcript at: /home/u/.claude/projects/-p/x.jsonl\nContinue the conversation from where it left "
+              "off without asking the user any further questions. Resume directly.")
+    p = write_jsonl(tmp_path / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", "fix the okapi scheduler"),
+        cc_cl_user("s1", "2026-01-01T05:00:00Z", framed, isCompactSummary=True),
+        cc_cl_user("s2", "2026-01-01T06:00:00Z", "A summary without the frame.", isCompactSummary=True)])
+    [s] = parse_file("claude", p)
+    assert texts(s, "summary") == [inner, "A summary without the frame."]
+
+
 def test_claude_injected_text_is_context_never_user(tmp_path):
     p = write_jsonl(tmp_path / (cc_SID + ".jsonl"), [
         cc_cl_user("u1", "2026-01-01T00:00:00Z",
