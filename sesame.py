@@ -760,10 +760,10 @@ OWN_OUTPUT_NOTE = "(Sesame's own output, %d characters: not indexed again)"
 
 
 # A file read back with its line numbers (Claude Code's "     1→import os", cat -n's "     1\t",
-# OpenCode's "00001| "): each number is a token, so reading a long file put every number from 1 up
-# into the index (a search for "1234" found a 2,000-line file read). Where numbers run 1, 2, 3...
-# down the lines, they are left out; the lines stay.
-_LINE_NUMBER = LazyPattern(r"^ *(\d+)(?:→|\t|\| )", re.M)
+# OpenCode's "00001| " and "1: "): each number is a token, so reading a long file put every number
+# from 1 up into the index (a search for "1234" found a 2,000-line file read). Where numbers run
+# 1, 2, 3... down the lines, they are left out; the lines stay.
+_LINE_NUMBER = LazyPattern(r"^ *(\d+)(?:→|\t|\| |: )", re.M)
 
 
 def line_numbers_dropped(text):
@@ -4087,6 +4087,15 @@ _OPENCODE_SKIP_DIRS = ("message", "part", "snapshot", "session_diff", "project",
                        "tool-output", "share", "session_share", "node_modules", ".git", "worktree")
 
 
+# The read tool's result wraps the file's numbered lines: "<file>\n00001| ...\n\n(End of file - total
+# 178 lines)\n</file>" (1.x), "<path>P</path>\n<type>file</type>\n<content>\n1: ...\n\n(End of file -
+# total 27 lines)\n</content>" (later). The wrapper and its status line are the same words in every
+# read (the path is the call's own argument): the lines are kept, their numbers left out (tool_text).
+_OPENCODE_READ_RE = LazyPattern(
+    r"<(?:file|path>[^\n]*</path>\n<type>\w+</type>\n<content)>\n(.*?)(?:\n*\((?:End of file|File has more lines|"
+    r"Showing lines|Output capped)[^\n]*\))?\n*</(?:file|content)>\s*\Z", re.S)
+
+
 @register
 class OpenCodeParser(Parser):
     """OpenCode sessions, in either of the two stores OpenCode has used.
@@ -4322,6 +4331,9 @@ class OpenCodeParser(Parser):
                 output = json.dumps(output, ensure_ascii=False)
             if meta.get("truncated") and isinstance(meta.get("outputPath"), str):
                 output = OpenCodeParser._full_output(s.path, meta["outputPath"]) or output
+            if name == "read" and isinstance(output, str):
+                m = _OPENCODE_READ_RE.match(output)
+                output = m.group(1) if m else output
             s.add("tool", tool_text(name, args, output, is_error), role=role, tool=name,
                   path=tool_path(args), ts=ts)
         elif ptype == "tool-invocation":   # very old AI-SDK style part

@@ -2384,8 +2384,8 @@ def test_opencode_db_messages_in_order_with_tools_joined_and_synthetic_text_as_c
     assert not any("base64" in c.text for c in s.chunks)
 
 
-def ogc_opencode_bash_db(path, states):
-    """An OpenCode 1.18 database with one session whose assistant ran bash once per state."""
+def ogc_opencode_bash_db(path, states, tool="bash"):
+    """An OpenCode 1.18 database with one session whose assistant ran bash (or `tool`) once per state."""
     rows = [("INSERT INTO session VALUES (?,?,?,?,?,?,?,?,?)",
              ("ses_x", "p", None, "s", "/home/u/w", "Checks", "1.18.33", 1795572203585, 1795572237891)),
             ("INSERT INTO message VALUES (?,?,?,?,?)",
@@ -2393,7 +2393,7 @@ def ogc_opencode_bash_db(path, states):
                                                                           "time": {"created": 1795572204000}})))]
     for i, state in enumerate(states):
         rows.append(("INSERT INTO part VALUES (?,?,?,?,?,?)", ("prt_%d" % i, "msg_a", "ses_x", 0, 0, json.dumps(
-            {"type": "tool", "callID": "c%d" % i, "tool": "bash", "state": dict(state, status="completed")}))))
+            {"type": "tool", "callID": "c%d" % i, "tool": tool, "state": dict(state, status="completed")}))))
     return ogc_make_db(path, ogc_OPENCODE_SCHEMA, rows)
 
 
@@ -2419,6 +2419,20 @@ def test_opencode_failed_bash_is_an_error_and_a_truncated_output_is_read_whole(t
     assert "\noutput:\nline-number-1\n" in big and big.rstrip().endswith("big-done")
     os.remove(str(spilled))   # the whole output is gone: the part's own head and tail remain
     assert "line-number-38003" in texts(parse_file("opencode", db)[0], "tool")[2]
+
+
+def test_opencode_read_keeps_the_files_lines_without_their_wrapper_and_numbers(tmp_path):
+    # The read tool's result as 1.x wrote it, and as later releases do (<path>, <type>, <content>).
+    older = "<file>\n00001| import walrus\n00002| walrus.run()\n00003| \n\n(End of file - total 3 lines)\n</file>"
+    later = ("<path>/w/pyproject.toml</path>\n<type>file</type>\n<content>\n1: [project]\n2: name = \"okapi\"\n"
+             "3: version = \"1.0\"\n\n(End of file - total 3 lines)\n</content>")
+    folder = "<path>/w</path>\n<type>directory</type>\n<content>\nsrc/\n\n(1 entries)\n</content>"
+    db = ogc_opencode_bash_db(tmp_path / "opencode" / "opencode.db", [
+        {"input": {"filePath": "/w/main.py"}, "output": older}, {"input": {"filePath": "/w/pyproject.toml"}, "output": later},
+        {"input": {"filePath": "/w"}, "output": folder}], tool="read")
+    a, b, c = [t.split("\noutput:\n", 1)[1] for t in texts(parse_file("opencode", db)[0], "tool")]
+    assert a == "import walrus\nwalrus.run()" and b == '[project]\nname = "okapi"\nversion = "1.0"'
+    assert c == "src/\n\n(1 entries)"   # (a folder's listing: as it is)
 
 
 def test_opencode_db_with_another_schema_is_not_a_session_file(tmp_path):
