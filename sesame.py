@@ -2319,9 +2319,13 @@ _SHELL_FIELDS_TAIL = LazyPattern(r"(?:\n(?:Error: \(none\)|Exit Code: -?\d+|Sign
 def shell_fields(output):
     """A Gemini-style shell result without its fields (see above); the text as it is otherwise."""
     text = output or ""
-    if text.startswith(("Command: ", "Directory: ")):   # (the command is the call's own argument)
-        at = 0 if text.startswith("Directory: ") else text.find("\nDirectory: ") + 1
-        end = text.find("\n", at) if at > 0 or text.startswith("Directory: ") else -1
+    if text.startswith("Command: "):   # (the command is the call's own argument; it may span lines)
+        at = text.find("\nDirectory: ")
+        if at < 0:
+            return output
+        text = text[at + 1:]
+    if text.startswith("Directory: "):
+        end = text.find("\n")
         if end < 0:
             return output
         text = text[end + 1:]
@@ -3382,8 +3386,7 @@ def _codex_is_context(text):
 # match every session that ran a command. Only a failure is said, as Claude Code says it.
 _CODEX_HEADER_LINE = LazyPattern(r"(?:Chunk ID|Wall time|Exit code|Original token count|Total output lines):[^\n]*"
                                  r"|Process (?:exited with code|running with session ID) -?\d+\s*")
-_CODEX_EXIT_RE = LazyPattern(r"^(?:Process exited with code|Exit code:) (-?\d+)\s*$", re.M)
-_CODEX_EXITED_RE = LazyPattern(r"^Process exited with code (-?\d+)\s*$", re.M)   # (a header not whole)
+_CODEX_EXIT_RE = LazyPattern(r"^(Process exited with code|Exit code:) (-?\d+)\s*$", re.M)
 
 
 _CODEX_IMAGE_TAG = LazyPattern(r"\s*</?(?:local_)?image\b[^>\n]*>\s*\Z")
@@ -3404,13 +3407,13 @@ def _codex_output(output):
                 return obj["output"], bool(meta.get("exit_code"))
         at = output.find("\nOutput:")
         head = output[:at] if at >= 0 else output[:300]
+        m = _CODEX_EXIT_RE.search(head)
+        code = int(m.group(2)) if m else 0
         if 0 <= at < 600 and all(_CODEX_HEADER_LINE.fullmatch(line) for line in head.split("\n")):
-            m = _CODEX_EXIT_RE.search(head)
-            code = int(m.group(1)) if m else 0
             body = output[at + 8:]
             return ("Exit code %d\n" % code if code else "") + (body[1:] if body.startswith("\n") else body), code != 0
-        m = _CODEX_EXITED_RE.search(head)
-        return output, bool(m and int(m.group(1)) != 0)
+        # (not such a header: only the unified exec's own line is taken at its word)
+        return output, bool(m and m.group(1).startswith("Process") and code != 0)
     if isinstance(output, dict):
         if "content" in output:
             text, _ = _codex_output(output.get("content"))
