@@ -10645,6 +10645,12 @@ class DevTools:
             time.sleep(0.05)
         raise AssertionError("the page never showed: %s" % expression)
 
+    def shows(self, element, text):
+        """Wait until `element` (an expression) shows `text` as laid out (innerText). Messages are
+        drawn lazily (content-visibility:auto): right after the view is filled, before its first
+        frame, their text is not laid out yet, as it is not on screen yet."""
+        return self.wait("(%s).innerText.includes(%s)" % (element, json.dumps(text)))
+
     def key(self, key, code, vk, text=None):
         for kind in ("keyDown", "keyUp"):
             self.call("Input.dispatchKeyEvent", type=kind, key=key, code=code, windowsVirtualKeyCode=vk,
@@ -10700,7 +10706,7 @@ def test_in_chromium_type_a_query_see_ranked_results_open_one_and_expand_a_tool_
     assert browser.eval(tool + ".open") is False
     browser.eval(tool + ".querySelector('summary').click()")
     assert browser.eval(tool + ".open") is True
-    assert "walrus()" in browser.eval(tool + ".innerText")
+    browser.shows(tool, "walrus()")
     # The same address opens the same search and session again (a reload, a link).
     browser.call("Page.reload")
     browser.wait("document.querySelector('#view h1') && document.querySelector('#results li') && true")
@@ -10728,9 +10734,9 @@ def test_in_chromium_hostile_session_text_stays_text_and_runs_nothing(page, brow
     browser.key("Enter", "Enter", 13, "\r")
     browser.wait("document.querySelector('#view h1') && true")
     assert browser.eval("document.querySelectorAll('#view img, #view script').length") == 0
-    assert HOSTILE[1] in browser.eval("document.querySelector('#view').innerText")
+    browser.shows("document.querySelector('#view')", HOSTILE[1])
     browser.eval("document.querySelector('#view details.chunk.tool summary').click()")
-    assert HOSTILE[0] in browser.eval("document.querySelector('#view details.chunk.tool').innerText")
+    browser.shows("document.querySelector('#view details.chunk.tool')", HOSTILE[0])
     assert browser.eval("typeof window.alerted") == "undefined"  # neither alert(1) nor alert(2) ran
 
 
@@ -10751,7 +10757,7 @@ def test_in_chromium_a_5000_message_session_opens_at_the_matching_message(env, c
         browser.key("Enter", "Enter", 13, "\r")
         browser.wait("document.querySelector('#view .chunk.hit') && true", seconds=60)
         assert browser.eval("document.querySelectorAll('#view .chunk').length") == 3 * 1667 + 1
-        assert browser.eval("document.querySelector('#view .chunk.hit').innerText").endswith("okapi index is rebuilt.")
+        browser.shows("document.querySelector('#view .chunk.hit')", "Finally the okapi index is rebuilt.")
         assert browser.eval("document.querySelectorAll('#view details[open]').length") == 0
     finally:
         client.close()
