@@ -1643,8 +1643,8 @@ class Parser:
                   folders read: a search re-lists a source only when one of their times changed)
     project_files  agents that keep their files inside each project (no default place): the ends of
                   those files' paths, as patterns (`*.aider.chat.history.md`, `.specstory/history/*.md`);
-                  list_files is then project_files(root, ...), and `sync` copies the same files from a
-                  remote's project folders (`remote add --projects`)
+                  the base list_files then lists them (project_files()), and `sync` copies the same
+                  files from a remote's project folders (`remote add --projects`)
     parse(path, report) one file -> [Session]; NotASessionFile for a file of another format (never
                   any other exception for bad content); bad lines are counted in `report`; only
                   the chunk kinds of KIND_COLUMN; times through norm_time (UTC, "...Z")
@@ -1726,10 +1726,10 @@ class Parser:
         return btype
 
     def default_roots(self, env):
-        return []
+        return []  # (an agent that keeps its files inside each project has no default place)
 
     def list_files(self, root):
-        return []
+        return project_files(root, self.project_files) if self.project_files else []
 
     def parse(self, path, report):
         raise NotImplementedError
@@ -5671,15 +5671,10 @@ class AiderParser(Parser):
     verified = "0.86.2, 2026-11-25"
     records = ()   # Markdown: no typed records to count
 
-    def default_roots(self, env):
-        return []  # no global location: Aider writes into each repository; configure folders holding repos
-
+    # No global location: Aider writes into each repository (configure folders holding repos).
     # `.aider.input.history` (prompt_toolkit's recall list) is not a transcript. A file named by
     # --chat-history-file / AIDER_CHAT_HISTORY_FILE can be configured as a root itself.
     project_files = ("*.aider.chat.history.md",)
-
-    def list_files(self, root):
-        return project_files(root, self.project_files)
 
     def parse(self, path, report):
         if b"# aider chat started at " not in read_head(path, 65536):
@@ -5898,13 +5893,8 @@ class SpecStoryParser(Parser):
     id, label, version = "specstory", "SpecStory", 1
     records = ()   # Markdown turns: no record types to drift
 
-    def default_roots(self, env):
-        return []  # no global location: SpecStory writes into each project; configure folders holding projects
-
+    # No global location: SpecStory writes into each project (configure folders holding projects).
     project_files = (".specstory/history/*.md",)
-
-    def list_files(self, root):
-        return project_files(root, self.project_files)
 
     def parse(self, path, report):
         head = read_head(path, 65536)
