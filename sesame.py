@@ -1617,7 +1617,9 @@ class Parser:
     Identity (class attributes, all required):
     id            parser id used in the config, in --agent and in the JSON (`agent`, also `source`)
     label         the agent's name as people write it
-    version       bump when the parser changes what it produces: its files are then re-read
+    version       bump when the parser changes what it produces, and every parser's when the text
+                  rules all chunks go through change (tool_text, clean_text): its files are then
+                  read again, a share at each search (REREAD_BYTES), all by `sesame index`
     verified      the newest agent release whose files were checked against this parser, and when
                   ("2.1.197, 2026-11-24"); the README's Sources table is tested against it
     a docstring   what the agent writes and where, which record types are read, what is skipped
@@ -2475,7 +2477,7 @@ class PiParser(Parser):
     user did). Tool calls are joined to their results by tool call id.
     """
 
-    id, label, version = "pi", "pi", 3
+    id, label, version = "pi", "pi", 4
     verified = "0.73.1, 2026-11-25"
     records = ("message", "compaction", "branch_summary", "custom_message", "session_info")
     # settings and extension state: nothing a user would search for (the header is read apart)
@@ -2720,7 +2722,7 @@ class ClaudeCodeParser(Parser):
     """
 
     session_env = ("CLAUDE_CODE_SESSION_ID",)  # set by 2.1 for the commands and MCP servers it runs
-    id, label, version = "claude", "Claude Code", 3
+    id, label, version = "claude", "Claude Code", 4
     command = "claude"   # the command that resumes a session (OpenClaude, a fork, runs `openclaude`)
     # <config dir>/history.jsonl, the prompt history behind the up arrow: {display, pastedContents,
     # timestamp (ms), project, sessionId} per prompt (sessionId since 1.0; older lines lack it).
@@ -3325,7 +3327,7 @@ class OhMyOpenCodeParser(ClaudeCodeParser):
     journal = running = None   # ~/.claude/history.jsonl and sessions/ name Claude Code's sessions, not these
     session_folders = False   # (flat)
     content_on_record = True
-    id, label, version = "omo", "oh-my-opencode", 1
+    id, label, version = "omo", "oh-my-opencode", 2
     verified = "its hooks' source and 3 real transcripts, 2026-11-25"
 
     def default_roots(self, env):
@@ -3451,7 +3453,7 @@ class CodexParser(Parser):
     """
 
     session_env = ("CODEX_THREAD_ID",)  # set for the commands it runs (0.169); a thread is a session
-    id, label, version = "codex", "Codex", 4
+    id, label, version = "codex", "Codex", 5
     resumable = True
     # $CODEX_HOME/history.jsonl: {session_id, ts (s), text} per prompt (codex-rs/core/src/
     # message_history.rs; `conversation_id` in some 0.2x releases). Trimmed from the front when it
@@ -4112,7 +4114,7 @@ class OpenCodeParser(Parser):
     found in both stores: both copies carry OpenCode's own session id, and the index keeps one.
     """
 
-    id, label, version = "opencode", "OpenCode", 1
+    id, label, version = "opencode", "OpenCode", 2
     verified = "1.18.33, 2026-11-26"
     records = ("user", "assistant")   # message roles; a message's parts are its blocks
     blocks = ("text", "reasoning", "tool", "tool-invocation", "subtask")
@@ -4426,7 +4428,7 @@ class GeminiParser(Parser):
     only), a legacy .json that a resume migrated into a .jsonl beside it.
     """
 
-    id, label, version = "gemini", "Gemini CLI", 5
+    id, label, version = "gemini", "Gemini CLI", 6
     verified = "0.61.0, 2026-11-25"
     records = ("user", "gemini", "model", "info", "error", "warning")   # MessageRecord types
 
@@ -5107,7 +5109,7 @@ class CursorParser(Parser):
       database gives every editor chat.
     """
 
-    id, label, version = "cursor", "Cursor", 2
+    id, label, version = "cursor", "Cursor", 3
     # Transcript lines and the CLI store's JSON messages by role (a transcript's `turn_ended` has
     # none); Anthropic-style and AI SDK-style blocks. The store's protobuf turns, steps and tools and
     # the editor's bubble types are counted where they are read.
@@ -5667,7 +5669,7 @@ class AiderParser(Parser):
     repo's root, so it is found only under configured folders.
     """
 
-    id, label, version = "aider", "Aider", 2
+    id, label, version = "aider", "Aider", 3
     verified = "0.86.2, 2026-11-25"
     records = ()   # Markdown: no typed records to count
 
@@ -5890,7 +5892,7 @@ class SpecStoryParser(Parser):
     they are found under configured folders only; the cwd is the project the file is in.
     """
 
-    id, label, version = "specstory", "SpecStory", 1
+    id, label, version = "specstory", "SpecStory", 2
     records = ()   # Markdown turns: no record types to drift
 
     # No global location: SpecStory writes into each project (configure folders holding projects).
@@ -6010,7 +6012,7 @@ class ClineParser(Parser):
     database (WAL) at every turn: its change marks a start (see start_mark).
     """
 
-    id, label, version = "cline", "Cline / Roo Code / Kilo Code", 3
+    id, label, version = "cline", "Cline / Roo Code / Kilo Code", 4
     verified = "3.0.65, 2026-11-24"   # the Cline CLI (SDK layout)
     # ui_messages records by their `say` or `ask` type; blocks of the API history and the SDK messages.
     records = ("task", "user_feedback", "text", "completion_result", "followup", "plan_mode_respond",
@@ -6302,7 +6304,7 @@ class KiloParser(OpenCodeParser):
     extension kept Cline-style task folders, read by the Cline parser.
     """
 
-    id, label, version = "kilo", "Kilo Code", 1
+    id, label, version = "kilo", "Kilo Code", 2
     verified = "7.7.9, 2026-11-24"   # records and blocks: OpenCode's
 
     def default_roots(self, env):
@@ -6438,7 +6440,7 @@ class CopilotParser(Parser):
     The system prompt (`system.message`) and encrypted reasoning are never indexed.
     """
 
-    id, label, version = "copilot", "GitHub Copilot CLI", 3
+    id, label, version = "copilot", "GitHub Copilot CLI", 4
     records = ("session.start", "session.resume", "session.info", "subagent.started", "user.message",
                "assistant.message", "assistant.reasoning", "tool.execution_start", "tool.execution_complete",
                "system.notification", "session.compaction_start", "session.compaction_complete")
@@ -6626,7 +6628,7 @@ class AmpParser(Parser):
     messages carry compaction summaries.
     """
 
-    id, label, version = "amp", "Amp", 1
+    id, label, version = "amp", "Amp", 2
     records = ("user", "assistant", "info")   # message roles (info: summaries; another's text is context)
     blocks, skipped_blocks = ("text", "thinking", "tool_use", "tool_result", "summary"), ("image", "redacted_thinking")
 
@@ -6727,7 +6729,7 @@ class GooseParser(Parser):
     stores times as SQLite CURRENT_TIMESTAMP text, which is UTC without a zone marker.
     """
 
-    id, label, version = "goose", "Goose", 1
+    id, label, version = "goose", "Goose", 2
     records = ("user", "assistant")   # message roles; a message's content items are its blocks
     blocks = ("text", "thinking", "toolRequest", "frontendToolRequest", "toolResponse", "summarizationRequested",
               "conversationCompacted")
@@ -6870,7 +6872,7 @@ class CrushParser(Parser):
     where a build records it).
     """
 
-    id, label, version = "crush", "Crush", 2
+    id, label, version = "crush", "Crush", 3
     verified = "schema of the migrations up to 2026-09-25 (source), 2026-11-25"
     records = ("user", "assistant", "tool")   # message roles; a message's parts are its blocks
     blocks = ("text", "reasoning", "tool_call", "tool_result", "shell_command")
@@ -6969,7 +6971,7 @@ class DroidParser(Parser):
     text; those are indexed as context.
     """
 
-    id, label, version = "droid", "Factory Droid", 3
+    id, label, version = "droid", "Factory Droid", 4
     # The session store's lines, then stream-json's events; Anthropic-style blocks in the store.
     records = ("session_start", "message", "system", "tool_call", "tool_result", "completion")
     skipped_records, version_field = ("error",), "version"   # session_start names the release
@@ -7185,7 +7187,7 @@ class QwenParser(Parser):
     session (a sidechain) makes the file read again from its start (ReadAgain).
     """
 
-    id, label, version = "qwen", "Qwen Code", 2
+    id, label, version = "qwen", "Qwen Code", 3
     resumable = True
     verified = "0.15.10 and 0.24.4, 2026-11-26"
     # ~/.qwen/usage_record.jsonl (0.2x: usageHistoryService.ts): one line {sessionId, project,
@@ -7463,7 +7465,7 @@ class KimiParser(Parser):
     lines, without timestamps.
     """
 
-    id, label, version = "kimi", "Kimi", 4
+    id, label, version = "kimi", "Kimi", 5
     verified = "1.52.0, 2026-11-24"   # kimi-cli (also 1.40.0 and 0.50); Kimi Code not run
     # Kimi Code renames state.json in the session's folder (a temporary file) at every prompt
     # (kimi-code's atomicWrite, promptMetadata.ts): the wire two folders below it is checked then.
@@ -7902,7 +7904,7 @@ class OpenClawParser(Parser):
     the index keeps one copy.
     """
 
-    id, label, version = "openclaw", "OpenClaw", 4   # 4: the database (a new version lists the folders again)
+    id, label, version = "openclaw", "OpenClaw", 5   # (4 read its database: a new version lists the folders again)
     verified = "schema from its source (agent schema 4-23), 2026-11-26"
     records = ("message", "compaction", "branch_summary", "custom_message", "session_info")
     skipped_records = PiParser.skipped_records   # the header, settings and extension state, as in pi
@@ -8071,7 +8073,7 @@ class GrokParser(Parser):
     system prompt is not stored; a `system` row is a background task's notice (context).
     """
 
-    id, label, version = "grok", "Grok CLI", 2
+    id, label, version = "grok", "Grok CLI", 3
     records = ("user", "assistant", "reasoning", "tool_result", "backend_tool_call", "tool")
     skipped_records = ("system",)   # the system prompt
     blocks, skipped_blocks = ("text", "reasoning", "tool-call", "tool-result"), ("image", "file")
@@ -8247,7 +8249,7 @@ class HermesParser(Parser):
     new messages together).
     """
 
-    id, label, version = "hermes", "Hermes", 2
+    id, label, version = "hermes", "Hermes", 3
     verified = "0.19.0, 2026-11-25"
     records = ("user", "assistant", "tool", "system")   # message roles (rows of state.db, legacy JSON)
     skipped_records = ("session_meta",)   # the legacy JSON's tools and settings, no conversation
@@ -8535,7 +8537,7 @@ class AntigravityParser(Parser):
     brain folder name. The IDE's markdown artifacts and protobuf conversations are not transcripts.
     """
 
-    id, label, version = "antigravity", "Google Antigravity", 1
+    id, label, version = "antigravity", "Google Antigravity", 2
     # Steps read for what they say, then the tool steps (named after their tool; a new one is still
     # read as its call's output, and counted so that its name is known).
     records = ("USER_INPUT", "PLANNER_RESPONSE", "CHECKPOINT", "SYSTEM_MESSAGE", "EPHEMERAL_MESSAGE",
@@ -8779,7 +8781,7 @@ class ContinueParser(Parser):
     time. `sessions.json` itself is not a session. "New Session" is Continue's placeholder title.
     """
 
-    id, label, version = "continue", "Continue", 2
+    id, label, version = "continue", "Continue", 3
     records = ("user", "assistant", "thinking", "tool", "system")   # message roles
     verified = "core/index.d.ts (source), 2026-11-25"
 
@@ -8891,7 +8893,7 @@ class KiroIDEParser(ContinueParser):
     messages (system prompt, identity, rules) are context. (Layout as agentsview's kiro_ide reader has it.)
     """
 
-    id, label, version = "kiro-ide", "Kiro IDE", 1
+    id, label, version = "kiro-ide", "Kiro IDE", 2
     verified = "as agentsview kiro_ide.go reads it, 2026-11-25"
 
     def default_roots(self, env):
@@ -8962,7 +8964,7 @@ class CopilotChatParser(Parser):
     UI parts are skipped. The title is the user's rename (customTitle).
     """
 
-    id, label, version = "copilot-chat", "VS Code Copilot Chat", 1
+    id, label, version = "copilot-chat", "VS Code Copilot Chat", 2
     verified = "chatModel.ts, objectMutationLog.ts (source), 2026-11-25"
 
     # response parts by `kind` (Markdown parts have none)
@@ -9161,7 +9163,7 @@ class ZedParser(Parser):
     first worktree of the project snapshot; a sub-agent thread names its parent in `parent_id`.
     """
 
-    id, label, version = "zed", "Zed", 1
+    id, label, version = "zed", "Zed", 2
     # a message is {"User": ...}, {"Agent": ...} or "Resume" (legacy threads: a role); the content
     # blocks inside are one-key objects too ({"Text": ...}); counted where they are read
     records = ("User", "Agent", "Resume", "user", "assistant", "system")
@@ -9308,7 +9310,7 @@ class VibeParser(Parser):
     reads them; not checked against Vibe's own source.)
     """
 
-    id, label, version = "vibe", "Mistral Vibe", 1
+    id, label, version = "vibe", "Mistral Vibe", 2
     records = ("system", "user", "assistant", "tool")   # message roles
     verified = "as agentsview vibe.go reads it, 2026-11-25"
 
@@ -9380,7 +9382,7 @@ class OpenHandsParser(Parser):
     reads them.)
     """
 
-    id, label, version = "openhands", "OpenHands", 1
+    id, label, version = "openhands", "OpenHands", 2
     verified = "as agentsview openhands.go reads it, 2026-11-25"
 
     records = ("MessageEvent", "ActionEvent", "ObservationEvent", "AgentErrorEvent")
@@ -9461,7 +9463,7 @@ class KiroParser(Parser):
     parser reads them.) The Kiro IDE is the kiro-ide parser's.
     """
 
-    id, label, version = "kiro", "Kiro CLI", 1
+    id, label, version = "kiro", "Kiro CLI", 2
     records = ("Prompt", "AssistantMessage", "ToolResults")   # a turn's `kind`
     verified = "as agentsview kiro.go reads it, 2026-11-25"
 
@@ -9584,7 +9586,7 @@ class DevinParser(Parser):
     prompt is context. (Tables as agentsview's devin parser reads them.)
     """
 
-    id, label, version = "devin", "Devin CLI", 1
+    id, label, version = "devin", "Devin CLI", 2
     records = ("user", "assistant", "agent", "tool", "system")   # message roles
     verified = "as agentsview devin.go reads it, 2026-11-25"
 
@@ -9659,7 +9661,7 @@ class WindsurfParser(Parser):
     sessions (`workspaceStorage/*/chatSessions`) is read by the copilot-chat parser.
     """
 
-    id, label, version = "windsurf", "Windsurf Cascade", 1
+    id, label, version = "windsurf", "Windsurf Cascade", 2
     verified = "layout only, 2026-11-25"
     records = ()
 
@@ -9692,7 +9694,7 @@ class DeepSeekHarnessParser(Parser):
     chunks, requests, approvals) is bookkeeping. (Format as agentsview's deepseek_harness reader has it.)
     """
 
-    id, label, version = "deepseek-harness", "DeepSeek Harness", 1
+    id, label, version = "deepseek-harness", "DeepSeek Harness", 2
     verified = "as agentsview deepseek_harness.go reads it, 2026-11-25"
     records = ("session", "user/message", "assistant/message", "tool/result", "session/title", "compaction/summary")
     skipped_records = ("turn/*", "step/*", "assistant/chunk", "request/*", "approval/*", "command/*", "hook/*",
@@ -9774,7 +9776,7 @@ class TraeParser(Parser):
     Codex's format and is the traex parser's. (Layout as agentsview's trae reader has it.)
     """
 
-    id, label, version = "trae", "Trae IDE", 1
+    id, label, version = "trae", "Trae IDE", 2
     verified = "as agentsview trae_provider.go reads it, 2026-11-25"
     records = ("user", "assistant", "system", "tool")   # message roles
     STORAGE_KEY = "memento/icube-ai-agent-storage"
@@ -9844,7 +9846,7 @@ class WarpParser(Parser):
     zone. (Tables as agentsview's warp parser reads them.)
     """
 
-    id, label, version = "warp", "Warp", 1
+    id, label, version = "warp", "Warp", 2
     records = ()   # table rows: no record types to drift
     verified = "as agentsview warp.go reads it, 2026-11-25"
 
@@ -11019,6 +11021,16 @@ class Store:
         """The files read in part, or marked to be read again (size -1), not gone."""
         return self._file_rows("size < 0 AND status != 'deleted'")
 
+    def version_stale_rows(self, versions, limit=None):
+        """The `limit` latest files indexed by another version of their parser than `versions`
+        ({parser id: version}), not gone; their number when `limit` is None."""
+        ids = sorted(versions)
+        where = "status = 'ok' AND (%s)" % " OR ".join(["(parser = ? AND parser_version != ?)"] * len(ids))
+        params = [v for pid in ids for v in (pid, versions[pid])]
+        if limit is None:
+            return self.con.execute("SELECT count(*) FROM files WHERE " + where, params).fetchone()[0]
+        return self._file_rows(where + " ORDER BY mtime_ns DESC LIMIT %d" % limit, params)
+
     def cwd_file_rows(self, folders, limit):
         """The newest `limit` files of the sessions run in one of these folders."""
         return self._file_rows("status != 'deleted' AND id IN (SELECT file_id FROM sessions WHERE cwd IN (%s)) "
@@ -11438,6 +11450,7 @@ class IndexSummary:
         self.seen = self.indexed = self.unchanged = self.removed = 0
         self.not_indexed = self.folders_unread = 0
         self.chunks_kept = 0  # chunks a damaged file no longer gives, kept as indexed before (see keep_lost_chunks)
+        self.deferred = 0     # files an earlier version indexed, left for later searches (see REREAD_BYTES)
         self.sessions = self.chunks = self.skipped_lines = 0
         self.problems = []   # {"path", "reason"}: files not indexed (not a session file, unreadable, ...)
         self.seconds = 0.0
@@ -11589,6 +11602,13 @@ SESSION_DIRS = "\x00sessions"   # (the key suffix of the folders of one session'
 SWEEP_MIN_FILES = 200
 SWEEP_SECONDS = 0.0015
 CWD_MAX_FILES = 1000
+# A new Sesame whose parser for an agent reads its files differently (a new Parser.version) reads
+# them again. A search reads at most REREAD_BYTES of those that changed in nothing else, the latest
+# first, and answers from the index as it is for the rest, which keep their older text meanwhile:
+# read all at once, the first search after an upgrade took over a minute at 1 GB, silently (and an
+# MCP call timed out). `sesame index`, `watch` and the MCP server's background refresh read them all.
+REREAD_BYTES = 4 * 2 ** 20
+REREAD_ROWS = 200
 
 
 class Plan:
@@ -11604,9 +11624,29 @@ class Plan:
         self.journals = None  # where each change journal was read up to, when that moved
         self.journal_places = {}  # the same, moved or not (a start mark's window may close later)
         self.checked = 0      # files whose size and time were compared
+        self.budget = None    # bytes left for files stale by their parser's version only (None: all)
+        self.deferred = 0     # such files left for later (see REREAD_BYTES)
+        self.reread = None    # whether such files are left, when that changed (stored in meta)
 
     def __bool__(self):
-        return bool(self.todo or self.gone or self.listings or self.moved)
+        return bool(self.todo or self.gone or self.listings or self.moved or self.reread is not None)
+
+    def defer(self, size):
+        """Whether a file stale by its parser's version alone waits for a later run: once this plan's
+        budget for them is spent (else its size is taken from the budget)."""
+        if self.budget is None:
+            return False
+        if self.budget <= 0:
+            self.deferred += 1
+            return True
+        self.budget -= max(size, 0)
+        return False
+
+    def note_reread(self, store, maybe_more=False):
+        """Record whether files stale by their parser's version are left (for the next searches)."""
+        left = self.deferred > 0 or maybe_more
+        if left != (store.meta("reread") == "1"):
+            self.reread = left
 
 
 def sources_key(sources):
@@ -11615,10 +11655,12 @@ def sources_key(sources):
                        "parsers": {p.id: p.version for p in PARSERS.values()}}, sort_keys=True)
 
 
-def plan_full(store, sources, summary, policy):
+def plan_full(store, sources, summary, policy, budget=None):
     """Compare every file of every source with the index (first source wins a file listed twice).
-    Written for speed: `sesame index` and `watch` run it over every file, every time."""
+    Written for speed: `sesame index` and `watch` run it over every file, every time. `budget`: the
+    bytes of files stale by their parser's version alone to read (None: all; see REREAD_BYTES)."""
     plan = Plan(full=True)
+    plan.budget, reread = budget, []
     # Of every indexed file, only what the comparison needs, as plain tuples; whole rows (FileRows)
     # are read for the files to read or gone: 10,000 whole rows, or named tuples made of them, cost
     # a third of a no-op run.
@@ -11658,10 +11700,21 @@ def plan_full(store, sources, summary, policy):
             row = get(key)  # (parser, parser_version, size, mtime_ns, status, source)
             if (row is None or row[3] != st.st_mtime_ns or row[2] != st.st_size or row[1] != version
                     or row[0] != pid or row[4] == "deleted"):
-                todo.append((path, parser, FileStat(st.st_size, st.st_mtime_ns), key if row else None, src.path))
+                job = (path, parser, FileStat(st.st_size, st.st_mtime_ns), key if row else None, src.path)
+                if budget is not None and row is not None and row[0] == pid and row[4] == "ok" and row[1] != version \
+                        and row[2] == st.st_size and row[3] == st.st_mtime_ns:
+                    reread.append((st.st_mtime_ns, job, row[5]))   # stale by the parser's version alone
+                else:
+                    todo.append(job)
             elif row[5] != src.path:  # the source that listed it first is another now (the config changed)
                 plan.moved.append((src.path, key))
         plan.checked += checked
+    for _, job, source in sorted(reread, key=lambda r: r[0], reverse=True):  # the latest first
+        if not plan.defer(job[2].st_size):
+            todo.append(job)
+        elif source != job[4]:
+            plan.moved.append((job[4], job[3]))
+    plan.note_reread(store)
     plan.listings = {root: dirs for root, dirs in listings.items() if dirs != known_dirs.get(root, [])}
     configured = {_owner(s) for s in sources}
     gone = [key for key, row in known.items() if key not in seen and key not in kept and row[4] != "deleted"]
@@ -11703,6 +11756,11 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
         check[row.id] = row
     for row in _cwd_rows(store, cwd):
         check[row.id] = row
+    plan.budget, outdated, left = REREAD_BYTES, [], store.meta("reread") == "1"
+    if left:  # files an earlier version indexed, left for later searches
+        outdated = store.version_stale_rows({p.id: p.version for p in PARSERS.values()}, REREAD_ROWS)
+        for row in outdated:
+            check.setdefault(row.id, row)
     named, started, projects = read_journals(store, sources, plan)
     for row in _journal_rows(store, named):
         check[row.id] = row
@@ -11775,6 +11833,8 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
     if sweep:
         _sweep(store, plan, parsers, summary, skip=compared)
     plan.gone = list({row.id: row for row in plan.gone}.values())
+    if left or plan.deferred:
+        plan.note_reread(store, maybe_more=len(outdated) == REREAD_ROWS)
     return plan
 
 
@@ -12156,6 +12216,9 @@ def _check_row(plan, row, parsers, summary):
         return
     plan.checked += 1
     if _changed(row, parser, st):
+        if (row.parser == parser.id and row.status == "ok" and row.size == st.st_size
+                and row.mtime_ns == st.st_mtime_ns and plan.defer(row.size)):
+            return  # stale by its parser's version alone, and this plan read its share of those
         plan.todo.append(Job(path, parser, st, row, row.source, None))
 
 
@@ -12257,7 +12320,7 @@ def plan_index(store, sources, summary, policy, quick=False, cwd=None, sweep=Tru
     which only hold when the records were made for the same sources, parsers and settings."""
     if quick and store.meta("sources") == sources_key(sources) and store.meta("policy") == policy.fingerprint():
         return plan_quick(store, sources, summary, policy, cwd, sweep)
-    return plan_full(store, sources, summary, policy)
+    return plan_full(store, sources, summary, policy, REREAD_BYTES if quick else None)
 
 
 def run_index(store, sources, full=False, progress=None, policy=None, quick=False, cwd=None, sweep=True):
@@ -12299,6 +12362,8 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
             plan = plan_full(store, sources, summary, policy)
             _count(summary, plan)
         store.set_meta("sources", sources_key(sources))
+        if plan.reread is not None:
+            store.set_meta("reread", "1" if plan.reread else "0")
         # A folder changed within the last seconds may change again within the same tick of a
         # coarse file system clock (1-2 s on some disks) without its time moving: such a folder is
         # recorded as unknown, so the next refresh lists it again.
@@ -12339,6 +12404,7 @@ def _count(summary, plan):
     # Files compared with the disk, and the files that could not be (a failed stat: listed, so seen,
     # and not indexed; the only problems a plan reports besides folders).
     summary.seen, summary.unchanged = plan.checked + summary.not_indexed, plan.checked - len(plan.todo)
+    summary.deferred = plan.deferred
 
 
 def file_checksum(path, length, since=None):
@@ -14389,6 +14455,11 @@ def refresh_before_reading(ctx, store, first_use):
         _stderr("sesame: another sesame index is running; using the index as it is")
     elif first_use:
         _stderr("sesame: " + summary.line())
+    elif summary.deferred:
+        left = store.version_stale_rows({p.id: p.version for p in PARSERS.values()})
+        _stderr("sesame: %d session %s indexed by an earlier version of Sesame %s read again a few at each search; "
+                "`sesame index` reads %s now" % (left, "file" if left == 1 else "files", "is" if left == 1 else "are",
+                                                 "it" if left == 1 else "them all"))
 
 
 def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=False):

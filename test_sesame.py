@@ -6706,6 +6706,60 @@ def test_an_append_to_an_old_idle_session_elsewhere_is_found_within_the_sweep(hi
     assert ["old-13"] in found
 
 
+def _versions(tmp_path):
+    """{session id: the parser version its file was read with}, from the index."""
+    con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
+    try:
+        return dict(con.execute("SELECT s.session_id, f.parser_version FROM sessions s JOIN files f ON f.id = s.file_id"))
+    finally:
+        con.close()
+
+
+def test_after_an_upgrade_a_search_reads_a_share_of_the_files_a_new_parser_version_reads_again(
+        history, env, capsys, monkeypatch, tmp_path):
+    # Old sessions, each untouched for a different while (old-39 the latest), indexed.
+    t = time.time() - 90 * 86400
+    for i, path in enumerate(history):
+        os.utime(path, (t + i * 3600, t + i * 3600))
+    assert run(capsys, "index")[0] == 0
+    pi = sesame.PARSERS["pi"]
+    old = pi.version
+    # A new Sesame reads pi's files differently; a search may read about three files' worth of them.
+    monkeypatch.setattr(sesame.PiParser, "version", old + 1)
+    monkeypatch.setattr(sesame, "REREAD_BYTES", 2 * os.path.getsize(history[0]) + 1)
+    code, out, err = run(capsys, "search", "routine", "--json")
+    assert code == 0 and json.loads(out)["results"]  # answered from the index as it is
+    versions = _versions(tmp_path)
+    again = sorted(sid for sid, v in versions.items() if v == old + 1)
+    assert again == ["old-37", "old-38", "old-39"]  # the latest first, a bounded share
+    assert "37 session files indexed by an earlier version of Sesame are read again a few at each search; " \
+           "`sesame index` reads them all now" in err
+    # An append to a file still waiting is read at once, like any change (this folder's session).
+    monkeypatch.chdir(history.project)
+    append_user(history[0], "resumed: the numbat migration is back")
+    assert search_ids(capsys, "numbat") == ["old-00"]
+    # The next searches go on, each with its share, and say so until none is left.
+    for n in range(20):
+        code, out, err = run(capsys, "search", "routine", "--json")
+        assert code == 0 and json.loads(out)["results"]
+        if "earlier version" not in err:
+            break
+    assert 8 <= n < 20 and set(_versions(tmp_path).values()) == {old + 1}
+    assert run(capsys, "search", "routine")[2] == ""  # nothing left to say, or to look up
+    con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
+    assert con.execute("SELECT value FROM meta WHERE key = 'reread'").fetchone() == ("0",)
+
+
+def test_after_an_upgrade_index_reads_again_every_file_a_new_parser_version_reads(history, capsys, monkeypatch, tmp_path):
+    pi = sesame.PARSERS["pi"]
+    monkeypatch.setattr(sesame.PiParser, "version", pi.version + 1)
+    monkeypatch.setattr(sesame, "REREAD_BYTES", 1)
+    code, out, err = run(capsys, "index")
+    assert code == 0 and "40 indexed" in err + out
+    assert set(_versions(tmp_path).values()) == {pi.version}
+    assert run(capsys, "search", "routine")[2] == ""
+
+
 def _journal_home(tmp_path, agent, n=6):
     """n old sessions of `agent` in its own layout under tmp_path/home, run in /home/dev/a (not the
     caller's folder), with the agent's prompt history; configured as the only source. Returns
