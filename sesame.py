@@ -777,6 +777,22 @@ def line_numbers_dropped(text):
     return _LINE_NUMBER.sub("", text)
 
 
+# Tool definitions loaded on request (Qwen Code 0.15 offers MCP tools behind its tool_search, which
+# answers with their schemas, recorded): the same descriptions in every session that loaded them,
+# such as Sesame's own "Find past coding-agent sessions (pi, Claude Code, Codex...)", matched every
+# such session. The names loaded stay. (Codex's tool_search_output records are skipped; Claude
+# Code's ToolSearch answers with tool references, no text.)
+_TOOL_DEFINITIONS = LazyPattern(r"\s*<functions>\s*(?:<function>.*?</function>\s*)+</functions>\s*", re.S)
+_DEFINED_NAME = LazyPattern(r'<function>\s*\{\s*"name"\s*:\s*"([^"]{1,200})"')
+
+
+def tool_definitions(output):
+    """The names of the tools a <functions> listing defines, for that listing; else the output as it is."""
+    if not output[:64].lstrip().startswith("<functions>") or not _TOOL_DEFINITIONS.fullmatch(output):
+        return output
+    return "(tool definitions: %s)" % ", ".join(_DEFINED_NAME.findall(output))
+
+
 def own_output(name, args):
     """Whether a tool call's output is Sesame's own (see _OWN_TOOL)."""
     if isinstance(name, str) and _OWN_TOOL.fullmatch(name):
@@ -791,7 +807,8 @@ def own_output(name, args):
 def tool_text(name, args=None, output=None, is_error=False):
     """The structured text of a tool call: its name, its arguments (the file it touched first, so that
     a one-line view names the file, not the first line of what a `write` put in it: OpenCode and
-    Kilo give `content` before `filePath`), then what it printed (not Sesame's own: own_output)."""
+    Kilo give `content` before `filePath`), then what it printed (not Sesame's own: own_output; of
+    tool definitions, their names: tool_definitions)."""
     lines = ["tool: %s" % name]
     if isinstance(args, dict):
         for k, v in sorted(args.items(), key=lambda kv: kv[0] not in PATH_ARG_KEYS):
@@ -808,7 +825,7 @@ def tool_text(name, args=None, output=None, is_error=False):
         lines.append("error:" if is_error else "output:")
         if not is_error and own_output(name, args):
             output = OWN_OUTPUT_NOTE % len(output)
-        lines.append(cap_text(line_numbers_dropped(output), TOOL_OUTPUT_CAP))
+        lines.append(cap_text(line_numbers_dropped(tool_definitions(output)), TOOL_OUTPUT_CAP))
     return "\n".join(lines)
 
 

@@ -4070,6 +4070,28 @@ def test_qwen_failed_shell_command_is_an_error(tmp_path):
         "a", "Exit code 2\nhi\nError: Command exited 2", "", "Command: x\nno fields", "Output of the build: ok\nProcess Group PGID: 7"]
 
 
+def test_qwen_tool_search_keeps_the_names_of_the_tools_it_loaded_not_their_definitions(tmp_path):
+    # Qwen Code 0.15.10 offers MCP tools behind tool_search, which answers with their schemas (recorded
+    # with the real CLI and Sesame's MCP server): the same descriptions in every session that loaded them.
+    schema = ('<functions>\n<function>{"name":"mcp__sesame__search","description":"Find past coding-agent sessions '
+              '(pi, Claude Code, Codex, ...)","parameters":{"type":"object"}}</function>\n<function>{"name":'
+              '"exit_plan_mode","description":"Present the plan"}</function>\n</functions>')
+    p = write_jsonl(tmp_path / "chats" / (ot_SID + ".jsonl"), [
+        ot_q("a1", None, "assistant", message={"role": "model", "parts": [
+            {"functionCall": {"id": "c1", "name": "tool_search", "args": {"query": "sesame search"}}}]}),
+        ot_q("r2", "a1", "tool_result", message={"role": "user", "parts": [
+            {"functionResponse": {"id": "c1", "name": "tool_search", "response": {"output": schema}}}]}),
+        ot_q("a3", "r2", "assistant", message={"role": "model", "parts": [
+            {"functionCall": {"id": "c2", "name": "read_file", "args": {"path": "/p/notes.md"}}}]}),
+        ot_q("r4", "a3", "tool_result", message={"role": "user", "parts": [
+            {"functionResponse": {"id": "c2", "name": "read_file", "response": {"output": "<functions> are listed here"}}}]}),
+    ])
+    loaded, read = texts(parse_file("qwen", p)[0], "tool")
+    assert loaded == ("tool: tool_search\nquery: sesame search\noutput:\n"
+                      "(tool definitions: mcp__sesame__search, exit_plan_mode)")
+    assert read.endswith("output:\n<functions> are listed here")   # (only a whole listing is one)
+
+
 def test_qwen_glued_objects_and_wrong_session(tmp_path):
     a = json.dumps(ot_q("u1", None, "user", message={"role": "user", "parts": [{"text": "one"}]}))
     b = json.dumps(ot_q("a2", "u1", "assistant", message={"role": "model", "parts": [{"text": "two"}]}))
