@@ -11623,7 +11623,8 @@ CWD_MAX_FILES = 1000
 # them again. A search reads at most REREAD_BYTES of those that changed in nothing else, the latest
 # first, and answers from the index as it is for the rest, which keep their older text meanwhile:
 # read all at once, the first search after an upgrade took over a minute at 1 GB, silently (and an
-# MCP call timed out). `sesame index`, `watch` and the MCP server's background refresh read them all.
+# MCP call timed out). `sesame index`, `watch` and the MCP server's background refresh read them all
+# (an MCP call reads none: the background refresh does, as it does the sweep).
 REREAD_BYTES = 4 * 2 ** 20
 REREAD_ROWS = 200
 
@@ -11773,7 +11774,7 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
         check[row.id] = row
     for row in _cwd_rows(store, cwd):
         check[row.id] = row
-    plan.budget, outdated, left = REREAD_BYTES, [], store.meta("reread") == "1"
+    plan.budget, outdated, left = REREAD_BYTES if sweep else 0, [], store.meta("reread") == "1"
     if left:  # files an earlier version indexed, left for later searches
         outdated = store.version_stale_rows({p.id: p.version for p in PARSERS.values()}, REREAD_ROWS)
         for row in outdated:
@@ -12337,7 +12338,7 @@ def plan_index(store, sources, summary, policy, quick=False, cwd=None, sweep=Tru
     which only hold when the records were made for the same sources, parsers and settings."""
     if quick and store.meta("sources") == sources_key(sources) and store.meta("policy") == policy.fingerprint():
         return plan_quick(store, sources, summary, policy, cwd, sweep)
-    return plan_full(store, sources, summary, policy, REREAD_BYTES if quick else None)
+    return plan_full(store, sources, summary, policy, (REREAD_BYTES if sweep else 0) if quick else None)
 
 
 def run_index(store, sources, full=False, progress=None, policy=None, quick=False, cwd=None, sweep=True):
@@ -14472,7 +14473,7 @@ def refresh_before_reading(ctx, store, first_use):
         _stderr("sesame: another sesame index is running; using the index as it is")
     elif first_use:
         _stderr("sesame: " + summary.line())
-    elif summary.deferred:
+    elif summary.deferred and ctx.sweep:   # (the MCP server's background refresh reads them: see REREAD_BYTES)
         left = store.version_stale_rows({p.id: p.version for p in PARSERS.values()})
         _stderr("sesame: %d session %s indexed by an earlier version of Sesame %s read again a few at each search; "
                 "`sesame index` reads %s now" % (left, "file" if left == 1 else "files", "is" if left == 1 else "are",

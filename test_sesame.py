@@ -10174,6 +10174,28 @@ def test_an_mcp_call_refreshes_active_files_and_leaves_the_old_ones_to_the_backg
         warm.close()
 
 
+def test_after_an_upgrade_an_mcp_call_reads_nothing_again_and_the_background_refresh_reads_all(
+        history, env, capsys, monkeypatch, tmp_path):
+    pi = sesame.PARSERS["pi"]
+    monkeypatch.setattr(sesame.PiParser, "version", pi.version + 1)
+    warm = sesame.WarmIndex()
+    try:
+        for _ in range(2):   # the first call looks at every file (the parsers changed), the next by the rules
+            reply = sesame.call_tool({"name": "search", "arguments": {"query": "routine"}}, warm)
+            assert not reply["isError"] and reply["structuredContent"]["results"]
+            assert set(_versions(tmp_path).values()) == {pi.version - 1}   # answered warm, nothing read again
+    finally:
+        warm.close()
+    assert "earlier version" not in capsys.readouterr().err
+    ctx = sesame.Context()
+    store = ctx.store()
+    try:
+        sesame.refresh_index(ctx, store, wait_seconds=0)   # what the server's background refresh runs
+    finally:
+        store.close()
+    assert set(_versions(tmp_path).values()) == {pi.version}
+
+
 def test_the_word_counts_an_mcp_server_keeps_from_call_to_call_follow_every_change_of_the_index(history, env,
                                                                                                 capsys):
     """The server keeps the counts a search asks first (in how many documents a word occurs, the
