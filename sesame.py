@@ -14099,6 +14099,9 @@ def status_text(info):
             p["agent"], p["sessions"], _plural(p["sessions"], "session"), p["chunks"], _plural(p["chunks"], "chunk"),
             "  (%d kept from deleted files)" % p["deletedKept"] if p["deletedKept"] else "") for p in info["perAgent"]]
         out.append("updated:  %s (%d session files changed since)" % (info["lastIndex"] or "never", info["changedSinceLastIndex"]))
+        if info.get("readAgain"):
+            out.append("upgrade:  %d session %s indexed by an earlier version of Sesame, read again a few at each search "
+                       "(sesame index: all now)" % (info["readAgain"], _plural(info["readAgain"], "file")))
         for p in info["perAgent"]:
             unknown = p.get("unrecognizedRecords")
             if unknown:
@@ -14967,6 +14970,8 @@ def status_request(ctx, params=None):
                 "keepDeletedSessions": ctx.policy.keep_deleted,
                 "perAgent": list(per.values()),
                 "changedSinceLastIndex": _changed_count(plan_full(store, ctx.sources, IndexSummary(), ctx.policy)),
+                # (of those, the files a new parser version reads again, a share at each search: REREAD_BYTES)
+                "readAgain": store.version_stale_rows({p.id: p.version for p in PARSERS.values()}),
             })
         finally:
             store.close()

@@ -6756,6 +6756,8 @@ def test_after_an_upgrade_a_search_reads_a_share_of_the_files_a_new_parser_versi
     assert again == ["old-37", "old-38", "old-39"]  # the latest first, a bounded share
     assert "37 session files indexed by an earlier version of Sesame are read again a few at each search; " \
            "`sesame index` reads them all now" in err
+    assert json.loads(run(capsys, "status", "--json")[1])["readAgain"] == 37
+    assert "upgrade:  37 session files indexed by an earlier version of Sesame" in run(capsys, "status")[1]
     # An append to a file still waiting is read at once, like any change (this folder's session).
     monkeypatch.chdir(history.project)
     append_user(history[0], "resumed: the numbat migration is back")
@@ -6768,6 +6770,8 @@ def test_after_an_upgrade_a_search_reads_a_share_of_the_files_a_new_parser_versi
             break
     assert 8 <= n < 20 and set(_versions(tmp_path).values()) == {old + 1}
     assert run(capsys, "search", "routine")[2] == ""  # nothing left to say, or to look up
+    assert json.loads(run(capsys, "status", "--json")[1])["readAgain"] == 0
+    assert "upgrade:" not in run(capsys, "status")[1]
     con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
     assert con.execute("SELECT value FROM meta WHERE key = 'reread'").fetchone() == ("0",)
 
