@@ -4426,6 +4426,30 @@ def _gemini_unwrapped(text):
 
 # A long tool output is cut in the record; the whole of it is in <project temp>/tool-outputs/.
 _GEMINI_FULL_OUTPUT_RE = LazyPattern(r"For full output see: (\S+)")
+# Later releases mask old outputs once a history grows long (ToolOutputMaskingService), in the
+# recording too: "<tool_output_masked>\n{preview}\n\nOutput too large. Full output available at: PATH
+# \n</tool_output_masked>". PATH holds the response as JSON (JSON.stringify(response, null, 2)); the
+# preview is that JSON's first and last 250 characters around "... [TRUNCATED] ...", or for a shell
+# command its fields with the output's first and last lines. Indexed as it was, every line of a
+# preview was an escaped "\n" glued to its first word ("\nSpeaker" the token "nspeaker").
+_GEMINI_MASKED_RE = LazyPattern(r"<tool_output_masked>\n(.*?)\n\nOutput too large\. Full output available at: "
+                                r"([^\n]+)\n</tool_output_masked>", re.S)
+_JSON_STRING_START = LazyPattern(r'\s*\{\s*"[A-Za-z_]+"\s*:\s*"')
+_JSON_ESCAPE = LazyPattern(r'\\(?:u([0-9a-fA-F]{4})|(["\\/bfnrt]))')
+_JSON_ESCAPED = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def json_string_text(text):
+    """The text of a JSON object's first string value when `text` is that JSON, whole or cut (a
+    preview of its ends): its escapes decoded as far as the text goes; else None."""
+    start = _JSON_STRING_START.match(text)
+    if not start:
+        return None
+    body = text[start.end():].rstrip()
+    if body.endswith("}"):
+        body = body[:-1].rstrip()
+        body = body[:-1] if body.endswith('"') else body
+    return _JSON_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)) if m.group(1) else _JSON_ESCAPED.get(m.group(2), m.group(2)), body)
 
 
 @register
@@ -4804,22 +4828,41 @@ class GeminiParser(Parser):
     @staticmethod
     def _full_output(s, output):
         """The whole output of a call Gemini CLI cut ("Output too large. Showing first 8,000 and last
-        32,000 characters. For full output see: PATH"), from PATH or, when the folder moved, from
-        tool-outputs/session-<id>/ of this project's temp dir; else the cut output."""
+        32,000 characters. For full output see: PATH") or masked (_GEMINI_MASKED_RE), from the file it
+        saved (_saved_output); else the cut output, or the masked one's preview as text."""
+        def unmasked(masked):
+            saved = GeminiParser._saved_output(s, masked.group(2).strip())
+            if saved is not None:   # the response as JSON: its text, as an output not masked gives
+                try:
+                    return GeminiParser._response_text(json.loads(saved))
+                except BAD_JSON:
+                    return json_string_text(saved) or saved   # (a huge one, read in head and tail)
+            preview = masked.group(1)
+            return json_string_text(preview) or preview   # (a shell command's preview is its fields)
+        if output and "<tool_output_masked>" in output:   # (one part of a result of several, or all)
+            return _GEMINI_MASKED_RE.sub(unmasked, output)
         m = _GEMINI_FULL_OUTPUT_RE.search(output[:1000]) if output else None
         if not m:
             return output
-        base = re.split(r"[/\\]", m.group(1))[-1]
+        saved = GeminiParser._saved_output(s, m.group(1))
+        return output if saved is None else saved
+
+    @staticmethod
+    def _saved_output(s, path):
+        """The text of a whole output Gemini CLI saved apart, at `path` or, when the folder moved, in
+        tool-outputs/session-<id>/ of this project's temp dir (only there: a path in a transcript is
+        read only if it is such a file); None when it is not there."""
+        base = re.split(r"[/\\]", path)[-1]
         d = os.path.dirname(os.path.abspath(s.path))
         while os.path.basename(d) != "chats" and os.path.dirname(d) != d:
             d = os.path.dirname(d)
-        for c in (m.group(1), os.path.join(os.path.dirname(d), "tool-outputs", "session-" + s.session_id, base)):
+        for c in (path, os.path.join(os.path.dirname(d), "tool-outputs", "session-" + s.session_id, base)):
             if "tool-outputs" in c and os.path.isfile(c):
                 try:
                     return _read_head_tail(c)
                 except OSError:
                     continue
-        return output
+        return None
 
     def _result_text(self, name, args, out, response=None, failed=None):
         """A call's chunk text with its result: failed when the response or the shell's exit code says

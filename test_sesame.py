@@ -2604,6 +2604,45 @@ def test_gemini_cut_output_is_read_whole_from_tool_outputs(tmp_path):
     assert "\nline-number-2\n" in tool and "Output too large" not in tool and "big-done" in tool
 
 
+def test_gemini_masked_outputs_are_read_from_the_saved_file_or_their_preview_as_text(tmp_path):
+    # Gemini CLI masks old outputs once a history grows long (ToolOutputMaskingService, in 0.61's
+    # bundle), in the recording too: a preview of the response as JSON, and where it saved the whole.
+    chats = ogc_gemini_chats(tmp_path)
+    saved = chats.parent / "tool-outputs" / "session-g-1" / "read_file_read_file_2_ab12.txt"
+    os.makedirs(str(saved.parent))
+    whole = "".join("Speaker %d\nline about the quokka %d\n" % (i, i) for i in range(400)) + "middle-only pangolin\n" + "end"
+    saved.write_text(json.dumps({"output": whole}, indent=2))
+
+    def masked(preview, path):
+        return ("<tool_output_masked>\n%s\n\nOutput too large. Full output available at: %s\n</tool_output_masked>"
+                % (preview, path))
+    as_json = json.dumps({"output": "00;00;05\nSpeaker 3\nyou know, U.S. history \"begins\" here"}, indent=2)
+    preview = as_json[:40] + "\n... [TRUNCATED] ...\n" + as_json[40:]
+    shell = "Output: first line\n\n... [30 lines omitted] ...\n\nlast line\nExit Code: 2\nProcess Group PGID: 36772"
+
+    def call(i, name, output, args):
+        return {"id": "%s_%d" % (name, i), "name": name, "args": args, "status": "success",
+                "result": [{"functionResponse": {"id": "%s_%d" % (name, i), "response": {"output": output}}}]}
+    f = write_jsonl(chats / "session-2026-11-25T02-13-g1.jsonl", [
+        ogc_GEMINI_META,
+        {"id": "u1", "timestamp": "2026-11-25T02:13:49.517Z", "type": "user", "content": [{"text": "Read them"}]},
+        {"id": "g1", "timestamp": "2026-11-25T02:13:49.613Z", "type": "gemini", "content": "", "toolCalls": [
+            call(1, "read_file", masked(preview, "C:\\Users\\x\\.gemini\\tmp\\p\\tool-outputs\\session-g-1\\gone.txt"),
+                 {"file_path": "a.txt"}),
+            call(2, "read_file", masked(as_json[:30], "/elsewhere/tool-outputs/session-g-1/read_file_read_file_2_ab12.txt"),
+                 {"file_path": "b.txt"}),
+            call(3, "run_shell_command", masked(shell, "/nowhere/tool-outputs/x.txt"), {"command": "make"})]},
+    ])
+    previewed, read, ran = texts(parse_file("gemini", f)[0], "tool")
+    # No saved file: the preview as text, its lines' first words words again (not "nSpeaker").
+    assert previewed.endswith("output:\n00;00;05\nSpeaker 3\nyou \n... [TRUNCATED] ...\nknow, U.S. history \"begins\" here")
+    # The saved file (found in this session's tool-outputs when the path is another machine's): all of it.
+    assert "middle-only pangolin" in read and "\nline about the quokka 399\n" in read and "masked" not in read
+    # A shell command's preview: its output, the fields left out, the failure said first.
+    assert ran.endswith("error:\nExit code 2\nfirst line\n\n... [30 lines omitted] ...\n\nlast line")
+    assert sesame.fts_terms("\\nSpeaker") != sesame.fts_terms("Speaker")   # (why the escapes had to go)
+
+
 def test_gemini_rewind_drops_the_message_and_everything_after(tmp_path):
     f = write_jsonl(ogc_gemini_chats(tmp_path) / "session-x.jsonl", [
         ogc_GEMINI_META,
