@@ -13254,6 +13254,13 @@ def _needle(stem, prefix=False):
 
 _NON_SPACE = LazyPattern(r"\S+")
 _TOKEN_TAIL = LazyPattern("(?:[^\\W_]|[%s])*" % _ACCENTS)  # the rest of a token: letters, digits, accents
+_ASCII_TOKEN_TAIL = LazyPattern("[a-z0-9]*")   # the same in ASCII text in lower case
+_ACCENT_RE = LazyPattern("[%s]" % _ACCENTS)
+
+
+def _overlaps_itself(word):
+    """Whether two occurrences of word can overlap ("aba" in "ababa")."""
+    return any(word[:k] == word[-k:] for k in range(1, len(word)))
 
 
 def _class_chars(body):
@@ -13327,6 +13334,20 @@ class Matcher:
                 self.prefixes.append(form)
             else:
                 self.by_stem.setdefault(form[1][0], []).append(form)
+        # What words_in_each scans a part for: each needle once, wherever it is (what starts
+        # there, a token, a camelCase part or a joined word, is told in Python), instead of a scan
+        # per needle for tokens, two per part needle for parts and one per joined word: 3 scans of
+        # ~1 MB instead of 12 for a 3-word query, the scans being most of its cost. (None: a needle
+        # or joined word that can overlap itself, which the scans of spans() step over otherwise.)
+        parts, joined_by = set(self.part_needles), {}
+        for i, w in self.joined:
+            n = max((n for n in needles if w.startswith(n)), key=len, default=None)
+            joined_by.setdefault(n, []).append((i, w))
+        self.scans = [(n, re.compile(re.escape(n)), (n[:1].upper() + n[1:], n.upper()) if n in parts else (),
+                       joined_by.get(n, ())) for n in needles]
+        if None in joined_by or not all(n.isascii() and n.isalnum() for n in needles) \
+                or any(_overlaps_itself(w) for w in needles + [w for _, w in self.joined]):
+            self.scans = None
 
     def spans(self, text):
         """[(start, end, word index)] of every match, in order."""
@@ -13457,7 +13478,8 @@ class Matcher:
         # outside ASCII is blanked and lowered chunk by chunk: one such letter would put the whole
         # part (100-300 KB) on the slow paths of both (1 ms of a ranked part's 3 to 5).
         text = "\n".join(texts)
-        if text.isascii():
+        ascii = text.isascii()
+        if ascii:
             low = text.lower()
         else:
             blanked = [cjk_blanked(t) for t in texts]
@@ -13465,18 +13487,21 @@ class Matcher:
             low = "\n".join([lower_in_place(t) for t in blanked])
         ends = list(itertools.accumulate(len(t) + 1 for t in texts))
         where = bisect.bisect_right  # the chunk of a position: the first whose end is after it
-        if self.joined:
-            for at, _, i in self._joined_spans(text, low):
-                found[where(ends, at)].add(i)
-        tokens = set()
-        for at, end in self._token_spans(low):
-            k, token = where(ends, at), low[at:end]
-            tokens.add((k, token))
-            if not text.startswith(token, at):  # capitals: maybe a camelCase name
-                found[k].update(i for _, _, i in self._first_part(text, at, end))
-        if self.part_needles:
-            for at, _, i in self._part_spans(text):
-                found[where(ends, at)].add(i)
+        tokens = set()   # (chunk, token) of the tokens that start with a needle
+        if self.scans is not None and (ascii or not _ACCENT_RE.search(low)):
+            self._scan(text, low, ends, found, tokens, _ASCII_TOKEN_TAIL if ascii else _TOKEN_TAIL)
+        else:   # (accents that unicode61 keeps inside a token: _token_spans sees to them)
+            if self.joined:
+                for at, _, i in self._joined_spans(text, low):
+                    found[where(ends, at)].add(i)
+            for at, end in self._token_spans(low):
+                k, token = where(ends, at), low[at:end]
+                tokens.add((k, token))
+                if not text.startswith(token, at):  # capitals: maybe a camelCase name
+                    found[k].update(i for _, _, i in self._first_part(text, at, end))
+            if self.part_needles:
+                for at, _, i in self._part_spans(text):
+                    found[where(ends, at)].add(i)
         by_stem, cache, by_spans = self.by_stem, self._stems, set()
         for k, token in tokens:
             folded = token.lower() if token.isascii() else fold_token(token)
@@ -13494,6 +13519,42 @@ class Matcher:
         for k in by_spans:
             found[k] |= {i for _, _, i in self.spans(texts[k])}
         return found
+
+    def _scan(self, text, low, ends, found, tokens, tail):
+        """words_in_each's look at a part without accents (`low`: it in lower case), by self.scans:
+        where a needle starts a token (not after a letter or digit), the token (up to where `tail`
+        ends) goes to `tokens`, and a camelCase name starting there has its first part looked at
+        (_first_part); inside a token, only a capital can start a part (after an ASCII letter or
+        digit, as _part_spans finds them) or a joined word (as _joined_spans does); a joined word
+        at either."""
+        where, n_text, tail = bisect.bisect_right, len(text), tail.match
+        first_part, part_match, change = self._first_part, self._part_match, _CASE_CHANGE_RE.search
+        for n, rx, capitals, joined in self.scans:
+            size = len(n)
+            for m in rx.finditer(low):
+                at = m.start()
+                inside = at and low[at - 1].isalnum()
+                if inside:
+                    if not text[at].isupper():
+                        continue
+                    prev = text[at - 1]
+                    if text[at:at + size] in capitals and prev.isascii() and (
+                            prev.islower() or prev.isdigit() or prev.isupper() and text[at + 1:at + 2].islower()):
+                        found[where(ends, at)].update(i for _, _, i in part_match(text, at))
+                    if prev.isupper():
+                        continue   # (a joined word starts a token or a part after a lower-case letter or digit)
+                else:
+                    end = tail(low, at + size).end()
+                    k, token = where(ends, at), low[at:end]
+                    tokens.add((k, token))
+                    if not text.startswith(token, at):  # capitals: maybe a camelCase name
+                        found[k].update(i for _, _, i in first_part(text, at, end))
+                for i, w in joined:
+                    end = at + len(w)
+                    if (low.startswith(w, at) and not text.startswith(w, at)
+                            and (end == n_text or not text[end].isalnum() or text[end].isupper() or text[end].isdigit())
+                            and change(text, at, end)):
+                        found[where(ends, at)].add(i)
 
     @staticmethod
     def snippet(text, spans, width=SNIPPET_CHARS):

@@ -8865,6 +8865,35 @@ def test_a_session_in_turkish_capitals_is_found_and_marked(env, capsys):
         assert any(marked in m["snippet"] for m in top[0]["matches"]), (query, top[0]["matches"])
 
 
+def test_the_matchers_one_scan_per_needle_finds_what_its_scans_per_kind_find():
+    """words_in_each scans a part once per needle and tells in Python what starts there (a token, a
+    camelCase part, a joined word); the scans per kind it replaced (and that spans() and parts with
+    accents still use) are the reference: the same words for every chunk, on camelCase names,
+    acronyms, joined words, capitals, digits, non-ASCII letters, CJK and accents (those parts take
+    the old way), and needles that overlap themselves (which the one scan leaves to the old way)."""
+    import random
+    rnd = random.Random(5)
+    pool = ["a", "ab", "Ab", "AB", "aB", " ", "\n", "-", "_", ".", "0", "9", "value", "Value", "VALUE", "vaLue",
+            "returnValue", "getReturnValue", "Object", "webSocket", "WebSocket", "websocket", "HTTPServer", "OAuth2Client",
+            "parseJSON", "JSONParser", "file", "File", "notFound", "days", "Days", "keys", "KEYS", "aba", "tit",
+            "é", "ß", "İ", "中文", "用", "React", "→", "“", "naïve", "x\u0301ab"]
+    queries = ["value", "return value object", "websocket server", "oauth client", "json parse", "file not found",
+               "days keys", "aba tit", "http server", "ret*", "react", "naive", "b-a"]
+    fast = 0
+    for _ in range(2500):
+        q = " ".join(rnd.sample(queries, rnd.randint(1, 3)))
+        texts = ["".join(rnd.choice(pool) for _ in range(rnd.randint(0, 40))) for _ in range(rnd.randint(1, 4))]
+        query = sesame.Query(q)
+        for w in query.words:
+            w.df = 5
+        m = sesame.Matcher(query)
+        got = m.words_in_each(texts)
+        fast += m.scans is not None
+        m.scans = None   # the scans per kind
+        assert got == m.words_in_each(texts), (q, texts)
+    assert fast > 1500
+
+
 def test_the_matcher_finds_each_token_that_starts_with_a_needle_and_none_inside_a_token():
     """The matcher finds the tokens that begin like a query word's stem with one regular expression
     per needle (for speed). What it finds is checked here against a plain loop over the text: every
