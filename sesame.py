@@ -4851,13 +4851,15 @@ class GeminiParser(Parser):
     def _saved_output(s, path):
         """The text of a whole output Gemini CLI saved apart, at `path` or, when the folder moved, in
         tool-outputs/session-<id>/ of this project's temp dir (only there: a path in a transcript is
-        read only if it is such a file); None when it is not there."""
+        read only if it is a file of such a folder, `..` resolved first); None when it is not there."""
         base = re.split(r"[/\\]", path)[-1]
         d = os.path.dirname(os.path.abspath(s.path))
         while os.path.basename(d) != "chats" and os.path.dirname(d) != d:
             d = os.path.dirname(d)
         for c in (path, os.path.join(os.path.dirname(d), "tool-outputs", "session-" + s.session_id, base)):
-            if "tool-outputs" in c and os.path.isfile(c):
+            parts = os.path.normpath(c).split(os.sep)[-3:]   # (<temp dir>/tool-outputs[/session-<id>]/<file>)
+            if len(parts) == 3 and ("tool-outputs" == parts[1] or parts[0] == "tool-outputs"
+                                    and parts[1].startswith("session-")) and os.path.isfile(c):
                 try:
                     return _read_head_tail(c)
                 except OSError:

@@ -2638,6 +2638,16 @@ def test_gemini_masked_outputs_are_read_from_the_saved_file_or_their_preview_as_
     assert previewed.endswith("output:\n00;00;05\nSpeaker 3\nyou \n... [TRUNCATED] ...\nknow, U.S. history \"begins\" here")
     # The saved file (found in this session's tool-outputs when the path is another machine's): all of it.
     assert "middle-only pangolin" in read and "\nline about the quokka 399\n" in read and "masked" not in read
+    # A path that only passes through a tool-outputs folder is not read.
+    secret = tmp_path / "secret.txt"
+    secret.write_text("walrus credentials")
+    sneaky = str(saved.parent) + "/" + os.path.relpath(str(secret), str(saved.parent))
+    assert os.path.isfile(sneaky) and "/tool-outputs/session-" in sneaky
+    f2 = write_jsonl(chats / "session-2026-11-25T02-14-g2.jsonl", [
+        ogc_GEMINI_META,
+        {"id": "g1", "timestamp": "2026-11-25T02:13:49.613Z", "type": "gemini", "content": "", "toolCalls": [
+            call(4, "read_file", masked(as_json[:30], sneaky), {"file_path": "c.txt"})]}])
+    assert "walrus" not in texts(parse_file("gemini", f2)[0], "tool")[0]
     # A shell command's preview: its output, the fields left out, the failure said first.
     assert ran.endswith("error:\nExit code 2\nfirst line\n\n... [30 lines omitted] ...\n\nlast line")
     assert sesame.fts_terms("\\nSpeaker") != sesame.fts_terms("Speaker")   # (why the escapes had to go)
