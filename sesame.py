@@ -4449,7 +4449,8 @@ def json_string_text(text):
     if body.endswith("}"):
         body = body[:-1].rstrip()
         body = body[:-1] if body.endswith('"') else body
-    return _JSON_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)) if m.group(1) else _JSON_ESCAPED.get(m.group(2), m.group(2)), body)
+    return _JSON_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)) if m.group(1) else _JSON_ESCAPED.get(m.group(2), m.group(2)),
+                            body)
 
 
 @register
