@@ -11583,6 +11583,12 @@ def stat_file(path, parser, st=None):
     return FileStat(size, mtime)
 
 
+def _version_alone(parser, row_parser, status, size, mtime_ns, st):
+    """Whether an indexed file that differs from the disk (see _changed) differs by its parser's
+    version alone: read by this parser, fine, and the same size and time (see REREAD_BYTES)."""
+    return row_parser == parser.id and status == "ok" and size == st.st_size and mtime_ns == st.st_mtime_ns
+
+
 def _changed(row, parser, st):
     return (row.parser != parser.id or row.parser_version != parser.version or row.size != st.st_size
             or row.mtime_ns != st.st_mtime_ns or row.status == "deleted")
@@ -11713,10 +11719,15 @@ class Plan:
             self.reread = left
 
 
+def parser_versions():
+    """{parser id: version} of this Sesame's parsers (what a file was indexed with is in its row)."""
+    return {p.id: p.version for p in PARSERS.values()}
+
+
 def sources_key(sources):
     """What the freshness records were made for: changing it makes the next refresh check everything."""
     return json.dumps({"sources": [[s.parser.id, s.path] for s in sources],
-                       "parsers": {p.id: p.version for p in PARSERS.values()}}, sort_keys=True)
+                       "parsers": parser_versions()}, sort_keys=True)
 
 
 def plan_full(store, sources, summary, policy, budget=None):
@@ -11765,8 +11776,7 @@ def plan_full(store, sources, summary, policy, budget=None):
             if (row is None or row[3] != st.st_mtime_ns or row[2] != st.st_size or row[1] != version
                     or row[0] != pid or row[4] == "deleted"):
                 job = (path, parser, FileStat(st.st_size, st.st_mtime_ns), key if row else None, src.path)
-                if budget is not None and row is not None and row[0] == pid and row[4] == "ok" and row[1] != version \
-                        and row[2] == st.st_size and row[3] == st.st_mtime_ns:
+                if budget is not None and row is not None and _version_alone(parser, row[0], row[4], row[2], row[3], st):
                     reread.append((st.st_mtime_ns, job, row[5]))   # stale by the parser's version alone
                 else:
                     todo.append(job)
@@ -11822,7 +11832,7 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
         check[row.id] = row
     plan.budget, outdated, left = REREAD_BYTES if sweep else 0, [], store.meta("reread") == "1"
     if left:  # files an earlier version indexed, left for later searches
-        outdated = store.version_stale_rows({p.id: p.version for p in PARSERS.values()}, REREAD_ROWS)
+        outdated = store.version_stale_rows(parser_versions(), REREAD_ROWS)
         for row in outdated:
             check.setdefault(row.id, row)
     named, started, projects = read_journals(store, sources, plan)
@@ -12280,8 +12290,7 @@ def _check_row(plan, row, parsers, summary):
         return
     plan.checked += 1
     if _changed(row, parser, st):
-        if (row.parser == parser.id and row.status == "ok" and row.size == st.st_size
-                and row.mtime_ns == st.st_mtime_ns and plan.defer(row.size)):
+        if _version_alone(parser, row.parser, row.status, row.size, row.mtime_ns, st) and plan.defer(row.size):
             return  # stale by its parser's version alone, and this plan read its share of those
         plan.todo.append(Job(path, parser, st, row, row.source, None))
 
@@ -14584,7 +14593,7 @@ def refresh_before_reading(ctx, store, first_use):
     elif first_use:
         _stderr("sesame: " + summary.line())
     elif summary.deferred and ctx.sweep:   # (the MCP server's background refresh reads them: see REREAD_BYTES)
-        left = store.version_stale_rows({p.id: p.version for p in PARSERS.values()})
+        left = store.version_stale_rows(parser_versions())
         _stderr("sesame: %d session %s indexed by an earlier version of Sesame %s read again a few at each search; "
                 "`sesame index` reads %s now" % (left, "file" if left == 1 else "files", "is" if left == 1 else "are",
                                                  "it" if left == 1 else "them all"))
@@ -15078,7 +15087,7 @@ def status_request(ctx, params=None):
                 "perAgent": list(per.values()),
                 "changedSinceLastIndex": _changed_count(plan_full(store, ctx.sources, IndexSummary(), ctx.policy)),
                 # (of those, the files a new parser version reads again, a share at each search: REREAD_BYTES)
-                "readAgain": store.version_stale_rows({p.id: p.version for p in PARSERS.values()}),
+                "readAgain": store.version_stale_rows(parser_versions()),
             })
         finally:
             store.close()
