@@ -3485,7 +3485,7 @@ class CodexParser(Parser):
     # append to the session's own file (codex-rs rollout/recorder.rs: RolloutRecorder::new opens
     # it to resume; checked with 0.169.0).
     dated_folders = True
-    verified = "0.169.0, 2026-11-25"
+    verified = "0.169.0 and 0.171.0, 2026-11-26"
     # Wrapped records, then the ResponseItems inside `response_item` (and the bare era's lines); the
     # release is session_meta's `cli_version` (see _meta). event_msg repeats the items (see _CodexState).
     records = ("session_meta", "response_item", "event_msg", "turn_context", "compacted",
@@ -12396,11 +12396,13 @@ def plan_index(store, sources, summary, policy, quick=False, cwd=None, sweep=Tru
     return plan_full(store, sources, summary, policy, (REREAD_BYTES if sweep else 0) if quick else None)
 
 
-def run_index(store, sources, full=False, progress=None, policy=None, quick=False, cwd=None, sweep=True):
+def run_index(store, sources, full=False, progress=None, policy=None, quick=False, cwd=None, sweep=True,
+              look_only=False):
     """Bring the index up to date with the sources. Files whose size and time are unchanged are not
     read; files that only grew are read from where the last run stopped; other changed files are
     read again; files gone keep their sessions, marked deleted (unless the policy says otherwise).
-    `quick` looks at the disk by the freshness rules instead of file by file (see above)."""
+    `quick` looks at the disk by the freshness rules instead of file by file (see above).
+    `look_only`: write nothing; the summary when there is nothing to do, else None."""
     t0 = time.monotonic()
     summary = IndexSummary()
     policy = policy or Policy()
@@ -12419,10 +12421,13 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
         # parser's version, a full look that finds nothing must still record the new sources key,
         # or every later search would look at every file again.)
         if not plan and not (plan.full and store.meta("sources") != sources_key(sources)):
-            _save_sweep(store, plan)
-            _save_journals(store, plan)
+            if not look_only:
+                _save_sweep(store, plan)
+                _save_journals(store, plan)
             summary.seconds = time.monotonic() - t0
             return summary
+    if look_only:
+        return None
     batch = Batch(store, one_transaction=full)
     results = None
     try:
@@ -14599,17 +14604,41 @@ def refresh_before_reading(ctx, store, first_use):
                                                  "it" if left == 1 else "them all"))
 
 
+BUSY_LOCK_WAIT = 1.0   # seconds a search that has something to read waits for another indexer
+_RUN_GUARD = None      # one index run (or look) at a time in this process: see refresh_index
+
+
 def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=False):
     """Run the indexer under the lock; None when another indexer holds it past wait_seconds.
-    `quick` looks at the disk by the freshness rules (what searches do), else at every file."""
-    lock = IndexLock(os.path.dirname(ctx.index_path))
-    if not lock.acquire(wait_seconds):
+    `quick` looks at the disk by the freshness rules (what searches do), else at every file.
+
+    Another process's indexer holds the lock for a while every few seconds (`sesame watch`, an MCP
+    server's background refresh: ~0.1 s each time at 1 GB). A quick refresh that finds it held
+    looks anyway, without writing: nothing to read, and the index is as fresh as the rules can
+    tell; something to read (a message just appended), and it waits up to BUSY_LOCK_WAIT for the
+    lock and reads it, rather than answer without it. Runs in one process share the parsers' caches
+    of the disk, so they never overlap (_RUN_GUARD): a call of an MCP server whose own background
+    refresh is running skips its refresh, as before (that run compares every file)."""
+    global _RUN_GUARD
+    if _RUN_GUARD is None:
+        import _thread
+        _RUN_GUARD = _thread.allocate_lock()
+    if not _RUN_GUARD.acquire(timeout=wait_seconds) if wait_seconds else not _RUN_GUARD.acquire(False):
         return None
+    lock = IndexLock(os.path.dirname(ctx.index_path))
     try:
-        return run_index(store, ctx.sources, full=full, progress=progress, policy=ctx.policy, quick=quick,
-                         cwd=_cwd() if quick else None, sweep=ctx.sweep)
+        kw = dict(full=full, progress=progress, policy=ctx.policy, quick=quick, cwd=_cwd() if quick else None,
+                  sweep=ctx.sweep)
+        if not lock.acquire(wait_seconds):
+            if not quick:
+                return None
+            summary = run_index(store, ctx.sources, look_only=True, **kw)
+            if summary is not None or not lock.acquire(BUSY_LOCK_WAIT):
+                return summary
+        return run_index(store, ctx.sources, **kw)
     finally:
         lock.release()
+        _RUN_GUARD.release()
 
 
 def _cwd():

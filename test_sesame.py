@@ -8349,6 +8349,36 @@ def test_second_indexer_waits_for_the_first(corpus, tmp_path, capsys, monkeypatc
     assert run(capsys, "index")[0] == 0
 
 
+def test_a_search_while_another_indexer_runs_waits_only_for_what_it_must_read(history, tmp_path, capsys, monkeypatch):
+    # Another indexer holds the lock (the MCP server's background refresh, `sesame watch`: ~0.1 s
+    # every few seconds at 1 GB). A search that finds nothing to read answers at once; one that
+    # finds an appended message waits for the lock, then reads it, rather than missing it.
+    import threading
+    monkeypatch.setattr(sesame, "BUSY_LOCK_WAIT", 5)
+    lock = sesame.IndexLock(str(tmp_path / "data"))
+    assert lock.acquire(0)
+    try:
+        t = time.monotonic()
+        code, out, err = run(capsys, "search", "routine", "--json")
+        assert code == 0 and json.loads(out)["results"] and time.monotonic() - t < 2
+        assert "another sesame index" not in err, err
+        monkeypatch.chdir(history.project)   # (this folder's sessions are compared by every search)
+        append_user(history[12], "written while another indexer ran: the okapi plan")
+        threading.Timer(0.3, lock.release).start()
+        assert search_ids(capsys, "okapi") == ["old-12"]
+    finally:
+        lock.release()
+    assert lock.acquire(0)   # and the search let go of it
+    try:
+        monkeypatch.setattr(sesame, "BUSY_LOCK_WAIT", 0.2)
+        append_user(history[16], "the tapir plan, while the lock stays held")
+        code, out, err = run(capsys, "search", "tapir", "--json")
+        assert code == 0 and json.loads(out)["results"] == [] and "another sesame index is running" in err
+    finally:
+        lock.release()
+    assert search_ids(capsys, "tapir") == ["old-16"]
+
+
 def test_search_while_another_process_indexes(corpus, tmp_path):
     envv = dict(os.environ)
     for i in range(40):
