@@ -11742,7 +11742,12 @@ def plan_full(store, sources, summary, policy, budget=None):
     known = store.file_stats()
     known_dirs = store.listings()
     seen, kept, listed_sources, todo, listings = set(), set(), set(), [], {}
+    guard = _RUN_GUARD if _RUN_GUARD is not None and _RUN_GUARD.lender == _RUN_GUARD._ident() else None  # (lending)
+    if guard:
+        guard.pausable = True
     for src in sources:
+        if guard:
+            guard.pause()
         paths, log = list_source(src, summary)
         if paths is None:
             continue  # its files are neither read nor gone: whatever was indexed from them stays
@@ -11759,6 +11764,8 @@ def plan_full(store, sources, summary, policy, budget=None):
         excludes = policy.excludes_path if policy.exclude else None
         stat, get, add, checked = os.stat, known.get, seen.add, 0
         for path in paths:
+            if guard and not checked % LEND_FILES:
+                guard.pause()
             key = path if path.isascii() else db_path(path)
             if key in seen or (excludes and excludes(path)):
                 continue  # an excluded file counts as gone: what was indexed from it is removed
@@ -11775,7 +11782,7 @@ def plan_full(store, sources, summary, policy, budget=None):
             row = get(key)  # (parser, parser_version, size, mtime_ns, status, source)
             if (row is None or row[3] != st.st_mtime_ns or row[2] != st.st_size or row[1] != version
                     or row[0] != pid or row[4] == "deleted"):
-                job = (path, parser, FileStat(st.st_size, st.st_mtime_ns), key if row else None, src.path)
+                job = (path, parser, FileStat(st.st_size, st.st_mtime_ns), key, src.path)
                 if budget is not None and row is not None and _version_alone(parser, row[0], row[4], row[2], row[3], st):
                     reread.append((st.st_mtime_ns, job, row[5]))   # stale by the parser's version alone
                 else:
@@ -11783,6 +11790,8 @@ def plan_full(store, sources, summary, policy, budget=None):
             elif row[5] != src.path:  # the source that listed it first is another now (the config changed)
                 plan.moved.append((src.path, key))
         plan.checked += checked
+    if guard:
+        guard.pausable = False
     for _, job, source in sorted(reread, key=lambda r: r[0], reverse=True):  # the latest first
         if not plan.defer(job[2].st_size):
             todo.append(job)
@@ -11792,9 +11801,11 @@ def plan_full(store, sources, summary, policy, budget=None):
     plan.listings = {root: dirs for root, dirs in listings.items() if dirs != known_dirs.get(root, [])}
     configured = {_owner(s) for s in sources}
     gone = [key for key, row in known.items() if key not in seen and key not in kept and row[4] != "deleted"]
-    rows = {row.path: row for row in store.file_rows_at([job[3] for job in todo if job[3] is not None] + gone)}
+    # Whole rows are read now, not from `known`: a run that lent its turn (_RunGuard) may find a file
+    # new, or not yet gone, that the search it let run has indexed or marked gone meanwhile.
+    rows = {row.path: row for row in store.file_rows_at([job[3] for job in todo] + gone)}
     plan.todo = [Job(path, parser, st, rows.get(key), source, None) for path, parser, st, key, source in todo]
-    plan.gone = [rows[key] for key in gone if key in rows
+    plan.gone = [rows[key] for key in gone if key in rows and rows[key].status != "deleted"
                  and ((rows[key].source, rows[key].parser) in listed_sources
                       or (rows[key].source, rows[key].parser) not in configured)]
     return plan
@@ -14605,40 +14616,99 @@ def refresh_before_reading(ctx, store, first_use):
 
 
 BUSY_LOCK_WAIT = 1.0   # seconds a search that has something to read waits for another indexer
-_RUN_GUARD = None      # one index run (or look) at a time in this process: see refresh_index
+LEND_WAIT = 0.05       # seconds a search waits for a background run to lend it its turn
+LEND_FILES = 256       # files a lending run compares between two offers (~3 ms)
 
 
-def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=False):
+class _RunGuard:
+    """Index runs in one process take turns: they share the parsers' caches of the disk.
+
+    A server's background refresh (MCP, the page) compares every file every few seconds (~0.1 s at
+    1 GB, under the index lock). It lends its turn, with its index lock, to a search that waits for
+    it (lent), at safe points of that look: between files, before it writes anything (pause, from
+    plan_full). A call then never skips its own refresh for it. The files the paused run found
+    changed may be read by the search first: it reads them on from where the search stopped."""
+
+    def __init__(self):
+        import _thread
+        self._ident = _thread.get_ident
+        self.turn, self._count = _thread.allocate_lock(), _thread.allocate_lock()
+        self.waiting = 0        # searches waiting for their turn, or in it
+        self.lender = None      # the thread whose run lends its turn (see pause)
+        self.pausable = False   # that run is where it can (plan_full)
+        self.lent = False       # the turn was lent: its run holds the index lock, paused
+
+    def enter(self, timeout, search):
+        if search:
+            with self._count:
+                self.waiting += 1
+        ok = self.turn.acquire(timeout=timeout) if timeout > 0 else self.turn.acquire(False)
+        if search and not ok:
+            with self._count:
+                self.waiting -= 1
+        return ok
+
+    def leave(self, search):
+        self.turn.release()
+        if search:
+            with self._count:
+                self.waiting -= 1
+
+    def pause(self):
+        if self.waiting and self.lender == self._ident():
+            self.lent = True
+            self.turn.release()
+            while self.waiting:
+                time.sleep(0.0005)
+            self.turn.acquire()
+            self.lent = False
+
+
+_RUN_GUARD = None
+
+
+def _run_guard():
+    global _RUN_GUARD
+    if _RUN_GUARD is None:
+        _RUN_GUARD = _RunGuard()
+    return _RUN_GUARD
+
+
+def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=False, lend=False):
     """Run the indexer under the lock; None when another indexer holds it past wait_seconds.
     `quick` looks at the disk by the freshness rules (what searches do), else at every file.
+    `lend`: a background run, which lends its turn to searches (_RunGuard).
 
     Another process's indexer holds the lock for a while every few seconds (`sesame watch`, an MCP
     server's background refresh: ~0.1 s each time at 1 GB). A quick refresh that finds it held
     looks anyway, without writing: nothing to read, and the index is as fresh as the rules can
     tell; something to read (a message just appended), and it waits up to BUSY_LOCK_WAIT for the
-    lock and reads it, rather than answer without it. Runs in one process share the parsers' caches
-    of the disk, so they never overlap (_RUN_GUARD): a call of an MCP server whose own background
-    refresh is running skips its refresh, as before (that run compares every file)."""
-    global _RUN_GUARD
-    if _RUN_GUARD is None:
-        import _thread
-        _RUN_GUARD = _thread.allocate_lock()
-    if not _RUN_GUARD.acquire(timeout=wait_seconds) if wait_seconds else not _RUN_GUARD.acquire(False):
-        return None
-    lock = IndexLock(os.path.dirname(ctx.index_path))
+    lock and reads it, rather than answer without it."""
+    guard = _run_guard()
+    search = quick and not lend
+    if not guard.enter(wait_seconds or (LEND_WAIT if search and guard.pausable else 0), search):
+        return None   # (this process's background run is reading: it compares every file)
     try:
         kw = dict(full=full, progress=progress, policy=ctx.policy, quick=quick, cwd=_cwd() if quick else None,
                   sweep=ctx.sweep)
-        if not lock.acquire(wait_seconds):
-            if not quick:
-                return None
-            summary = run_index(store, ctx.sources, look_only=True, **kw)
-            if summary is not None or not lock.acquire(BUSY_LOCK_WAIT):
-                return summary
-        return run_index(store, ctx.sources, **kw)
+        if guard.lent:
+            return run_index(store, ctx.sources, **kw)
+        lock = IndexLock(os.path.dirname(ctx.index_path))
+        try:
+            if not lock.acquire(wait_seconds):
+                if not quick:
+                    return None
+                summary = run_index(store, ctx.sources, look_only=True, **kw)
+                if summary is not None or not lock.acquire(BUSY_LOCK_WAIT):
+                    return summary
+            guard.lender = guard._ident() if lend else None
+            return run_index(store, ctx.sources, **kw)
+        finally:
+            if lend:
+                guard.lender, guard.pausable = None, False
+            lock.release()
     finally:
-        lock.release()
-        _RUN_GUARD.release()
+        guard.leave(search)
 
 
 def _cwd():
@@ -14665,7 +14735,7 @@ def _keep_fresh(stop, interval, who="sesame mcp"):
             store = ctx.store()
             try:
                 if not store.readonly:
-                    refresh_index(ctx, store, wait_seconds=0)
+                    refresh_index(ctx, store, wait_seconds=0, lend=True)
             finally:
                 store.close()
         except Exception as e:  # noqa: BLE001  (a broken config or a full disk: the calls say so)

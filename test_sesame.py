@@ -10286,6 +10286,50 @@ def test_an_mcp_call_refreshes_active_files_and_leaves_the_old_ones_to_the_backg
         warm.close()
 
 
+def test_an_mcp_call_during_the_background_refresh_still_reads_what_was_just_appended(history, env, capsys,
+                                                                                     monkeypatch):
+    # The server's background refresh compares every file under the index lock (~0.1 s at 1 GB);
+    # made slow here (10 ms a file). A call meanwhile gets its turn between two files and reads the
+    # append itself, instead of skipping its refresh; the background run then goes on and ends well.
+    import threading
+    monkeypatch.chdir(history.project)
+    monkeypatch.setattr(sesame, "LEND_FILES", 1)
+    real_stat, compared = os.stat, []
+
+    def slow_stat(path, *a, **kw):
+        if threading.current_thread().name == "background" and str(path).endswith(".jsonl"):
+            compared.append(path)
+            time.sleep(0.01)
+        return real_stat(path, *a, **kw)
+    monkeypatch.setattr(os, "stat", slow_stat)
+    errors = []
+    monkeypatch.setattr(sesame, "_stderr", errors.append)
+    warm = sesame.WarmIndex()
+    stop = threading.Event()
+    worker = threading.Thread(target=sesame._keep_fresh, args=(stop, 0.01), name="background", daemon=True)
+    try:
+        first = sesame.call_tool({"name": "search", "arguments": {"query": "routine"}}, warm)
+        assert not first["isError"], (first, errors)
+        assert first["structuredContent"]["results"]
+        worker.start()
+        for _ in range(500):
+            if len(compared) >= 5:
+                break
+            time.sleep(0.005)
+        assert 5 <= len(compared) < 30   # the background run is comparing files
+        append_user(history[12], "written during the background refresh: the okapi plan")
+        t = time.monotonic()
+        reply = sesame.call_tool({"name": "search", "arguments": {"query": "okapi"}}, warm)
+        assert [r["sessionId"] for r in reply["structuredContent"]["results"]] == ["old-12"]
+        assert time.monotonic() - t < 0.3   # (the background run alone takes 0.4 s or more)
+    finally:
+        stop.set()
+        worker.join(10)
+        warm.close()
+    assert not errors, errors
+    assert search_ids(capsys, "okapi", "--no-refresh") == ["old-12"]
+
+
 def test_after_an_upgrade_an_mcp_call_reads_nothing_again_and_the_background_refresh_reads_all(
         history, env, capsys, monkeypatch, tmp_path):
     pi = sesame.PARSERS["pi"]
