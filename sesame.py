@@ -11743,8 +11743,6 @@ def plan_full(store, sources, summary, policy, budget=None):
     known_dirs = store.listings()
     seen, kept, listed_sources, todo, listings = set(), set(), set(), [], {}
     guard = _RUN_GUARD if _RUN_GUARD is not None and _RUN_GUARD.lender == _RUN_GUARD._ident() else None  # (lending)
-    if guard:
-        guard.pausable = True
     for src in sources:
         if guard:
             guard.pause()
@@ -11790,8 +11788,6 @@ def plan_full(store, sources, summary, policy, budget=None):
             elif row[5] != src.path:  # the source that listed it first is another now (the config changed)
                 plan.moved.append((src.path, key))
         plan.checked += checked
-    if guard:
-        guard.pausable = False
     for _, job, source in sorted(reread, key=lambda r: r[0], reverse=True):  # the latest first
         if not plan.defer(job[2].st_size):
             todo.append(job)
@@ -12462,11 +12458,18 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
         for row in plan.gone:
             store.file_gone(row, keep=policy.keep_deleted)
             summary.removed += 1
-        jobs = [job._replace(resume=_resume_point(store, job)) for job in plan.todo]
-        to_read = sum(j.stat.st_size - (j.resume.get("offset", 0) if j.resume else 0) for j in jobs)
-        results = parse_all(jobs, parallel=to_read >= PARALLEL_MIN_BYTES, policy=policy)
+        guard = _RUN_GUARD if _RUN_GUARD is not None and _RUN_GUARD.lender == _RUN_GUARD._ident() else None
+        if guard:   # a background run lends its turn between files too (it parses in-process anyway)
+            jobs = plan.todo
+            to_read = sum(j.stat.st_size for j in jobs)
+            results = pairs = _lending_results(guard, batch, jobs, policy)
+        else:
+            jobs = [job._replace(resume=_resume_point(store, job)) for job in plan.todo]
+            to_read = sum(j.stat.st_size - (j.resume.get("offset", 0) if j.resume else 0) for j in jobs)
+            results = parse_all(jobs, parallel=to_read >= PARALLEL_MIN_BYTES, policy=policy)
+            pairs = zip(jobs, results)
         done_bytes = 0
-        for n, (job, result) in enumerate(zip(jobs, results), 1):
+        for n, (job, result) in enumerate(pairs, 1):
             index_file(batch, job, result, summary, policy)
             batch.done(0, files=1)
             done_bytes += job.stat.st_size
@@ -12487,6 +12490,31 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
     _save_journals(store, plan)
     summary.seconds = time.monotonic() - t0
     return summary
+
+
+def _lending_results(guard, batch, jobs, policy):
+    """(job, parse result) for each job of a run that lends its turn (_RunGuard): before each file,
+    when a search waits, what is written so far is committed and the search runs. It may have read
+    some of the files left meanwhile: each is then looked at again as _check_row would, and read on
+    from where that search stopped, or not at all."""
+    lent = False
+    for job in jobs:
+        if guard.waiting:
+            batch.commit()
+            guard.pause()
+            batch.store.begin()
+            lent = True
+        if lent:
+            row = batch.store.file_row(job.path if job.path.isascii() else db_path(job.path))
+            try:
+                st = stat_file(job.path, job.parser)
+            except OSError:
+                continue   # (gone meanwhile: the next run says so)
+            if row is not None and not _changed(row, job.parser, st):
+                continue
+            job = job._replace(stat=st, row=row)
+        job = job._replace(resume=_resume_point(batch.store, job))
+        yield job, parse_file(job.path, job.parser.id, job.resume, SLICE_BYTES, policy.redact)
 
 
 def _count(summary, plan):
@@ -14624,10 +14652,12 @@ class _RunGuard:
     """Index runs in one process take turns: they share the parsers' caches of the disk.
 
     A server's background refresh (MCP, the page) compares every file every few seconds (~0.1 s at
-    1 GB, under the index lock). It lends its turn, with its index lock, to a search that waits for
-    it (lent), at safe points of that look: between files, before it writes anything (pause, from
-    plan_full). A call then never skips its own refresh for it. The files the paused run found
-    changed may be read by the search first: it reads them on from where the search stopped."""
+    1 GB, under the index lock) and reads those that changed (minutes after an upgrade). It lends
+    its turn, with its index lock, to a search that waits for it (lent), at safe points: between
+    two files it compares (plan_full), and between two files it reads, what it wrote so far
+    committed (_lending_results). A call then does not skip its own refresh for it, and waits at
+    most LEND_WAIT (a file being read). The files the paused run found changed may be read by the
+    search first: the run then reads them on from where the search stopped, or not at all."""
 
     def __init__(self):
         import _thread
@@ -14635,7 +14665,7 @@ class _RunGuard:
         self.turn, self._count = _thread.allocate_lock(), _thread.allocate_lock()
         self.waiting = 0        # searches waiting for their turn, or in it
         self.lender = None      # the thread whose run lends its turn (see pause)
-        self.pausable = False   # that run is where it can (plan_full)
+        self.pausable = False   # a lending run holds the turn: searches wait for it (LEND_WAIT)
         self.lent = False       # the turn was lent: its run holds the index lock, paused
 
     def enter(self, timeout, search):
@@ -14701,7 +14731,8 @@ def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=Fal
                 summary = run_index(store, ctx.sources, look_only=True, **kw)
                 if summary is not None or not lock.acquire(BUSY_LOCK_WAIT):
                     return summary
-            guard.lender = guard._ident() if lend else None
+            if lend:   # (searches wait for its turn from now on: see pause)
+                guard.lender, guard.pausable = guard._ident(), True
             return run_index(store, ctx.sources, **kw)
         finally:
             if lend:

@@ -10330,6 +10330,56 @@ def test_an_mcp_call_during_the_background_refresh_still_reads_what_was_just_app
     assert search_ids(capsys, "okapi", "--no-refresh") == ["old-12"]
 
 
+def test_an_mcp_call_while_the_background_refresh_reads_every_file_again_still_reads_its_append(
+        history, env, capsys, monkeypatch, tmp_path):
+    # After an upgrade the server's background refresh reads every file again (minutes at 1 GB);
+    # made slow here (20 ms a file). Between two files it lends its turn: a call reads the append
+    # itself, answers, and the run goes on, reading that file on from there or not at all.
+    import threading
+    new = sesame.PiParser.version + 1
+    monkeypatch.setattr(sesame.PiParser, "version", new)
+    monkeypatch.chdir(history.project)
+    real_parse, parsed = sesame.parse_file, []
+
+    def slow_parse(path, *a, **kw):
+        if threading.current_thread().name == "background":
+            parsed.append(path)
+            time.sleep(0.02)
+        return real_parse(path, *a, **kw)
+    monkeypatch.setattr(sesame, "parse_file", slow_parse)
+    errors = []
+    monkeypatch.setattr(sesame, "_stderr", errors.append)
+    warm = sesame.WarmIndex()
+    stop = threading.Event()
+    worker = threading.Thread(target=sesame._keep_fresh, args=(stop, 0.01), name="background", daemon=True)
+    try:
+        worker.start()
+        for _ in range(500):
+            if len(parsed) >= 5:
+                break
+            time.sleep(0.005)
+        assert 5 <= len(parsed) < 30   # the background run is reading the files again
+        append_user(history[12], "written while the background refresh read everything: the okapi plan")
+        t = time.monotonic()
+        reply = sesame.call_tool({"name": "search", "arguments": {"query": "okapi"}}, warm)
+        assert [r["sessionId"] for r in reply["structuredContent"]["results"]] == ["old-12"]
+        assert time.monotonic() - t < 0.3   # (the background run alone takes 0.8 s or more)
+        for _ in range(1000):
+            if set(_versions(tmp_path).values()) == {new}:
+                break
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        worker.join(10)
+        warm.close()
+    assert not errors, errors
+    assert set(_versions(tmp_path).values()) == {new}   # the run read them all
+    code, out, _ = run(capsys, "show", "old-12", "--json", "--no-refresh")
+    chunks = json.loads(out)["chunks"]
+    assert sum("okapi" in c["text"] for c in chunks) == 1, chunks   # the append once
+    assert search_ids(capsys, "routine", "--no-refresh", "--limit", "50") == search_ids(capsys, "routine", "--limit", "50")
+
+
 def test_after_an_upgrade_an_mcp_call_reads_nothing_again_and_the_background_refresh_reads_all(
         history, env, capsys, monkeypatch, tmp_path):
     pi = sesame.PARSERS["pi"]
