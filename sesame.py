@@ -11134,6 +11134,10 @@ class Store:
             "SELECT path, mtime_ns FROM dirs WHERE source = ? AND (path = ? OR (path >= ? AND path < ?))",
             (source + SESSION_DIRS, None if below_only else low, low + os.sep, low + os.sep + "\uffff"))]
 
+    def session_folder_count(self, source):
+        """How many folders of a source's sessions' own are known (see set_listings)."""
+        return self.con.execute("SELECT count(*) FROM dirs WHERE source = ?", (source + SESSION_DIRS,)).fetchone()[0]
+
     def session_folders_share(self, source, share, count):
         """[(folder, mtime_ns)]: the `share`-th of `count` slices, in path order, of the folders of
         a source's sessions' own (those of one session stay together)."""
@@ -11923,6 +11927,8 @@ def _session_folders(store, src, rows):
     """The folders of a source whose sessions have folders of their own (Parser.session_folders:
     <source>/<project>/<session>/...) that a search compares: those of the sessions whose files it
     compares (`rows`), and one slice in FOLDER_SHARE of all of them, by the second."""
+    if not store.session_folder_count(src.path):
+        return []   # (none known: a new one changes its project folder's time, which is compared)
     root = src.path.rstrip(os.sep) + os.sep
     owners = set()
     for row in rows:
@@ -16082,6 +16088,9 @@ class _KeptStore:
         # (the folders every search compares: ~1,000 rows for a Codex history of dated folders)
         key = ("listings", None if sources is None else tuple(sources))
         return self._kept(key, lambda: self._store.listings(sources))
+
+    def session_folder_count(self, source):
+        return self._kept(("session folders", source), lambda: self._store.session_folder_count(source))
 
     def active_file_rows(self, since_ns, limit):
         # (the files every search compares: 200 rows, 0.3 ms. Kept while the index is unchanged,
