@@ -14650,6 +14650,7 @@ def refresh_before_reading(ctx, store, first_use):
 
 
 BUSY_LOCK_WAIT = 1.0   # seconds a search that has something to read waits for another indexer
+CALL_LOCK_WAIT = 0.25  # the same for an MCP call (warm: it answers from the index as it is after that)
 LEND_WAIT = 0.05       # seconds a search waits for a background run to lend it its turn
 LEND_FILES = 256       # files a lending run compares between two offers (~3 ms)
 
@@ -14719,7 +14720,7 @@ def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=Fal
     server's background refresh: ~0.1 s each time at 1 GB). A quick refresh that finds it held
     looks anyway, without writing: nothing to read, and the index is as fresh as the rules can
     tell; something to read (a message just appended), and it waits up to BUSY_LOCK_WAIT for the
-    lock and reads it, rather than answer without it."""
+    lock and reads it, rather than answer without it (an MCP call, CALL_LOCK_WAIT: it stays warm)."""
     guard = _run_guard()
     search = quick and not lend
     if not guard.enter(wait_seconds or (LEND_WAIT if search and guard.pausable else 0), search):
@@ -14735,7 +14736,7 @@ def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=Fal
                 if not quick:
                     return None
                 summary = run_index(store, ctx.sources, look_only=True, **kw)
-                if summary is not None or not lock.acquire(BUSY_LOCK_WAIT):
+                if summary is not None or not lock.acquire(BUSY_LOCK_WAIT if ctx.sweep else CALL_LOCK_WAIT):
                     return summary
             if lend:   # (searches wait for its turn from now on: see pause)
                 guard.lender, guard.pausable = guard._ident(), True

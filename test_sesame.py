@@ -8377,6 +8377,22 @@ def test_a_search_while_another_indexer_runs_waits_only_for_what_it_must_read(hi
     finally:
         lock.release()
     assert search_ids(capsys, "tapir") == ["old-16"]
+    # An MCP call stays warm: it waits a quarter of a second at most, not BUSY_LOCK_WAIT.
+    monkeypatch.setattr(sesame, "BUSY_LOCK_WAIT", 5)
+    warm = sesame.WarmIndex()
+    assert lock.acquire(0)
+    try:
+        append_user(history[20], "the quoll plan, while another indexer holds the lock")
+        t = time.monotonic()
+        reply = sesame.call_tool({"name": "search", "arguments": {"query": "quoll"}}, warm)
+        assert not reply["isError"] and reply["structuredContent"]["results"] == [] and time.monotonic() - t < 2
+    finally:
+        lock.release()
+    try:
+        reply = sesame.call_tool({"name": "search", "arguments": {"query": "quoll"}}, warm)
+        assert [r["sessionId"] for r in reply["structuredContent"]["results"]] == ["old-20"]
+    finally:
+        warm.close()
 
 
 def test_search_while_another_process_indexes(corpus, tmp_path):
