@@ -14724,7 +14724,7 @@ def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=Fal
     guard = _run_guard()
     search = quick and not lend
     if not guard.enter(wait_seconds or (LEND_WAIT if search and guard.pausable else 0), search):
-        return None   # (this process's background run is reading: it compares every file)
+        return None   # (another run of this process did not give way in time: the index as it is)
     try:
         kw = dict(full=full, progress=progress, policy=ctx.policy, quick=quick, cwd=_cwd() if quick else None,
                   sweep=ctx.sweep)

@@ -10302,13 +10302,43 @@ def test_an_mcp_call_refreshes_active_files_and_leaves_the_old_ones_to_the_backg
         warm.close()
 
 
-def test_an_mcp_call_during_the_background_refresh_still_reads_what_was_just_appended(history, env, capsys,
-                                                                                     monkeypatch):
+def call_during_background_refresh(monkeypatch, history, busy, then=lambda: None):
+    """Start the MCP server's background refresh (_keep_fresh, in a thread named "background"),
+    wait until it is at work (5 entries in `busy`, which the caller's slowed step fills), append to
+    a session of this folder and call search: the call must find the append within 0.3 s. `then`
+    runs before the refresh stops; nothing may have been logged."""
+    import threading
+    monkeypatch.chdir(history.project)
+    errors = []
+    monkeypatch.setattr(sesame, "_stderr", errors.append)
+    warm = sesame.WarmIndex()
+    stop = threading.Event()
+    worker = threading.Thread(target=sesame._keep_fresh, args=(stop, 0.01), name="background", daemon=True)
+    try:
+        worker.start()
+        for _ in range(500):
+            if len(busy) >= 5:
+                break
+            time.sleep(0.005)
+        assert 5 <= len(busy) < 30   # the background run is at work
+        append_user(history[12], "written during the background refresh: the okapi plan")
+        t = time.monotonic()
+        reply = sesame.call_tool({"name": "search", "arguments": {"query": "okapi"}}, warm)
+        assert [r["sessionId"] for r in reply["structuredContent"]["results"]] == ["old-12"]
+        assert time.monotonic() - t < 0.3   # (the background run alone takes 0.4 s or more)
+        then()
+    finally:
+        stop.set()
+        worker.join(10)
+        warm.close()
+    assert not errors, errors
+
+
+def test_an_mcp_call_during_the_background_refresh_still_reads_what_was_just_appended(history, capsys, monkeypatch):
     # The server's background refresh compares every file under the index lock (~0.1 s at 1 GB);
     # made slow here (10 ms a file). A call meanwhile gets its turn between two files and reads the
     # append itself, instead of skipping its refresh; the background run then goes on and ends well.
     import threading
-    monkeypatch.chdir(history.project)
     monkeypatch.setattr(sesame, "LEND_FILES", 1)
     real_stat, compared = os.stat, []
 
@@ -10318,43 +10348,18 @@ def test_an_mcp_call_during_the_background_refresh_still_reads_what_was_just_app
             time.sleep(0.01)
         return real_stat(path, *a, **kw)
     monkeypatch.setattr(os, "stat", slow_stat)
-    errors = []
-    monkeypatch.setattr(sesame, "_stderr", errors.append)
-    warm = sesame.WarmIndex()
-    stop = threading.Event()
-    worker = threading.Thread(target=sesame._keep_fresh, args=(stop, 0.01), name="background", daemon=True)
-    try:
-        first = sesame.call_tool({"name": "search", "arguments": {"query": "routine"}}, warm)
-        assert not first["isError"], (first, errors)
-        assert first["structuredContent"]["results"]
-        worker.start()
-        for _ in range(500):
-            if len(compared) >= 5:
-                break
-            time.sleep(0.005)
-        assert 5 <= len(compared) < 30   # the background run is comparing files
-        append_user(history[12], "written during the background refresh: the okapi plan")
-        t = time.monotonic()
-        reply = sesame.call_tool({"name": "search", "arguments": {"query": "okapi"}}, warm)
-        assert [r["sessionId"] for r in reply["structuredContent"]["results"]] == ["old-12"]
-        assert time.monotonic() - t < 0.3   # (the background run alone takes 0.4 s or more)
-    finally:
-        stop.set()
-        worker.join(10)
-        warm.close()
-    assert not errors, errors
+    call_during_background_refresh(monkeypatch, history, compared)
     assert search_ids(capsys, "okapi", "--no-refresh") == ["old-12"]
 
 
 def test_an_mcp_call_while_the_background_refresh_reads_every_file_again_still_reads_its_append(
-        history, env, capsys, monkeypatch, tmp_path):
+        history, capsys, monkeypatch, tmp_path):
     # After an upgrade the server's background refresh reads every file again (minutes at 1 GB);
     # made slow here (20 ms a file). Between two files it lends its turn: a call reads the append
     # itself, answers, and the run goes on, reading that file on from there or not at all.
     import threading
     new = sesame.PiParser.version + 1
     monkeypatch.setattr(sesame.PiParser, "version", new)
-    monkeypatch.chdir(history.project)
     real_parse, parsed = sesame.parse_file, []
 
     def slow_parse(path, *a, **kw):
@@ -10363,32 +10368,13 @@ def test_an_mcp_call_while_the_background_refresh_reads_every_file_again_still_r
             time.sleep(0.02)
         return real_parse(path, *a, **kw)
     monkeypatch.setattr(sesame, "parse_file", slow_parse)
-    errors = []
-    monkeypatch.setattr(sesame, "_stderr", errors.append)
-    warm = sesame.WarmIndex()
-    stop = threading.Event()
-    worker = threading.Thread(target=sesame._keep_fresh, args=(stop, 0.01), name="background", daemon=True)
-    try:
-        worker.start()
-        for _ in range(500):
-            if len(parsed) >= 5:
-                break
-            time.sleep(0.005)
-        assert 5 <= len(parsed) < 30   # the background run is reading the files again
-        append_user(history[12], "written while the background refresh read everything: the okapi plan")
-        t = time.monotonic()
-        reply = sesame.call_tool({"name": "search", "arguments": {"query": "okapi"}}, warm)
-        assert [r["sessionId"] for r in reply["structuredContent"]["results"]] == ["old-12"]
-        assert time.monotonic() - t < 0.3   # (the background run alone takes 0.8 s or more)
+
+    def all_read():
         for _ in range(1000):
             if set(_versions(tmp_path).values()) == {new}:
                 break
             time.sleep(0.01)
-    finally:
-        stop.set()
-        worker.join(10)
-        warm.close()
-    assert not errors, errors
+    call_during_background_refresh(monkeypatch, history, parsed, then=all_read)
     assert set(_versions(tmp_path).values()) == {new}   # the run read them all
     code, out, _ = run(capsys, "show", "old-12", "--json", "--no-refresh")
     chunks = json.loads(out)["chunks"]
