@@ -12419,6 +12419,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
     t0 = time.monotonic()
     summary = IndexSummary()
     policy = policy or Policy()
+    lends = _RUN_GUARD.lends if _RUN_GUARD is not None else 0   # (see _lending_results)
     for parser in PARSERS.values():
         parser.new_run(os.path.dirname(store.path))
     known = store.meta("policy")
@@ -12468,7 +12469,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
         if guard:   # a background run lends its turn between files too (it parses in-process anyway)
             jobs = plan.todo
             to_read = sum(j.stat.st_size for j in jobs)
-            results = pairs = _lending_results(guard, batch, jobs, policy)
+            results = pairs = _lending_results(guard, batch, jobs, policy, lends)
         else:
             jobs = [job._replace(resume=_resume_point(store, job)) for job in plan.todo]
             to_read = sum(j.stat.st_size - (j.resume.get("offset", 0) if j.resume else 0) for j in jobs)
@@ -12498,19 +12499,18 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
     return summary
 
 
-def _lending_results(guard, batch, jobs, policy):
+def _lending_results(guard, batch, jobs, policy, lends):
     """(job, parse result) for each job of a run that lends its turn (_RunGuard): before each file,
-    when a search waits, what is written so far is committed and the search runs. It may have read
-    some of the files left meanwhile: each is then looked at again as _check_row would, and read on
-    from where that search stopped, or not at all."""
-    lent = False
+    when a search waits, what is written so far is committed and the search runs. Once a search ran
+    in this run's turn (guard.lends moved from `lends`, while it compared the files or since), it
+    may have read some of the files left: each is then looked at again as _check_row would, and
+    read on from where that search stopped, or not at all."""
     for job in jobs:
         if guard.waiting:
             batch.commit()
             guard.pause()
             batch.store.begin()
-            lent = True
-        if lent:
+        if guard.lends != lends:
             row = batch.store.file_row(job.path if job.path.isascii() else db_path(job.path))
             try:
                 st = stat_file(job.path, job.parser)
@@ -14674,6 +14674,7 @@ class _RunGuard:
         self.lender = None      # the thread whose run lends its turn (see pause)
         self.pausable = False   # a lending run holds the turn: searches wait for it (LEND_WAIT)
         self.lent = False       # the turn was lent: its run holds the index lock, paused
+        self.lends = 0          # how many times it was
 
     def enter(self, timeout, search):
         if search:
@@ -14693,7 +14694,7 @@ class _RunGuard:
 
     def pause(self):
         if self.waiting and self.lender == self._ident():
-            self.lent = True
+            self.lent, self.lends = True, self.lends + 1
             self.turn.release()
             while self.waiting:
                 time.sleep(0.0005)

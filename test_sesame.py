@@ -10348,8 +10348,16 @@ def test_an_mcp_call_during_the_background_refresh_still_reads_what_was_just_app
             time.sleep(0.01)
         return real_stat(path, *a, **kw)
     monkeypatch.setattr(os, "stat", slow_stat)
+    real_parse, parsed = sesame.parse_file, []
+
+    def spy_parse(path, *a, **kw):
+        if threading.current_thread().name == "background":
+            parsed.append(path)
+        return real_parse(path, *a, **kw)
+    monkeypatch.setattr(sesame, "parse_file", spy_parse)
     call_during_background_refresh(monkeypatch, history, compared)
     assert search_ids(capsys, "okapi", "--no-refresh") == ["old-12"]
+    assert str(history[12]) not in parsed   # the call read it: the run, which found it changed, not again
 
 
 def test_an_mcp_call_while_the_background_refresh_reads_every_file_again_still_reads_its_append(
