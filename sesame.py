@@ -346,7 +346,8 @@ def write_private(path, text):
     """Replace a small file of Sesame's own (the sweep's place, the journals', a remote's state...)
     at once: written beside it, then renamed over it, so a reader never sees half of it; readable by
     its owner alone, like the index. An OSError is the caller's (the leftover is removed)."""
-    tmp = "%s.%d.tmp" % (path, os.getpid())
+    import _thread   # (two threads of one server may replace the same file: each writes its own)
+    tmp = "%s.%d.%d.tmp" % (path, os.getpid(), _thread.get_ident())
     try:
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
             f.write(text)
