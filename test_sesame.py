@@ -10390,6 +10390,49 @@ def test_an_mcp_call_while_the_background_refresh_reads_every_file_again_still_r
     assert search_ids(capsys, "routine", "--no-refresh", "--limit", "50") == search_ids(capsys, "routine", "--limit", "50")
 
 
+def test_a_background_rebuild_lends_no_turn_and_a_call_meanwhile_answers_at_once(history, env, capsys, monkeypatch,
+                                                                                 tmp_path):
+    # A changed `exclude` makes the background run rebuild the index in one transaction (searches
+    # see the old index until it commits): no safe point to lend its turn there. A call meanwhile
+    # answers at once from the index as it is, instead of waiting for SQLite's lock (30 s) or seeing
+    # a rebuild committed half-way.
+    import threading
+    write_config({"sources": [{"parser": "pi", "path": str(env)}], "exclude": ["/nowhere/at/all"]}, tmp_path)
+    real_parse, parsed = sesame.parse_file, []
+
+    def slow_parse(path, *a, **kw):
+        if threading.current_thread().name == "background":
+            parsed.append(path)
+            time.sleep(0.02)
+        return real_parse(path, *a, **kw)
+    monkeypatch.setattr(sesame, "parse_file", slow_parse)
+    seen, real_sessions = [], sesame.Store.session_count
+    warm = sesame.WarmIndex()
+    stop = threading.Event()
+    worker = threading.Thread(target=sesame._keep_fresh, args=(stop, 0.01), name="background", daemon=True)
+    try:
+        worker.start()
+        for _ in range(500):
+            if len(parsed) >= 5:
+                break
+            time.sleep(0.005)
+        assert 5 <= len(parsed) < 30   # the rebuild is under way
+        t = time.monotonic()
+        reply = sesame.call_tool({"name": "search", "arguments": {"query": "routine", "limit": 50, "max_chars": 0}},
+                                 warm)
+        assert not reply["isError"] and time.monotonic() - t < 2, reply
+        assert len(reply["structuredContent"]["results"]) == 40   # the old index, whole
+        for _ in range(1000):
+            if len(parsed) >= 40 and search_ids(capsys, "routine", "--no-refresh", "--limit", "50"):
+                break
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        worker.join(30)
+        warm.close()
+    assert len(search_ids(capsys, "routine", "--no-refresh", "--limit", "50")) == 40
+
+
 def test_after_an_upgrade_an_mcp_call_reads_nothing_again_and_the_background_refresh_reads_all(
         history, env, capsys, monkeypatch, tmp_path):
     pi = sesame.PARSERS["pi"]
