@@ -12443,6 +12443,8 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
             return summary
     if look_only:
         return None
+    if _RUN_GUARD is not None and _RUN_GUARD.lends != lends and store.meta("policy") != policy.fingerprint():
+        return summary   # a search it let run rebuilt the index under a config edited since: this look is stale
     if (full or plan is None) and _RUN_GUARD is not None and _RUN_GUARD.lender == _RUN_GUARD._ident():
         # A rebuild is one transaction (searches see the old index until it commits), and a first
         # look runs inside the run's write transaction: no safe point to lend a turn at (_RunGuard).
