@@ -995,7 +995,42 @@ class _PrivateKeyBlocks:
         return "".join(out) + text[last:], len(spans)
 
 
-_SHAPES = [(hints, _PrivateKeyBlocks() if hints == ("PRIVATE KEY",) else
+class _JsonWebTokens:
+    """The jwt shape of _SHAPE_GROUPS, found as its expression finds it but in one pass: each of
+    its three parts is a whole run of [A-Za-z0-9_-] (what follows a shorter one is not the "." it
+    needs), but the expression, tried at every "eyJ" of one long run ("eyJ-eyJ-..."), went to the
+    run's end and back from each: 1.6 s for 64 KB. Here a start that fails skips the rest of its
+    run, where every start ends the same way. (A test holds it equal to the expression.)"""
+
+    _START = LazyPattern(r"\beyJ")
+    _RUN = LazyPattern(r"[A-Za-z0-9_-]*")
+    _PADDING = LazyPattern(r"=*")
+
+    def subn(self, repl, text):
+        spans, pos = [], 0
+        while True:
+            m = self._START.search(text, pos)
+            if not m:
+                break
+            end = first = self._RUN.match(text, m.end()).end()
+            if first - m.end() >= 10 and text.startswith(".eyJ", first):
+                end = self._RUN.match(text, first + 4).end()
+                if end - first - 4 >= 10 and text.startswith(".", end):
+                    last = self._RUN.match(text, end + 1).end()
+                    if last - end - 1 >= 10:
+                        end = self._PADDING.match(text, last).end()
+                        spans.append((m.start(), end))
+            pos = max(end, m.end())
+        if not spans:
+            return text, 0
+        out, last = [], 0
+        for a, b in spans:
+            out += [text[last:a], "[REDACTED:jwt]"]
+            last = b
+        return "".join(out) + text[last:], len(spans)
+
+
+_SHAPES = [(hints, _PrivateKeyBlocks() if hints == ("PRIVATE KEY",) else _JsonWebTokens() if hints == ("eyJ",) else
             LazyPattern("|".join("(?P<%s_%d>%s)" % (kind, i, rx) for i, (kind, rx) in enumerate(group))))
            for hints, group in _SHAPE_GROUPS]
 _SECRET_WORD = LazyPattern(r"secret|token|passw(?:or)?d|passwd|api[_-]?key|private[_-]?key|access[_-]?key|"
