@@ -940,6 +940,16 @@ _PREFIXED = [
 ]
 
 
+def _spliced(text, spans, kind):
+    """(text with each of the (start, end) spans, in order, replaced by [REDACTED:kind], how many):
+    what re.subn gives, for the shapes found in one pass below."""
+    out, last = [], 0
+    for a, b in spans:
+        out += [text[last:a], "[REDACTED:%s]" % kind]
+        last = b
+    return "".join(out) + text[last:], len(spans)
+
+
 class _PrivateKeyBlocks:
     """The private-key shapes of _SHAPE_GROUPS (its first group), found as its expression finds
     them but in one pass: tried at each "-----BEGIN ... PRIVATE KEY-----", the expression looked up
@@ -986,13 +996,7 @@ class _PrivateKeyBlocks:
             if end is not None:
                 spans.append((p, end))
                 pos = end
-        if not spans:
-            return text, 0
-        out, last = [], 0
-        for a, b in spans:
-            out += [text[last:a], "[REDACTED:private_key]"]
-            last = b
-        return "".join(out) + text[last:], len(spans)
+        return _spliced(text, spans, "private_key")
 
 
 class _JsonWebTokens:
@@ -1021,13 +1025,7 @@ class _JsonWebTokens:
                         end = self._PADDING.match(text, last).end()
                         spans.append((m.start(), end))
             pos = max(end, m.end())
-        if not spans:
-            return text, 0
-        out, last = [], 0
-        for a, b in spans:
-            out += [text[last:a], "[REDACTED:jwt]"]
-            last = b
-        return "".join(out) + text[last:], len(spans)
+        return _spliced(text, spans, "jwt")
 
 
 _SHAPES = [(hints, _PrivateKeyBlocks() if hints == ("PRIVATE KEY",) else _JsonWebTokens() if hints == ("eyJ",) else

@@ -10340,13 +10340,11 @@ def test_an_mcp_call_refreshes_active_files_and_leaves_the_old_ones_to_the_backg
         warm.close()
 
 
-def call_during_background_refresh(monkeypatch, history, busy, then=lambda: None):
+def during_background_refresh(monkeypatch, busy, act):
     """Start the MCP server's background refresh (_keep_fresh, in a thread named "background"),
-    wait until it is at work (5 entries in `busy`, which the caller's slowed step fills), append to
-    a session of this folder and call search: the call must find the append within 0.3 s. `then`
-    runs before the refresh stops; nothing may have been logged."""
+    wait until it is at work (5 entries in `busy`, which the caller's slowed step fills), run
+    act(warm) with an MCP server's WarmIndex, then stop it. Returns what was logged."""
     import threading
-    monkeypatch.chdir(history.project)
     errors = []
     monkeypatch.setattr(sesame, "_stderr", errors.append)
     warm = sesame.WarmIndex()
@@ -10359,17 +10357,27 @@ def call_during_background_refresh(monkeypatch, history, busy, then=lambda: None
                 break
             time.sleep(0.005)
         assert 5 <= len(busy) < 30   # the background run is at work
+        act(warm)
+    finally:
+        stop.set()
+        worker.join(30)
+        warm.close()
+    return errors
+
+
+def finds_its_append(monkeypatch, history, then=lambda: None):
+    """An act for during_background_refresh: append to a session of this folder and call search;
+    the call must find the append within 0.3 s (the slowed background run takes 0.4 s or more)."""
+    monkeypatch.chdir(history.project)
+
+    def act(warm):
         append_user(history[12], "written during the background refresh: the okapi plan")
         t = time.monotonic()
         reply = sesame.call_tool({"name": "search", "arguments": {"query": "okapi"}}, warm)
         assert [r["sessionId"] for r in reply["structuredContent"]["results"]] == ["old-12"]
-        assert time.monotonic() - t < 0.3   # (the background run alone takes 0.4 s or more)
+        assert time.monotonic() - t < 0.3
         then()
-    finally:
-        stop.set()
-        worker.join(10)
-        warm.close()
-    assert not errors, errors
+    return act
 
 
 def test_an_mcp_call_during_the_background_refresh_still_reads_what_was_just_appended(history, capsys, monkeypatch):
@@ -10393,19 +10401,14 @@ def test_an_mcp_call_during_the_background_refresh_still_reads_what_was_just_app
             parsed.append(path)
         return real_parse(path, *a, **kw)
     monkeypatch.setattr(sesame, "parse_file", spy_parse)
-    call_during_background_refresh(monkeypatch, history, compared)
+    assert during_background_refresh(monkeypatch, compared, finds_its_append(monkeypatch, history)) == []
     assert search_ids(capsys, "okapi", "--no-refresh") == ["old-12"]
     assert str(history[12]) not in parsed   # the call read it: the run, which found it changed, not again
 
 
-def test_an_mcp_call_while_the_background_refresh_reads_every_file_again_still_reads_its_append(
-        history, capsys, monkeypatch, tmp_path):
-    # After an upgrade the server's background refresh reads every file again (minutes at 1 GB);
-    # made slow here (20 ms a file). Between two files it lends its turn: a call reads the append
-    # itself, answers, and the run goes on, reading that file on from there or not at all.
+def slow_background_parse(monkeypatch):
+    """parse_file made slow (20 ms a file) in the background thread; returns the files it parsed."""
     import threading
-    new = sesame.PiParser.version + 1
-    monkeypatch.setattr(sesame.PiParser, "version", new)
     real_parse, parsed = sesame.parse_file, []
 
     def slow_parse(path, *a, **kw):
@@ -10414,13 +10417,24 @@ def test_an_mcp_call_while_the_background_refresh_reads_every_file_again_still_r
             time.sleep(0.02)
         return real_parse(path, *a, **kw)
     monkeypatch.setattr(sesame, "parse_file", slow_parse)
+    return parsed
+
+
+def test_an_mcp_call_while_the_background_refresh_reads_every_file_again_still_reads_its_append(
+        history, capsys, monkeypatch, tmp_path):
+    # After an upgrade the server's background refresh reads every file again (minutes at 1 GB);
+    # made slow here. Between two files it lends its turn: a call reads the append itself, answers,
+    # and the run goes on, reading that file on from there or not at all.
+    new = sesame.PiParser.version + 1
+    monkeypatch.setattr(sesame.PiParser, "version", new)
+    parsed = slow_background_parse(monkeypatch)
 
     def all_read():
         for _ in range(1000):
             if set(_versions(tmp_path).values()) == {new}:
                 break
             time.sleep(0.01)
-    call_during_background_refresh(monkeypatch, history, parsed, then=all_read)
+    assert during_background_refresh(monkeypatch, parsed, finds_its_append(monkeypatch, history, then=all_read)) == []
     assert set(_versions(tmp_path).values()) == {new}   # the run read them all
     code, out, _ = run(capsys, "show", "old-12", "--json", "--no-refresh")
     chunks = json.loads(out)["chunks"]
@@ -10434,27 +10448,10 @@ def test_a_background_rebuild_lends_no_turn_and_a_call_meanwhile_answers_at_once
     # see the old index until it commits): no safe point to lend its turn there. A call meanwhile
     # answers at once from the index as it is, instead of waiting for SQLite's lock (30 s) or seeing
     # a rebuild committed half-way.
-    import threading
     write_config({"sources": [{"parser": "pi", "path": str(env)}], "exclude": ["/nowhere/at/all"]}, tmp_path)
-    real_parse, parsed = sesame.parse_file, []
+    parsed = slow_background_parse(monkeypatch)
 
-    def slow_parse(path, *a, **kw):
-        if threading.current_thread().name == "background":
-            parsed.append(path)
-            time.sleep(0.02)
-        return real_parse(path, *a, **kw)
-    monkeypatch.setattr(sesame, "parse_file", slow_parse)
-    seen, real_sessions = [], sesame.Store.session_count
-    warm = sesame.WarmIndex()
-    stop = threading.Event()
-    worker = threading.Thread(target=sesame._keep_fresh, args=(stop, 0.01), name="background", daemon=True)
-    try:
-        worker.start()
-        for _ in range(500):
-            if len(parsed) >= 5:
-                break
-            time.sleep(0.005)
-        assert 5 <= len(parsed) < 30   # the rebuild is under way
+    def act(warm):
         t = time.monotonic()
         reply = sesame.call_tool({"name": "search", "arguments": {"query": "routine", "limit": 50, "max_chars": 0}},
                                  warm)
@@ -10464,10 +10461,8 @@ def test_a_background_rebuild_lends_no_turn_and_a_call_meanwhile_answers_at_once
             if len(parsed) >= 40 and search_ids(capsys, "routine", "--no-refresh", "--limit", "50"):
                 break
             time.sleep(0.01)
-    finally:
-        stop.set()
-        worker.join(30)
-        warm.close()
+    logged = during_background_refresh(monkeypatch, parsed, act)
+    assert set(logged) <= {"sesame: another sesame index is running; using the index as it is"}, logged
     assert len(search_ids(capsys, "routine", "--no-refresh", "--limit", "50")) == 40
 
 
