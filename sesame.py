@@ -869,12 +869,13 @@ def text_of(content):
 # for the secrets a coding session shows most, and stay cheap on ordinary text: each group of token
 # shapes runs only when its hint (a literal every match contains) is in the text; `name = value`
 # pairs whose name says secret are looked at only where such a name occurs.
+_PEM_BEGIN = r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
 _PEM_END = r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
 _SHAPE_GROUPS = [  # (hints, [(kind, regex)])
     (("PRIVATE KEY",), [
         # private-key: a whole block; one cut by the end of the text (or the output cap) up to the
         # end; and the tail of one whose start was cut (from the start or the cap's marker).
-        ("private_key", r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----[\s\S]{0,16384}?(?:%s|\Z)" % _PEM_END),
+        ("private_key", r"%s[\s\S]{0,16384}?(?:%s|\Z)" % (_PEM_BEGIN, _PEM_END)),
         ("private_key", r"(?:\A|(?<=characters dropped \.\.\.\]\n))(?:(?!-----BEGIN|\[\.\.\. \d+ characters dropped)[\s\S])"
                         r"{0,16384}?%s" % _PEM_END),
     ]),
@@ -958,10 +959,10 @@ class _PrivateKeyBlocks:
     end or a stop of the cut tail's form starts is found once, and each candidate is decided by
     lookups (bisect). Same spans, in the same order (a test holds the two equal)."""
 
-    _BEGIN = LazyPattern(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+    _BEGIN = LazyPattern(_PEM_BEGIN)
     _END = LazyPattern(_PEM_END)
     _STARTS = {name: LazyPattern("(?=%s)" % rx) for name, rx in (   # zero-width: overlapping ones too
-        ("begin", r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"), ("end", _PEM_END),
+        ("begin", _PEM_BEGIN), ("end", _PEM_END),
         ("stop", r"-----BEGIN|\[\.\.\. \d+ characters dropped"))}
     _AFTER_CUT = "characters dropped ...]\n"
     _MAX = 16384
@@ -11838,7 +11839,7 @@ def plan_full(store, sources, summary, policy, budget=None):
     known = store.file_stats()
     known_dirs = store.listings()
     seen, kept, listed_sources, todo, listings = set(), set(), set(), [], {}
-    guard = _RUN_GUARD if _RUN_GUARD is not None and _RUN_GUARD.lender == _RUN_GUARD._ident() else None  # (lending)
+    guard = _lending()
     for src in sources:
         if guard:
             guard.pause()
@@ -12536,10 +12537,11 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
         return None
     if _RUN_GUARD is not None and _RUN_GUARD.lends != lends and store.meta("policy") != policy.fingerprint():
         return summary   # a search it let run rebuilt the index under a config edited since: this look is stale
-    if (full or plan is None) and _RUN_GUARD is not None and _RUN_GUARD.lender == _RUN_GUARD._ident():
+    guard = _lending()
+    if guard and (full or plan is None):
         # A rebuild is one transaction (searches see the old index until it commits), and a first
         # look runs inside the run's write transaction: no safe point to lend a turn at (_RunGuard).
-        _RUN_GUARD.lender, _RUN_GUARD.pausable = None, False
+        guard.lender, guard.pausable, guard = None, False, None
     batch = Batch(store, one_transaction=full)
     results = None
     try:
@@ -12563,7 +12565,6 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
         for row in plan.gone:
             store.file_gone(row, keep=policy.keep_deleted)
             summary.removed += 1
-        guard = _RUN_GUARD if _RUN_GUARD is not None and _RUN_GUARD.lender == _RUN_GUARD._ident() else None
         if guard:   # a background run lends its turn between files too (it parses in-process anyway)
             jobs = plan.todo
             to_read = sum(j.stat.st_size for j in jobs)
@@ -14801,6 +14802,12 @@ class _RunGuard:
 
 
 _RUN_GUARD = None
+
+
+def _lending():
+    """The _RunGuard when this thread's run lends its turn (a server's background refresh), else None."""
+    guard = _RUN_GUARD
+    return guard if guard is not None and guard.lender == guard._ident() else None
 
 
 def _run_guard():
