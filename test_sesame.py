@@ -6873,6 +6873,127 @@ def test_after_an_upgrade_index_reads_again_every_file_a_new_parser_version_read
     assert run(capsys, "search", "routine")[2] == ""
 
 
+# -- The full-text index does not keep what was replaced (merge_index) ----------------------------
+
+def _fts_bytes(tmp_path):
+    """The full-text index's data (FTS5's %_data table): what ranking queries read."""
+    con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
+    try:
+        return con.execute("SELECT sum(length(block)) FROM docs_fts_data").fetchone()[0]
+    finally:
+        con.close()
+
+
+def _index_meta(tmp_path, key):
+    con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row and row[0]
+    finally:
+        con.close()
+
+
+def _wordy_sessions(env, n=60, cwd="/home/dev/wordy"):
+    """n pi sessions of 24 messages of 60 words each from a vocabulary of 600 (w000a...)."""
+    import random
+    rnd = random.Random(5)
+    vocab = ["w%03d%s" % (i, "abcdefgh"[i % 8]) for i in range(600)]
+    for i in range(n):
+        w = PiWriter(env, "wordy-%02d" % i, cwd=cwd)
+        for _ in range(12):
+            w.user(" ".join(rnd.choice(vocab) for _ in range(60))).assistant(" ".join(rnd.choice(vocab) for _ in range(60)))
+        w.save()
+
+
+def _upgrade_without_merging(capsys, monkeypatch, times=1):
+    """Every pi file read again by `sesame index` (a new parser version), with merging held off
+    (as by the versions before merge_index): the full-text index keeps the replaced text."""
+    floor = sesame.COMPACT_MIN_TOKENS
+    monkeypatch.setattr(sesame, "COMPACT_MIN_TOKENS", 10 ** 12)
+    for _ in range(times):
+        monkeypatch.setattr(sesame.PiParser, "version", sesame.PiParser.version + 1)
+        assert run(capsys, "index")[0] == 0
+    monkeypatch.setattr(sesame, "COMPACT_MIN_TOKENS", floor)
+
+
+def test_sessions_read_again_leave_no_replaced_text_in_the_full_text_index(env, capsys, monkeypatch, tmp_path):
+    # FTS5 deletes a row by adding markers; the old entries stay until a merge reaches them. Read
+    # again four times (four upgrades), the index held 2.6 times its text at this size (and an aged
+    # 1 GB one ranked a third slower): now each run that leaves half as much dead text as live
+    # merges it out, and every search finds what it found before.
+    monkeypatch.setattr(sesame, "COMPACT_MIN_TOKENS", 1000)
+    _wordy_sessions(env)
+    assert run(capsys, "index")[0] == 0
+    fresh = _fts_bytes(tmp_path)
+    queries = ["w001b w017b", "w123d", "w599h w002c w300e"]
+    found = [search_ids(capsys, q, "--limit", "20") for q in queries]
+    assert all(found)
+    for _ in range(4):
+        monkeypatch.setattr(sesame.PiParser, "version", sesame.PiParser.version + 1)
+        code, out, err = run(capsys, "index")
+        assert code == 0 and "60 indexed" in err and "replaced text merged out of the full-text index" in err
+        assert _fts_bytes(tmp_path) <= 1.1 * fresh
+        assert _index_meta(tmp_path, "fts_dead") == "0"
+        assert [search_ids(capsys, q, "--limit", "20") for q in queries] == found
+    code, out, err = run(capsys, "index", "--json")
+    assert "merged out" not in err and json.loads(out)["merged"] is False   # nothing left to merge
+
+
+def test_an_index_from_before_the_count_is_merged_once(env, capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(sesame, "COMPACT_MIN_TOKENS", 1000)
+    _wordy_sessions(env)
+    assert run(capsys, "index")[0] == 0
+    fresh = _fts_bytes(tmp_path)
+    _upgrade_without_merging(capsys, monkeypatch, times=2)
+    assert _fts_bytes(tmp_path) > 1.5 * fresh
+    con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
+    con.execute("DELETE FROM meta WHERE key='fts_dead'")   # (what an older Sesame's index holds)
+    con.commit()
+    con.close()
+    code, out, err = run(capsys, "index", "--json")
+    assert code == 0 and json.loads(out)["merged"] is True and _fts_bytes(tmp_path) <= 1.1 * fresh
+    assert json.loads(run(capsys, "index", "--json")[1])["merged"] is False
+
+
+def test_a_search_merges_only_when_it_writes_anyway_and_for_a_bounded_time(env, capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(sesame, "COMPACT_MIN_TOKENS", 1000)
+    _wordy_sessions(env)
+    project = tmp_path / "proj"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    path = PiWriter(env, "active", cwd=str(project)).user("the first step").save()
+    age(env)   # (settled folders: a search that finds nothing to read writes nothing)
+    assert run(capsys, "index")[0] == 0
+    fresh = _fts_bytes(tmp_path)
+    _upgrade_without_merging(capsys, monkeypatch, times=2)
+    bloated = _fts_bytes(tmp_path)
+    assert bloated > 1.5 * fresh
+    # A search that reads nothing writes nothing: merging would cost it a write and the log's
+    # checkpoint when the process ends (~20 ms at 1 GB), more than the merge itself.
+    assert search_ids(capsys, "w123d") != []
+    assert _fts_bytes(tmp_path) == bloated and _index_meta(tmp_path, "fts_dead") != "0"
+    # One that reads an append merges too, for at most COMPACT_SEARCH_SECONDS (steps slowed here).
+    steps = []
+    real_step = sesame.Store.merge_step
+
+    def slow_step(store):
+        steps.append(time.monotonic())
+        time.sleep(0.004)
+        return real_step(store)
+    monkeypatch.setattr(sesame.Store, "merge_step", slow_step)
+    monkeypatch.setattr(sesame, "COMPACT_PAGES", 1)
+    monkeypatch.setattr(sesame, "COMPACT_SEARCH_SECONDS", 0.02)
+    append_user(path, "the echidna step")
+    t = time.monotonic()
+    assert search_ids(capsys, "echidna") == ["active"]
+    assert 1 <= len(steps) <= 6 and steps[-1] - t < 0.1
+    assert _fts_bytes(tmp_path) != bloated   # it began
+    # `sesame index` ends it.
+    assert "replaced text merged out" in run(capsys, "index")[2]
+    assert _fts_bytes(tmp_path) <= 1.1 * fresh
+    assert search_ids(capsys, "echidna") == ["active"]
+
+
 def _journal_home(tmp_path, agent, n=6):
     """n old sessions of `agent` in its own layout under tmp_path/home, run in /home/dev/a (not the
     caller's folder), with the agent's prompt history; configured as the only source. Returns
@@ -10378,6 +10499,33 @@ def finds_its_append(monkeypatch, history, then=lambda: None):
         assert time.monotonic() - t < 0.3
         then()
     return act
+
+
+def test_an_mcp_call_during_the_background_merge_of_the_full_text_index_reads_its_append(
+        history, env, capsys, monkeypatch, tmp_path):
+    # After an upgrade read every file again, the server's background refresh merges the replaced
+    # text out of the full-text index (4.6 s at 1 GB), a step at a time: a call gets its turn between
+    # two steps (slowed here to 20 ms each) and reads its append; the merge then goes on to its end.
+    import threading
+    monkeypatch.setattr(sesame, "COMPACT_MIN_TOKENS", 1000)
+    _wordy_sessions(env)
+    assert run(capsys, "index")[0] == 0
+    fresh = _fts_bytes(tmp_path)
+    _upgrade_without_merging(capsys, monkeypatch, times=2)
+    assert _fts_bytes(tmp_path) > 1.5 * fresh
+    monkeypatch.setattr(sesame, "COMPACT_PAGES", 1)
+    real_step, steps = sesame.Store.merge_step, []
+
+    def slow_step(store):
+        if threading.current_thread().name == "background":
+            steps.append(time.monotonic())
+            time.sleep(0.02)
+        return real_step(store)
+    monkeypatch.setattr(sesame.Store, "merge_step", slow_step)
+    assert during_background_refresh(monkeypatch, steps, finds_its_append(monkeypatch, history)) == []
+    assert len(steps) >= 20   # it went on after the call
+    assert _fts_bytes(tmp_path) <= 1.1 * fresh and _index_meta(tmp_path, "fts_dead") == "0"
+    assert search_ids(capsys, "okapi", "--no-refresh") == ["old-12"]
 
 
 def test_an_mcp_call_during_the_background_refresh_still_reads_what_was_just_appended(history, capsys, monkeypatch):
