@@ -10488,7 +10488,9 @@ FTS_HASHSIZE = 32 * 1024 * 1024  # bigger in-memory batches before a flush: fast
 COMPACT_PAGES = 16               # FTS pages one merge step writes (~2 ms)
 COMPACT_MIN_TOKENS = 500000      # fewer dead tokens than this cost nothing worth a merge
 COMPACT_SEARCH_SECONDS = 0.01
-COMPACT_WATCH_SECONDS = 0.5
+COMPACT_WATCH_SECONDS = 0.2
+COMPACT_CHECKPOINT_STEPS = 8     # steps between two checkpoints of a background merge (see merge_index)
+WAL_AUTOCHECKPOINT = 1000        # SQLite's default: pages written to the log before a commit copies it
 
 
 def sqlite_varints(blob):
@@ -10921,6 +10923,10 @@ class Store:
         except (TypeError, ValueError):
             dead = live
         return dead >= COMPACT_MIN_TOKENS and 2 * dead >= live
+
+    def checkpoint(self):
+        """Copy what the log holds into the index file, as far as readers allow, without waiting."""
+        self.con.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def merge_step(self):
         """One step of merging the full-text index's segments into one, in the caller's transaction;
@@ -12674,22 +12680,34 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
 
 def merge_index(store, summary, seconds=None):
     """Merge the full-text index's segments when it holds many dead entries (see COMPACT_PAGES), a
-    step (one transaction) at a time, for at most `seconds` (None: until done). A background run
-    lends its turn between steps (_RunGuard)."""
+    step (one transaction) at a time, for at most `seconds` (None: until done).
+
+    A background run lends its turn between steps (_RunGuard), and copies the log into the index
+    (SQLite's checkpoint, which a commit makes every 1,000 pages written: 20 ms, up to 0.3 s, at 1
+    GB) every few steps with its turn lent: a checkpoint needs neither the turn nor the write lock,
+    and a call should not wait for it."""
     if seconds == 0 or not store.fts_bloated():
         return
     guard, t0 = _lending(), time.monotonic()
-    done = False
-    while not done:
-        if guard and guard.waiting:
-            guard.pause()
-        try:
+    done, steps = False, 0
+    if guard:
+        store.con.execute("PRAGMA wal_autocheckpoint=0")
+    try:
+        while not done:
+            if guard and guard.waiting:
+                guard.pause()
             with store.transaction():
                 done = store.merge_step()
-        except sqlite3.OperationalError:
-            return   # (a full disk: the run's own writes are committed; merging waits for a later run)
-        if seconds is not None and time.monotonic() - t0 >= seconds:
-            break
+            steps += 1
+            if guard and (done or steps % COMPACT_CHECKPOINT_STEPS == 0):
+                guard.aside(store.checkpoint)
+            if seconds is not None and time.monotonic() - t0 >= seconds:
+                break
+    except sqlite3.OperationalError:
+        return   # (a full disk: the run's own writes are committed; merging waits for a later run)
+    finally:
+        if guard:
+            store.con.execute("PRAGMA wal_autocheckpoint=%d" % WAL_AUTOCHECKPOINT)
     summary.merge_seconds = time.monotonic() - t0
     summary.merged = done
 
@@ -14848,6 +14866,7 @@ BUSY_LOCK_WAIT = 1.0   # seconds a search that has something to read waits for a
 CALL_LOCK_WAIT = 0.25  # the same for an MCP call (warm: it answers from the index as it is after that)
 LEND_WAIT = 0.05       # seconds a search waits for a background run to lend it its turn
 LEND_FILES = 256       # files a lending run compares between two offers (~3 ms)
+BACKGROUND_TURN_WAIT = 1.0   # seconds a background run waits for the calls in their turn
 
 
 class _RunGuard:
@@ -14887,6 +14906,19 @@ class _RunGuard:
         if search:
             with self._count:
                 self.waiting -= 1
+
+    def aside(self, work):
+        """Run work that needs neither the turn nor the index's write lock with the turn lent, so
+        that a search that comes meanwhile runs at once (see merge_index)."""
+        if self.lender != self._ident():
+            return work()
+        self.lent, self.lends = True, self.lends + 1
+        self.turn.release()
+        try:
+            return work()
+        finally:
+            self.turn.acquire()
+            self.lent = False
 
     def pause(self):
         if self.waiting and self.lender == self._ident():
@@ -14928,7 +14960,10 @@ def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=Fal
     lock and reads it, rather than answer without it (an MCP call, CALL_LOCK_WAIT: it stays warm)."""
     guard = _run_guard()
     search = quick and not lend
-    if not guard.enter(wait_seconds or (LEND_WAIT if search and guard.pausable else 0), search):
+    # (A background run waits for a call in its turn rather than skip its round: the next is 30 s
+    # away. The index lock it then takes without waiting: calls cannot have their turn meanwhile.)
+    turn_wait = wait_seconds or (LEND_WAIT if search and guard.pausable else BACKGROUND_TURN_WAIT if lend else 0)
+    if not guard.enter(turn_wait, search):
         return None   # (another run of this process did not give way in time: the index as it is)
     try:
         if search:

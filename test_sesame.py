@@ -10532,6 +10532,24 @@ def finds_its_append(monkeypatch, history, then=lambda: None):
     return act
 
 
+def test_the_background_refresh_waits_for_a_call_in_its_turn_rather_than_skip_its_round(history, env, capsys):
+    # A busy client's calls hold the turn a third of the time: the background run, every 30 s,
+    # skipped its round whenever one did (and a merge or an upgrade's reading waited 30 s more).
+    import threading
+    PiWriter(env, "late", cwd="/home/dev/p9").user("the serval notes").save()
+    guard = sesame._run_guard()
+    assert guard.enter(1, True)   # a call in its turn, for 0.2 s more
+    threading.Timer(0.2, guard.leave, args=(True,)).start()
+    ctx = sesame.Context()
+    store = ctx.store()
+    try:
+        summary = sesame.refresh_index(ctx, store, wait_seconds=0, lend=True)
+    finally:
+        store.close()
+    assert summary is not None and summary.indexed == 1
+    assert search_ids(capsys, "serval", "--no-refresh") == ["late"]
+
+
 def test_an_mcp_call_during_the_background_merge_of_the_full_text_index_reads_its_append(
         history, env, capsys, monkeypatch, tmp_path):
     # After an upgrade read every file again, the server's background refresh merges the replaced
@@ -10552,8 +10570,23 @@ def test_an_mcp_call_during_the_background_merge_of_the_full_text_index_reads_it
             steps.append(time.monotonic())
             time.sleep(0.02)
         return real_step(store)
+    # Every few steps it copies the log into the index (a checkpoint: 20 ms, up to 0.3 s at 1 GB),
+    # slowed here to 0.25 s: the call comes during one, and does not wait for it.
+    real_checkpoint, in_checkpoint = sesame.Store.checkpoint, threading.Event()
+
+    def slow_checkpoint(store):
+        if threading.current_thread().name == "background":
+            in_checkpoint.set()
+            time.sleep(0.25)
+        return real_checkpoint(store)
     monkeypatch.setattr(sesame.Store, "merge_step", slow_step)
-    assert during_background_refresh(monkeypatch, steps, finds_its_append(monkeypatch, history)) == []
+    monkeypatch.setattr(sesame.Store, "checkpoint", slow_checkpoint)
+    call = finds_its_append(monkeypatch, history)
+
+    def act(warm):
+        assert in_checkpoint.wait(10)
+        call(warm)
+    assert during_background_refresh(monkeypatch, steps, act) == []
     assert len(steps) >= 20   # it went on after the call
     assert _fts_bytes(tmp_path) <= 1.1 * fresh and _index_meta(tmp_path, "fts_dead") == "0"
     assert search_ids(capsys, "okapi", "--no-refresh") == ["old-12"]
