@@ -10794,7 +10794,7 @@ class Store:
         con.execute("INSERT INTO docs_fts(docs_fts, rank) VALUES('hashsize', %d)" % FTS_HASHSIZE)
         self.set_meta("schema_version", SCHEMA_VERSION)
         self.set_meta("created", iso(now_utc()))
-        self.set_meta("fts_dead", 0)   # (see COMPACT_PAGES)
+        self._fts_merged()   # (see COMPACT_PAGES)
 
     def _drop_all(self):
         rows = self.con.execute("SELECT type, name FROM sqlite_master WHERE type IN ('table','view') "
@@ -10910,12 +10910,15 @@ class Store:
                         (doc_id,) + doc_columns(name, self._part_rows(sid, first, last)))
             con.execute("DELETE FROM docs WHERE id=?", (doc_id,))
             dead += sum(sqlite_varints(size)) if isinstance(size, bytes) else 0
-        if dead:   # (an index from before the count keeps no count: it is merged once, see fts_bloated)
+        if dead:   # (an index from before the count keeps no count: it is merged once, see merge_due)
             con.execute("UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key='fts_dead'", (dead,))
 
-    def fts_bloated(self):
+    def merge_due(self):
         """Whether the full-text index holds at least half as many dead tokens as live ones (and enough
-        to matter): a merge is due (see COMPACT_PAGES). An index that kept no count is merged once."""
+        to matter), or a merge of it is under way (see COMPACT_PAGES). An index that kept no count is
+        merged once."""
+        if self.meta("fts_merging") is not None:
+            return True
         row = self.con.execute("SELECT block FROM docs_fts_data WHERE id=1").fetchone()   # FTS5's totals:
         live = sum(sqlite_varints(row[0])[1:]) if row and isinstance(row[0], bytes) else 0   # rows, each column's tokens
         try:
@@ -10924,18 +10927,32 @@ class Store:
             dead = live
         return dead >= COMPACT_MIN_TOKENS and 2 * dead >= live
 
+    def _fts_merged(self):
+        """The full-text index holds no dead entries to speak of: no merge due, none under way."""
+        self.set_meta("fts_dead", 0)
+        self.con.execute("DELETE FROM meta WHERE key='fts_merging'")
+
     def checkpoint(self):
         """Copy what the log holds into the index file, as far as readers allow, without waiting."""
         self.con.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def merge_step(self):
         """One step of merging the full-text index's segments into one, in the caller's transaction;
-        True when there was nothing left to merge (its dead entries are gone)."""
-        before = self.con.total_changes
-        self.con.execute("INSERT INTO docs_fts(docs_fts, rank) VALUES('merge', ?)", (-COMPACT_PAGES,))
+        True when the merge is done (the dead entries of the segments it took are gone).
+
+        The first step starts a merge of every segment there is (FTS5's 'merge' with a negative page
+        count); the next go on with that merge (a positive count), in this run or a later one. Each
+        negative step would start again from the start when a segment was written since (an append
+        indexed between two steps): a merge spread over `watch` rounds beside a working agent never
+        ended. The segments written meanwhile are left to FTS5's own merges."""
+        before, start = self.con.total_changes, self.meta("fts_merging") is None
+        self.con.execute("INSERT INTO docs_fts(docs_fts, rank) VALUES('merge', ?)",
+                         (-COMPACT_PAGES if start else COMPACT_PAGES,))
         if self.con.total_changes - before < 2:   # (FTS5's documented sign of a merge that did nothing)
-            self.set_meta("fts_dead", 0)
+            self._fts_merged()
             return True
+        if start:
+            self.set_meta("fts_merging", 1)
         return False
 
     def insert_parts(self, sid, parts):
@@ -11061,7 +11078,7 @@ class Store:
                 if not con.execute("SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT 1", ('"%s"' % w,)).fetchone():
                     con.execute("DELETE FROM vocab WHERE term=?", (w,))
             con.execute("INSERT INTO docs_fts(docs_fts) VALUES('optimize')")
-            self.set_meta("fts_dead", 0)
+            self._fts_merged()
 
     def drop_files_under(self, prefix):
         """Forget every file below a folder (a remote's mirror that is removed): its sessions, rows
@@ -11114,7 +11131,7 @@ class Store:
         con = self.con
         kept = con.execute("SELECT id, labels, agent, session_id, cwd FROM sessions WHERE deleted IS NOT NULL").fetchall()
         con.execute("INSERT INTO docs_fts(docs_fts) VALUES('delete-all')")
-        self.set_meta("fts_dead", 0)
+        self._fts_merged()
         con.execute("DELETE FROM docs")
         if kept:
             for table, col in (("chunks", "session"), ("touched", "session")):
@@ -12686,7 +12703,7 @@ def merge_index(store, summary, seconds=None):
     (SQLite's checkpoint, which a commit makes every 1,000 pages written: 20 ms, up to 0.3 s, at 1
     GB) every few steps with its turn lent: a checkpoint needs neither the turn nor the write lock,
     and a call should not wait for it."""
-    if seconds == 0 or not store.fts_bloated():
+    if seconds == 0 or not store.merge_due():
         return
     guard, t0 = _lending(), time.monotonic()
     done, steps = False, 0
