@@ -14977,35 +14977,37 @@ def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=Fal
     lock and reads it, rather than answer without it (an MCP call, CALL_LOCK_WAIT: it stays warm)."""
     guard = _run_guard()
     search = quick and not lend
-    # (A background run waits for a call in its turn rather than skip its round: the next is 30 s
-    # away. The index lock it then takes without waiting: calls cannot have their turn meanwhile.)
-    turn_wait = wait_seconds or (LEND_WAIT if search and guard.pausable else BACKGROUND_TURN_WAIT if lend else 0)
-    if not guard.enter(turn_wait, search):
-        return None   # (another run of this process did not give way in time: the index as it is)
+    if lend:   # (searches wait for its turn from now on, also while it waits for one: see pause)
+        guard.lender, guard.pausable = guard._ident(), True
     try:
-        if search:
-            merge_seconds = 0 if guard.background or guard.lent else COMPACT_SEARCH_SECONDS
-        kw = dict(full=full, progress=progress, policy=ctx.policy, quick=quick, cwd=_cwd() if quick else None,
-                  sweep=ctx.sweep, merge_seconds=merge_seconds)
-        if guard.lent:
-            return run_index(store, ctx.sources, **kw)
-        lock = IndexLock(os.path.dirname(ctx.index_path))
+        # (A background run waits for a call in its turn rather than skip its round: the next is 30 s
+        # away. The index lock it then takes without waiting: calls cannot have their turn meanwhile.)
+        turn_wait = wait_seconds or (LEND_WAIT if search and guard.pausable else BACKGROUND_TURN_WAIT if lend else 0)
+        if not guard.enter(turn_wait, search):
+            return None   # (another run of this process did not give way in time: the index as it is)
         try:
-            if not lock.acquire(wait_seconds):
-                if not quick:
-                    return None
-                summary = run_index(store, ctx.sources, look_only=True, **kw)
-                if summary is not None or not lock.acquire(BUSY_LOCK_WAIT if ctx.sweep else CALL_LOCK_WAIT):
-                    return summary
-            if lend:   # (searches wait for its turn from now on: see pause)
-                guard.lender, guard.pausable = guard._ident(), True
-            return run_index(store, ctx.sources, **kw)
+            if search:
+                merge_seconds = 0 if guard.background or guard.lent else COMPACT_SEARCH_SECONDS
+            kw = dict(full=full, progress=progress, policy=ctx.policy, quick=quick, cwd=_cwd() if quick else None,
+                      sweep=ctx.sweep, merge_seconds=merge_seconds)
+            if guard.lent:
+                return run_index(store, ctx.sources, **kw)
+            lock = IndexLock(os.path.dirname(ctx.index_path))
+            try:
+                if not lock.acquire(wait_seconds):
+                    if not quick:
+                        return None
+                    summary = run_index(store, ctx.sources, look_only=True, **kw)
+                    if summary is not None or not lock.acquire(BUSY_LOCK_WAIT if ctx.sweep else CALL_LOCK_WAIT):
+                        return summary
+                return run_index(store, ctx.sources, **kw)
+            finally:
+                lock.release()
         finally:
-            if lend:
-                guard.lender, guard.pausable = None, False
-            lock.release()
+            guard.leave(search)
     finally:
-        guard.leave(search)
+        if lend:
+            guard.lender, guard.pausable = None, False
 
 
 def _cwd():
