@@ -6916,6 +6916,21 @@ def _upgrade_without_merging(capsys, monkeypatch, times=1):
     monkeypatch.setattr(sesame, "COMPACT_MIN_TOKENS", floor)
 
 
+def _bloated_index(env, capsys, monkeypatch, tmp_path, settle=False):
+    """The wordy sessions (and what the caller wrote before) indexed, then all read again twice with
+    merging held off; merging made due for an index this small. Returns the size of the full-text
+    data as built (it now holds over 1.5 times that). `settle`: files and folders aged first."""
+    monkeypatch.setattr(sesame, "COMPACT_MIN_TOKENS", 1000)
+    _wordy_sessions(env)
+    if settle:
+        age(env)
+    assert run(capsys, "index")[0] == 0
+    fresh = _fts_bytes(tmp_path)
+    _upgrade_without_merging(capsys, monkeypatch, times=2)
+    assert _fts_bytes(tmp_path) > 1.5 * fresh
+    return fresh
+
+
 def test_sessions_read_again_leave_no_replaced_text_in_the_full_text_index(env, capsys, monkeypatch, tmp_path):
     # FTS5 deletes a row by adding markers; the old entries stay until a merge reaches them. Read
     # again four times (four upgrades), the index held 2.6 times its text at this size (and an aged
@@ -6940,12 +6955,7 @@ def test_sessions_read_again_leave_no_replaced_text_in_the_full_text_index(env, 
 
 
 def test_an_index_from_before_the_count_is_merged_once(env, capsys, monkeypatch, tmp_path):
-    monkeypatch.setattr(sesame, "COMPACT_MIN_TOKENS", 1000)
-    _wordy_sessions(env)
-    assert run(capsys, "index")[0] == 0
-    fresh = _fts_bytes(tmp_path)
-    _upgrade_without_merging(capsys, monkeypatch, times=2)
-    assert _fts_bytes(tmp_path) > 1.5 * fresh
+    fresh = _bloated_index(env, capsys, monkeypatch, tmp_path)
     con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
     con.execute("DELETE FROM meta WHERE key='fts_dead'")   # (what an older Sesame's index holds)
     con.commit()
@@ -6960,13 +6970,8 @@ def test_watch_merges_the_replaced_text_out_a_share_at_each_round(env, capsys, m
     # waits for it up to a second): COMPACT_WATCH_SECONDS a round, then the next round goes on with
     # the same merge, also when an agent's append was indexed in between (a new segment: the merge
     # began again at every round, and never ended, before `fts_merging`).
-    monkeypatch.setattr(sesame, "COMPACT_MIN_TOKENS", 1000)
-    _wordy_sessions(env)
     path = PiWriter(env, "active", cwd="/home/dev/wordy").user("the first step").save()
-    assert run(capsys, "index")[0] == 0
-    fresh = _fts_bytes(tmp_path)
-    _upgrade_without_merging(capsys, monkeypatch, times=2)
-    assert _fts_bytes(tmp_path) > 1.5 * fresh
+    fresh = _bloated_index(env, capsys, monkeypatch, tmp_path)
     monkeypatch.setattr(sesame, "COMPACT_PAGES", 1)
     monkeypatch.setattr(sesame, "COMPACT_WATCH_SECONDS", 0.05)
     real_step, steps, rounds, real_sleep = sesame.Store.merge_step, [], [], time.sleep
@@ -6992,18 +6997,13 @@ def test_watch_merges_the_replaced_text_out_a_share_at_each_round(env, capsys, m
 
 
 def test_a_search_merges_only_when_it_writes_anyway_and_for_a_bounded_time(env, capsys, monkeypatch, tmp_path):
-    monkeypatch.setattr(sesame, "COMPACT_MIN_TOKENS", 1000)
-    _wordy_sessions(env)
     project = tmp_path / "proj"
     project.mkdir()
     monkeypatch.chdir(project)
     path = PiWriter(env, "active", cwd=str(project)).user("the first step").save()
-    age(env)   # (settled folders: a search that finds nothing to read writes nothing)
-    assert run(capsys, "index")[0] == 0
-    fresh = _fts_bytes(tmp_path)
-    _upgrade_without_merging(capsys, monkeypatch, times=2)
+    # (settled folders: a search that finds nothing to read writes nothing)
+    fresh = _bloated_index(env, capsys, monkeypatch, tmp_path, settle=True)
     bloated = _fts_bytes(tmp_path)
-    assert bloated > 1.5 * fresh
     # A search that reads nothing writes nothing: merging would cost it a write and the log's
     # checkpoint when the process ends (~20 ms at 1 GB), more than the merge itself.
     assert search_ids(capsys, "w123d") != []
@@ -10561,12 +10561,7 @@ def test_an_mcp_call_during_the_background_merge_of_the_full_text_index_reads_it
     # text out of the full-text index (4.6 s at 1 GB), a step at a time: a call gets its turn between
     # two steps (slowed here to 20 ms each) and reads its append; the merge then goes on to its end.
     import threading
-    monkeypatch.setattr(sesame, "COMPACT_MIN_TOKENS", 1000)
-    _wordy_sessions(env)
-    assert run(capsys, "index")[0] == 0
-    fresh = _fts_bytes(tmp_path)
-    _upgrade_without_merging(capsys, monkeypatch, times=2)
-    assert _fts_bytes(tmp_path) > 1.5 * fresh
+    fresh = _bloated_index(env, capsys, monkeypatch, tmp_path)
     monkeypatch.setattr(sesame, "COMPACT_PAGES", 1)
     real_step, steps = sesame.Store.merge_step, []
 
