@@ -14938,13 +14938,13 @@ class _RunGuard:
             self.lent = False
 
     def pause(self):
+        """Lend the turn to the searches that wait for it, until none is left (a safe point)."""
         if self.waiting and self.lender == self._ident():
-            self.lent, self.lends = True, self.lends + 1
-            self.turn.release()
-            while self.waiting:
-                time.sleep(0.0005)
-            self.turn.acquire()
-            self.lent = False
+            self.aside(self._searches_done)
+
+    def _searches_done(self):
+        while self.waiting:
+            time.sleep(0.0005)
 
 
 _RUN_GUARD = None
