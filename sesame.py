@@ -14498,6 +14498,9 @@ def status_text(info):
         if info.get("readAgain"):
             out.append("upgrade:  %d session %s indexed by an earlier version of Sesame, read again a few at each search "
                        "(sesame index: all now)" % (info["readAgain"], _plural(info["readAgain"], "file")))
+        if info.get("mergeDue"):
+            out.append("merge:    the full-text index holds text it replaced, merged out a step at a time "
+                       "(sesame index: all now)")
         for p in info["perAgent"]:
             unknown = p.get("unrecognizedRecords")
             if unknown:
@@ -15487,6 +15490,7 @@ def status_request(ctx, params=None):
                 "changedSinceLastIndex": _changed_count(plan_full(store, ctx.sources, IndexSummary(), ctx.policy)),
                 # (of those, the files a new parser version reads again, a share at each search: REREAD_BYTES)
                 "readAgain": store.version_stale_rows(parser_versions()),
+                "mergeDue": store.merge_due(),   # (replaced text to merge out: see COMPACT_PAGES)
             })
         finally:
             store.close()

@@ -6960,9 +6960,13 @@ def test_an_index_from_before_the_count_is_merged_once(env, capsys, monkeypatch,
     con.execute("DELETE FROM meta WHERE key='fts_dead'")   # (what an older Sesame's index holds)
     con.commit()
     con.close()
+    assert json.loads(run(capsys, "status", "--json")[1])["mergeDue"] is True
+    assert "merge:    the full-text index holds text it replaced" in run(capsys, "status")[1]
     code, out, err = run(capsys, "index", "--json")
     assert code == 0 and json.loads(out)["merged"] is True and _fts_bytes(tmp_path) <= 1.1 * fresh
     assert json.loads(run(capsys, "index", "--json")[1])["merged"] is False
+    assert json.loads(run(capsys, "status", "--json")[1])["mergeDue"] is False
+    assert "merge:" not in run(capsys, "status")[1]
 
 
 def test_watch_merges_the_replaced_text_out_a_share_at_each_round(env, capsys, monkeypatch, tmp_path):
