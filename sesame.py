@@ -12626,7 +12626,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
                 _save_sweep(store, plan)
                 _save_journals(store, plan)
                 if not quick:   # (a search merges only when it writes anyway: see COMPACT_SEARCH_SECONDS)
-                    merge_index(store, summary, merge_seconds)
+                    merge_index(store, summary, merge_seconds, progress)
             summary.seconds = time.monotonic() - t0
             return summary
     if look_only:
@@ -12690,14 +12690,15 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
             results.close()  # stops the worker processes, also when interrupted
     _save_sweep(store, plan)
     _save_journals(store, plan)
-    merge_index(store, summary, merge_seconds)
+    merge_index(store, summary, merge_seconds, progress)
     summary.seconds = time.monotonic() - t0
     return summary
 
 
-def merge_index(store, summary, seconds=None):
+def merge_index(store, summary, seconds=None, progress=None):
     """Merge the full-text index's segments when it holds many dead entries (see COMPACT_PAGES), a
-    step (one transaction) at a time, for at most `seconds` (None: until done).
+    step (one transaction) at a time, for at most `seconds` (None: until done). On a terminal,
+    `progress` (as run_index's) shows that it is at work.
 
     A background run lends its turn between steps (_RunGuard), and copies the log into the index
     (SQLite's checkpoint, which a commit makes every 1,000 pages written: 20 ms, up to 0.3 s, at 1
@@ -12720,6 +12721,8 @@ def merge_index(store, summary, seconds=None):
                 guard.aside(store.checkpoint)
             if seconds is not None and time.monotonic() - t0 >= seconds:
                 break
+            if progress is not None and hasattr(progress, "merging") and steps % 64 == 1:
+                progress.merging(time.monotonic() - t0)
     except sqlite3.OperationalError:
         return   # (a full disk: the run's own writes are committed; merging waits for a later run)
     finally:
@@ -14828,6 +14831,11 @@ def _progress_printer(stream):
         left = (total_bytes - done_bytes) / (done_bytes / elapsed) if done_bytes and elapsed > 0 else 0
         stream.write("\rindexing: %d/%d files, %.1f MB/s, %ds left   " % (done, total, rate, left))
         stream.flush()
+
+    def merging(elapsed):   # (merge_index: seconds at 1 GB after an upgrade)
+        stream.write("\rmerging replaced text out of the full-text index: %ds   " % elapsed)
+        stream.flush()
+    show.merging = merging
     return show
 
 
