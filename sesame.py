@@ -10491,6 +10491,7 @@ COMPACT_SEARCH_SECONDS = 0.01
 COMPACT_WATCH_SECONDS = 0.2
 COMPACT_CHECKPOINT_STEPS = 8     # steps between two checkpoints of a background merge (see merge_index)
 WAL_AUTOCHECKPOINT = 1000        # SQLite's default: pages written to the log before a commit copies it
+WAL_SIZE_LIMIT = 64 * 2 ** 20      # bytes the log (index.sqlite-wal) is cut back to once copied in
 
 
 def sqlite_varints(blob):
@@ -10699,6 +10700,8 @@ class Store:
             con.execute("PRAGMA page_size=16384")  # takes effect on a new file only: faster FTS builds
             con.execute("PRAGMA journal_mode=WAL")
             con.execute("PRAGMA synchronous=NORMAL")
+            con.execute("PRAGMA wal_autocheckpoint=%d" % WAL_AUTOCHECKPOINT)
+            con.execute("PRAGMA journal_size_limit=%d" % WAL_SIZE_LIMIT)
             con.execute("PRAGMA cache_size=-32768")
             store._migrate()
         except sqlite3.DatabaseError as e:

@@ -7015,6 +7015,33 @@ def test_index_on_a_terminal_shows_that_it_merges(env, capsys, monkeypatch, tmp_
     assert summary.merged and "\rmerging replaced text out of the full-text index: 0s" in shown.getvalue()
 
 
+def test_the_index_log_is_cut_back_after_a_big_write(env, capsys, monkeypatch, tmp_path):
+    # A rebuild is one transaction: the log (index.sqlite-wal) grows to the index's size. While
+    # another connection keeps the index open (an MCP server, for days), SQLite kept the file at
+    # that size; now the next write, once the log is copied in, cuts it back to WAL_SIZE_LIMIT
+    # (at 100 MB, a 60 MB log beside a running `sesame mcp`, 4 MB after a search that wrote).
+    monkeypatch.setattr(sesame, "WAL_SIZE_LIMIT", 64 * 1024)
+    monkeypatch.setattr(sesame, "WAL_AUTOCHECKPOINT", 16)   # (pages: the log is copied in at each commit here)
+    _wordy_sessions(env)
+    project = tmp_path / "proj"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    path = PiWriter(env, "active", cwd=str(project)).user("the first step").save()
+    assert run(capsys, "index")[0] == 0
+    db = str(tmp_path / "data" / "index.sqlite")
+    server = sqlite3.connect(db)   # (another process's connection: the log is not removed when sesame ends)
+    try:
+        assert server.execute("SELECT count(*) FROM sessions").fetchall() == [(61,)]
+        assert run(capsys, "index", "--full")[0] == 0
+        big = os.path.getsize(db + "-wal")
+        assert big > 512 * 1024
+        append_user(path, "the next step: the margay notes")
+        assert search_ids(capsys, "margay") == ["active"]
+        assert os.path.getsize(db + "-wal") < big / 2   # cut back, then what this write needed (it stayed at 80%)
+    finally:
+        server.close()
+
+
 def test_a_search_merges_only_when_it_writes_anyway_and_for_a_bounded_time(env, capsys, monkeypatch, tmp_path):
     project = tmp_path / "proj"
     project.mkdir()
