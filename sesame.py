@@ -14922,21 +14922,30 @@ class _RunGuard:
         self.lends = 0          # how many times it was
         self.background = False  # this process runs a background refresh (_keep_fresh)
 
-    def enter(self, timeout, search):
+    def enter(self, timeout, search, lend=False):
+        """Take the turn, waiting up to `timeout`. A run that lends (`lend`) is lendable from the
+        moment it asks: queued behind a call, it takes the turn as that call leaves, and a call
+        right after must wait for it (LEND_WAIT), not find the turn taken and skip its refresh."""
         if search:
             with self._count:
                 self.waiting += 1
+        if lend:
+            self.lender, self.pausable = self._ident(), True
         ok = self.turn.acquire(timeout=timeout) if timeout > 0 else self.turn.acquire(False)
-        if search and not ok:
-            with self._count:
-                self.waiting -= 1
+        if not ok:
+            self._left(search, lend)
         return ok
 
-    def leave(self, search):
+    def leave(self, search, lend=False):
         self.turn.release()
+        self._left(search, lend)
+
+    def _left(self, search, lend):
         if search:
             with self._count:
                 self.waiting -= 1
+        if lend:
+            self.lender, self.pausable = None, False
 
     def aside(self, work):
         """Run work that needs neither the turn nor the index's write lock with the turn lent, so
@@ -14991,37 +15000,31 @@ def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=Fal
     lock and reads it, rather than answer without it (an MCP call, CALL_LOCK_WAIT: it stays warm)."""
     guard = _run_guard()
     search = quick and not lend
-    if lend:   # (searches wait for its turn from now on, also while it waits for one: see pause)
-        guard.lender, guard.pausable = guard._ident(), True
+    # (A background run waits for a call in its turn rather than skip its round: the next is 30 s
+    # away. The index lock it then takes without waiting: calls cannot have their turn meanwhile.)
+    turn_wait = wait_seconds or (LEND_WAIT if search and guard.pausable else BACKGROUND_TURN_WAIT if lend else 0)
+    if not guard.enter(turn_wait, search, lend):
+        return None   # (another run of this process did not give way in time: the index as it is)
     try:
-        # (A background run waits for a call in its turn rather than skip its round: the next is 30 s
-        # away. The index lock it then takes without waiting: calls cannot have their turn meanwhile.)
-        turn_wait = wait_seconds or (LEND_WAIT if search and guard.pausable else BACKGROUND_TURN_WAIT if lend else 0)
-        if not guard.enter(turn_wait, search):
-            return None   # (another run of this process did not give way in time: the index as it is)
+        if search:
+            merge_seconds = 0 if guard.background or guard.lent else COMPACT_SEARCH_SECONDS
+        kw = dict(full=full, progress=progress, policy=ctx.policy, quick=quick, cwd=_cwd() if quick else None,
+                  sweep=ctx.sweep, merge_seconds=merge_seconds)
+        if guard.lent:
+            return run_index(store, ctx.sources, **kw)
+        lock = IndexLock(os.path.dirname(ctx.index_path))
         try:
-            if search:
-                merge_seconds = 0 if guard.background or guard.lent else COMPACT_SEARCH_SECONDS
-            kw = dict(full=full, progress=progress, policy=ctx.policy, quick=quick, cwd=_cwd() if quick else None,
-                      sweep=ctx.sweep, merge_seconds=merge_seconds)
-            if guard.lent:
-                return run_index(store, ctx.sources, **kw)
-            lock = IndexLock(os.path.dirname(ctx.index_path))
-            try:
-                if not lock.acquire(wait_seconds):
-                    if not quick:
-                        return None
-                    summary = run_index(store, ctx.sources, look_only=True, **kw)
-                    if summary is not None or not lock.acquire(BUSY_LOCK_WAIT if ctx.sweep else CALL_LOCK_WAIT):
-                        return summary
-                return run_index(store, ctx.sources, **kw)
-            finally:
-                lock.release()
+            if not lock.acquire(wait_seconds):
+                if not quick:
+                    return None
+                summary = run_index(store, ctx.sources, look_only=True, **kw)
+                if summary is not None or not lock.acquire(BUSY_LOCK_WAIT if ctx.sweep else CALL_LOCK_WAIT):
+                    return summary
+            return run_index(store, ctx.sources, **kw)
         finally:
-            guard.leave(search)
+            lock.release()
     finally:
-        if lend:
-            guard.lender, guard.pausable = None, False
+        guard.leave(search, lend)
 
 
 def _cwd():
