@@ -12597,17 +12597,45 @@ def plan_index(store, sources, summary, policy, quick=False, cwd=None, sweep=Tru
     return plan_full(store, sources, summary, policy, (REREAD_BYTES if sweep else 0) if quick else None)
 
 
+def look_again(store, job):
+    """A file to read (Job), looked at again because another indexer may have read it since it was
+    planned: the job with the file's stat and whole row now, or None when the file is now as
+    indexed (or gone: the next run says so)."""
+    row = store.file_row(job.path if job.path.isascii() else db_path(job.path))
+    try:
+        st = stat_file(job.path, job.parser)
+    except OSError:
+        return None
+    if row is not None and not _changed(row, job.parser, st):
+        return None
+    return job._replace(stat=st, row=row)
+
+
+def recheck_plan(store, plan):
+    """A plan a look made without the index lock, now carried out under it: meanwhile another
+    indexer (a search's refresh) may have read its files or marked them gone. Each file to read is
+    looked at again (stat and whole row) and left out when it is now as indexed; a file gone is left
+    out when its row is gone or marked deleted already."""
+    rows = {row.path: row for row in store.file_rows_at([row.path for row in plan.gone])}
+    plan.todo = [job for job in (look_again(store, j) for j in plan.todo) if job is not None]
+    plan.gone = [rows[r.path] for r in plan.gone if r.path in rows and rows[r.path].status != "deleted"]
+    return plan
+
+
 def run_index(store, sources, full=False, progress=None, policy=None, quick=False, cwd=None, sweep=True,
-              look_only=False, merge_seconds=None):
+              look_only=False, merge_seconds=None, looked=None):
     """Bring the index up to date with the sources. Files whose size and time are unchanged are not
     read; files that only grew are read from where the last run stopped; other changed files are
     read again; files gone keep their sessions, marked deleted (unless the policy says otherwise).
     `quick` looks at the disk by the freshness rules instead of file by file (see above).
-    `look_only`: write nothing; the summary when there is nothing to do, else None.
+    `look_only`: write nothing; the summary when there is nothing to do, else None, and then (the
+    look's Plan, its summary) appended to `looked` (a list), if a plan was made. Passed back as
+    `looked` to a run under the index lock, that plan is carried out instead of making another
+    (its files looked at again first: recheck_plan).
     `merge_seconds`: how long to merge a full-text index that holds many dead entries (None: until
     done, 0: not at all; see COMPACT_PAGES)."""
     t0 = time.monotonic()
-    summary = IndexSummary()
+    summary = looked[1] if isinstance(looked, tuple) else IndexSummary()
     policy = policy or Policy()
     lends = _RUN_GUARD.lends if _RUN_GUARD is not None else 0   # (see _lending_results)
     for parser in PARSERS.values():
@@ -12618,8 +12646,12 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
     plan = None
     if not full and known is not None:
         # The common case (every search starts with it): look without taking the write lock, and
-        # leave at once when nothing changed. (Callers hold the index lock, so the plan stays true.)
-        plan = plan_index(store, sources, summary, policy, quick, cwd, sweep)
+        # leave at once when nothing changed. (Callers hold the index lock, so the plan stays true;
+        # a plan made before, without it, is looked at again.)
+        if isinstance(looked, tuple):
+            plan = recheck_plan(store, looked[0])
+        else:
+            plan = plan_index(store, sources, summary, policy, quick, cwd, sweep)
         _count(summary, plan)
         # Nothing to read, and the freshness records hold: leave. (After an upgrade that changed a
         # parser's version, a full look that finds nothing must still record the new sources key,
@@ -12633,6 +12665,8 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
             summary.seconds = time.monotonic() - t0
             return summary
     if look_only:
+        if isinstance(looked, list) and plan is not None:
+            looked.append((plan, summary))
         return None
     if _RUN_GUARD is not None and _RUN_GUARD.lends != lends and store.meta("policy") != policy.fingerprint():
         return summary   # a search it let run rebuilt the index under a config edited since: this look is stale
@@ -12747,14 +12781,9 @@ def _lending_results(guard, batch, jobs, policy, lends):
             guard.pause()
             batch.store.begin()
         if guard.lends != lends:
-            row = batch.store.file_row(job.path if job.path.isascii() else db_path(job.path))
-            try:
-                st = stat_file(job.path, job.parser)
-            except OSError:
-                continue   # (gone meanwhile: the next run says so)
-            if row is not None and not _changed(row, job.parser, st):
+            job = look_again(batch.store, job)
+            if job is None:
                 continue
-            job = job._replace(stat=st, row=row)
         job = job._replace(resume=_resume_point(batch.store, job))
         yield job, parse_file(job.path, job.parser.id, job.resume, SLICE_BYTES, policy.redact)
 
@@ -14196,6 +14225,8 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
         shown = 0
         for c in candidates[0 if verify else offset:]:
             s = store.session(c.sid)
+            if s is None:
+                continue  # removed since it was ranked: another process (a server's background) wrote between
             if c.matches is None:
                 c.matches, c.coverage = best_matches(store, s, c.part, matcher, filters, limit=matches)
             if verify and not c.matches:
@@ -14237,8 +14268,11 @@ def _rerank(store, candidates, query, matcher, filters, matches):
     else:
         return
     for c in pool:
-        if c.matches is None:
-            c.matches, c.coverage = best_matches(store, store.session(c.sid), c.part, matcher, filters, limit=matches)
+        s = store.session(c.sid) if c.matches is None else None
+        if s is not None:
+            c.matches, c.coverage = best_matches(store, s, c.part, matcher, filters, limit=matches)
+        elif c.matches is None:   # (removed since it was ranked: search leaves it out)
+            c.matches, c.coverage = [], (0, 0)
     if n_words >= LONG_QUESTION:
         pool.sort(key=lambda c: (-c.coverage[0], -c.coverage[1], c.stage, -c.score))
         chosen = set(id(c) for c in pool)
@@ -14993,8 +15027,8 @@ def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=Fal
     `merge_seconds`: for a run that is not a search, as run_index's (a search spends at most
     COMPACT_SEARCH_SECONDS, none in a process whose background refresh does it).
 
-    Another process's indexer holds the lock for a while every few seconds (`sesame watch`, an MCP
-    server's background refresh: ~0.1 s each time at 1 GB). A quick refresh that finds it held
+    Another process's indexer holds the lock while it reads (`sesame index`; `sesame watch` and an
+    MCP server's background refresh once their look found something). A quick refresh that finds it held
     looks anyway, without writing: nothing to read, and the index is as fresh as the rules can
     tell; something to read (a message just appended), and it waits up to BUSY_LOCK_WAIT for the
     lock and reads it, rather than answer without it (an MCP call, CALL_LOCK_WAIT: it stays warm)."""
@@ -15012,6 +15046,19 @@ def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=Fal
                   sweep=ctx.sweep, merge_seconds=merge_seconds)
         if guard.lent:
             return run_index(store, ctx.sources, **kw)
+        if not quick and not full and not store.merge_due():
+            # A run that compares every file (an MCP server's background refresh, `watch`) finds
+            # nothing to read nearly every time, and held the index lock while it compared (0.13 s
+            # at 1 GB, 0.7 s cold): another process's search that had an append to read waited for
+            # it, once per round of each server running (an agent runs one per session). It looks
+            # first without the lock (writing nothing, as a search does) and takes the lock only to
+            # read or write what the look found, each file looked at again (recheck_plan): a second
+            # look under the lock held it as long as before, longer with several servers looking.
+            looked = []
+            summary = run_index(store, ctx.sources, look_only=True, looked=looked, **kw)
+            if summary is not None:
+                return summary
+            kw["looked"] = looked[0] if looked else None
         lock = IndexLock(os.path.dirname(ctx.index_path))
         try:
             if not lock.acquire(wait_seconds):
@@ -18621,7 +18668,7 @@ def main(argv=None):
     except sqlite3.DatabaseError as e:
         msg = str(e).lower()
         if "full" in msg:
-            err = StoreError("the disk is full: %s" % e, hint="free some space; the index is unchanged")
+            err = StoreError("the disk is full: %s" % e, hint="free some space and run it again; what was written before the disk filled up is kept")
         elif "readonly" in msg or "read-only" in msg:
             err = StoreError("the index cannot be written: %s" % e, hint="check the permissions of %s" % data_dir())
         elif _is_corrupt(e):
