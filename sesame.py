@@ -14938,8 +14938,9 @@ class _RunGuard:
     """Index runs in one process take turns: they share the parsers' caches of the disk.
 
     A server's background refresh (MCP, the page) compares every file every few seconds (~0.1 s at
-    1 GB, under the index lock) and reads those that changed (minutes after an upgrade). It lends
-    its turn, with its index lock, to a search that waits for it (lent), at safe points: between
+    1 GB, without the index lock) and reads those that changed under it (minutes after an upgrade).
+    It lends its turn (with its index lock once it holds it, `locked`; before, the search takes the
+    lock itself) to a search that waits for it (lent), at safe points: between
     two files it compares (plan_full), and between two files it reads, what it wrote so far
     committed (_lending_results). A call then does not skip its own refresh for it, and waits at
     most LEND_WAIT (a file being read). The files the paused run found changed may be read by the
@@ -14952,7 +14953,8 @@ class _RunGuard:
         self.waiting = 0        # searches waiting for their turn, or in it
         self.lender = None      # the thread whose run lends its turn (see pause)
         self.pausable = False   # a lending run holds the turn: searches wait for it (LEND_WAIT)
-        self.lent = False       # the turn was lent: its run holds the index lock, paused
+        self.lent = False       # the turn was lent: its run is paused
+        self.locked = False     # the lending run holds the index lock (a search it lends to runs under it)
         self.lends = 0          # how many times it was
         self.background = False  # this process runs a background refresh (_keep_fresh)
 
@@ -15044,7 +15046,7 @@ def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=Fal
             merge_seconds = 0 if guard.background or guard.lent else COMPACT_SEARCH_SECONDS
         kw = dict(full=full, progress=progress, policy=ctx.policy, quick=quick, cwd=_cwd() if quick else None,
                   sweep=ctx.sweep, merge_seconds=merge_seconds)
-        if guard.lent:
+        if guard.lent and guard.locked:
             return run_index(store, ctx.sources, **kw)
         if not quick and not full and not store.merge_due():
             # A run that compares every file (an MCP server's background refresh, `watch`) finds
@@ -15067,8 +15069,10 @@ def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=Fal
                 summary = run_index(store, ctx.sources, look_only=True, **kw)
                 if summary is not None or not lock.acquire(BUSY_LOCK_WAIT if ctx.sweep else CALL_LOCK_WAIT):
                     return summary
+            guard.locked = guard.locked or lend   # (its look, before, lent its turn without the lock)
             return run_index(store, ctx.sources, **kw)
         finally:
+            guard.locked = guard.locked and not lend
             lock.release()
     finally:
         guard.leave(search, lend)

@@ -10605,6 +10605,55 @@ def finds_its_append(monkeypatch, history, then=lambda: None):
     return act
 
 
+def test_a_call_lent_the_turn_during_the_background_look_writes_only_under_the_index_lock(
+        history, env, capsys, monkeypatch):
+    # The background's look at every file holds no index lock; a call it lends its turn to then
+    # (between two sources it lists) takes the lock itself like any search: while another process
+    # holds it, the call writes nothing (one indexer at a time), and its next call reads the new session.
+    import threading
+    import time
+    real_list = sesame.list_source
+    looking = threading.Event()
+
+    def slow_list(src, summary):
+        if threading.current_thread().name == "background":
+            looking.set()
+            time.sleep(0.4)
+        return real_list(src, summary)
+    monkeypatch.setattr(sesame, "list_source", slow_list)
+    monkeypatch.setattr(sesame, "CALL_LOCK_WAIT", 0.05)
+    monkeypatch.setattr(sesame, "LEND_WAIT", 2.0)   # (the call waits for the look's next safe point)
+    pi2 = env.parent / "pi-two"   # (a second source: the look lends its turn between sources)
+    PiWriter(pi2, "other-1").user("the other source").save()
+    write_config({"sources": [{"parser": "pi", "path": str(env)}, {"parser": "pi", "path": str(pi2)}]}, env.parent)
+    assert run(capsys, "index")[0] == 0
+    PiWriter(env, "new-01", cwd="/home/dev/p1").user("a late aardwolf question").save()   # (its folder's time moves)
+    other = sesame.IndexLock(os.environ["SESAME_DATA_DIR"])
+    assert other.acquire(0)   # another process indexing
+    warm = sesame.WarmIndex()
+
+    def background():
+        ctx = sesame.Context()
+        store = ctx.store()
+        try:
+            sesame.refresh_index(ctx, store, wait_seconds=0, lend=True)
+        finally:
+            store.close()
+    t = threading.Thread(target=background, name="background")
+    try:
+        t.start()
+        assert looking.wait(5)
+        time.sleep(0.05)
+        reply = sesame.call_tool({"name": "search", "arguments": {"query": "aardwolf"}}, warm)
+        assert not reply["isError"] and reply["structuredContent"]["results"] == []
+    finally:
+        other.release()
+        t.join(10)
+    reply = sesame.call_tool({"name": "search", "arguments": {"query": "aardwolf"}}, warm)
+    assert [r["sessionId"] for r in reply["structuredContent"]["results"]] == ["new-01"]
+    warm.close()
+
+
 def test_the_background_refresh_waits_for_a_call_in_its_turn_rather_than_skip_its_round(history, env, capsys):
     # A busy client's calls hold the turn a third of the time: the background run, every 30 s,
     # skipped its round whenever one did (and a merge or an upgrade's reading waited 30 s more).
