@@ -10490,6 +10490,10 @@ COMPACT_MIN_TOKENS = 500000      # fewer dead tokens than this cost nothing wort
 COMPACT_SEARCH_SECONDS = 0.01
 COMPACT_WATCH_SECONDS = 0.2
 COMPACT_CHECKPOINT_STEPS = 8     # steps between two checkpoints of a background merge (see merge_index)
+# A merge run without the index lock (see _full_round) waits between two steps, up to this long,
+# while another indexer holds the lock: that indexer is about to write (a search's append), and
+# SQLite's busy wait would rarely find the moment between two steps (it sleeps 1-100 ms at a time).
+COMPACT_YIELD_SECONDS = 1.0
 WAL_AUTOCHECKPOINT = 1000        # SQLite's default: pages written to the log before a commit copies it
 WAL_SIZE_LIMIT = 64 * 2 ** 20      # bytes the log (index.sqlite-wal) is cut back to once copied in
 
@@ -12732,7 +12736,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
     return summary
 
 
-def merge_index(store, summary, seconds=None, progress=None):
+def merge_index(store, summary, seconds=None, progress=None, yield_to=None):
     """Merge the full-text index's segments when it holds many dead entries (see COMPACT_PAGES), a
     step (one transaction) at a time, for at most `seconds` (None: until done). On a terminal,
     `progress` (as run_index's) shows that it is at work.
@@ -12740,7 +12744,8 @@ def merge_index(store, summary, seconds=None, progress=None):
     A background run lends its turn between steps (_RunGuard), and copies the log into the index
     (SQLite's checkpoint, which a commit makes every 1,000 pages written: 20 ms, up to 0.3 s, at 1
     GB) every few steps with its turn lent: a checkpoint needs neither the turn nor the write lock,
-    and a call should not wait for it."""
+    and a call should not wait for it. `yield_to`: the index lock, not held by this run: between two
+    steps it lets another indexer that holds it write first (COMPACT_YIELD_SECONDS)."""
     if seconds == 0 or not store.merge_due():
         return
     guard, t0 = _lending(), time.monotonic()
@@ -12751,6 +12756,10 @@ def merge_index(store, summary, seconds=None, progress=None):
         while not done:
             if guard and guard.waiting:
                 guard.pause()
+            if yield_to is not None:
+                until = time.monotonic() + COMPACT_YIELD_SECONDS
+                while time.monotonic() < until and yield_to.held_elsewhere():
+                    time.sleep(0.005)
             with store.transaction():
                 done = store.merge_step()
             steps += 1
@@ -13167,6 +13176,16 @@ class IndexLock:
         if self.fd is not None:
             os.close(self.fd)  # closing the descriptor releases the lock
             self.fd = None
+
+    def held_elsewhere(self):
+        """Whether another indexer holds the lock now (this one holding it not)."""
+        try:
+            if not self.acquire(0):
+                return True
+        except (StoreError, OSError):
+            return False   # (no lock file to be had: nobody else indexes through it either)
+        self.release()
+        return False
 
 
 # ==================================================================================================
@@ -15022,12 +15041,47 @@ def _run_guard():
     return _RUN_GUARD
 
 
-def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=False, lend=False, merge_seconds=None):
+def _looked_file(store):
+    return os.path.join(os.path.dirname(store.path), "looked")
+
+
+def _look_mark(ctx):
+    """What a round that compared every file looked at: the sources (parsers' versions included) and
+    the settings that decide what is indexed."""
+    return sources_key(ctx.sources) + "\n" + ctx.policy.fingerprint()
+
+
+def _looked_lately(ctx, store, every):
+    """Whether another process's round compared every file of the same sources, and read what it
+    found, less than `every` seconds ago (see refresh_index)."""
+    path = _looked_file(store)
+    try:
+        if time.time() - os.stat(path).st_mtime >= every:
+            return False
+        with open(path, encoding="utf-8") as f:
+            mark, _, pid = f.read().rpartition("\n")
+        return mark == _look_mark(ctx) and pid != str(os.getpid())
+    except (OSError, ValueError):
+        return False
+
+
+def _note_look(ctx, store):
+    try:
+        write_private(_looked_file(store), "%s\n%d" % (_look_mark(ctx), os.getpid()))
+    except OSError:
+        pass   # (a read-only or full data folder: the next round looks again)
+
+
+def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=False, lend=False, merge_seconds=None,
+                  every=None):
     """Run the indexer under the lock; None when another indexer holds it past wait_seconds.
     `quick` looks at the disk by the freshness rules (what searches do), else at every file.
     `lend`: a background run, which lends its turn to searches (_RunGuard).
     `merge_seconds`: for a run that is not a search, as run_index's (a search spends at most
     COMPACT_SEARCH_SECONDS, none in a process whose background refresh does it).
+    `every`: a round repeated every that many seconds (a server's background, `watch`): skipped when
+    another process's round compared every file since (an agent runs one MCP server per session:
+    each compared every file, 0.13 s of CPU at 1 GB, and all at once once they held no lock to look).
 
     Another process's indexer holds the lock while it reads (`sesame index`; `sesame watch` and an
     MCP server's background refresh once their look found something). A quick refresh that finds it held
@@ -15048,19 +15102,10 @@ def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=Fal
                   sweep=ctx.sweep, merge_seconds=merge_seconds)
         if guard.lent and guard.locked:
             return run_index(store, ctx.sources, **kw)
-        if not quick and not full and not store.merge_due():
-            # A run that compares every file (an MCP server's background refresh, `watch`) finds
-            # nothing to read nearly every time, and held the index lock while it compared (0.13 s
-            # at 1 GB, 0.7 s cold): another process's search that had an append to read waited for
-            # it, once per round of each server running (an agent runs one per session). It looks
-            # first without the lock (writing nothing, as a search does) and takes the lock only to
-            # read or write what the look found, each file looked at again (recheck_plan): a second
-            # look under the lock held it as long as before, longer with several servers looking.
-            looked = []
-            summary = run_index(store, ctx.sources, look_only=True, looked=looked, **kw)
-            if summary is not None:
-                return summary
-            kw["looked"] = looked[0] if looked else None
+        if not quick and not full:
+            if every and _looked_lately(ctx, store, every * 0.9):
+                return IndexSummary()
+            return _full_round(ctx, store, guard, lend, wait_seconds, kw)
         lock = IndexLock(os.path.dirname(ctx.index_path))
         try:
             if not lock.acquire(wait_seconds):
@@ -15069,13 +15114,41 @@ def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=Fal
                 summary = run_index(store, ctx.sources, look_only=True, **kw)
                 if summary is not None or not lock.acquire(BUSY_LOCK_WAIT if ctx.sweep else CALL_LOCK_WAIT):
                     return summary
-            guard.locked = guard.locked or lend   # (its look, before, lent its turn without the lock)
             return run_index(store, ctx.sources, **kw)
         finally:
-            guard.locked = guard.locked and not lend
             lock.release()
     finally:
         guard.leave(search, lend)
+
+
+def _full_round(ctx, store, guard, lend, wait_seconds, kw):
+    """A run that compares every file (an MCP server's background refresh, `watch`, `sync`).
+
+    It finds nothing to read nearly every time, and held the index lock while it compared (0.13 s
+    at 1 GB, 0.7 s cold): another process's search that had an append to read waited for it, once
+    per round of each server running (an agent runs one per session). It looks first without the
+    lock (writing nothing, as a search does) and takes the lock only to read or write what the look
+    found, each file looked at again (recheck_plan: a second look under the lock held it as long as
+    before, longer with several servers looking). A merge of the full-text index, when due, runs
+    after the lock is let go: it reads no file, each of its steps is a transaction of its own, and
+    under the lock (4-5 s at 1 GB) every other process's search gave up its refresh."""
+    merge_seconds = kw["merge_seconds"]
+    kw = dict(kw, merge_seconds=0)
+    looked = []
+    summary = run_index(store, ctx.sources, look_only=True, looked=looked, **kw)
+    if summary is None:
+        lock = IndexLock(os.path.dirname(ctx.index_path))
+        if not lock.acquire(wait_seconds):
+            return None
+        try:
+            guard.locked = guard.locked or lend   # (a call lent the turn meanwhile writes under this lock)
+            summary = run_index(store, ctx.sources, looked=looked[0] if looked else None, **kw)
+        finally:
+            guard.locked = guard.locked and not lend
+            lock.release()
+    _note_look(ctx, store)
+    merge_index(store, summary, merge_seconds, kw["progress"], yield_to=IndexLock(os.path.dirname(ctx.index_path)))
+    return summary
 
 
 def _cwd():
@@ -15103,7 +15176,7 @@ def _keep_fresh(stop, interval, who="sesame mcp"):
             store = ctx.store()
             try:
                 if not store.readonly:
-                    refresh_index(ctx, store, wait_seconds=0, lend=True)
+                    refresh_index(ctx, store, wait_seconds=0, lend=True, every=interval)
             finally:
                 store.close()
         except Exception as e:  # noqa: BLE001  (a broken config or a full disk: the calls say so)
@@ -15614,16 +15687,20 @@ def index_request(ctx, params, progress=None):
                                  hint="try again when it has finished")
         try:
             try:
-                return run_index(store, ctx.sources, full=params["full"], progress=progress, policy=ctx.policy)
+                summary = run_index(store, ctx.sources, full=params["full"], progress=progress, policy=ctx.policy,
+                                    merge_seconds=0)
             except sqlite3.DatabaseError as e:
                 if not (params["full"] and _is_corrupt(e)):
                     raise
                 # Damage the opening checks did not see: --full starts from a new file instead.
                 store.close()
                 store = Store._rebuild_corrupt(ctx.index_path, e)
-                return run_index(store, ctx.sources, full=True, progress=progress, policy=ctx.policy)
+                summary = run_index(store, ctx.sources, full=True, progress=progress, policy=ctx.policy, merge_seconds=0)
         finally:
             lock.release()
+        merge_index(store, summary, None, progress, yield_to=lock)   # (without the index lock: see _full_round)
+        summary.seconds += summary.merge_seconds or 0
+        return summary
     finally:
         store.close()
 
@@ -18410,7 +18487,8 @@ def cmd_watch(args, ctx):
                 syncer.poke(ctx)
                 store = ctx.store()
                 try:
-                    summary = refresh_index(ctx, store, wait_seconds=0, merge_seconds=COMPACT_WATCH_SECONDS)
+                    summary = refresh_index(ctx, store, wait_seconds=0, merge_seconds=COMPACT_WATCH_SECONDS,
+                                            every=args.interval)
                 finally:
                     store.close()
                 if summary is not None and (summary.indexed or summary.removed or summary.problems or summary.merged):

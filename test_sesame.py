@@ -6992,8 +6992,7 @@ def test_an_index_from_before_the_count_is_merged_once(env, capsys, monkeypatch,
 
 
 def test_watch_merges_the_replaced_text_out_a_share_at_each_round(env, capsys, monkeypatch, tmp_path):
-    # `watch` holds the index lock while it merges (another process's search with something to read
-    # waits for it up to a second): COMPACT_WATCH_SECONDS a round, then the next round goes on with
+    # `watch` merges a share at each round (COMPACT_WATCH_SECONDS), then the next round goes on with
     # the same merge, also when an agent's append was indexed in between (a new segment: the merge
     # began again at every round, and never ended, before `fts_merging`).
     path = PiWriter(env, "active", cwd="/home/dev/wordy").user("the first step").save()
@@ -10672,6 +10671,49 @@ def test_the_background_refresh_waits_for_a_call_in_its_turn_rather_than_skip_it
     assert search_ids(capsys, "serval", "--no-refresh") == ["late"]
 
 
+def test_a_search_in_another_process_reads_its_append_during_a_background_merge(
+        history, env, capsys, monkeypatch, tmp_path):
+    # A server's background merge (4.6 s at 1 GB after an upgrade) held the index lock: every other
+    # process's search with something to read waited a second for it, then answered without it. The
+    # merge reads no file and each step is a transaction: it runs with the lock let go.
+    import threading
+    _bloated_index(env, capsys, monkeypatch, tmp_path)
+    monkeypatch.setattr(sesame, "COMPACT_PAGES", 1)
+    real_step, steps = sesame.Store.merge_step, []
+
+    def slow_step(store):
+        steps.append(time.monotonic())
+        time.sleep(0.1)   # (~35 steps: 3.5 s, where a search waits a second for the lock)
+        return real_step(store)
+    monkeypatch.setattr(sesame.Store, "merge_step", slow_step)
+    path = history[12]
+
+    def background():
+        ctx = sesame.Context()
+        store = ctx.store()
+        try:
+            sesame.refresh_index(ctx, store, wait_seconds=0, lend=True)
+        finally:
+            store.close()
+    t = threading.Thread(target=background, name="background")
+    t.start()
+    try:
+        for _ in range(500):
+            if len(steps) >= 3:
+                break
+            time.sleep(0.01)
+        append_user(path, "a sudden okapi question")
+        r = subprocess.run([sys.executable, os.path.join(HERE, "sesame.py"), "search", "okapi", "--json"],
+                           env=dict(os.environ), capture_output=True, text=True, cwd=str(tmp_path / "p0"))
+        during = len(steps)
+    finally:
+        t.join(60)
+    assert r.returncode == 0 and "another sesame index is running" not in r.stderr, r.stderr
+    assert [x["sessionId"] for x in json.loads(r.stdout)["results"]] == ["old-12"]
+    assert len(steps) > during + 5   # (the merge went on after it)
+    assert _index_meta(tmp_path, "fts_dead") == "0"
+
+
 def test_an_mcp_call_during_the_background_merge_of_the_full_text_index_reads_its_append(
         history, env, capsys, monkeypatch, tmp_path):
     # After an upgrade read every file again, the server's background refresh merges the replaced
@@ -13469,6 +13511,45 @@ def test_a_round_that_finds_nothing_to_read_leaves_the_index_lock_free(env, caps
     assert p.returncode == 0 and "Traceback" not in err
 
 
+def test_a_round_is_skipped_when_another_compared_every_file_within_its_interval(env, capsys, tmp_path):
+    # An agent runs one MCP server per session, each comparing every file every 30 s: the first
+    # round since the last one made by any of them (or `watch`) compares, the others skip; a search
+    # still reads what changed; other sources (another config) are not taken for looked at.
+    import time
+    PiWriter(env, "rnd-1").user("the first wombat").save()
+    assert run(capsys, "index")[0] == 0
+
+    def round_(every, elsewhere=False):
+        """How many files a round compared, made in this process or in another one."""
+        if elsewhere:
+            code = ("import sys; sys.path.insert(0, %r); import sesame; ctx = sesame.Context(); store = ctx.store(); "
+                    "print(sesame.refresh_index(ctx, store, wait_seconds=0, every=%r).seen)" % (HERE, every))
+            r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ), capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            return int(r.stdout)
+        ctx = sesame.Context()
+        store = ctx.store()
+        try:
+            return sesame.refresh_index(ctx, store, wait_seconds=0, lend=True, every=every).seen
+        finally:
+            store.close()
+    assert round_(30, elsewhere=True) == 1   # another server's round: compared
+    PiWriter(env, "rnd-2").user("a second wombat").save()
+    assert round_(30) == 0                   # skipped: another process compared every file a moment ago
+    assert sorted(search_ids(capsys, "wombat")) == ["rnd-1", "rnd-2"]   # (the search's own refresh)
+    time.sleep(0.25)
+    assert round_(0.2) == 2                  # its interval has passed since the other's
+    assert round_(30) == 2                   # (its own round is not taken for another's)
+    assert round_(30, elsewhere=True) == 0   # and the other skips its round now
+    other = tmp_path / "other-pi"
+    PiWriter(other, "rnd-3").user("a third wombat").save()
+    write_config({"sources": [{"parser": "pi", "path": str(env)}, {"parser": "pi", "path": str(other)}]}, tmp_path)
+    assert round_(30, elsewhere=True) == 3   # other sources: compared, the new one read
+    PiWriter(other, "rnd-4").user("a fourth wombat").save()
+    write_config({"sources": [{"parser": "pi", "path": str(env)}]}, tmp_path)
+    assert round_(30) == 2                   # (the other's round looked at other sources)
+
+
 def test_a_round_reads_what_its_look_found_as_it_is_once_it_has_the_lock(env, capsys, monkeypatch):
     # The round's look (no lock) finds an append to A and a new session C; before it has the lock, a
     # search (another process) reads both, and the agent appends again to A. Under the lock the round reads A's second
@@ -14915,6 +14996,55 @@ def _bench_mcp(cmd, label, rows, rnd):
         client.close()
 
 
+def _bench_mcp_beside(cmd, label, layout, root, rows, rnd, others=4, calls=60):
+    """Warm calls beside other servers: an agent runs one `sesame mcp` per session, on one index.
+    One client appends a message to its own session (one of five being written) and searches for
+    it at once, beside `others` servers whose background round runs every 3 s (as ten times as many
+    would at the default 30 s): how long a call takes, and whether it found its append."""
+    wrapper = ("import sys, importlib.machinery, importlib.util; l = importlib.machinery.SourceFileLoader('sesame', %r); "
+               "spec = importlib.util.spec_from_loader('sesame', l); m = importlib.util.module_from_spec(spec); "
+               "sys.modules['sesame'] = m; l.exec_module(m); m.MCP_REFRESH_SECONDS = 3.0; sys.exit(m.main(['mcp']))"
+               % os.path.join(cmd.bin, "sesame"))
+    con = sqlite3.connect(os.path.join(cmd.env["SESAME_DATA_DIR"], "index.sqlite"))
+    files = con.execute("SELECT s.session_id, f.path FROM files f JOIN sessions s ON s.file_id = f.id "
+                        "WHERE f.source = ? AND s.parent IS NULL ORDER BY f.path", (str(root),)).fetchall()
+    con.close()
+    own = rnd.sample(files, 5)
+    tag = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(6))
+
+    def append(sid, path, text):
+        with open(path, "a") as f:
+            f.writelines(line(r) for r in _bench_lines(layout, sid, [(text, "ok", "done")], 4 * (time.time_ns() // 1000), False))
+    for sid, path in own:   # (the client's sessions are being written: indexed a moment ago)
+        append(sid, path, "a session being written now")
+    cmd.run("index")
+    servers = [subprocess.Popen([sys.executable, "-c", wrapper], env=cmd.env, stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(others)]
+    client = _McpClient(cmd)
+    times, found = [], 0
+    try:
+        time.sleep(3)
+        for n in range(calls):
+            sid, path = rnd.choice(own)
+            word = "besideword%s%s" % (tag, "".join(chr(97 + int(c)) for c in "%03d" % n))
+            append(sid, path, word + " just now")
+            secs, reply = client.ask("tools/call", {"name": "search", "arguments": {"query": word}})
+            assert not reply["result"]["isError"], reply
+            found += [r["sessionId"] for r in reply["result"]["structuredContent"]["results"]] == [sid]
+            times.append(secs)
+            time.sleep(rnd.random() * 0.3)
+    finally:
+        client.close()
+        for proc in servers:
+            proc.stdin.close()
+        for proc in servers:
+            proc.wait(timeout=60)
+    times.sort()
+    rows.append(("MCP tool call beside %d other servers (their background every 3 s), %s: a message appended to "
+                 "the client's own session, then searched" % (others, label),
+                 "%s, slowest %.0f ms; found %d of %d" % (_ms(times), 1000 * times[-1], found, len(times))))
+
+
 def _bench_headless(layout, root, sid):
     """What a headless run resuming session `sid` leaves instead of a prompt history line (Claude Code
     `-p`: a file naming it in ~/.claude/sessions while it runs; `codex exec resume`: its row of
@@ -15073,6 +15203,8 @@ def _bench_layout(tmp_path, layout, sizes, index_mb, nsmall, source, rows, rnd):
         label = "%s %d MB" % (layout, mb)
         _bench_searches(cmd, label, rows, rnd)
         _bench_mcp(cmd, label, rows, rnd)
+        if mb == big_sizes[-1]:
+            _bench_mcp_beside(cmd, label, layout, root, rows, rnd)
         _bench_resumed(cmd, label, layout, root, rows, rnd)
         if layout != "pi":
             _bench_resumed(cmd, label, layout, root, rows, rnd, headless=True)
