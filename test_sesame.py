@@ -14996,7 +14996,7 @@ def _bench_mcp(cmd, label, rows, rnd):
         client.close()
 
 
-def _bench_mcp_beside(cmd, label, layout, root, rows, rnd, others=4, calls=60):
+def _bench_mcp_beside(cmd, label, layout, root, rows, rnd, others=4, calls=100):
     """Warm calls beside other servers: an agent runs one `sesame mcp` per session, on one index.
     One client appends a message to its own session (one of five being written) and searches for
     it at once, beside `others` servers whose background round runs every 3 s (as ten times as many
@@ -15023,6 +15023,7 @@ def _bench_mcp_beside(cmd, label, layout, root, rows, rnd, others=4, calls=60):
     client = _McpClient(cmd)
     times, found = [], 0
     try:
+        client.ask("tools/call", {"name": "search", "arguments": {"query": "warm up"}})   # (opens the index)
         time.sleep(3)
         for n in range(calls):
             sid, path = rnd.choice(own)
