@@ -15027,11 +15027,11 @@ def _bench_mcp_beside(cmd, label, layout, root, rows, rnd, others=4, calls=100):
         time.sleep(3)
         for n in range(calls):
             sid, path = rnd.choice(own)
-            word = "besideword%s%s" % (tag, "".join(chr(97 + int(c)) for c in "%03d" % n))
+            word = "besideword%s%sq" % (tag, "".join(chr(97 + int(c)) for c in "%03d" % n))   # (q: no stem cut)
             append(sid, path, word + " just now")
             secs, reply = client.ask("tools/call", {"name": "search", "arguments": {"query": word}})
             assert not reply["result"]["isError"], reply
-            found += [r["sessionId"] for r in reply["result"]["structuredContent"]["results"]] == [sid]
+            found += [r["sessionId"] for r in reply["result"]["structuredContent"]["results"]][:1] == [sid]
             times.append(secs)
             time.sleep(rnd.random() * 0.3)
     finally:
@@ -15043,7 +15043,7 @@ def _bench_mcp_beside(cmd, label, layout, root, rows, rnd, others=4, calls=100):
     times.sort()
     rows.append(("MCP tool call beside %d other servers (their background every 3 s), %s: a message appended to "
                  "the client's own session, then searched" % (others, label),
-                 "%s, slowest %.0f ms; found %d of %d" % (_ms(times), 1000 * times[-1], found, len(times))))
+                 "%s, slowest %.0f ms; found first %d of %d" % (_ms(times), 1000 * times[-1], found, len(times))))
 
 
 def _bench_headless(layout, root, sid):
