@@ -8670,25 +8670,46 @@ def test_search_while_another_process_indexes(corpus, tmp_path):
     assert p.returncode == 0
 
 
-def test_watch_keeps_the_index_fresh_and_stops_cleanly_on_ctrl_c(corpus, capsys):
-    import signal
+class watching:
+    """`sesame watch --interval SECONDS` in a process of its own for the `with` block, stopped with
+    Ctrl-C after it; then .returncode and .err (its stderr)."""
+
+    def __init__(self, interval):
+        self.interval = interval
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sesame.py"), "watch", "--interval",
+                                      str(self.interval)], env=dict(os.environ), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+        self.proc.send_signal(signal.SIGINT)
+        _, self.err = self.proc.communicate(timeout=10)
+        self.returncode = self.proc.returncode
+        return False
+
+
+def found_soon(capsys, word, tries=50, pause=0.2):
+    """The sessions a search without its own refresh finds for `word`, once something else (a watch)
+    has indexed it, or [] after `tries` looks."""
     import time
-    p = subprocess.Popen([sys.executable, os.path.join(HERE, "sesame.py"), "watch", "--interval", "0.2"],
-                         env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    for _ in range(tries):
+        time.sleep(pause)
+        found = search_ids(capsys, word, "--no-refresh")
+        if found:
+            return found
+    return []
+
+
+def test_watch_keeps_the_index_fresh_and_stops_cleanly_on_ctrl_c(corpus, capsys):
+    import time
+    with watching(0.2) as w:
         time.sleep(0.5)
         PiWriter(corpus, "watched-1").user("the wildebeest migration").save()
-        found = []
-        for _ in range(50):
-            time.sleep(0.2)
-            found = search_ids(capsys, "wildebeest", "--no-refresh")
-            if found:
-                break
-        assert found == ["watched-1"]
-    finally:
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=10)
-    assert p.returncode == 0 and "Traceback" not in err and "keeping" in err
+        assert found_soon(capsys, "wildebeest") == ["watched-1"]
+    assert w.returncode == 0 and "Traceback" not in w.err and "keeping" in w.err
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -10604,6 +10625,16 @@ def finds_its_append(monkeypatch, history, then=lambda: None):
     return act
 
 
+def background_round(**kw):
+    """One round of a server's background refresh (as _keep_fresh runs it), in this thread: its summary."""
+    ctx = sesame.Context()
+    store = ctx.store()
+    try:
+        return sesame.refresh_index(ctx, store, wait_seconds=0, lend=True, **kw)
+    finally:
+        store.close()
+
+
 def test_a_call_lent_the_turn_during_the_background_look_writes_only_under_the_index_lock(
         history, env, capsys, monkeypatch):
     # The background's look at every file holds no index lock; a call it lends its turn to then
@@ -10631,14 +10662,7 @@ def test_a_call_lent_the_turn_during_the_background_look_writes_only_under_the_i
     assert other.acquire(0)   # another process indexing
     warm = sesame.WarmIndex()
 
-    def background():
-        ctx = sesame.Context()
-        store = ctx.store()
-        try:
-            sesame.refresh_index(ctx, store, wait_seconds=0, lend=True)
-        finally:
-            store.close()
-    t = threading.Thread(target=background, name="background")
+    t = threading.Thread(target=background_round, name="background")
     try:
         t.start()
         assert looking.wait(5)
@@ -10661,12 +10685,7 @@ def test_the_background_refresh_waits_for_a_call_in_its_turn_rather_than_skip_it
     guard = sesame._run_guard()
     assert guard.enter(1, True)   # a call in its turn, for 0.2 s more
     threading.Timer(0.2, guard.leave, args=(True,)).start()
-    ctx = sesame.Context()
-    store = ctx.store()
-    try:
-        summary = sesame.refresh_index(ctx, store, wait_seconds=0, lend=True)
-    finally:
-        store.close()
+    summary = background_round()
     assert summary is not None and summary.indexed == 1
     assert search_ids(capsys, "serval", "--no-refresh") == ["late"]
 
@@ -10688,14 +10707,7 @@ def test_a_search_in_another_process_reads_its_append_during_a_background_merge(
     monkeypatch.setattr(sesame.Store, "merge_step", slow_step)
     path = history[12]
 
-    def background():
-        ctx = sesame.Context()
-        store = ctx.store()
-        try:
-            sesame.refresh_index(ctx, store, wait_seconds=0, lend=True)
-        finally:
-            store.close()
-    t = threading.Thread(target=background, name="background")
+    t = threading.Thread(target=background_round, name="background")
     t.start()
     try:
         for _ in range(500):
@@ -13478,14 +13490,11 @@ def test_a_round_that_finds_nothing_to_read_leaves_the_index_lock_free(env, caps
     # waited for it. Polled from here for a second beside `watch --interval 0.02` over 300 sessions:
     # the lock was taken in each round before (about a fifth of the polls found it held), never now;
     # an append is still indexed by the watch.
-    import signal
     import time
     for i in range(300):
         PiWriter(env, "quiet-%03d" % i).user("quiet session %d about otters" % i).save()
     assert run(capsys, "index")[0] == 0
-    p = subprocess.Popen([sys.executable, os.path.join(HERE, "sesame.py"), "watch", "--interval", "0.02"],
-                         env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with watching(0.02) as w:
         time.sleep(2.5)   # (a folder changed in the last 2 s is recorded as unsettled, and listed again)
         lock, held, polls = sesame.IndexLock(os.environ["SESAME_DATA_DIR"]), 0, 0
         end = time.monotonic() + 1.5
@@ -13498,17 +13507,8 @@ def test_a_round_that_finds_nothing_to_read_leaves_the_index_lock_free(env, caps
             time.sleep(0.002)
         assert polls > 100 and held == 0
         PiWriter(env, "quiet-007").user("quiet session 7 about otters").user("and a pangolin later").save()
-        found = []
-        for _ in range(50):
-            time.sleep(0.1)
-            found = search_ids(capsys, "pangolin", "--no-refresh")
-            if found:
-                break
-        assert found == ["quiet-007"]
-    finally:
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=10)
-    assert p.returncode == 0 and "Traceback" not in err
+        assert found_soon(capsys, "pangolin", pause=0.1) == ["quiet-007"]
+    assert w.returncode == 0 and "Traceback" not in w.err
 
 
 def test_a_round_is_skipped_when_another_compared_every_file_within_its_interval(env, capsys, tmp_path):
@@ -13527,12 +13527,7 @@ def test_a_round_is_skipped_when_another_compared_every_file_within_its_interval
             r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ), capture_output=True, text=True)
             assert r.returncode == 0, r.stderr
             return int(r.stdout)
-        ctx = sesame.Context()
-        store = ctx.store()
-        try:
-            return sesame.refresh_index(ctx, store, wait_seconds=0, lend=True, every=every).seen
-        finally:
-            store.close()
+        return background_round(every=every).seen
     assert round_(30, elsewhere=True) == 1   # another server's round: compared
     PiWriter(env, "rnd-2").user("a second wombat").save()
     assert round_(30) == 0                   # skipped: another process compared every file a moment ago
@@ -13589,18 +13584,13 @@ def test_a_round_reads_what_its_look_found_as_it_is_once_it_has_the_lock(env, ca
 
 @slow
 def test_watch_beside_a_manual_index_loses_no_update(corpus, capsys):
-    p = subprocess.Popen([sys.executable, os.path.join(HERE, "sesame.py"), "watch", "--interval", "0.05"],
-                         env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with watching(0.05) as w:
         for i in range(8):
             PiWriter(corpus, "both-%d" % i).user("gazelle number %d" % i).save()
             r = subprocess.run([sys.executable, os.path.join(HERE, "sesame.py"), "index"], env=dict(os.environ),
                                capture_output=True, text=True)
             assert r.returncode == 0 and "Traceback" not in r.stderr
-    finally:
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=10)
-    assert p.returncode == 0 and "Traceback" not in err
+    assert w.returncode == 0 and "Traceback" not in w.err
     run(capsys, "index")
     assert sorted(search_ids(capsys, "gazelle", "--limit", "20", "--max-chars", "0")) == ["both-%d" % i for i in range(8)]
 
