@@ -15056,7 +15056,9 @@ def _looked_lately(ctx, store, every):
     found, less than `every` seconds ago (see refresh_index)."""
     path = _looked_file(store)
     try:
-        if time.time() - os.stat(path).st_mtime >= every:
+        # (a time ahead of now is a clock set back since, or another machine's on a shared disk:
+        # trusted, it would skip every round until then)
+        if not 0 <= time.time() - os.stat(path).st_mtime < every:
             return False
         with open(path, encoding="utf-8") as f:
             mark, _, pid = f.read().rpartition("\n")

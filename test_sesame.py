@@ -13536,6 +13536,13 @@ def test_a_round_is_skipped_when_another_compared_every_file_within_its_interval
     assert round_(0.2) == 2                  # its interval has passed since the other's
     assert round_(30) == 2                   # (its own round is not taken for another's)
     assert round_(30, elsewhere=True) == 0   # and the other skips its round now
+    looked = os.path.join(os.environ["SESAME_DATA_DIR"], "looked")
+    assert open(looked).read().endswith("\n%d" % os.getpid())
+    with open(looked, "a") as f:
+        f.write("0")   # (as if another process had written it)
+    ahead = time.time() + 3600
+    os.utime(looked, (ahead, ahead))          # written "in an hour": the clock was set back since
+    assert round_(30) == 2                    # not taken for a round a moment ago
     other = tmp_path / "other-pi"
     PiWriter(other, "rnd-3").user("a third wombat").save()
     write_config({"sources": [{"parser": "pi", "path": str(env)}, {"parser": "pi", "path": str(other)}]}, tmp_path)
