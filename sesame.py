@@ -16341,8 +16341,10 @@ class RemoteSyncer:
         every = ctx.cfg.get("remoteSyncSeconds", REMOTE_SYNC_SECONDS)
         every = every if isinstance(every, (int, float)) and every > 0 else REMOTE_SYNC_SECONDS
         now = time.time()
-        due = [n for n in remotes if (lambda t: not t or now - parse_time(t).timestamp() >= every)(
-            sync_state(ctx.env, n)["lastAttempt"])]
+        # Due: never tried, or tried `every` ago or more; a time ahead of now (a clock set back since)
+        # or one that does not read as a time would otherwise put it off until then, or for ever.
+        due = [n for n in remotes if (lambda t: not t or not 0 <= now - t.timestamp() < every)(
+            parse_time(sync_state(ctx.env, n)["lastAttempt"]))]
         if not due:
             return False
         import threading

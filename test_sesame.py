@@ -10261,6 +10261,14 @@ def test_watch_and_mcp_sync_remotes_in_the_background_every_remote_sync_seconds(
     syncer.thread.join(120)
     assert search_ids(capsys, "skua") == [REMOTE_SID]
     assert not syncer.poke(sesame.Context())   # synced a moment ago: not due for remoteSyncSeconds
+    state_path = os.path.join(sesame.remote_dir(dict(os.environ), "devbox"), "sync.json")
+    for attempt in (sesame.iso(sesame.now_utc() + datetime.timedelta(hours=1)), "not a time"):
+        with open(state_path) as f:
+            state = json.load(f)
+        with open(state_path, "w") as f:
+            json.dump(dict(state, lastAttempt=attempt), f)   # tried "in an hour" (a clock set back since), or unreadable
+        assert syncer.poke(sesame.Context())   # due: not put off until then, or for ever
+        syncer.thread.join(120)
     write_config({"sources": [{"parser": "pi", "path": str(env)}], "remoteSyncSeconds": 0.001}, env.parent)
     assert syncer.poke(sesame.Context())
     syncer.thread.join(120)
