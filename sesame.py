@@ -15057,8 +15057,8 @@ def _looked_lately(ctx, store, every):
     path = _looked_file(store)
     try:
         # (a time ahead of now is a clock set back since, or another machine's on a shared disk:
-        # trusted, it would skip every round until then)
-        if not 0 <= time.time() - os.stat(path).st_mtime < every:
+        # trusted, it would skip every round until then; a file server's clock may run a little ahead)
+        if not -2 <= time.time() - os.stat(path).st_mtime < every:
             return False
         with open(path, encoding="utf-8") as f:
             mark, _, pid = f.read().rpartition("\n")
