@@ -14100,17 +14100,24 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
     When every word is in thousands of documents, the words-together stage (a phrase: FTS5
     compares the words' positions in each document holding them all) and the next one (BM25 over
     them) each cost tens of milliseconds: with `prefetch` (a second connection to the index) the next
-    stage is fetched alongside the first, and its rows are used if the first does not fill the page."""
+    stage is fetched alongside the first, and its rows are used if the first does not fill the page.
+    A long question runs every stage, the last (any word: BM25 over most documents) often the
+    costliest: it is fetched alongside all the others, as it runs when a stage before it was cut,
+    which is nearly always when it costs much; its rows are used only if that was so (else it runs
+    as before), so the results are those of stage after stage."""
     ranking = store.ranking(filters, query.excluded)
     stages = [(name, "{tools parts} : (%s)" % expr if filters.tools_only else expr) for name, expr in query.stages()]
     words = query.ranking_words()
-    ahead = None  # the next stage's rows, fetched alongside the first
-    if (prefetch and not per_stage and len(stages) > 1 and stages[0][0] == "words together"
-            and all((w.df or 0) >= PREFETCH_MIN_DOCS for w in words)):
-        try:
-            ahead = ranking.prefetch(stages[1][1], min(max(2 * need, 20), 1 << 62))
-        except (sqlite3.Error, RuntimeError):  # no second connection or thread here: one after the other
-            ahead = None
+    ahead = None  # a later stage's rows, fetched alongside: (stage, its expression as run, _Prefetch)
+    try:
+        if (prefetch and not per_stage and len(stages) > 1 and stages[0][0] == "words together"
+                and all((w.df or 0) >= PREFETCH_MIN_DOCS for w in words)):
+            ahead = (1, stages[1][1], ranking.prefetch(stages[1][1], min(max(2 * need, 20), 1 << 62)))
+        elif prefetch and per_stage and len(stages) > 1 and sum(w.df or 0 for w in words) >= PREFETCH_MIN_DOCS:
+            final = "(%s) NOT (%s)" % (stages[-1][1], stages[-2][1])
+            ahead = (len(stages) - 1, final, ranking.prefetch(final, min(max(2 * max(need, per_stage), 20), 1 << 62)))
+    except (sqlite3.Error, RuntimeError):  # no second connection or thread here: one after the other
+        ahead = None
     out, seen, keys = [], set(), set()
     stricter, cut = None, False  # the last stage run, and whether a LIMIT left out some of its rows
     try:
@@ -14119,9 +14126,12 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
             want = max(need - len(out), per_stage)
             limit = min(max(2 * want, 20), 1 << 62)
             deadline = time.monotonic() + STAGE_SECONDS
+            fetched = ahead[2] if ahead and ahead[:2] == (stage, run) else None
+            if ahead and ahead[0] == stage and not fetched:   # (not as it runs: stopped, the core freed)
+                ahead[2].close()
             try:
                 while True:
-                    rows = ahead.take(limit) if ahead and stage == 1 else None
+                    rows = fetched.take(limit) if fetched else None
                     if rows is None:
                         rows = ranking.rows(run, limit, deadline)
                     fresh = {r[0] for r in rows if r[0] not in seen and filters.key(*r[4:6], r[7]) not in keys}
@@ -14143,7 +14153,7 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
                 break
     finally:
         if ahead:
-            ahead.close()
+            ahead[2].close()
     return out
 
 

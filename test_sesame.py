@@ -9349,6 +9349,54 @@ def test_the_next_stage_fetched_alongside_the_first_gives_the_same_results(vocab
     assert results() == alone
 
 
+def test_a_long_questions_last_stage_fetched_alongside_the_others_gives_the_same_results(env, capsys, monkeypatch):
+    """A long question runs every stage; its last (any word) is fetched on a second connection
+    while the others run, as it runs when a stage before it was cut (its LIMIT left rows out). Its
+    rows are used only then: pages, their order and paging stay those of stage after stage, and
+    where no stage was cut the last runs as before."""
+    rnd = random.Random(7)
+    words = ["docker", "layer", "cache", "node", "build", "image", "registry", "timeout", "alpine", "pnpm"]
+    for i in range(70):   # enough sessions holding the words for the stages' LIMITs to leave some out
+        w = PiWriter(env, "lq-%02d" % i, cwd="/home/dev/app%d" % (i % 5), start="2026-02-%02dT10:00:00.000Z" % (1 + i % 27))
+        w.user("why does the %s fail, %s" % (" ".join(rnd.sample(words, 4)), " ".join(rnd.sample(words, 3))))
+        w.assistant("the %s was the cause, see the %s" % tuple(rnd.sample(words, 2)))
+        w.save()
+    PiWriter(env, "lq-rare", cwd="/home/dev/rare").user("the quokka okapi narwhal tapir wombat note").save()
+    made, ran = [], []
+    original, rows = sesame._Prefetch, sesame.RankingQuery.rows
+
+    def counting(*a):
+        made.append(a[2][0])   # (its parameters: the stage's expression first)
+        return original(*a)
+
+    def running(self, expr, limit, deadline):
+        ran.append(expr)
+        return rows(self, expr, limit, deadline)
+    monkeypatch.setattr(sesame, "_Prefetch", counting)
+    monkeypatch.setattr(sesame.RankingQuery, "rows", running)
+    queries = ["why does the docker layer cache fail with the node build image",
+               "registry timeout on the alpine image with pnpm and the docker cache",
+               "the quokka and the okapi met a narwhal, a tapir and a wombat"]   # (no stage cut: the last runs as before)
+    pages = [("--limit", "3"), ("--limit", "3", "--offset", "3"), ("--limit", "20")]
+
+    def results():
+        return [search_json(capsys, q, *page)["results"] for q in queries for page in pages]
+    monkeypatch.setattr(sesame, "PREFETCH_MIN_DOCS", 10 ** 9)
+    alone = results()
+    assert not made and all(alone[k * len(pages)] for k in range(len(queries)))
+    del ran[:]
+    monkeypatch.setattr(sesame, "PREFETCH_MIN_DOCS", 1)
+    assert results() == alone
+    fetched = [e for e in made if " NOT " in e]    # (the long questions' last stages)
+    assert any(e not in ran for e in fetched)        # its rows were used: this connection did not run it
+    assert any("quokka" in e for e in fetched) and not any("quokka" in e and " NOT " in e for e in ran)   # not cut: as before
+
+    def failing(*a):  # no second connection or thread to be had: the stages run one after the other
+        raise RuntimeError("can't start new thread")
+    monkeypatch.setattr(sesame, "_Prefetch", failing)
+    assert results() == alone
+
+
 def test_the_mcp_server_fetches_the_next_stage_on_one_kept_connection_that_sees_every_change(vocab_corpus, env,
                                                                                              capsys, monkeypatch):
     """The server keeps the second connection a prefetch runs on (Store.spare) from call to call: its
