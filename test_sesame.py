@@ -15010,11 +15010,15 @@ def _bench_queries(data_dir, rnd):
     concept = [" ".join(rnd.sample(ws, min(len(ws), rnd.randint(2, 5))))
                for ws in ([w for w in re.findall(r"[a-z]{5,}", u.lower())] for u in rnd.sample(users, 40))
                if len(ws) >= 2][:20]
+    # what an agent asks: the start of something a user wrote, 8-12 words as written
+    long = [" ".join(ws[:rnd.randint(8, 12)]) for ws in (u.split() for u in rnd.sample(users, min(60, len(users))))
+            if len(ws) >= 12][:20]
     return {
         "rare word": rnd.sample(rare, min(20, len(rare))),
         "concept, 2-5 words": concept,
         "relaxed (no session has all)": [c + " zyxwvutsrq" for c in concept],
         "filtered (--cwd --after)": concept,
+        "long question, 8-12 words": long,
         "common words": ["fix the error in the test", "how do I use this function", "the file is not found",
                          "return the value of the object", "what is the default for this"] * 4,
     }
