@@ -12627,19 +12627,19 @@ def recheck_plan(store, plan):
 
 
 def run_index(store, sources, full=False, progress=None, policy=None, quick=False, cwd=None, sweep=True,
-              look_only=False, merge_seconds=None, looked=None):
+              look_only=False, merge_seconds=None, looked=None, planned=None):
     """Bring the index up to date with the sources. Files whose size and time are unchanged are not
     read; files that only grew are read from where the last run stopped; other changed files are
     read again; files gone keep their sessions, marked deleted (unless the policy says otherwise).
     `quick` looks at the disk by the freshness rules instead of file by file (see above).
     `look_only`: write nothing; the summary when there is nothing to do, else None, and then (the
-    look's Plan, its summary) appended to `looked` (a list), if a plan was made. Passed back as
-    `looked` to a run under the index lock, that plan is carried out instead of making another
+    look's Plan, its summary) appended to `looked` (a list), if a plan was made. Given back as
+    `planned` to a run under the index lock, that plan is carried out instead of making another
     (its files looked at again first: recheck_plan).
     `merge_seconds`: how long to merge a full-text index that holds many dead entries (None: until
     done, 0: not at all; see COMPACT_PAGES)."""
     t0 = time.monotonic()
-    summary = looked[1] if isinstance(looked, tuple) else IndexSummary()
+    summary = planned[1] if planned else IndexSummary()
     policy = policy or Policy()
     lends = _RUN_GUARD.lends if _RUN_GUARD is not None else 0   # (see _lending_results)
     for parser in PARSERS.values():
@@ -12652,8 +12652,8 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
         # The common case (every search starts with it): look without taking the write lock, and
         # leave at once when nothing changed. (Callers hold the index lock, so the plan stays true;
         # a plan made before, without it, is looked at again.)
-        if isinstance(looked, tuple):
-            plan = recheck_plan(store, looked[0])
+        if planned:
+            plan = recheck_plan(store, planned[0])
         else:
             plan = plan_index(store, sources, summary, policy, quick, cwd, sweep)
         _count(summary, plan)
@@ -12669,7 +12669,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
             summary.seconds = time.monotonic() - t0
             return summary
     if look_only:
-        if isinstance(looked, list) and plan is not None:
+        if looked is not None and plan is not None:
             looked.append((plan, summary))
         return None
     if _RUN_GUARD is not None and _RUN_GUARD.lends != lends and store.meta("policy") != policy.fingerprint():
@@ -14126,9 +14126,12 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
             want = max(need - len(out), per_stage)
             limit = min(max(2 * want, 20), 1 << 62)
             deadline = time.monotonic() + STAGE_SECONDS
-            fetched = ahead[2] if ahead and ahead[:2] == (stage, run) else None
-            if ahead and ahead[0] == stage and not fetched:   # (not as it runs: stopped, the core freed)
-                ahead[2].close()
+            fetched = None
+            if ahead and ahead[0] == stage:
+                _, ahead_run, fetched = ahead
+                if ahead_run != run:   # (not as it runs: stopped, the core freed, and run here)
+                    fetched.close()
+                    fetched = None
             try:
                 while True:
                     rows = fetched.take(limit) if fetched else None
@@ -15146,20 +15149,19 @@ def _full_round(ctx, store, guard, lend, wait_seconds, kw):
     under the lock (4-5 s at 1 GB) every other process's search gave up its refresh."""
     merge_seconds = kw["merge_seconds"]
     kw = dict(kw, merge_seconds=0)
-    looked = []
+    lock, looked = IndexLock(os.path.dirname(ctx.index_path)), []
     summary = run_index(store, ctx.sources, look_only=True, looked=looked, **kw)
     if summary is None:
-        lock = IndexLock(os.path.dirname(ctx.index_path))
         if not lock.acquire(wait_seconds):
             return None
         try:
             guard.locked = guard.locked or lend   # (a call lent the turn meanwhile writes under this lock)
-            summary = run_index(store, ctx.sources, looked=looked[0] if looked else None, **kw)
+            summary = run_index(store, ctx.sources, planned=looked[0] if looked else None, **kw)
         finally:
             guard.locked = guard.locked and not lend
             lock.release()
     _note_look(ctx, store)
-    merge_index(store, summary, merge_seconds, kw["progress"], yield_to=IndexLock(os.path.dirname(ctx.index_path)))
+    merge_index(store, summary, merge_seconds, kw["progress"], yield_to=lock)
     return summary
 
 
