@@ -475,7 +475,7 @@ class Source:
 
 # Every key the config may hold (and the keys of one "sources" entry). Others are reported, with the
 # nearest known key: a misspelt "source" would otherwise silently index the default places.
-CONFIG_KEYS = ("sources", "piSessionPaths", "exclude", "redact", "keepDeletedSessions", "remoteSyncSeconds")
+CONFIG_KEYS = ("sources", "discover", "piSessionPaths", "exclude", "redact", "keepDeletedSessions", "remoteSyncSeconds")
 SOURCE_KEYS = ("parser", "path")
 
 
@@ -499,7 +499,9 @@ def _unknown_keys(obj, known, where, warn):
 
 
 def resolve_sources(cfg, cfg_path, env=None, warn=None):
-    """The sources to index: from the config when it names any, else every agent's default place.
+    """The sources to index: from the config when it names any, else every agent's default place;
+    with `"discover": true`, the config's and then every agent's default place (a folder of projects
+    named for Aider's histories beside the agents found on their own).
 
     Relative paths are relative to the config file's folder. `warn` is told about what the config
     gets wrong but can be gone on from: unknown keys, and configured folders that do not exist
@@ -521,8 +523,8 @@ def resolve_sources(cfg, cfg_path, env=None, warn=None):
         if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
             raise ConfigError('%s: "piSessionPaths" must be a list of strings' % cfg_path)
         entries += [("piSessionPaths[%d]" % i, "pi", p) for i, p in enumerate(paths)]
+    sources = []
     if entries:
-        sources = []
         for where, parser_id, raw in entries:
             parser = PARSERS.get(parser_id)
             if parser is None:
@@ -534,11 +536,15 @@ def resolve_sources(cfg, cfg_path, env=None, warn=None):
                 warn("%s: %s: %s does not exist (an unplugged drive?); indexing the other sources" % (cfg_path, where, path))
                 continue
             sources.append(Source(parser, path, "config"))
+    discover = cfg.get("discover", False)
+    if not isinstance(discover, bool):
+        raise ConfigError('%s: "discover" must be true or false' % cfg_path)
+    if entries and not discover:
         return sources
-    sources = []
+    named = {(src.parser.id, src.path) for src in sources}
     for parser in PARSERS.values():
         for root in parser.default_roots(env):
-            if os.path.exists(root):
+            if os.path.exists(root) and (parser.id, root) not in named:
                 sources.append(Source(parser, root, "discovered"))
     return sources
 
@@ -15671,8 +15677,10 @@ def sources_request(ctx, params=None):
                      "active": pid in configured, "filesFound": sum(seen.values()) - seen["deleted"],
                      "filesIndexed": seen["ok"] + seen["damaged"],
                      "filesNotIndexed": {k: seen[k] for k in ("skipped", "damaged", "unreadable") if seen[k]},
-                     "sessionsIndexed": sessions[pid]})
-    return {"sources": rows}
+                     "sessionsIndexed": sessions[pid],
+                     # (kept inside each project: found only under a folder the config names)
+                     "projectFiles": list(parser.project_files)})
+    return {"sources": rows, "config": config_path(ctx.env)}
 
 
 def _changed_count(plan):
@@ -18575,7 +18583,9 @@ def cmd_sources(args, ctx):
         return EXIT_OK
     rows = data["sources"]
     for r in rows:
-        where = ", ".join("%s%s" % (escape_breaks(l["path"]), "" if l["exists"] else " (absent)") for l in r["locations"]) or "(none)"
+        where = ", ".join("%s%s" % (escape_breaks(l["path"]), "" if l["exists"] else " (absent)") for l in r["locations"]) \
+            or ("inside projects (%s): only under a folder the config names" % ", ".join(r["projectFiles"])
+                if r["projectFiles"] else "(none)")
         found = "%d file%s" % (r["filesFound"], "" if r["filesFound"] == 1 else "s")
         why = {"skipped": ("not a session file", "not session files"), "unreadable": ("unreadable",) * 2,
                "damaged": ("damaged (its last good sessions kept)",) * 2}
@@ -18585,6 +18595,13 @@ def cmd_sources(args, ctx):
                                                                      r["sessionsIndexed"], found, where)))
     if any(r["filesNotIndexed"] for r in rows):
         sys.stdout.write("\n`sesame status` lists the files not indexed and why.\n")
+    unnamed = [r for r in rows if r["projectFiles"] and not r["locations"]]
+    if unnamed:   # (nothing says where these are: a user of one of them gets 0 sessions, and why)
+        sys.stdout.write("\n%s keep%s history inside each project: name the folder that holds your projects in %s, "
+                         'e.g. {"sources": [{"parser": "%s", "path": "~/code"}], "discover": true} ("discover": the '
+                         "other agents' default places too).\n"
+                         % (", ".join(r["name"] for r in unnamed), "s its" if len(unnamed) == 1 else " their",
+                            escape_breaks(data["config"]), unnamed[0]["agent"]))
     return EXIT_OK
 
 

@@ -517,12 +517,47 @@ def test_broken_config_is_one_line_error_naming_file_and_line(env, tmp_path, cap
     ({"piSessionPaths": [""]}, "piSessionPaths[0]: the path is empty"),
     ({"exclude": ["/tmp/x", ""]}, '"exclude" must be a list of path patterns (non-empty strings)'),
     ({"exclude": "/tmp/x"}, '"exclude" must be a list'),
+    ({"sources": [{"parser": "pi", "path": "/tmp"}], "discover": "yes"}, '"discover" must be true or false'),
 ])
 def test_config_of_the_wrong_shape_is_a_one_line_error(env, tmp_path, capsys, cfg, needle):
     write_config(cfg, tmp_path)
     for argv in (("search", "anything"), ("status",)):
         code, _, err = run(capsys, *argv)
         assert code == 1 and needle in err and one_line_error(err), err
+
+
+def test_a_folder_of_projects_is_indexed_beside_the_agents_found_on_their_own_with_discover(env, tmp_path, capsys):
+    """Aider, SpecStory and Crush keep their history inside each project: found only under a folder
+    the config names. A config that names sources indexes those alone, unless it says
+    "discover": true: then every agent's default place too (Claude Code's here), once each."""
+    claude = tmp_path / "home" / ".claude" / "projects" / "-home-dev-app"
+    write_jsonl(claude / "11111111-2222-4333-8444-555555555555.jsonl", [dict(cc_cl_user(
+        "u1", "2026-05-01T10:00:00.000Z", "the axolotl tank pump"), sessionId="11111111-2222-4333-8444-555555555555",
+        cwd="/home/dev/app")])
+    write_file(tmp_path / "code" / "proj" / ".aider.chat.history.md", am_AIDER_HISTORY)
+    aider_word = "flaky"
+    code, out, _ = run(capsys, "sources")   # the env's config names pi's folder alone: no folder of projects
+    assert code == 0 and "aider        -           0 sessions  0 files  inside projects (*.aider.chat.history.md)" in out
+    assert '"discover": true' in out and "keep their history inside each project" in out
+    rows = {r["agent"]: r for r in json.loads(run(capsys, "sources", "--json")[1])["sources"]}
+    assert rows["aider"]["projectFiles"] == ["*.aider.chat.history.md"] and rows["claude"]["projectFiles"] == []
+
+    write_config({"sources": [{"parser": "aider", "path": str(tmp_path / "code")}]}, tmp_path)
+    assert run(capsys, "index")[0] == 0
+    assert [r["agent"] for r in search_json(capsys, aider_word)["results"]] == ["aider"]
+    assert search_ids(capsys, "axolotl") == []   # named sources alone: Claude Code's place is not looked at
+
+    write_config({"sources": [{"parser": "aider", "path": str(tmp_path / "code")},
+                              {"parser": "claude", "path": str(tmp_path / "home" / ".claude" / "projects")}],
+                  "discover": True}, tmp_path)
+    assert run(capsys, "index")[0] == 0
+    assert search_ids(capsys, "axolotl") == ["11111111-2222-4333-8444-555555555555"]
+    assert [r["agent"] for r in search_json(capsys, aider_word)["results"]] == ["aider"]
+    rows = {r["agent"]: r for r in json.loads(run(capsys, "sources", "--json")[1])["sources"]}
+    assert [l["path"] for l in rows["claude"]["locations"]] == [str(tmp_path / "home" / ".claude" / "projects")]  # once
+    assert rows["aider"]["active"] and rows["claude"]["active"]
+    hint = run(capsys, "sources")[1].strip().splitlines()[-1]   # Aider's folder is named now: the others only
+    assert hint.startswith("SpecStory, Crush keep their history inside each project")
 
 
 def test_config_with_a_byte_order_mark_and_relative_paths_from_its_own_folder(env, tmp_path, capsys, monkeypatch):
