@@ -11131,7 +11131,10 @@ class Store:
         """A file is no longer listed. Its sessions are kept, marked deleted, when the file is really gone
         from disk (agents delete old transcripts; the index still has their text); they are removed when
         the file is still there but no longer wanted (excluded, no longer under a configured source)."""
-        if keep and row.sessions and not os.path.lexists(fs_path(row.path)):
+        # (Gone: no file there, or no regular one: a folder, a FIFO or a dangling link put in its place
+        # takes nothing away, as a file deleted does not. Still a file there: no longer listed, so
+        # no longer wanted.)
+        if keep and row.sessions and not os.path.isfile(fs_path(row.path)):
             self.con.execute("UPDATE sessions SET deleted=? WHERE file_id=? AND deleted IS NULL", (iso(now_utc()), row.id))
             self.con.execute("UPDATE files SET status='deleted', size=-1, checkpoint=NULL WHERE id=?", (row.id,))
         else:

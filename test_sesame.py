@@ -12498,6 +12498,26 @@ def test_file_that_disappears_after_being_indexed_stays_searchable_marked_delete
     assert json.loads(run(capsys, "search", "lemur", "--json")[1])["results"][0]["fileDeleted"] is True
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_a_session_file_replaced_by_a_folder_a_fifo_or_a_dangling_link_keeps_its_session(env, capsys):
+    """What takes a session file's place and is no file (a folder, a FIFO, a link to nothing) is
+    read as the file gone: its session stays searchable, marked deleted, as for a deleted file
+    (a folder or FIFO there removed it from the index, found by a random-damage run)."""
+    paths = {word: good_session(env, "s-" + word, word=word) for word in ("lemur", "tapir", "okapi")}
+    good_session(env)
+    index_json(capsys)
+    os.remove(paths["lemur"])
+    os.mkdir(paths["lemur"])
+    os.remove(paths["tapir"])
+    os.mkfifo(paths["tapir"])
+    os.remove(paths["okapi"])
+    os.symlink(paths["okapi"] + ".nowhere", paths["okapi"])
+    assert index_json(capsys)["filesRemoved"] == 3
+    for word in paths:
+        [r] = json.loads(run(capsys, "search", word, "--json")[1])["results"]
+        assert (r["sessionId"], r["fileDeleted"]) == ("s-" + word, True)
+
+
 def _deny(monkeypatch, path):
     """Make `path` unreadable the way chmod 000 would for a non-root user (tests run as root)."""
     original_open, original_os_open, original_scandir = open, os.open, os.scandir
