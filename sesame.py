@@ -12721,17 +12721,14 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
             results = pairs = _lending_results(guard, batch, jobs, policy, lends)
         else:
             jobs = [job._replace(resume=_resume_point(store, job)) for job in plan.todo]
-            for job in jobs:
-                if _time_alone(job):
-                    store.file_touched(job.row.id, job.stat.st_mtime_ns)
-                    summary.unchanged += 1
-            jobs = [job for job in jobs if not _time_alone(job)]
-            to_read = sum(j.stat.st_size - (j.resume.get("offset", 0) if j.resume else 0) for j in jobs)
-            results = parse_all(jobs, parallel=to_read >= PARALLEL_MIN_BYTES, policy=policy)
-            pairs = zip(jobs, results)
+            read = [job for job in jobs if not _time_alone(job)]
+            to_read = sum(j.stat.st_size - (j.resume.get("offset", 0) if j.resume else 0) for j in read)
+            results = parse_all(read, parallel=to_read >= PARALLEL_MIN_BYTES, policy=policy)
+            parsed = iter(results)
+            pairs = ((job, None if _time_alone(job) else next(parsed)) for job in jobs)
         done_bytes = 0
         for n, (job, result) in enumerate(pairs, 1):
-            if result is None:   # (its time alone moved: _lending_results)
+            if result is None:   # its time alone moved: nothing to read (_time_alone)
                 store.file_touched(job.row.id, job.stat.st_mtime_ns)
                 summary.unchanged += 1
                 continue
