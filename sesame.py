@@ -12721,11 +12721,12 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
             results = pairs = _lending_results(guard, batch, jobs, policy, lends)
         else:
             jobs = [job._replace(resume=_resume_point(store, job)) for job in plan.todo]
-            read = [job for job in jobs if not _time_alone(job)]
+            alone = [_time_alone(job) for job in jobs]
+            read = [job for job, skip in zip(jobs, alone) if not skip]
             to_read = sum(j.stat.st_size - (j.resume.get("offset", 0) if j.resume else 0) for j in read)
             results = parse_all(read, parallel=to_read >= PARALLEL_MIN_BYTES, policy=policy)
             parsed = iter(results)
-            pairs = ((job, None if _time_alone(job) else next(parsed)) for job in jobs)
+            pairs = ((job, None if skip else next(parsed)) for job, skip in zip(jobs, alone))
         done_bytes = 0
         for n, (job, result) in enumerate(pairs, 1):
             if result is None:   # its time alone moved: nothing to read (_time_alone)
