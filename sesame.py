@@ -14089,7 +14089,7 @@ class Filters:
         return agent, session_id
 
 
-LONG_QUESTION = 5       # ranking words from which a query is a long question (see _rerank)
+LONG_QUESTION = 5       # ranking words from which a query is a long question (see _in_order)
 LONG_RERANK = 4         # candidates of each stage re-ranked by proximity for a long question
 PROXIMITY_WORDS = 3     # from 3 words, the first PROXIMITY_TOP are re-ranked by proximity within their stage
 PROXIMITY_TOP = 10
@@ -14102,14 +14102,15 @@ PROXIMITY_TOP = 10
 
 class Candidate:
     """A session the ranking found: its row id, bm25 score (positive, higher is better), the stage
-    that found it, and its best part's chunk range; matches are found when it is shown."""
+    that found it, and its best part's chunk range; its best chunks are found when it is re-ranked
+    or shown."""
 
-    __slots__ = ("sid", "score", "stage", "stage_name", "part", "doc", "key", "matches", "coverage")
+    __slots__ = ("sid", "score", "stage", "stage_name", "part", "doc", "key", "chunks", "coverage")
 
     def __init__(self, sid, score, stage, stage_name, part, doc, key):
         self.sid, self.score, self.stage, self.stage_name = sid, score, stage, stage_name
         self.part, self.doc, self.key = part, doc, key
-        self.matches = self.coverage = None
+        self.chunks = self.coverage = None   # (best_chunks)
 
 
 PREFETCH_MIN_DOCS = 2000  # every word in this many documents: the next stage is fetched alongside
@@ -14124,7 +14125,7 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
     rows (LIMIT), more only when those did not hold enough distinct sessions; a stage that runs
     past STAGE_SECONDS (thousands of documents holding every common word) is given up. With
     `per_stage`, every stage runs and gives at least that many sessions (when it has them), for the
-    long-question re-ranking (see _rerank); a stage after one whose LIMIT left sessions out then
+    long-question re-ranking (see _in_order); a stage after one whose LIMIT left sessions out then
     excludes that one's matches (stages are nested: each holds the stricter ones), so that which
     sessions a stage gives never depends on how many rows the page asked for.
 
@@ -14191,10 +14192,13 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
     return out
 
 
-def best_matches(store, session, part, matcher, filters, limit=MATCHES_PER_SESSION):
-    """The chunks of a session that match best, with snippets: those of its best part, or with a
-    tool filter those of the asked-for tool calls anywhere in the session. Also returns, of its best
-    chunks, the most distinct query words found close together, and how many were found as typed."""
+def best_chunks(store, session, part, matcher, filters, limit=MATCHES_PER_SESSION):
+    """The chunks of a session that match best, with where the query words are in them: those of
+    its best part, or with a tool filter those of the asked-for tool calls anywhere in the session;
+    its name alone when no chunk matches. Also returns, of its best chunks, the most distinct query
+    words found close together, and how many were found as typed (the re-ranking's key: see
+    _in_order). -> ([(score, seq, spans, kind, role, tool, timestamp, text)], coverage); match_dicts
+    makes them the matches shown."""
     rows = store.match_chunks(session["id"], part, filters.tools_only, filters.tool)
     found = [(words, *row) for words, row in zip(matcher.words_in_each([r[5] for r in rows]), rows) if words]
     # A word found in few chunks of the part says more than one found in all of them: each word
@@ -14205,9 +14209,9 @@ def best_matches(store, session, part, matcher, filters, limit=MATCHES_PER_SESSI
     scored = sorted(((sum(math.log(1 + n / df[i]) for i in words) * KIND_WEIGHT.get(kind, 0.5), seq,
                       kind, role, tool, ts, text) for words, seq, kind, role, tool, ts, text in found),
                     key=lambda x: (-x[0], x[1]))
-    scored = [(w, seq, matcher.spans(text), kind, role, tool, ts, text)
+    chunks = [(w, seq, matcher.spans(text), kind, role, tool, ts, text)
               for w, seq, kind, role, tool, ts, text in scored[:limit]]
-    coverage = max(((Matcher.coverage(spans), matcher.as_typed(text, spans)) for _, _, spans, *_, text in scored),
+    coverage = max(((Matcher.coverage(spans), matcher.as_typed(text, spans)) for _, _, spans, *_, text in chunks),
                    default=(0, 0))
     # The session's name and summary say what it is about in a few words: query words held together
     # there count as they do in a chunk ("AI agents autonomy scaling" for the session titled "AI Agents:
@@ -14216,16 +14220,17 @@ def best_matches(store, session, part, matcher, filters, limit=MATCHES_PER_SESSI
     label_spans = matcher.spans(label) if label else []
     if label_spans:
         coverage = max(coverage, (Matcher.coverage(label_spans), matcher.as_typed(label, label_spans)))
-    # "_words": the text each match found, for matchedWords (taken out by result_json).
-    matches = [{"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts, "score": round(w, 3),
-                **Matcher.snippet(text, spans), "_words": {text[a:b].lower() for a, b, _ in spans}}
-               for w, seq, spans, kind, role, tool, ts, text in scored[:limit]]
-    if not matches and label_spans:
-        # Found by its name (or summary) alone: that is the match to show (it has no chunk: seq null).
-        matches.append({"seq": None, "kind": "name", "role": None, "tool": None, "timestamp": None,
-                        "score": 0.0, **Matcher.snippet(label, label_spans),
-                        "_words": {label[a:b].lower() for a, b, _ in label_spans}})
-    return matches, coverage
+        if not chunks:   # found by its name (or summary) alone: that is the match to show (no chunk: seq null)
+            chunks.append((0.0, None, label_spans, "name", None, None, None, label))
+    return chunks, coverage
+
+
+def match_dicts(chunks):
+    """best_chunks' chunks as the matches of a result, each with its snippet. ("_words": the text
+    each match found, for matchedWords; result_json takes it out.)"""
+    return [{"seq": seq, "kind": kind, "role": role, "tool": tool, "timestamp": ts, "score": round(w, 3),
+             **Matcher.snippet(text, spans), "_words": {text[a:b].lower() for a, b, _ in spans}}
+            for w, seq, spans, kind, role, tool, ts, text in chunks]
 
 
 SHORT_ID_MIN = 8
@@ -14280,19 +14285,16 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
         long_question = len(query.ranking_words()) >= LONG_QUESTION
         candidates = ranked_sessions(store, query, filters, need if not verify else max(need * 2, 40),
                                      per_stage=LONG_RERANK if long_question else 0, prefetch=not store.readonly)
-        _rerank(store, candidates, query, matcher, filters, matches)
-        if filters.current:  # the caller's own session holds the query itself: it goes last
-            candidates.sort(key=lambda c: c.key in filters.current)
         if page is not None:
             page["size"] = min(limit, max(0, len(candidates) - offset))
         shown = 0
-        for c in candidates[0 if verify else offset:]:
-            s = store.session(c.sid)
+        order = _in_order(store, candidates, query, matcher, filters, matches)
+        for c, s in itertools.islice(order, 0 if verify else offset, None):
             if s is None:
                 continue  # removed since it was ranked: another process (a server's background) wrote between
-            if c.matches is None:
-                c.matches, c.coverage = best_matches(store, s, c.part, matcher, filters, limit=matches)
-            if verify and not c.matches:
+            if c.chunks is None:
+                c.chunks, c.coverage = best_chunks(store, s, c.part, matcher, filters, limit=matches)
+            if verify and not c.chunks:
                 continue  # the words were in some tool call, but not in one of the asked-for tools
             shown += 1
             if verify and shown <= offset:
@@ -14300,49 +14302,60 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
             if shown > (offset if verify else 0) + limit:
                 yield None  # one more exists
                 return
-            yield s, c.score, c.stage_name, c.matches
+            yield s, c.score, c.stage_name, match_dicts(c.chunks)
     except sqlite3.OperationalError as e:
         if _is_corrupt(e):
             raise
         raise SesameError("search failed: %s" % e, hint="report this query; it should have been made safe")
 
 
-def _rerank(store, candidates, query, matcher, filters, matches):
-    """Re-rank the first candidates by where their words are, which BM25 does not see: by how many
-    different query words their best chunks hold close together (a window of about 400
-    characters), then by how many of those were found as typed (not only through their stem), BM25
-    breaking ties. The candidates re-ranked are the same whatever page is asked for, so paging
-    stays exact.
+def _in_order(store, candidates, query, matcher, filters, matches):
+    """The candidates in the order shown, each with its session row (None: removed since it was
+    ranked), as the caller takes them: the first ones re-ranked by where their words are, which
+    BM25 does not see: by how many different query words their best chunks hold close together (a
+    window of about 400 characters), then by how many of those were found as typed (not only
+    through their stem), BM25 breaking ties. The candidates re-ranked are the same whatever page is
+    asked for, so paging stays exact; the caller's own sessions come last (they hold the query).
+    The rest are read as the caller takes them, and snippets are made for the results shown only
+    (best_chunks, then match_dicts): an agent's page of 4,000 characters shows 3-4 of the 10
+    candidates re-ranked (their snippets were ~1 ms of a warm search at 1 GB).
 
     - 3-4 words: the first PROXIMITY_TOP holding every word (or the phrase), within their stage.
     - A long question (LONG_QUESTION words or more) is rarely answered by a session holding every
       one of its words: long sessions hold them all, scattered. So the first LONG_RERANK candidates
       of each stage are re-ranked across stages, and come first."""
-    n_words = len(query.ranking_words())
-    if n_words >= LONG_QUESTION:
-        per_stage = collections.Counter()
-        pool = []
-        for c in candidates:
-            if per_stage[c.stage] < LONG_RERANK:
-                per_stage[c.stage] += 1
-                pool.append(c)
-    elif n_words >= PROXIMITY_WORDS:
-        pool = [c for c in candidates[:PROXIMITY_TOP] if c.stage_name in ("words together", "all words")]
-    else:
-        return
-    for c in pool:
-        s = store.session(c.sid) if c.matches is None else None
-        if s is not None:
-            c.matches, c.coverage = best_matches(store, s, c.part, matcher, filters, limit=matches)
-        elif c.matches is None:   # (removed since it was ranked: search leaves it out)
-            c.matches, c.coverage = [], (0, 0)
-    if n_words >= LONG_QUESTION:
-        pool.sort(key=lambda c: (-c.coverage[0], -c.coverage[1], c.stage, -c.score))
-        chosen = set(id(c) for c in pool)
-        candidates[:] = pool + [c for c in candidates if id(c) not in chosen]
-    else:
-        pool.sort(key=lambda c: (c.stage, -c.coverage[0], -c.coverage[1], -c.score))
-        candidates[:len(pool)] = pool
+    def read(c):
+        s = store.session(c.sid)
+        if c.chunks is None:
+            c.chunks, c.coverage = best_chunks(store, s, c.part, matcher, filters, limit=matches) if s else ([], (0, 0))
+        return s
+
+    def ranked():
+        n_words = len(query.ranking_words())
+        if n_words >= LONG_QUESTION:
+            per_stage = collections.Counter()
+            pool = []
+            for c in candidates:
+                if per_stage[c.stage] < LONG_RERANK:
+                    per_stage[c.stage] += 1
+                    pool.append(c)
+            key = lambda c: (-c.coverage[0], -c.coverage[1], c.stage, -c.score)
+        elif n_words >= PROXIMITY_WORDS:
+            pool = [c for c in candidates[:PROXIMITY_TOP] if c.stage_name in ("words together", "all words")]
+            key = lambda c: (c.stage, -c.coverage[0], -c.coverage[1], -c.score)
+        else:
+            pool, key = [], None
+        rows = {id(c): read(c) for c in pool}
+        yield from ((c, rows[id(c)]) for c in sorted(pool, key=key))
+        yield from ((c, store.session(c.sid)) for c in candidates if id(c) not in rows)
+
+    last = []
+    for c, s in ranked():
+        if c.key in filters.current:
+            last.append((c, s))
+        else:
+            yield c, s
+    yield from last
 
 
 TITLE_CHARS = 80

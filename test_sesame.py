@@ -9313,7 +9313,7 @@ def test_the_matcher_finds_each_token_that_starts_with_a_needle_and_none_inside_
 
 
 def test_the_words_of_a_parts_chunks_are_found_in_one_scan_as_chunk_by_chunk():
-    """best_matches asks which query words each chunk of a part holds with one scan over the chunks
+    """best_chunks asks which query words each chunk of a part holds with one scan over the chunks
     joined: a word never spans two chunks (handlePay|mentIntent), and each chunk gets its own words."""
     texts = ["handlePay", "mentIntent here", "the Payment was retried", "İstanbul payments", "node-v20 works",
              "nothing at all", "", "WebSocketServer and HTTPServer", "paymentintent", "a node, no version",
