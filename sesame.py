@@ -14289,7 +14289,7 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
             page["size"] = min(limit, max(0, len(candidates) - offset))
         shown = 0
         order = _in_order(store, candidates, query, matcher, filters, matches)
-        for c, s in itertools.islice(order, 0 if verify else offset, None):
+        for c, s in itertools.islice(order, 0 if verify else min(offset, len(candidates)), None):
             if s is None:
                 continue  # removed since it was ranked: another process (a server's background) wrote between
             if c.chunks is None:
