@@ -13270,6 +13270,10 @@ ABBREVIATIONS = [
     ("ocr", "optical character recognition"), ("llm", "language model"), ("ssr", "server side rendering"),
     ("e2e", "end to end"), ("i18n", "internationalization", "translation"), ("l10n", "localization"),
     ("a11y", "accessibility"), ("tz", "timezone", "time zone"), ("dns", "domain name"), ("os", "operating system"),
+    ("venv", "virtualenv", "virtual environment"), ("pr", "pull request"), ("prs", "pull requests"),
+    ("mr", "merge request"), ("mcp", "model context protocol"), ("vscode", "vs code"), ("gha", "github actions"),
+    ("ux", "user experience"), ("qa", "quality assurance"), ("sso", "single sign on"), ("2fa", "two factor"),
+    ("mfa", "multi factor"), ("jwt", "json web token"), ("wsl", "windows subsystem"),
 ]
 
 

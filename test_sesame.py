@@ -9171,6 +9171,20 @@ def test_an_abbreviation_finds_the_long_form_and_the_match_is_marked(vocab_corpu
     assert data["results"][0]["sessionId"] == "db-migration"
 
 
+def test_the_short_forms_people_type_find_the_long_ones_sessions_say(env, capsys):
+    # "the PR where we fixed the flaky retry", "the venv that would not activate": the sessions say
+    # "pull request" and "virtualenv" (and the other way round).
+    PiWriter(env, "pull-req").user("Open a pull request for the flaky retry fix").assistant("Opened it.").save()
+    PiWriter(env, "retry-notes").user("The retry loop is flaky on slow disks").assistant("Added a backoff.").save()
+    PiWriter(env, "virtualenv").user("The virtualenv will not activate in fish").assistant("Use activate.fish.").save()
+    PiWriter(env, "fish-prompt").user("Make the fish prompt show the git branch").assistant("Done.").save()
+    top = search_json(capsys, "pr flaky retry")["results"][0]
+    assert top["sessionId"] == "pull-req" and "pull request" in top["matchedWords"]
+    assert search_ids(capsys, "venv activate fish")[0] == "virtualenv"
+    PiWriter(env, "venv-short").user("Recreate the venv with python 3.12").assistant("Recreated.").save()
+    assert "venv-short" in search_ids(capsys, "virtualenv python")
+
+
 def test_part_of_a_camelcase_name_finds_it_and_marks_the_part(vocab_corpus, capsys):
     data = search_json(capsys, "payment intent webhook")
     top = data["results"][0]
