@@ -549,6 +549,53 @@ def resolve_sources(cfg, cfg_path, env=None, warn=None):
     return sources
 
 
+def _names_sources(cfg):
+    """Whether the config says which sources to index, and only those (no "discover")."""
+    return ("sources" in cfg or "piSessionPaths" in cfg) and cfg.get("discover") is not True
+
+
+# Histories kept inside projects (Aider, SpecStory, Crush: Parser.project_files) have no place of
+# their own. Without a config that names the sources (see resolve_sources), they are looked for in
+# the folders where the other agents' sessions ran and where a search runs from (find_projects);
+# each history (or history folder) found is kept in the data folder's `projects` file and is a
+# source from then on, as a configured file would be (origin "project"). The file only grows: a
+# history deleted since is a source whose file is gone (its sessions kept, marked deleted).
+
+
+def _projects_file(env):
+    return os.path.join(data_dir(env), "projects")
+
+
+def kept_projects(env):
+    """[(parser id, root)] of the project histories found so far (see above)."""
+    try:
+        with open_regular(_projects_file(env)) as f:
+            rows = json.loads(f.read().decode("utf-8"))
+    except (OSError, UnicodeDecodeError) + BAD_JSON:
+        return []   # (lost or damaged: find_projects finds them again where the index says they were)
+    if not isinstance(rows, list):
+        return []
+    return [(pid, root) for pid, root in (r for r in rows if isinstance(r, list) and len(r) == 2)
+            if isinstance(pid, str) and pid in PARSERS and PARSERS[pid].project_files
+            and isinstance(root, str) and os.path.isabs(root)]
+
+
+def project_sources_of(found, sources):
+    """Sources for (parser id, root) pairs, less those listed already (see project_sources)."""
+    out = []
+    for pid, root in found:
+        if not any(s.parser.id == pid and (root == s.path or root.startswith(s.path.rstrip(os.sep) + os.sep))
+                   for s in sources + out):
+            out.append(Source(PARSERS[pid], root, "project"))
+    return out
+
+
+def project_sources(env, cfg, sources):
+    """The project histories found so far as sources, less those a source of the same agent lists
+    already (a configured folder of projects holding them); none when the config names the sources."""
+    return [] if _names_sources(cfg) else project_sources_of(kept_projects(env), sources)
+
+
 # ==================================================================================================
 # Time
 # ==================================================================================================
@@ -10833,6 +10880,15 @@ class Store:
 
     # What status and sources read (the application layer runs no SQL of its own).
 
+    def session_folders_used(self, parsers=()):
+        """Every folder a session ran in (its cwd), once; and the folders of the sources the files of
+        `parsers` were listed from."""
+        out = [cwd for (cwd,) in self.con.execute("SELECT DISTINCT cwd FROM sessions WHERE cwd IS NOT NULL")]
+        if parsers:
+            out += [os.path.dirname(fs_path(src)) for (src,) in self.con.execute(
+                "SELECT DISTINCT source FROM files WHERE parser IN (%s)" % ",".join("?" * len(parsers)), list(parsers))]
+        return out
+
     def agent_totals(self):
         """[(agent, sessions, chunks, sessions kept from deleted files)], by agent."""
         return self.con.execute("SELECT agent, count(*), coalesce(sum(chunk_count), 0), sum(deleted IS NOT NULL) "
@@ -11726,6 +11782,14 @@ class IndexSummary:
         self.seconds = 0.0
         self.merged, self.merge_seconds = False, 0.0   # the full-text index's dead entries merged out (merge_index)
 
+    def then(self, later):
+        """One summary of this run and a later one that compared every file again (after project
+        histories were found in the folders of sessions this one read: see find_projects)."""
+        later.unchanged = max(0, later.unchanged - self.indexed)
+        for name in ("indexed", "removed", "sessions", "chunks", "skipped_lines", "chunks_kept", "seconds"):
+            setattr(later, name, getattr(self, name) + getattr(later, name))
+        return later
+
     def problem(self, path, reason, folder=False):
         self.problems.append({"path": shown_path(path), "reason": reason})
         if folder:
@@ -11935,7 +11999,9 @@ def parser_versions():
 
 def sources_key(sources):
     """What the freshness records were made for: changing it makes the next refresh check everything."""
-    return json.dumps({"sources": [[s.parser.id, s.path] for s in sources],
+    # (A project history found by a search is listed by the searches after it like a source never
+    # listed yet: finding one does not make a search compare every file. See find_projects.)
+    return json.dumps({"sources": [[s.parser.id, s.path] for s in sources if s.origin != "project"],
                        "parsers": parser_versions()}, sort_keys=True)
 
 
@@ -14920,6 +14986,7 @@ class Context:
             self.warnings.append(message)
             (warn or _warn)(message)
         self.sources = resolve_sources(self.cfg, self.cfg_path, self.env, note)
+        self.sources += project_sources(self.env, self.cfg, self.sources)
         self.remotes = load_remotes(self.env)   # other machines' sessions: their mirrors are sources too
         self.sources += remote_sources(self.env, self.remotes)
         exclude, redact_secrets = self.cfg.get("exclude", []), self.cfg.get("redact", True)
@@ -14979,6 +15046,9 @@ def refresh_before_reading(ctx, store, first_use):
         progress = _progress_printer(sys.stderr) if sys.stderr.isatty() else None
     try:
         summary = refresh_index(ctx, store, wait_seconds=0, progress=progress, quick=not first_use)
+        if first_use and summary is not None and find_projects(ctx, store, everywhere=True):
+            more = refresh_index(ctx, store, wait_seconds=0, quick=True)   # (see find_projects)
+            summary = summary.then(more) if more is not None else summary
     except sqlite3.DatabaseError as e:  # full disk, read-only or damaged index: what is there still answers
         _stderr("sesame: cannot update the index (%s); using it as it is" % e)
         return
@@ -15135,6 +15205,87 @@ def _note_look(ctx, store):
         pass   # (a read-only or full data folder: the next round looks again)
 
 
+PROJECT_PARENTS = 2    # a session's folder and this many above it (below the home folder) are looked in
+PROJECTS_EVERY = 300   # seconds between two looks in every session's folder by one server (rounds: 30 s)
+_PROJECTS_LOOKED = {}  # data folder -> when this process last looked in every session's folder
+
+
+def find_projects(ctx, store, everywhere, throttled=False):
+    """Look for histories kept inside projects (see project_sources): in the caller's folder (a
+    few stats: what a search does), and with `everywhere` in every folder an indexed session ran in
+    (one listing of each, and of the folders above it up to PROJECT_PARENTS: `index`, the first
+    use, a server's round every PROJECTS_EVERY seconds). What is new is kept and becomes a source
+    of ctx, as does what another process found since ctx was made (a server runs for days).
+    `throttled`: a server's background round, which looks everywhere once per PROJECTS_EVERY.
+    True when sources were added. (A first index finds the folders sessions ran in as it reads
+    them: `index` and the first search look again after it, see index_request.)"""
+    if _names_sources(ctx.cfg):
+        return False
+    folders = {_cwd()}
+    if everywhere:
+        now, key = time.monotonic(), os.path.abspath(data_dir(ctx.env))
+        if not throttled or now - _PROJECTS_LOOKED.get(key, -PROJECTS_EVERY) >= PROJECTS_EVERY:
+            _PROJECTS_LOOKED[key] = now
+            # (and where project histories indexed before were: found again if the kept list is lost)
+            folders.update(store.session_folders_used([p.id for p in PARSERS.values() if p.project_files]))
+        else:
+            everywhere = False
+    home = os.path.abspath(_home(ctx.env))
+    looked, found = set(), []
+    for folder in folders:
+        if not isinstance(folder, str) or not os.path.isabs(folder):
+            continue   # (none, or another system's path: C:\... on Linux)
+        folder = os.path.normpath(folder)
+        for _ in range(PROJECT_PARENTS + 1):
+            if folder not in looked:
+                looked.add(folder)
+                found += _project_roots(folder, listed=everywhere)
+            up = os.path.dirname(folder)
+            if up == folder or up == home or not up.startswith(home + os.sep):
+                break
+            folder = up
+    kept = kept_projects(ctx.env)
+    new = [f for f in dict.fromkeys(found) if f not in kept]
+    if new:
+        try:
+            write_private(_projects_file(ctx.env), json.dumps([list(f) for f in kept + new]))
+        except OSError:
+            pass   # (a read-only data folder: found again by the next run)
+    add = project_sources_of(kept + new, ctx.sources)
+    if add:
+        at = next((i for i, s in enumerate(ctx.sources) if s.origin == "remote"), len(ctx.sources))
+        ctx.sources[at:at] = add
+    return bool(add)
+
+
+def _project_roots(folder, listed):
+    """[(parser id, root)] of the project histories in one folder: a history file (Aider's
+    `*.aider.chat.history.md`) or the folder its agent keeps them in (`.specstory/history`,
+    `.crush`). `listed`: the folder's names are read (any name a pattern allows); else only the
+    names the patterns give with their `*` taken out (`.aider.chat.history.md`, Aider's own)."""
+    import fnmatch
+    if listed:
+        try:
+            with os.scandir(folder) as entries:
+                names = [e.name for e in entries]
+        except OSError:
+            return []
+    out = []
+    for parser in PARSERS.values():
+        for pattern in parser.project_files:
+            parts = pattern.split("/")
+            if len(parts) == 1:
+                for name in names if listed else [pattern.replace("*", "")]:
+                    path = os.path.join(folder, name)
+                    if fnmatch.fnmatchcase(name, pattern) and os.path.isfile(path):
+                        out.append((parser.id, path))
+            elif not listed or parts[0] in names:
+                root = os.path.join(folder, *parts[:-1])
+                if os.path.isdir(root) and (parser.id, root) not in out:
+                    out.append((parser.id, root))
+    return out
+
+
 def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=False, lend=False, merge_seconds=None,
                   every=None):
     """Run the indexer under the lock; None when another indexer holds it past wait_seconds.
@@ -15159,6 +15310,7 @@ def refresh_index(ctx, store, wait_seconds, progress=None, full=False, quick=Fal
     if not guard.enter(turn_wait, search, lend):
         return None   # (another run of this process did not give way in time: the index as it is)
     try:
+        find_projects(ctx, store, everywhere=not search, throttled=lend or bool(every))
         if search:
             merge_seconds = 0 if guard.background or guard.lent else COMPACT_SEARCH_SECONDS
         kw = dict(full=full, progress=progress, policy=ctx.policy, quick=quick, cwd=_cwd() if quick else None,
@@ -15722,7 +15874,8 @@ def sources_request(ctx, params=None):
                      "sessionsIndexed": sessions[pid],
                      # (kept inside each project: found only under a folder the config names)
                      "projectFiles": list(parser.project_files)})
-    return {"sources": rows, "config": config_path(ctx.env)}
+    # (projectsFound: histories kept inside projects are looked for where sessions ran, see find_projects)
+    return {"sources": rows, "config": config_path(ctx.env), "projectsFound": not _names_sources(ctx.cfg)}
 
 
 def _changed_count(plan):
@@ -15750,6 +15903,7 @@ def index_request(ctx, params, progress=None):
                 raise StoreError("another sesame index is still running after %ds" % LOCK_WAIT_SECONDS,
                                  hint="try again when it has finished")
         try:
+            find_projects(ctx, store, everywhere=True)
             try:
                 summary = run_index(store, ctx.sources, full=params["full"], progress=progress, policy=ctx.policy,
                                     merge_seconds=0)
@@ -15760,6 +15914,9 @@ def index_request(ctx, params, progress=None):
                 store.close()
                 store = Store._rebuild_corrupt(ctx.index_path, e)
                 summary = run_index(store, ctx.sources, full=True, progress=progress, policy=ctx.policy, merge_seconds=0)
+            if find_projects(ctx, store, everywhere=True):   # in folders of sessions this run read first
+                summary = summary.then(run_index(store, ctx.sources, progress=progress, policy=ctx.policy,
+                                                 merge_seconds=0))
         finally:
             lock.release()
         merge_index(store, summary, None, progress, yield_to=lock)   # (without the index lock: see _full_round)
@@ -18626,7 +18783,8 @@ def cmd_sources(args, ctx):
     rows = data["sources"]
     for r in rows:
         where = ", ".join("%s%s" % (escape_breaks(l["path"]), "" if l["exists"] else " (absent)") for l in r["locations"]) \
-            or ("inside projects (%s): only under a folder the config names" % ", ".join(r["projectFiles"])
+            or ("inside projects (%s): %s" % (", ".join(r["projectFiles"]), "none found yet where sessions ran"
+                                              if data["projectsFound"] else "only under a folder the config names")
                 if r["projectFiles"] else "(none)")
         found = "%d file%s" % (r["filesFound"], "" if r["filesFound"] == 1 else "s")
         why = {"skipped": ("not a session file", "not session files"), "unreadable": ("unreadable",) * 2,
@@ -18639,11 +18797,13 @@ def cmd_sources(args, ctx):
         sys.stdout.write("\n`sesame status` lists the files not indexed and why.\n")
     unnamed = [r for r in rows if r["projectFiles"] and not r["locations"]]
     if unnamed:   # (nothing says where these are: a user of one of them gets 0 sessions, and why)
-        sys.stdout.write("\n%s keep%s history inside each project: name the folder that holds your projects in %s, "
+        sys.stdout.write("\n%s keep%s history inside each project: %sfor every project, name the folder that holds "
+                         "them in %s, "
                          'e.g. {"sources": [{"parser": "%s", "path": "~/code"}], "discover": true} ("discover": the '
                          "other agents' default places too).\n"
                          % (", ".join(r["name"] for r in unnamed), "s its" if len(unnamed) == 1 else " their",
-                            escape_breaks(data["config"]), unnamed[0]["agent"]))
+                            "found where other agents' sessions ran and where you search from; "
+                            if data["projectsFound"] else "", escape_breaks(data["config"]), unnamed[0]["agent"]))
     return EXIT_OK
 
 

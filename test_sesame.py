@@ -560,6 +560,83 @@ def test_a_folder_of_projects_is_indexed_beside_the_agents_found_on_their_own_wi
     assert hint.startswith("SpecStory, Crush keep their history inside each project")
 
 
+def test_histories_kept_inside_projects_are_found_where_sessions_ran_and_where_one_searches(tmp_path, capsys, monkeypatch):
+    """With no config, an Aider history in a folder where a Claude Code session ran is indexed by
+    `index`, a SpecStory history in the folder a search runs from by that search; both are sources
+    from then on (appends read, a deleted one kept), a server made before they were found keeps
+    them, and a config that names the sources leaves them out."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    for var in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "PI_CODING_AGENT_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SESAME_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("SESAME_CONFIG_DIR", str(tmp_path / "config"))
+    shop, kiosk = home / "code" / "shop", home / "code" / "kiosk"
+    sid = "11111111-2222-4333-8444-555555555555"
+    write_jsonl(home / ".claude" / "projects" / "-home-code-shop" / (sid + ".jsonl"), [dict(cc_cl_user(
+        "u1", "2026-05-01T10:00:00.000Z", "the axolotl tank pump"), sessionId=sid, cwd=str(shop))])
+    aider = write_file(shop / ".aider.chat.history.md", am_AIDER_HISTORY)
+    write_file(kiosk / ".specstory" / "history" / "2025-03-21_21-16-flaky-upload-test.md", ss_OLD)
+    server = sesame.Context()   # (a server made now, before any history inside a project is known)
+    monkeypatch.chdir(tmp_path)
+    # The first search builds the index, then looks in the folders of the sessions it read.
+    assert [r["agent"] for r in search_json(capsys, "uploader backoff")["results"]] == ["aider"]
+    assert search_ids(capsys, "ephemeral port") == []   # no session ran in kiosk
+    # `index` finds a history in a folder where a session indexed since ran.
+    sid2 = "21111111-2222-4333-8444-555555555555"
+    write_jsonl(home / ".claude" / "projects" / "-home-code-dock" / (sid2 + ".jsonl"), [dict(cc_cl_user(
+        "u1", "2026-05-02T10:00:00.000Z", "the dock crane"), sessionId=sid2, cwd=str(home / "code" / "dock"))])
+    write_file(home / "code" / "dock" / "notes.aider.chat.history.md",
+               "# aider chat started at 2026-05-02 11:00:00\n\n#### the gantry winch  \n\nOiled.\n")
+    code, out, _ = run(capsys, "index", "--json")
+    assert code == 0 and json.loads(out)["filesIndexed"] == 2   # the session, then the history in its folder
+    assert [r["agent"] for r in search_json(capsys, "gantry winch")["results"]] == ["aider"]
+    monkeypatch.chdir(kiosk)
+    assert [r["agent"] for r in search_json(capsys, "ephemeral port")["results"]] == ["specstory"]
+    lab = write_file(home / "code" / "lab" / ".aider.chat.history.md", "# aider chat started at 2026-05-03 09:00:00\n\n"
+                     "> Cur working dir: /elsewhere/lab\n\n#### the pelican centrifuge  \n\nBalanced.\n")
+    monkeypatch.chdir(lab.parent)   # (its session says it ran elsewhere: found here only)
+    assert [r["agent"] for r in search_json(capsys, "pelican centrifuge")["results"]] == ["aider"]
+    rows = {r["agent"]: r for r in json.loads(run(capsys, "sources", "--json")[1])["sources"]}
+    assert [l["path"] for l in rows["aider"]["locations"]] == [str(aider), str(home / "code" / "dock" / "notes.aider.chat.history.md"), str(lab)]
+    assert rows["aider"]["active"]
+    assert [l["path"] for l in rows["specstory"]["locations"]] == [str(kiosk / ".specstory" / "history")]
+    out = run(capsys, "sources")[1]
+    assert "inside projects (.crush/crush.db, .crush/crush.db-wal): none found yet where sessions ran" in out
+    assert "found where other agents' sessions ran and where you search from" in out.splitlines()[-1]
+    origins = {s["parser"]: s["origin"] for s in json.loads(run(capsys, "status", "--json")[1])["sources"]}
+    assert origins["aider"] == origins["specstory"] == "project" and origins["claude"] == "discovered"
+    monkeypatch.chdir(tmp_path)
+    # A server's background round (it looked in every session's folder lately: not now) compares
+    # every file with the sources it was made with and those other processes found since.
+    monkeypatch.setitem(sesame._PROJECTS_LOOKED, os.path.abspath(str(tmp_path / "data")), time.monotonic())
+    store = server.store()
+    try:
+        summary = sesame.refresh_index(server, store, wait_seconds=5, lend=True)
+    finally:
+        store.close()
+    assert {s.path for s in server.sources if s.origin == "project"} == {str(aider), str(kiosk / ".specstory" / "history"),
+                                                                      str(home / "code" / "dock" / "notes.aider.chat.history.md"), str(lab)}
+    assert summary is not None and summary.removed == 0
+    assert search_json(capsys, "uploader backoff")["results"][0]["agent"] == "aider"
+    assert search_json(capsys, "ephemeral port")["results"][0]["agent"] == "specstory"
+    with open(aider, "a") as f:
+        f.write("\n# aider chat started at 2026-11-26 08:00:00\n\n#### the heron feeder  \n\nDone.\n")
+    assert [r["agent"] for r in search_json(capsys, "heron feeder")["results"]] == ["aider"]
+    aider.unlink()
+    kept = search_json(capsys, "heron feeder")["results"]
+    assert [r["agent"] for r in kept] == ["aider"] and kept[0]["fileDeleted"] is True
+    (tmp_path / "data" / "projects").unlink()   # the list lost: found again from what the index holds
+    code, out, _ = run(capsys, "index", "--json")
+    assert code == 0 and json.loads(out)["filesRemoved"] == 0
+    assert search_json(capsys, "ephemeral port")["results"][0]["agent"] == "specstory"
+    assert [r["agent"] for r in search_json(capsys, "pelican centrifuge")["results"]] == ["aider"]
+    write_config({"sources": [{"parser": "claude", "path": str(home / ".claude" / "projects")}]}, tmp_path)
+    data = json.loads(run(capsys, "sources", "--json")[1])
+    rows = {r["agent"]: r for r in data["sources"]}
+    assert not rows["specstory"]["active"] and rows["specstory"]["locations"] == [] and data["projectsFound"] is False
+
+
 def test_config_with_a_byte_order_mark_and_relative_paths_from_its_own_folder(env, tmp_path, capsys, monkeypatch):
     PiWriter(env, "bom-1").user("the capybara config").save()
     write_config(None, tmp_path, text='\ufeff{"sources": [{"parser": "pi", "path": "../pi-sessions"}]}')
