@@ -15262,9 +15262,10 @@ def _project_roots(folder, listed):
     """[(parser id, root)] of the project histories in one folder: a history file (Aider's
     `*.aider.chat.history.md`) or the folder its agent keeps them in (`.specstory/history`,
     `.crush`). `listed`: the folder's names are read (any name a pattern allows); else only the
-    names the patterns give with their `*` taken out (`.aider.chat.history.md`, Aider's own)."""
-    import fnmatch
+    names the patterns give with their `*` taken out (`.aider.chat.history.md`, Aider's own: what
+    a search looks for, without the 0.4 ms fnmatch's import costs a command)."""
     if listed:
+        import fnmatch
         try:
             with os.scandir(folder) as entries:
                 names = [e.name for e in entries]
@@ -15275,9 +15276,9 @@ def _project_roots(folder, listed):
         for pattern in parser.project_files:
             parts = pattern.split("/")
             if len(parts) == 1:
-                for name in names if listed else [pattern.replace("*", "")]:
+                for name in [n for n in names if fnmatch.fnmatchcase(n, pattern)] if listed else [pattern.replace("*", "")]:
                     path = os.path.join(folder, name)
-                    if fnmatch.fnmatchcase(name, pattern) and os.path.isfile(path):
+                    if os.path.isfile(path):
                         out.append((parser.id, path))
             elif not listed or parts[0] in names:
                 root = os.path.join(folder, *parts[:-1])
