@@ -15269,7 +15269,7 @@ def _project_roots(folder, listed):
         try:
             with os.scandir(folder) as entries:
                 names = [e.name for e in entries]
-        except OSError:
+        except (OSError, ValueError):   # (a folder name an agent wrote with a NUL or a lone surrogate)
             return []
     out = []
     for parser in PARSERS.values():

@@ -577,6 +577,10 @@ def test_histories_kept_inside_projects_are_found_where_sessions_ran_and_where_o
         "u1", "2026-05-01T10:00:00.000Z", "the axolotl tank pump"), sessionId=sid, cwd=str(shop))])
     aider = write_file(shop / ".aider.chat.history.md", am_AIDER_HISTORY)
     write_file(kiosk / ".specstory" / "history" / "2025-03-21_21-16-flaky-upload-test.md", ss_OLD)
+    for n, odd in enumerate(("/srv/a\x00b", "/srv/\udcff", "C:\\Users\\me\\shop", "")):   # folders no disk has
+        other = "3111111%d-2222-4333-8444-555555555555" % n
+        write_jsonl(home / ".claude" / "projects" / "-odd" / (other + ".jsonl"), [dict(cc_cl_user(
+            "u1", "2026-05-01T10:00:00.000Z", "the odd folder %d" % n), sessionId=other, cwd=odd)])
     server = sesame.Context()   # (a server made now, before any history inside a project is known)
     monkeypatch.chdir(tmp_path)
     # The first search builds the index, then looks in the folders of the sessions it read.
