@@ -13105,6 +13105,10 @@ def index_file(batch, job, result, summary, policy):
     if resume and "marks" in resume:
         resume = None   # (a store's marks, not a place in a file to go on from)
     existing = None
+    if resume and result.status == "ok" and job.row is not None and job.row.sessions and damaged_on_disk(job, result):
+        # Bytes read on from the resume point were damaged (a block overwritten or zeroed, the size
+        # the same): read whole, so that what was indexed from them is kept (keep_lost_chunks).
+        resume, result = None, parse_file(job.path, job.parser.id, None, SLICE_BYTES, policy.redact)
     if resume and file_id is not None:
         existing = store.first_session(file_id)
     fresh = resume is None

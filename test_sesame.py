@@ -12945,6 +12945,28 @@ def test_a_crash_that_zeroes_indexed_lines_loses_nothing_and_later_appends_go_af
     assert search_ids(capsys, "cheetah") == ["crashed"]
 
 
+def test_bytes_zeroed_after_where_an_append_would_be_read_from_lose_nothing(env, capsys, tmp_path):
+    # A Codex prompt waits for its second copy (event_msg), so the file is read on from before it;
+    # a block zeroed there (bytes overwritten, the size the same) was read from that point alone, as
+    # an append is, and the prompt indexed from those bytes was lost.
+    write_config({"sources": [{"parser": "codex", "path": str(tmp_path / "sessions")}]}, tmp_path)
+    waiting = cc_cx("2025-11-17T21:40:00.000Z", "response_item", {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "and then the numbat burrow"}]})
+    path = write_jsonl(cc_rollout(tmp_path), [cc_cx_meta()] + codex_turn(1, "talk about the quokka", "Quokkas smile.")
+                       + [waiting])
+    index_json(capsys)
+    assert search_ids(capsys, "numbat") == [cc_TID]
+    with open(path, "rb") as f:
+        data = f.read()
+    last = data.rstrip(b"\n").rfind(b"\n") + 1
+    with open(path, "r+b") as f:
+        f.seek(last + 10)
+        f.write(b"\0" * 40)
+    s = index_json(capsys)
+    assert (s["linesSkipped"], s["chunksKept"]) == (1, 1), s
+    assert search_ids(capsys, "numbat") == [cc_TID] and search_ids(capsys, "quokka") == [cc_TID]
+
+
 def test_chunks_kept_from_a_damaged_file_go_back_in_their_place_and_match_by_text():
     def row(text, level=1):
         return ("user", "user", None, None, "t", zlib.compress(text.encode(), level) if len(text) > 50 else text)
