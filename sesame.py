@@ -12637,6 +12637,21 @@ def _save_sweep(store, plan):
 BATCH_BYTES = 64 * 1024 * 1024   # commit after this much session data: bounded loss on interruption
 BATCH_FILES = 2000
 SLICE_BYTES = 8 * 1024 * 1024    # a resumable file is parsed this much at a time: bounded memory
+WHOLE_REREAD_BYTES = 64 * 1024 * 1024   # up to this size, a file read again from its start is read at once
+
+
+def read_limit(job):
+    """How much of a file its first parse reads: SLICE_BYTES (bounded memory; the rest follows,
+    slice by slice), or all of it for a file indexed before that is read again from its start
+    because its bytes changed, not only grew (not its parser's version alone): a file damaged on
+    disk keeps the chunks it lost only when its sessions are read whole (keep_lost_chunks), and
+    a damaged 10 MB session read in slices lost the 1,300 chunks past its cut."""
+    row = job.row
+    if (job.resume is None and row is not None and row.sessions and row.status in ("ok", "damaged")
+            and (row.parser, row.parser_version) == (job.parser.id, job.parser.version)
+            and job.stat.st_size <= WHOLE_REREAD_BYTES):
+        return None
+    return SLICE_BYTES
 PARALLEL_MIN_BYTES = 16 * 1024 * 1024  # below this much to read, a worker process costs more than it saves
 
 
@@ -12880,7 +12895,7 @@ def _lending_results(guard, batch, jobs, policy, lends):
             if job is None:
                 continue
         job = job._replace(resume=_resume_point(batch.store, job))
-        yield job, None if _time_alone(job) else parse_file(job.path, job.parser.id, job.resume, SLICE_BYTES, policy.redact)
+        yield job, None if _time_alone(job) else parse_file(job.path, job.parser.id, job.resume, read_limit(job), policy.redact)
 
 
 def _count(summary, plan):
@@ -13108,7 +13123,8 @@ def index_file(batch, job, result, summary, policy):
     if resume and result.status == "ok" and job.row is not None and job.row.sessions and damaged_on_disk(job, result):
         # Bytes read on from the resume point were damaged (a block overwritten or zeroed, the size
         # the same): read whole, so that what was indexed from them is kept (keep_lost_chunks).
-        resume, result = None, parse_file(job.path, job.parser.id, None, SLICE_BYTES, policy.redact)
+        resume, result = None, parse_file(job.path, job.parser.id, None, read_limit(job._replace(resume=None)),
+                                          policy.redact)
     if resume and file_id is not None:
         existing = store.first_session(file_id)
     fresh = resume is None
@@ -13204,7 +13220,7 @@ def parse_all(jobs, parallel, policy):
     the allocator's, SQLite's) stays held in the child forever. There it parses in-process. (Nor can
     it use 'spawn' or 'forkserver': installed, this file runs from a cached code object, not as a
     module a fresh interpreter could import parse_file from.)"""
-    args = [(job.path, job.parser.id, job.resume, SLICE_BYTES, policy.redact) for job in jobs]
+    args = [(job.path, job.parser.id, job.resume, read_limit(job), policy.redact) for job in jobs]
     threading = sys.modules.get("threading")  # never imported: no other Python thread can be running
     if not parallel or (threading is not None and threading.active_count() > 1):
         for a in args:

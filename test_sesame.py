@@ -12967,6 +12967,34 @@ def test_bytes_zeroed_after_where_an_append_would_be_read_from_lose_nothing(env,
     assert search_ids(capsys, "numbat") == [cc_TID] and search_ids(capsys, "quokka") == [cc_TID]
 
 
+def test_a_damaged_session_file_larger_than_a_slice_loses_nothing(env, capsys, tmp_path, monkeypatch):
+    # A file larger than a slice is parsed slice by slice; read again from its start after damage,
+    # its lost chunks were kept only when the first slice held the whole session: a 10 MB session
+    # cut at 8 MB lost 1,300 chunks. (Slices made small here: the same code path.)
+    monkeypatch.setattr(sesame, "SLICE_BYTES", 2048)
+    projects = tmp_path / "claude" / "projects"
+    write_config({"sources": [{"parser": "claude", "path": str(projects)}]}, tmp_path)
+    words = ["word%02d" % i for i in range(40)]
+    recs = [cc_cl_user("u%d" % i, "2026-01-21T06:19:%02d.000Z" % i, "talk about %s %s" % (w, "filler " * 20))
+            for i, w in enumerate(words)]
+    path = write_jsonl(projects / "-home-u-proj" / (cc_SID + ".jsonl"), recs)
+    assert os.path.getsize(path) > 4 * 2048
+    assert index_json(capsys)["chunks"] == 40
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[:len(data) * 3 // 5])   # cut inside a line, past the first slice
+    s = index_json(capsys)
+    assert s["chunksKept"] >= 15 and all(search_ids(capsys, w) == [cc_SID] for w in (words[0], words[30], words[39])), s
+    with open(path, "r+b") as f:   # then a block zeroed in what is left
+        f.seek(len(data) // 5)
+        f.write(b"\0" * 600)
+    s = index_json(capsys)
+    assert s["linesSkipped"] >= 2 and all(search_ids(capsys, w) == [cc_SID] for w in words), s
+    code, out, _ = show(capsys, cc_SID, "--json")
+    assert [c["text"].split()[2] for c in json.loads(out)["chunks"]] == words
+
+
 def test_chunks_kept_from_a_damaged_file_go_back_in_their_place_and_match_by_text():
     def row(text, level=1):
         return ("user", "user", None, None, "t", zlib.compress(text.encode(), level) if len(text) > 50 else text)
