@@ -13695,7 +13695,7 @@ def test_kill_9_during_full_and_incremental_index_then_index_equals_clean_build_
 
 
 @pytest.mark.skipif(not os.environ.get("SESAME_FAULT_TRIALS"),
-                    reason="opt-in: SESAME_FAULT_TRIALS=20 python3 -m pytest test_robustness.py -k kill_9")
+                    reason="opt-in: SESAME_FAULT_TRIALS=20 python3 -m pytest -q -k kill_9")
 def test_kill_9_during_full_and_incremental_index_then_index_equals_clean_build_many(
         fault_corpus, tmp_path, capsys, monkeypatch, env):
     _kill_trials(int(os.environ.get("SESAME_FAULT_TRIALS") or 20), fault_corpus, tmp_path, capsys, monkeypatch)
