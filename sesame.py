@@ -13531,6 +13531,13 @@ class Query:
         words = [w for i, w in enumerate(words) if i in keep]
         double = any(w.expansions for w in words)
         t = [w.group(double) for w in words]
+        # Every word in the session's name (the title its agent or the user gave it, what a resume
+        # list shows and a user remembers): "ynab loading state test" for the session titled "YNAB
+        # Accounts Loading State Test Implementation", above sessions that say those words more often.
+        # Not for words in more than half of thousands of documents: the column's filter reads the
+        # words' whole lists of documents (+10 ms for common words at 1 GB).
+        if len(t) >= 2 and (not any(w.common for w in words) or sum(w.df or 0 for w in words) <= NAME_STAGE_DOCS):
+            out.append(("words in the name", "{name} : (%s)" % " AND ".join(t)))
         out.append(("all words", " AND ".join(t)))
         if 3 <= len(t) <= 8:
             out.append(("all words but one", " OR ".join("(%s)" % " AND ".join(t[:i] + t[i + 1:]) for i in range(len(t)))))
@@ -13577,6 +13584,7 @@ class Query:
         return out
 
 
+NAME_STAGE_DOCS = 2000  # common words in at most this many documents in all: the name stage still runs
 PHRASE_VARIANTS = 9  # phrases of a query with misspelt words tried in the "words together" stage
 RARE_EXPANSION = 4  # an abbreviation's other form is searched unless it is 4 times rarer than the word
 
@@ -14183,6 +14191,7 @@ LONG_QUESTION = 5       # ranking words from which a query is a long question (s
 LONG_RERANK = 4         # candidates of each stage re-ranked by proximity for a long question
 PROXIMITY_WORDS = 3     # from 3 words, the first PROXIMITY_TOP are re-ranked by proximity within their stage
 PROXIMITY_TOP = 10
+EVERY_WORD_STAGES = ("words together", "words in the name", "all words")   # (see Query.stages)
 # Each candidate re-ranked costs a read of its best part (~1.5 ms at 1 GB, the most costly step of a
 # search after FTS5). Ten for a short query: a session saying the words together once can rank
 # below several that say them apart more often (a test has six such); four per stage for a long
@@ -14220,21 +14229,26 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
     sessions a stage gives never depends on how many rows the page asked for.
 
     When every word is in thousands of documents, the words-together stage (a phrase: FTS5
-    compares the words' positions in each document holding them all) and the next one (BM25 over
-    them) each cost tens of milliseconds: with `prefetch` (a second connection to the index) the next
-    stage is fetched alongside the first, and its rows are used if the first does not fill the page.
+    compares the words' positions in each document holding them all) and the every-word one (BM25
+    over them) each cost tens of milliseconds: with `prefetch` (a second connection to the index)
+    the every-word stage is fetched alongside the first (and the name stage, when there is one), and
+    its rows are used if those do not fill the page.
     A long question runs every stage, the last (any word: BM25 over most documents) often the
     costliest: it is fetched alongside all the others, as it runs when a stage before it was cut,
     which is nearly always when it costs much; its rows are used only if that was so (else it runs
     as before), so the results are those of stage after stage."""
     ranking = store.ranking(filters, query.excluded)
-    stages = [(name, "{tools parts} : (%s)" % expr if filters.tools_only else expr) for name, expr in query.stages()]
+    # (The name stage is not one of the nested stages a long question's cut stages rely on, and
+    # with --tools no name is a tool call.)
+    stages = [(name, "{tools parts} : (%s)" % expr if filters.tools_only else expr) for name, expr in query.stages()
+              if name != "words in the name" or not (per_stage or filters.tools_only)]
     words = query.ranking_words()
+    every = next((i for i, (name, _) in enumerate(stages) if name == "all words"), 0)
     ahead = None  # a later stage's rows, fetched alongside: (stage, its expression as run, _Prefetch)
     try:
-        if (prefetch and not per_stage and len(stages) > 1 and stages[0][0] == "words together"
+        if (prefetch and not per_stage and every and stages[0][0] == "words together"
                 and all((w.df or 0) >= PREFETCH_MIN_DOCS for w in words)):
-            ahead = (1, stages[1][1], ranking.prefetch(stages[1][1], min(max(2 * need, 20), 1 << 62)))
+            ahead = (every, stages[every][1], ranking.prefetch(stages[every][1], min(max(2 * need, 20), 1 << 62)))
         elif prefetch and per_stage and len(stages) > 1 and sum(w.df or 0 for w in words) >= PREFETCH_MIN_DOCS:
             final = "(%s) NOT (%s)" % (stages[-1][1], stages[-2][1])
             ahead = (len(stages) - 1, final, ranking.prefetch(final, min(max(2 * max(need, per_stage), 20), 1 << 62)))
@@ -14431,7 +14445,7 @@ def _in_order(store, candidates, query, matcher, filters, matches):
                     pool.append(c)
             key = lambda c: (-c.coverage[0], -c.coverage[1], c.stage, -c.score)
         elif n_words >= PROXIMITY_WORDS:
-            pool = [c for c in candidates[:PROXIMITY_TOP] if c.stage_name in ("words together", "all words")]
+            pool = [c for c in candidates[:PROXIMITY_TOP] if c.stage_name in EVERY_WORD_STAGES]
             key = lambda c: (c.stage, -c.coverage[0], -c.coverage[1], -c.score)
         else:
             pool, key = [], None
@@ -14493,7 +14507,7 @@ def result_json(store, s, score, stage, matches, every_word_known=True):
         "sessionId": s["session_id"], "shortId": short_id(store, s["session_id"], s["id"]), "source": s["agent"],
         "agent": s["agent"], "path": s["path"],
         "cwd": s["cwd"], "name": s["name"], "title": session_title(store, s), "score": float("%.4g" % score),
-        "matchedAllTerms": stage in ("words together", "all words") and every_word_known,
+        "matchedAllTerms": stage in EVERY_WORD_STAGES and every_word_known,
         "stage": stage,
         "matchedWords": sorted({w for m in matches for w in m.get("_words", ())}),
         "created": s["created"], "modified": s["modified"], "parent": s["parent"],

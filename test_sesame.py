@@ -9266,6 +9266,25 @@ def test_the_short_forms_people_type_find_the_long_ones_sessions_say(env, capsys
     assert "venv-short" in search_ids(capsys, "virtualenv python")
 
 
+def test_a_session_whose_name_holds_every_word_comes_before_sessions_that_only_say_them(env, capsys):
+    # A user remembers a session by its title (what the agent's resume list shows): a session whose
+    # name holds every word ranks above the ones whose talk says them more often, after the words
+    # written together.
+    w = PiWriter(env, "titled")
+    w.user("The accounts page spins forever; add a check.").assistant("Added a spinner assertion.")
+    w.entry("session_info", name="YNAB accounts loading state test").save()
+    for i in range(3):
+        PiWriter(env, "talky-%d" % i).user(
+            "The ynab import: loading state is wrong, the state test fails while loading. " * 3 + "word%d" % i
+        ).assistant("The loading state test for ynab passes now.").save()
+    PiWriter(env, "together").user("Write the ynab loading state test first.").save()
+    data = search_json(capsys, "ynab loading state test")
+    assert [r["sessionId"] for r in data["results"]][:2] == ["together", "titled"]
+    assert data["results"][1]["matchedAllTerms"] is True
+    code, out, _ = run(capsys, "search", "ynab loading state test", "--json", "--fields", "full")
+    assert json.loads(out)["results"][1]["stage"] == "words in the name"
+
+
 def test_part_of_a_camelcase_name_finds_it_and_marks_the_part(vocab_corpus, capsys):
     data = search_json(capsys, "payment intent webhook")
     top = data["results"][0]
