@@ -498,6 +498,12 @@ def _unknown_keys(obj, known, where, warn):
             warn("%s: unknown key %r, ignored%s" % (where, key, "; did you mean %r?" % close[0] if close else ""))
 
 
+def _names_sources(cfg):
+    """Whether the config says which sources to index, and only those: it names at least one and
+    does not say "discover": true (resolve_sources, and where project histories are looked for)."""
+    return bool(cfg.get("sources") or cfg.get("piSessionPaths")) and cfg.get("discover") is not True
+
+
 def resolve_sources(cfg, cfg_path, env=None, warn=None):
     """The sources to index: from the config when it names any, else every agent's default place;
     with `"discover": true`, the config's and then every agent's default place (a folder of projects
@@ -536,10 +542,9 @@ def resolve_sources(cfg, cfg_path, env=None, warn=None):
                 warn("%s: %s: %s does not exist (an unplugged drive?); indexing the other sources" % (cfg_path, where, path))
                 continue
             sources.append(Source(parser, path, "config"))
-    discover = cfg.get("discover", False)
-    if not isinstance(discover, bool):
+    if not isinstance(cfg.get("discover", False), bool):
         raise ConfigError('%s: "discover" must be true or false' % cfg_path)
-    if entries and not discover:
+    if _names_sources(cfg):
         return sources
     named = {(src.parser.id, src.path) for src in sources}
     for parser in PARSERS.values():
@@ -547,11 +552,6 @@ def resolve_sources(cfg, cfg_path, env=None, warn=None):
             if os.path.exists(root) and (parser.id, root) not in named:
                 sources.append(Source(parser, root, "discovered"))
     return sources
-
-
-def _names_sources(cfg):
-    """Whether the config says which sources to index, and only those (no "discover")."""
-    return ("sources" in cfg or "piSessionPaths" in cfg) and cfg.get("discover") is not True
 
 
 # Histories kept inside projects (Aider, SpecStory, Crush: Parser.project_files) have no place of
@@ -12638,6 +12638,7 @@ BATCH_BYTES = 64 * 1024 * 1024   # commit after this much session data: bounded 
 BATCH_FILES = 2000
 SLICE_BYTES = 8 * 1024 * 1024    # a resumable file is parsed this much at a time: bounded memory
 WHOLE_REREAD_BYTES = 64 * 1024 * 1024   # up to this size, a file read again from its start is read at once
+PARALLEL_MIN_BYTES = 16 * 1024 * 1024  # below this much to read, a worker process costs more than it saves
 
 
 def read_limit(job):
@@ -12652,7 +12653,6 @@ def read_limit(job):
             and job.stat.st_size <= WHOLE_REREAD_BYTES):
         return None
     return SLICE_BYTES
-PARALLEL_MIN_BYTES = 16 * 1024 * 1024  # below this much to read, a worker process costs more than it saves
 
 
 class Batch:
@@ -15907,7 +15907,7 @@ def sources_request(ctx, params=None):
                      "filesIndexed": seen["ok"] + seen["damaged"],
                      "filesNotIndexed": {k: seen[k] for k in ("skipped", "damaged", "unreadable") if seen[k]},
                      "sessionsIndexed": sessions[pid],
-                     # (kept inside each project: found only under a folder the config names)
+                     # (kept inside each project: found where sessions ran, or under a folder the config names)
                      "projectFiles": list(parser.project_files)})
     # (projectsFound: histories kept inside projects are looked for where sessions ran, see find_projects)
     return {"sources": rows, "config": config_path(ctx.env), "projectsFound": not _names_sources(ctx.cfg)}
