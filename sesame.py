@@ -16798,11 +16798,28 @@ class WarmIndex:
             self.ident = ident
         ctx.kept = _KeptStore(self.store, self.memo)
 
+    def warm_up(self):
+        """One search, its refresh left to the calls and its result thrown away, made right after
+        the server has answered `initialize` (while the client lists the tools and the model takes
+        its turn): the first call then finds the index's pages in the kept connections' caches and
+        the matcher's expressions compiled. Measured at 1 GB (Codex layout): a first call 26-35 ms
+        without, 18-23 with; an agent often makes only a call or two in a session. Nothing when there
+        is no index yet (the first call builds it, as a first search does)."""
+        try:
+            if os.path.exists(Context(warn=_quiet).index_path):
+                call_tool({"name": "search", "arguments": {"query": WARM_UP_QUERY, "no_refresh": True}}, self)
+        except Exception:  # noqa: BLE001  (a broken config or index: the calls say so)
+            pass
+
     def close(self):
         if self.store is not None:
             self.store.close()
         self.store = self.ident = None
         self.memo.clear()
+
+
+# Words every coding history holds: their lists of documents are the largest a call reads.
+WARM_UP_QUERY = "the error in this test"
 
 
 
@@ -16916,6 +16933,7 @@ def serve_mcp(inp=None, out=None):
     import threading
     stop, warm = threading.Event(), WarmIndex()
     threading.Thread(target=_keep_fresh, args=(stop, MCP_REFRESH_SECONDS), daemon=True).start()
+    warmed = False
     try:
         for line in iter(inp.readline, b""):
             if not line.strip():
@@ -16928,6 +16946,9 @@ def serve_mcp(inp=None, out=None):
             if reply is not None:
                 out.write(json.dumps(reply) + "\n")  # ASCII JSON: right whatever stdout's encoding
                 out.flush()
+                if not warmed:   # (the first answer is to `initialize`)
+                    warmed = True
+                    warm.warm_up()
     except BrokenPipeError:
         pass  # the client went away: nothing left to answer
     finally:

@@ -10615,6 +10615,47 @@ def test_mcp_search_before_any_index_exists_builds_it_and_finds_the_session(env)
         warm.close()
 
 
+def test_mcp_server_opens_the_index_after_initialize_and_never_makes_one(env, tmp_path):
+    # A server warms up (one search on its kept connections, no refresh) once it has answered
+    # `initialize`, so that the agent's first call finds the index open. With no index yet it must
+    # not make an empty one: the first call builds it from the sessions, as a first search does.
+    PiWriter(env, "warm-1").user("the quokkalantern build cache misses on every branch").save()
+    index = sesame.Context().index_path
+
+    def server():
+        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sesame.py"), "mcp"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=str(tmp_path))
+        watchdog = threading.Timer(120, proc.kill)   # a server that stops answering fails the test
+        watchdog.daemon = True
+        watchdog.start()
+        return proc
+
+    def ask(proc, id_, method, params):
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": id_, "method": method, "params": params}).encode() + b"\n")
+        proc.stdin.flush()
+        return json.loads(proc.stdout.readline())["result"]
+
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pytest", "version": "1"}}
+    found = []
+    for first in (True, False):
+        proc = server()
+        try:
+            ask(proc, 1, "initialize", hello)
+            ask(proc, 2, "tools/list", {})   # (answered after the warm-up: one line at a time)
+            if first:
+                assert not os.path.exists(index)
+            elif sys.platform.startswith("linux"):   # the index is open before any call
+                fds = "/proc/%d/fd" % proc.pid
+                assert index in {os.path.realpath(os.path.join(fds, f)) for f in os.listdir(fds)}
+            r = ask(proc, 3, "tools/call", {"name": "search", "arguments": {"query": "quokkalantern branch"}})
+            assert r["isError"] is False
+            found.append([x["sessionId"] for x in r["structuredContent"]["results"]])
+        finally:
+            proc.stdin.close()
+            assert proc.wait(timeout=60) == 0
+    assert found == [["warm-1"], ["warm-1"]]
+
+
 def test_mcp_server_full_exchange_over_stdio(sessions, tmp_path):
     proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sesame.py"), "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=str(tmp_path))
