@@ -15066,6 +15066,8 @@ def refresh_before_reading(ctx, store, first_use):
     The first use says it is building the index (with progress on a terminal); a busy indexer or an
     index that cannot be written (full disk, read-only) leaves the index as it is, with a note.
     """
+    if not ctx.sources:   # (someone who uses only Aider, say: its history is in the project searched from)
+        find_projects(ctx, store, everywhere=first_use)
     if not ctx.sources:
         if not ctx.warnings:  # else they said why (configured folders that do not exist)
             _stderr("sesame: no agent sessions found in their usual places; `sesame sources` shows where it "

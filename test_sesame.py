@@ -560,6 +560,39 @@ def test_a_folder_of_projects_is_indexed_beside_the_agents_found_on_their_own_wi
     assert hint.startswith("SpecStory, Crush keep their history inside each project")
 
 
+def test_someone_who_uses_only_aider_finds_its_history_by_searching_from_the_project(tmp_path, capsys, monkeypatch):
+    # No agent keeps sessions in the home folder: the search said "no agent sessions found in their
+    # usual places" and never looked in the folder it ran from, on every search. An MCP server run in
+    # that project (its first call) finds it likewise.
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    for var in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "PI_CODING_AGENT_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SESAME_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("SESAME_CONFIG_DIR", str(tmp_path / "config"))
+    proj, other = home / "code" / "proj", home / "code" / "other"
+    write_file(proj / ".aider.chat.history.md", am_AIDER_HISTORY)
+    write_file(other / "pkg" / "src" / ".keep", "")
+    write_file(other / ".aider.chat.history.md",
+               "# aider chat started at 2026-05-02 11:00:00\n\n#### the gantry winch squeaks  \n\nOiled it.\n")
+    monkeypatch.chdir(proj)
+    assert [r["agent"] for r in search_json(capsys, "uploader backoff")["results"]] == ["aider"]
+    reply = sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "search", "arguments": {"query": "gantry winch"}}}, None)
+    assert reply["result"]["structuredContent"]["results"] == []   # (not from here: nothing ran in `other`)
+    monkeypatch.chdir(other / "pkg" / "src")   # two folders below it
+    warm = sesame.WarmIndex()
+    try:
+        reply = sesame.handle_message({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "search", "arguments": {"query": "gantry winch"}}}, warm)
+        assert [r["agent"] for r in reply["result"]["structuredContent"]["results"]] == ["aider"]
+    finally:
+        warm.close()
+    monkeypatch.chdir(tmp_path)   # both are sources from then on, wherever one searches
+    assert len(search_json(capsys, "uploader backoff")["results"]) == 1
+    assert len(search_json(capsys, "gantry winch")["results"]) == 1
+
+
 def test_histories_kept_inside_projects_are_found_where_sessions_ran_and_where_one_searches(tmp_path, capsys, monkeypatch):
     """With no config, an Aider history in a folder where a Claude Code session ran is indexed by
     `index`, a SpecStory history in the folder a search runs from by that search; both are sources
