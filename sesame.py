@@ -10719,6 +10719,7 @@ class Store:
         # A process that keeps the index open (the MCP server) keeps the second connection a
         # ranking's prefetch runs on, too: a new one costs ~1.5 ms (opening, and an empty page cache).
         self.keep_spare, self._spare = False, None
+        self._counts, self._counts_state, self._counts_key, self._counts_new = {}, None, None, False
 
     def spare(self):
         """The kept second connection, or None when this process does not keep one (see _Prefetch)."""
@@ -11440,14 +11441,65 @@ class Store:
     # -- What a search reads: word counts, the vocabulary, the ranking, sessions and their chunks --
 
     def doc_count(self, fts, limit=3):
-        """In how many ranking documents an FTS5 string occurs, counted up to `limit` (cheap: FTS5 only
-        walks the word's list of documents, and stops there)."""
-        return self.con.execute("SELECT count(*) FROM (SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT ?)",
-                                (fts, limit)).fetchone()[0]
+        """In how many ranking documents an FTS5 string occurs, counted up to `limit` (FTS5 only walks
+        the word's list of documents, and stops there: yet 2-4 ms of a command-line search of common
+        words at 1 GB, counted up to half the documents), kept (see _kept_counts)."""
+        counts = self._kept_counts()
+        key = "%08x%08x" % (zlib.crc32(b"%d %s" % (limit, fts.encode("utf-8", "replace"))),
+                            zlib.adler32(fts.encode("utf-8", "replace")))
+        n = counts.get(key)
+        if n is None:
+            n = counts[key] = self.con.execute("SELECT count(*) FROM (SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? "
+                                               "LIMIT ?)", (fts, limit)).fetchone()[0]
+            self._counts_new = True
+        return n
 
     def part_count(self):
-        """How many ranking documents (session parts) the index holds."""
-        return self.con.execute("SELECT count(*) FROM docs").fetchone()[0]
+        """How many ranking documents (session parts) the index holds (kept as doc_count's counts are)."""
+        counts = self._kept_counts()
+        if "parts" not in counts:
+            counts["parts"] = self.con.execute("SELECT count(*) FROM docs").fetchone()[0]
+            self._counts_new = True
+        return counts["parts"]
+
+    # The counts a search asks before ranking depend on the full-text index alone: they are kept,
+    # in this Store (an MCP server's calls share words: "the error", a project's names) and beside
+    # the index in `counts` for the next command, while the index holds what they were counted on.
+    # That is told by FTS5's structure record, rewritten with a new cookie (a counter) by every
+    # commit that changes the full-text index, and by when the tables were made (a rebuilt schema's
+    # counter starts again). A search's words are not written down: their checksums are.
+    COUNTS_KEPT = 512
+
+    def _kept_counts(self):
+        state = (self.con.execute("PRAGMA data_version").fetchone()[0], self.con.total_changes)
+        if state == self._counts_state:   # (no commit since the last look, here or elsewhere)
+            return self._counts
+        self._counts_state = state
+        row = self.con.execute("SELECT block FROM docs_fts_data WHERE id = 10").fetchone()
+        block = row[0] if row and isinstance(row[0], bytes) else b""
+        key = "%s %d %08x %08x" % (self.meta("created"), len(block), zlib.crc32(block), zlib.adler32(block))
+        if key != self._counts_key:
+            self._counts_key, self._counts, self._counts_new = key, {}, False
+            try:
+                with open(self._counts_path(), encoding="utf-8") as f:
+                    kept = json.load(f)
+                if isinstance(kept, dict) and kept.get("index") == key and isinstance(kept.get("counts"), dict):
+                    self._counts = {k: n for k, n in kept["counts"].items() if isinstance(n, int)}
+            except (OSError, ValueError):
+                pass
+        return self._counts
+
+    def _counts_path(self):
+        return os.path.join(os.path.dirname(self.path), "counts")
+
+    def _save_counts(self):
+        if self._counts_new and self._counts_key:
+            self._counts_new = False
+            kept = dict(list(self._counts.items())[-self.COUNTS_KEPT:])
+            try:
+                write_private(self._counts_path(), json.dumps({"index": self._counts_key, "counts": kept}))
+            except OSError:
+                pass   # (a read-only data folder: counted again next time)
 
     def vocab_terms(self, first, shortest, longest):
         """The vocabulary words that start with `first` and are shortest..longest characters long."""
@@ -11517,6 +11569,7 @@ class Store:
                                                (session_id,))]
 
     def close(self):
+        self._save_counts()
         for con in (self.con, self._spare):
             try:
                 if con is not None:
@@ -16719,12 +16772,11 @@ def _tool_list():
 
 class _KeptStore:
     """The MCP server's open index as a call sees it: the commands close the store they are given
-    when they are done; this one stays open for the next call. The counts a search asks of the
-    index before ranking (in how many documents each word occurs, the vocabulary near a misspelt
-    word: 2-3 ms of a 3-5 word query at 1 GB) are kept from call to call in `memo` while the index
-    is unchanged, since an agent's searches share words ("the error", a project's names); so are
-    the folders and the newest files the call's refresh compares (read-only: plan_quick only looks
-    them up)."""
+    when they are done; this one stays open for the next call, with the counts it keeps (see
+    Store._kept_counts). What else a search asks of the index before ranking (the vocabulary near a
+    misspelt word) is kept from call to call in `memo` while the index is unchanged, since an
+    agent's searches share words ("the error", a project's names); so are the folders and the newest
+    files the call's refresh compares (read-only: plan_quick only looks them up)."""
 
     def __init__(self, store, memo):
         self._store, self._memo = store, memo
@@ -16743,12 +16795,6 @@ class _KeptStore:
         if key not in memo:
             memo[key] = compute()
         return memo[key]
-
-    def doc_count(self, fts, limit=3):
-        return self._kept(("count", fts, limit), lambda: self._store.doc_count(fts, limit))
-
-    def part_count(self):
-        return self._kept(("parts",), self._store.part_count)
 
     def vocab_terms(self, first, shortest, longest):
         return self._kept(("vocab", first, shortest, longest), lambda: self._store.vocab_terms(first, shortest, longest))
