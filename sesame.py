@@ -668,27 +668,67 @@ def norm_time(value):
     return iso(parse_time(value))
 
 
+# A relative date's unit -> days. A lone "m" is months (as it always was here: `3m`); minutes are
+# "min" or "minutes".
+_WHEN_UNITS = dict(
+    [(u, 1 / 1440.0) for u in ("min", "mins", "minute", "minutes")] + [(u, 1 / 24.0) for u in ("h", "hr", "hrs", "hour", "hours")] +
+    [(u, 1) for u in ("d", "day", "days")] + [(u, 7) for u in ("w", "wk", "wks", "week", "weeks")] +
+    [(u, 30) for u in ("m", "mo", "mos", "month", "months")] + [(u, 365) for u in ("y", "yr", "yrs", "year", "years")])
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+WHEN_FORMS = "7d, 12h, 2w, 3m (months), 1y, 3 days ago, last week, this month, monday, yesterday, 2025-11, 2025-11-03 or an ISO timestamp"
+
+
+def _month(word):
+    """1-12 for a month's name or its abbreviation (`sep`, `sept`, `september`), else None."""
+    return _MONTHS.index(word[:3]) + 1 if len(word) >= 3 and word[:3] in _MONTHS and \
+        any(full.startswith(word) for full in ("january", "february", "march", "april", "may", "june", "july",
+                                               "august", "september", "sept", "october", "november", "december")) else None
+
+
 def parse_when(text, now=None):
-    """A --after/--before value -> aware UTC datetime. Relative forms count back from now."""
+    """A --after/--before value -> aware UTC datetime: what people and agents type. Relative forms
+    count back from now (`7d`, `3 days ago`, `last week`: 7 days); a day, a month or a year named
+    (`yesterday`, `monday`: the last one, today's included; `this week`: since Monday; `2025-11`,
+    `nov 2025`, `2025`) is its first moment, local time; an ISO timestamp is that moment."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
-    t = text.strip().lower()
-    local_midnight = datetime.datetime.now().astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
-    if t == "today":
-        return local_midnight.astimezone(datetime.timezone.utc)
-    if t == "yesterday":
-        return (local_midnight - datetime.timedelta(days=1)).astimezone(datetime.timezone.utc)
-    m = re.fullmatch(r"(\d+)\s*([hdwmy])", t)
-    if m:
-        n, unit = int(m.group(1)), m.group(2)
-        days = {"h": n / 24.0, "d": n, "w": 7 * n, "m": 30 * n, "y": 365 * n}[unit]
-        try:
-            return now - datetime.timedelta(days=days)
-        except OverflowError:
-            raise UsageError("date out of range: %r" % text)
+    t = " ".join(text.strip().lower().replace(",", " ").split())
+    midnight = now.astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
+
+    def local(y, mo=1, d=1):
+        return datetime.datetime(y, mo, d).astimezone().astimezone(datetime.timezone.utc)
+    try:
+        if t in ("today", "yesterday"):
+            return (midnight - datetime.timedelta(days=t == "yesterday")).astimezone(datetime.timezone.utc)
+        if t in ("this week", "this month", "this year"):
+            start = {"week": midnight - datetime.timedelta(days=midnight.weekday()),
+                     "month": midnight.replace(day=1), "year": midnight.replace(month=1, day=1)}[t[5:]]
+            return local(start.year, start.month, start.day)
+        m = re.fullmatch(r"(last |past )?(\d+|an?|one)? ?([a-z]+)( ago)?", t)
+        if m and m.group(3) in _WEEKDAYS and not m.group(2) and not m.group(4):
+            back = (midnight.weekday() - _WEEKDAYS.index(m.group(3))) % 7 or (7 if m.group(1) else 0)
+            day = midnight - datetime.timedelta(days=back)
+            return local(day.year, day.month, day.day)
+        if m and m.group(3) in _WHEN_UNITS and (m.group(1) or m.group(2) or m.group(4)):
+            n = int(m.group(2)) if m.group(2) and m.group(2).isdigit() else 1
+            return now - datetime.timedelta(days=n * _WHEN_UNITS[m.group(3)])
+        m = re.fullmatch(r"(\d{4})(?:[-/.](\d{1,2}))?(?:[-/.](\d{1,2}))?", t)
+        if m and (m.group(3) is None or "-" not in t):   # (2025-11-03 and the ISO forms: parse_time below)
+            return local(int(m.group(1)), int(m.group(2) or 1), int(m.group(3) or 1))
+        m = (re.fullmatch(r"(?P<mon>[a-z]+)(?: (?P<day>\d{1,2}))?(?: (?P<year>\d{4}))?", t)
+             or re.fullmatch(r"(?P<day>\d{1,2}) (?P<mon>[a-z]+)(?: (?P<year>\d{4}))?", t))
+        if m and _month(m.group("mon")):
+            mon, day = _month(m.group("mon")), int(m.group("day") or 1)
+            year = int(m.group("year")) if m.group("year") else (
+                midnight.year if (mon, day) <= (midnight.month, midnight.day) else midnight.year - 1)
+            return local(year, mon, day)
+    except OverflowError:
+        raise UsageError("date out of range: %r" % text)
+    except ValueError:   # (month 13, day 32, year 0)
+        raise UsageError("cannot read the date %r (use %s)" % (text, WHEN_FORMS))
     dt = parse_time(text.strip())
     if dt is None or not re.match(r"^\d{4}-\d{2}-\d{2}", text.strip()):
-        raise UsageError("cannot read the date %r (use 7d, 2w, 3m, 1y, 12h, today, yesterday, "
-                         "YYYY-MM-DD or an ISO timestamp)" % text)
+        raise UsageError("cannot read the date %r (use %s)" % (text, WHEN_FORMS))
     return dt
 
 
@@ -15506,9 +15546,8 @@ def _search_arguments(s):
     s.add_argument("--limit", type=int, help="sessions to show (default %d)" % DEFAULT_LIMIT)
     s.add_argument("--offset", type=int, default=0, help="skip this many results (paging)")
     s.add_argument("--cwd", help="only sessions run in this directory or below")
-    s.add_argument("--after", metavar="WHEN", help="only sessions active at or after WHEN (7d, 2w, 3m, 1y, 12h, "
-                                                   "today, yesterday, YYYY-MM-DD, ISO)")
-    s.add_argument("--before", metavar="WHEN", help="only sessions whose last activity is before WHEN")
+    s.add_argument("--after", metavar="WHEN", help="only sessions active at or after WHEN (%s)" % WHEN_FORMS)
+    s.add_argument("--before", metavar="WHEN", help="only sessions whose last activity is before WHEN (same forms)")
     s.add_argument("--agent", help="only sessions of this agent (%s)" % ", ".join(PARSERS))
     s.add_argument("--tools", action="store_true", help="match only inside tool calls and their output")
     s.add_argument("--tool", action="append", metavar="NAME", help="match only inside calls of this tool (repeatable)")

@@ -796,8 +796,39 @@ def test_relative_dates_and_bad_dates():
     assert sesame.iso(sesame.parse_when("2w", now)) == "2026-02-24T00:00:00.000Z"
     assert sesame.iso(sesame.parse_when("12h", now)) == "2026-03-09T12:00:00.000Z"
     assert sesame.parse_when("2026-01-02", now).year == 2026
-    with pytest.raises(sesame.UsageError):
-        sesame.parse_when("last tuesday", now)
+    for bad in ("soon", "week", "m", "2025-13", "2026-02-30", "tuesdays", "marchx 2025"):
+        with pytest.raises(sesame.UsageError, match="cannot read the date"):
+            sesame.parse_when(bad, now)
+    with pytest.raises(sesame.UsageError, match="out of range"):
+        sesame.parse_when("99999999999999 days ago", now)
+
+
+def test_dates_people_and_agents_type(monkeypatch):
+    # An agent asked for "the session from last week" passes `--after "last week"`; `2 weeks ago`,
+    # `this month`, `monday`, `2025-11` and `nov 2025` were refused ("cannot read the date").
+    monkeypatch.setenv("TZ", "UTC")
+    __import__("time").tzset()
+    try:
+        _dates_people_and_agents_type()
+    finally:
+        monkeypatch.undo()
+        __import__("time").tzset()
+
+
+def _dates_people_and_agents_type():
+    now = sesame.parse_time("2026-03-11T15:00:00Z")   # a Wednesday
+    when = lambda text: sesame.iso(sesame.parse_when(text, now))  # noqa: E731
+    assert when("3 days ago") == when("3d") == when("past 3 days") == "2026-03-08T15:00:00.000Z"
+    assert when("last week") == when("a week ago") == when("1 week") == when("7d") == "2026-03-04T15:00:00.000Z"
+    assert when("2 weeks") == when("2w") and when("last month") == when("30 days ago") == when("1m")
+    assert when("30min") == when("30 minutes ago") == "2026-03-11T14:30:00.000Z" and when("24 hours") == when("1d")
+    assert when("this week") == when("monday") == when("last Monday") == "2026-03-09T00:00:00.000Z"
+    assert when("wednesday") == when("today") == "2026-03-11T00:00:00.000Z"
+    assert when("last wednesday") == "2026-03-04T00:00:00.000Z" and when("this month") == "2026-03-01T00:00:00.000Z"
+    assert when("2025-11") == when("Nov 2025") == when("november 2025") == when("2025/11/01") == "2025-11-01T00:00:00.000Z"
+    assert when("sep 8, 2025") == when("8 Sept 2025") == when("2025-09-08") == "2025-09-08T00:00:00.000Z"
+    assert when("2025") == when("this year").replace("2026", "2025") == "2025-01-01T00:00:00.000Z"
+    assert when("may") == "2025-05-01T00:00:00.000Z" and when("march") == "2026-03-01T00:00:00.000Z"   # the last one
 
 
 # ==================================================================================================
