@@ -14220,6 +14220,39 @@ def tool_family(name):
     return {name}
 
 
+# --agent NAME takes an agent as people and agents write it, beyond Sesame's ids: its name in any
+# case and spacing (`Claude Code`, `claude_code`), with its maker before it (`openai codex`, `github
+# copilot`) or a word after it (`gemini-cli`, `cursor-agent`, `qwen code`).
+AGENT_MAKERS = ("anthropic", "openai", "google", "github", "microsoft", "sourcegraph", "block", "sst",
+                "factory", "mistral", "moonshot", "alibaba", "xai", "cognition", "codeium", "bytedance")
+AGENT_TAILS = ("cli", "code", "ide", "agent", "chat", "app")
+
+
+def _agent_forms(text):
+    """The ways of writing an agent's name that call it: its words run together, without the maker's
+    word before them, without a word like `cli` after them."""
+    words = re.findall(r"[a-z0-9]+", text.lower())
+    out = ["".join(words)]
+    if len(words) > 1 and words[0] in AGENT_MAKERS:
+        words = words[1:]
+        out.append("".join(words))
+    if len(words) > 1 and words[-1] in AGENT_TAILS:
+        out.append("".join(words[:-1]))
+    return out
+
+
+def agent_id(name, agents):
+    """The id among `agents` ({id: label}) that `name` calls, or None."""
+    names = [("".join(re.findall(r"[a-z0-9]+", aid)), aid) for aid in agents]   # (an id wins over a label)
+    for aid, label in agents.items():   # "Cline / Roo Code / Kilo Code", "omp (Oh My Pi)"
+        names += [(form, aid) for part in re.split(r"[/()]", label or "") for form in _agent_forms(part)]
+    for form in _agent_forms(name):
+        for known, aid in names:
+            if form and form == known:
+                return aid
+    return None
+
+
 def case_insensitive_fs(path):
     """Whether the file system holding `path` ignores case in names (macOS and Windows do by default):
     the nearest existing folder with a letter in its name is looked up under its other case. A path
@@ -14261,7 +14294,10 @@ class Filters:
         self.after = iso(parse_when(after)) if after else None
         self.before = iso(parse_when(before)) if before else None
         if agent and agent not in PARSERS:
-            raise UsageError("unknown agent %r (known: %s)" % (agent, ", ".join(PARSERS)))
+            known = agent_id(agent, {p.id: p.label for p in PARSERS.values()})
+            if known is None:
+                raise UsageError("unknown agent %r (known: %s)" % (agent, ", ".join(PARSERS)))
+            agent = known
         self.agent = agent
         self.tool = sorted({name for t in (tool or []) if t for name in tool_family(t)})
         self.tools_only = tools_only or bool(self.tool)
@@ -18548,6 +18584,7 @@ def _remove_backup(backup, before):
 def _select(names, everything, candidates):
     if everything:
         return candidates
+    names = [agent_id(n, {a.id: a.label for a in SETUP_AGENTS}) or n for n in names]   # (`claude-code`)
     unknown = [n for n in names if n not in SETUP_BY_ID]
     if unknown:
         import difflib

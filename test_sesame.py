@@ -9723,6 +9723,27 @@ def test_agent_filter(corpus, capsys):
     assert code == 2 and "unknown agent" in err
 
 
+def test_agent_filter_takes_the_names_people_and_agents_use(env, tmp_path, capsys):
+    # An agent asked for "my Claude Code session about the heron pond" passes `--agent claude-code`
+    # or `"Claude Code"`: both were "unknown agent" (only the id `claude` was taken).
+    PiWriter(env, "pi-heron").user("the heron feeder is empty").save()
+    sid = "11111111-2222-4333-8444-555555555555"
+    claude = tmp_path / "claude-projects"
+    write_jsonl(claude / "-home-pond" / (sid + ".jsonl"), [dict(cc_cl_user(
+        "u1", "2026-05-01T10:00:00.000Z", "the heron pond pump hums"), sessionId=sid)])
+    write_config({"sources": [{"parser": "pi", "path": str(env)}, {"parser": "claude", "path": str(claude)}]}, tmp_path)
+    assert sorted(search_ids(capsys, "heron")) == sorted(["pi-heron", sid])
+    for name in ("claude", "Claude Code", "claude-code", "claude_code", "anthropic claude", "CLAUDE CODE CLI"):
+        assert search_ids(capsys, "heron", "--agent", name) == [sid], name
+    for name in ("pi", "PI", "pi agent"):
+        assert search_ids(capsys, "heron", "--agent", name) == ["pi-heron"], name
+    for name in ("claud", "code", "cli", "open"):
+        code, _, err = run(capsys, "search", "heron", "--agent", name)
+        assert code == 2 and "unknown agent" in err, name
+    code, out, err = run(capsys, "setup", "gemini-cli", "--dry-run", "--json")   # setup takes them too
+    assert code == 0, err
+
+
 def test_limit_and_offset_page_without_gaps(corpus, capsys):
     all_ids = search_ids(capsys, "the", "--limit", "50", "--max-chars", "0")
     pages = [search_ids(capsys, "the", "--limit", "3", "--offset", str(o), "--max-chars", "0")
