@@ -14933,6 +14933,11 @@ def resolve_session(store, ref, any_copy=False):
             yield store.sessions_in(list(paths))
         yield store.sessions_with_id(base)
         yield store.sessions_with_id_prefix(base)
+        if base == ref and len(ref.split()) > 1:   # a resume command pasted whole: the id or file in it
+            for word in reversed([w.strip("'\"") for w in ref.split()]):
+                if len(word) >= 8 and not word.startswith("-"):
+                    yield store.sessions_in([os.path.abspath(os.path.expanduser(word))]) if os.sep in word \
+                        else store.sessions_with_id(word)
         if base == ref:
             yield from _name_matches(store, ref)
 

@@ -10176,6 +10176,25 @@ def test_json_has_header_chunks_and_what_was_omitted(sessions, capsys):
     assert data["omitted"] == {"before": 0, "after": 0, "cutSeq": None}
 
 
+def test_show_takes_the_resume_command_a_result_gave(env, tmp_path, capsys):
+    # The resume command is what a user copies from a result; pasted whole into `show`, it named no
+    # session ("no session matches").
+    PiWriter(env, "pi-lynx").user("the lynx camera trap batteries").save()
+    sid = "11111111-2222-4333-8444-555555555555"
+    claude = tmp_path / "claude-projects"
+    write_jsonl(claude / "-home-woods" / (sid + ".jsonl"), [dict(cc_cl_user(
+        "u1", "2026-05-01T10:00:00.000Z", "the lynx tracks in the snow"), sessionId=sid, cwd="/home/woods")])
+    write_config({"sources": [{"parser": "pi", "path": str(env)}, {"parser": "claude", "path": str(claude)}]}, tmp_path)
+    results = search_json(capsys, "lynx")["results"]
+    assert len(results) == 2 and all(r["resumeCommand"] for r in results)
+    for r in results:   # `pi --session <file>`, `cd '/home/woods' && claude --resume <id>`
+        code, out, err = run(capsys, "show", r["resumeCommand"], "--json", "--max-chars", "0")
+        assert code == 0, err
+        assert json.loads(out)["session"]["sessionId"] == r["sessionId"]
+    code, _, err = run(capsys, "show", "claude --resume 99999999-2222-4333-8444-555555555555")
+    assert code == 1 and "no session matches" in err
+
+
 def test_around_shows_k_chunks_each_side_and_says_what_is_left(sessions, capsys):
     data = show_json(capsys, "dddd", "--around", "20", "--context", "2")
     assert [c["seq"] for c in data["chunks"]] == [18, 19, 20, 21, 22]
