@@ -4660,6 +4660,11 @@ class GeminiParser(Parser):
     verified = "0.61.0, 2026-11-25"
     records = ("user", "gemini", "model", "info", "error", "warning")   # MessageRecord types
 
+    def resume_command(self, row):
+        # `gemini --resume <uuid>` looks the session up among its project's (0.61's findSession: by
+        # its id, else by its place in --list-sessions), from the folder it runs in.
+        return resume_in_folder(row, "gemini --resume") if _UUID_RE.fullmatch(row.get("session_id") or "") else None
+
     def default_roots(self, env):
         home = env_path(env, "GEMINI_CLI_HOME") or _home(env)   # replaces the home directory, .gemini stays
         return [os.path.join(home, ".gemini", "tmp")]
@@ -5177,9 +5182,6 @@ class GeminiParser(Parser):
         m = re.fullmatch(r"\s*(\d+)\s*([hdwm])\s*", str(policy.get("maxAge") or ""))
         days = int(m.group(1)) * {"h": 1 / 24, "d": 1, "w": 7, "m": 30}[m.group(2)] if m else None
         return {"days": days, "setting": "general.sessionRetention in %s" % settings}
-
-    def resume_command(self, row):
-        return None   # Gemini CLI resumes by list index or `latest`, not by session id
 
 
 # -------------------------------------------------------------------------------------------------
@@ -6698,6 +6700,13 @@ class CopilotParser(Parser):
                        "session.usage_checkpoint", "session.auto_mode_resolved", "assistant.turn_start",
                        "assistant.turn_end", "assistant.usage", "subagent.completed", "subagent.failed",
                        "hook.start", "hook.end", "abort", "system.message")
+
+    def resume_command(self, row):
+        # `copilot --resume <id>` (1.0.102's --help: a session's id, from any folder; run from the
+        # session's, where its work goes on).
+        if row.get("parent") or not _UUID_RE.fullmatch(row.get("session_id") or ""):
+            return None
+        return resume_in_folder(row, "copilot --resume") or "copilot --resume %s" % row["session_id"]
 
     def default_roots(self, env):
         home = env_path(env, "COPILOT_HOME") or os.path.join(_home(env), ".copilot")

@@ -3357,8 +3357,26 @@ def test_cursor_global_storage_root_lists_only_the_editor_db(tmp_path):
 
 def test_no_resume_command_is_invented():
     # formats.md shows no resume flag for any of these agents.
-    for agent in ("aider", "cline", "copilot", "amp", "goose", "crush"):
+    for agent in ("aider", "cline", "amp", "goose", "crush"):
         assert PARSERS[agent].resume_command({"agent": agent, "session_id": "x", "path": "/p", "cwd": "/"}) is None
+
+
+def test_gemini_and_copilot_resume_a_session_by_its_id():
+    # Gemini CLI 0.61 resumes by the session's UUID among the current folder's project's sessions
+    # (`--resume {number}, --resume {uuid}, or --resume latest`, its own error text says); Copilot CLI
+    # 1.0.102 by the id from any folder (its --help). Neither for a sub-agent, nor for an id that is
+    # not the agent's own (a file of an older layout named otherwise).
+    sid = "3d743a4f-68bb-4ab3-bd73-61aa8698ab20"
+    gemini, copilot = PARSERS["gemini"], PARSERS["copilot"]
+    assert gemini.resume_command({"session_id": sid, "cwd": "/home/u/my app", "parent": None}) == \
+        "cd '/home/u/my app' && gemini --resume " + sid
+    assert copilot.resume_command({"session_id": sid, "cwd": "/home/u/app", "parent": None}) == \
+        "cd /home/u/app && copilot --resume " + sid
+    assert copilot.resume_command({"session_id": sid, "cwd": None, "parent": None}) == "copilot --resume " + sid
+    assert gemini.resume_command({"session_id": sid, "cwd": None, "parent": None}) is None   # (which project?)
+    for parser in (gemini, copilot):
+        assert parser.resume_command({"session_id": sid, "cwd": "/a", "parent": "p"}) is None
+        assert parser.resume_command({"session_id": "session-2026-01-01", "cwd": "/a", "parent": None}) is None
 
 
 # -------------------------------------------------------------------------------------------------
