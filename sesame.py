@@ -12185,6 +12185,17 @@ def plan_full(store, sources, summary, policy, budget=None):
 
 
 _DAY_FOLDER_RE = LazyPattern(r"[\\/][0-9]{4}[\\/][0-9]{2}[\\/][0-9]{2}$")  # .../YYYY/MM/DD (Parser.dated_folders)
+_FOLDER_DAYS = {}   # folder -> its "/YYYY/MM/DD", or "" (a server compares ~1,000 day folders a call)
+
+
+def _folder_day(folder):
+    day = _FOLDER_DAYS.get(folder)
+    if day is None:
+        if len(_FOLDER_DAYS) > 100000:
+            _FOLDER_DAYS.clear()
+        m = _DAY_FOLDER_RE.search(folder)
+        day = _FOLDER_DAYS[folder] = m.group().replace("\\", "/") if m else ""
+    return day
 
 
 def _in_changed(path, changed_dirs, levels):
@@ -12241,8 +12252,8 @@ def plan_quick(store, sources, summary, policy, cwd=None, sweep=True):
                 # A past day's folder, quiet since or named so (a history restored or copied: every
                 # folder's time is recent for two days, and ~1,000 of them cost each search 2.5 ms):
                 # one slice of them per search (0: its time was not settled when it was listed).
-                day = _DAY_FOLDER_RE.search(folder)
-                if day and (mtime < since or day.group().replace("\\", "/") < past_days):
+                day = _folder_day(folder)
+                if day and (mtime < since or day < past_days):
                     continue
             try:
                 now = os.stat(folder).st_mtime_ns
