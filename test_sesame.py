@@ -111,18 +111,25 @@ class PiWriter:
 @pytest.fixture
 def env(tmp_path, monkeypatch):
     """An isolated HOME, data and config dir; returns the pi sessions root (configured)."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    for var in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "PI_CODING_AGENT_DIR", "CLAUDE_CONFIG_DIR", "CODEX_HOME"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("SESAME_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("SESAME_CONFIG_DIR", str(tmp_path / "config"))
+    bare_home(tmp_path, monkeypatch)
     monkeypatch.setenv("NO_COLOR", "1")
     root = tmp_path / "pi-sessions"
     root.mkdir()
     write_config({"sources": [{"parser": "pi", "path": str(root)}]}, tmp_path)
     return root
+
+
+def bare_home(tmp_path, monkeypatch):
+    """An isolated HOME (tmp_path/home, returned), data and config dir, and no config: Sesame looks
+    for the agents where they keep their files, as for a new user."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    monkeypatch.setenv("HOME", str(home))
+    for var in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "PI_CODING_AGENT_DIR", "CLAUDE_CONFIG_DIR", "CODEX_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SESAME_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("SESAME_CONFIG_DIR", str(tmp_path / "config"))
+    return home
 
 
 def write_config(cfg, tmp_path, text=None):
@@ -564,12 +571,7 @@ def test_someone_who_uses_only_aider_finds_its_history_by_searching_from_the_pro
     # No agent keeps sessions in the home folder: the search said "no agent sessions found in their
     # usual places" and never looked in the folder it ran from, on every search. An MCP server run in
     # that project (its first call) finds it likewise.
-    home = tmp_path / "home"
-    monkeypatch.setenv("HOME", str(home))
-    for var in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "PI_CODING_AGENT_DIR"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("SESAME_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("SESAME_CONFIG_DIR", str(tmp_path / "config"))
+    home = bare_home(tmp_path, monkeypatch)
     proj, other = home / "code" / "proj", home / "code" / "other"
     write_file(proj / ".aider.chat.history.md", am_AIDER_HISTORY)
     write_file(other / "pkg" / "src" / ".keep", "")
@@ -598,12 +600,7 @@ def test_histories_kept_inside_projects_are_found_where_sessions_ran_and_where_o
     `index`, a SpecStory history in the folder a search runs from by that search; both are sources
     from then on (appends read, a deleted one kept), a server made before they were found keeps
     them, and a config that names the sources leaves them out."""
-    home = tmp_path / "home"
-    monkeypatch.setenv("HOME", str(home))
-    for var in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "PI_CODING_AGENT_DIR"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("SESAME_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("SESAME_CONFIG_DIR", str(tmp_path / "config"))
+    home = bare_home(tmp_path, monkeypatch)
     shop, kiosk = home / "code" / "shop", home / "code" / "kiosk"
     sid = "11111111-2222-4333-8444-555555555555"
     write_jsonl(home / ".claude" / "projects" / "-home-code-shop" / (sid + ".jsonl"), [dict(cc_cl_user(
