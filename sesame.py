@@ -15850,12 +15850,46 @@ def check_arguments(schema, args):
             raise UsageError("argument %r must be one of: %s" % (name, ", ".join(prop["enum"])))
 
 
+_BOOL_WORDS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def _as_meant(schema, args, positional):
+    """What a model plainly meant, in the types the schema asks for: models write numbers and booleans
+    as strings now and then ("limit": "5", "no_refresh": "true"), a query as a list of words, the
+    fields as a list; null is the default. Anything else is left for check_arguments to refuse."""
+    if not isinstance(args, dict):
+        return args
+    out = {}
+    for name, value in args.items():
+        kind = (schema["properties"].get(name) or {}).get("type")
+        if value is None and kind is not None:
+            continue
+        if kind == "integer":
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d{1,18}\s*", value):
+                value = int(value)
+        elif kind == "boolean":
+            if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
+                value = _BOOL_WORDS[value.strip().lower()]
+            elif type(value) is int and value in (0, 1):
+                value = bool(value)
+        elif kind == "string":
+            if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+                value = (" " if name == positional else ",").join(value)
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                value = str(value)   # (a session id all digits)
+        out[name] = value
+    return out
+
+
 def request_params(command, arguments):
     """A JSON object of options (an MCP call's arguments) as a request's params: checked against the
     command's schema, given as the command line would give them (the words as a list of one, a lone
     --tool as a list, numbers of the option's type) and every option left out at its default."""
-    check_arguments(option_schema(command), arguments)
-    spec = option_list(command)
+    schema, spec = option_schema(command), option_list(command)
+    arguments = _as_meant(schema, arguments, spec.positional)
+    check_arguments(schema, arguments)
     params = dict(spec.defaults)
     for dest, convert, append in ((d, t, a) for d, _, t, a in spec.options.values()):
         if dest not in arguments or dest == "json":

@@ -10925,6 +10925,29 @@ def test_mcp_search_is_bounded_like_the_cli_and_pages_to_the_end(corpus, capsys)
     assert len(json.dumps(r["structuredContent"], ensure_ascii=False, separators=(",", ":"))) <= sesame.DEFAULT_MAX_CHARS
 
 
+def test_mcp_arguments_a_model_writes_loosely_are_taken_as_meant(corpus):
+    # Models write numbers and booleans as strings now and then, a query as a list of words, the
+    # fields as a list: each was refused ("argument 'limit' must be an integer"), the call lost.
+    def call(name, **args):
+        r = sesame.call_tool({"name": name, "arguments": args})
+        return r["isError"], r.get("structuredContent") or r["content"][0]["text"]
+
+    _, want = call("search", query="flake overlays", limit=1, no_refresh=True, max_chars=0)
+    for args in ({"limit": "1"}, {"limit": 1.0}, {"limit": " 1 ", "no_refresh": "true", "tools": "false"},
+                 {"limit": 1, "no_refresh": "yes", "offset": None, "max_chars": "0"}):
+        loose = dict({"query": "flake overlays", "no_refresh": True, "max_chars": 0}, **args)
+        assert call("search", **loose) == (False, want), args
+    assert call("search", query=["flake", "overlays"], limit=1, no_refresh=True, max_chars=0) == (False, want)
+    error, data = call("search", query="flake overlays", fields=["sessionId", "title"], limit=1, no_refresh=True)
+    assert not error and set(data["results"][0]) == {"sessionId", "title"}
+    error, data = call("show", session=want["results"][0]["sessionId"], around=str(want["results"][0]["matches"][0]["seq"]))
+    assert not error and data["session"]["sessionId"] == want["results"][0]["sessionId"]
+    for args, why in (({"limit": "five"}, "must be an integer"), ({"limit": 2.5}, "must be an integer"),
+                      ({"tools": "maybe"}, "must be a boolean"), ({"limit": "-3"}, "at least")):
+        error, text = call("search", query="flake", **args)
+        assert error and why in text, (args, text)
+
+
 def test_mcp_show_text_names_tool_arguments_not_flags(corpus, capsys):
     w = PiWriter(corpus, "long-talk")
     for i in range(40):
