@@ -10334,7 +10334,8 @@ def test_a_command_added_to_the_table_is_in_the_usage_argparse_and_the_mcp_tools
     tools = {t["name"]: t for t in sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})["result"]["tools"]}
     assert tools["echo"]["inputSchema"]["required"] == ["word"] and tools["echo"]["inputSchema"]["properties"]["times"]["type"] == "integer"
     assert mcp_call("echo", {"word": "hi", "times": 3})["structuredContent"] == {"echo": ["hi"] * 3}
-    assert mcp_call("echo", {"word": "hi", "times": "3"})["isError"] is True
+    assert mcp_call("echo", {"word": "hi", "times": "3"})["structuredContent"] == {"echo": ["hi"] * 3}   # as meant
+    assert mcp_call("echo", {"word": "hi", "times": "thrice"})["isError"] is True
 
 
 # ---------------------------------------------------------------------------------------------
