@@ -15816,7 +15816,9 @@ def option_schema(command):
             prop["items"] = {"type": "string"}
         elif kind in ("integer", "number"):
             prop["minimum"] = 0
-        prop["description"] = help_text.replace("--", "")
+        # (the command line's `--` has no place in a JSON string: a word starting with - is quoted there)
+        prop["description"] = re.sub(r"\(after -- ([^)]*)\)", r'(in quotes, "-word" is a word)',
+                                     help_text).replace("--", "")
         if dest == "agent":
             prop["enum"] = list(PARSERS)
         if dest == spec.positional:
@@ -15875,7 +15877,9 @@ def _as_meant(schema, args, positional):
             elif type(value) is int and value in (0, 1):
                 value = bool(value)
         elif kind == "string":
-            if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            if name == "agent" and isinstance(value, str) and value not in PARSERS:   # "claude-code"
+                value = agent_id(value, {p.id: p.label for p in PARSERS.values()}) or value
+            elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
                 value = (" " if name == positional else ",").join(value)
             elif isinstance(value, (int, float)) and not isinstance(value, bool):
                 value = str(value)   # (a session id all digits)

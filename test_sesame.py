@@ -10943,8 +10943,13 @@ def test_mcp_arguments_a_model_writes_loosely_are_taken_as_meant(corpus):
     assert not error and set(data["results"][0]) == {"sessionId", "title"}
     error, data = call("show", session=want["results"][0]["sessionId"], around=str(want["results"][0]["matches"][0]["seq"]))
     assert not error and data["session"]["sessionId"] == want["results"][0]["sessionId"]
+    # An agent's name as the command line takes it (the schema's enum lists the ids).
+    assert call("search", query="flake overlays", agent="Pi Agent", limit=1, no_refresh=True, max_chars=0) == (False, want)
+    query = {t["name"]: t for t in sesame._tool_list()}["search"]["inputSchema"]["properties"]["query"]
+    assert "--" not in query["description"] and '"-word"' in query["description"]
     for args, why in (({"limit": "five"}, "must be an integer"), ({"limit": 2.5}, "must be an integer"),
-                      ({"tools": "maybe"}, "must be a boolean"), ({"limit": "-3"}, "at least")):
+                      ({"tools": "maybe"}, "must be a boolean"), ({"limit": "-3"}, "at least"),
+                      ({"agent": "nosuch"}, "must be one of")):
         error, text = call("search", query="flake", **args)
         assert error and why in text, (args, text)
 
