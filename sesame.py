@@ -11494,8 +11494,8 @@ class Store:
         the word's list of documents, and stops there: yet 2-4 ms of a command-line search of common
         words at 1 GB, counted up to half the documents), kept (see _kept_counts)."""
         counts = self._kept_counts()
-        key = "%08x%08x" % (zlib.crc32(b"%d %s" % (limit, fts.encode("utf-8", "replace"))),
-                            zlib.adler32(fts.encode("utf-8", "replace")))
+        text = fts.encode("utf-8", "replace")
+        key = "%08x%08x" % (zlib.crc32(b"%d %s" % (limit, text)), zlib.adler32(text))
         n = counts.get(key)
         if n is None:
             n = counts[key] = self.con.execute("SELECT count(*) FROM (SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? "
@@ -14261,8 +14261,9 @@ def _agent_forms(text):
     return out
 
 
-def agent_id(name, agents):
-    """The id among `agents` ({id: label}) that `name` calls, or None."""
+def agent_id(name, agents=None):
+    """The id among `agents` ({id: label}; default: the parsers') that `name` calls, or None."""
+    agents = agents if agents is not None else {p.id: p.label for p in PARSERS.values()}
     names = [("".join(re.findall(r"[a-z0-9]+", aid)), aid) for aid in agents]   # (an id wins over a label)
     for aid, label in agents.items():   # "Cline / Roo Code / Kilo Code", "omp (Oh My Pi)"
         names += [(form, aid) for part in re.split(r"[/()]", label or "") for form in _agent_forms(part)]
@@ -14314,7 +14315,7 @@ class Filters:
         self.after = iso(parse_when(after)) if after else None
         self.before = iso(parse_when(before)) if before else None
         if agent and agent not in PARSERS:
-            known = agent_id(agent, {p.id: p.label for p in PARSERS.values()})
+            known = agent_id(agent)
             if known is None:
                 raise UsageError("unknown agent %r (known: %s)" % (agent, ", ".join(PARSERS)))
             agent = known
@@ -15878,7 +15879,7 @@ def _as_meant(schema, args, positional):
                 value = bool(value)
         elif kind == "string":
             if name == "agent" and isinstance(value, str) and value not in PARSERS:   # "claude-code"
-                value = agent_id(value, {p.id: p.label for p in PARSERS.values()}) or value
+                value = agent_id(value) or value
             elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
                 value = (" " if name == positional else ",").join(value)
             elif isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -16992,7 +16993,7 @@ class WarmIndex:
         without, 18-23 with; an agent often makes only a call or two in a session. Nothing when there
         is no index yet (the first call builds it, as a first search does)."""
         try:
-            if os.path.exists(Context(warn=_quiet).index_path):
+            if os.path.exists(index_path()):
                 call_tool({"name": "search", "arguments": {"query": WARM_UP_QUERY, "no_refresh": True}}, self)
         except Exception:  # noqa: BLE001  (a broken config or index: the calls say so)
             pass
