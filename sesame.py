@@ -13933,8 +13933,10 @@ class Matcher:
             joined_by.setdefault(n, []).append((i, w))
         self.scans = [(n, re.compile(re.escape(n)), (n[:1].upper() + n[1:], n.upper()) if n in parts else (),
                        joined_by.get(n, ())) for n in needles]
+        # (A joined word that can overlap itself, "maximum", "test", is found at every start of its
+        # needle all the same: only a needle that can overlap itself hides a start from the scan.)
         if None in joined_by or not all(n.isascii() and n.isalnum() for n in needles) \
-                or any(_overlaps_itself(w) for w in needles + [w for _, w in self.joined]):
+                or any(_overlaps_itself(n) for n in needles):
             self.scans = None
 
     def spans(self, text):

@@ -9443,11 +9443,15 @@ def test_the_matchers_one_scan_per_needle_finds_what_its_scans_per_kind_find():
     pool = ["a", "ab", "Ab", "AB", "aB", " ", "\n", "-", "_", ".", "0", "9", "value", "Value", "VALUE", "vaLue",
             "returnValue", "getReturnValue", "Object", "webSocket", "WebSocket", "websocket", "HTTPServer", "OAuth2Client",
             "parseJSON", "JSONParser", "file", "File", "notFound", "days", "Days", "keys", "KEYS", "aba", "tit",
-            "é", "ß", "İ", "中文", "用", "React", "→", "“", "naïve", "x\u0301ab"]
+            "é", "ß", "İ", "中文", "用", "React", "→", "“", "naïve", "x\u0301ab",
+            "max", "Max", "imum", "Imum", "maximum", "maxiMum", "MaxiMum", "maxImumaximum", "test", "Test", "tesT",
+            "TestTest", "testTest", "tEst"]
+    # (maximum and test can overlap themselves, their needles cannot: they stay on the one scan)
     queries = ["value", "return value object", "websocket server", "oauth client", "json parse", "file not found",
-               "days keys", "aba tit", "http server", "ret*", "react", "naive", "b-a"]
-    fast = 0
-    for _ in range(2500):
+               "days keys", "aba tit", "http server", "ret*", "react", "naive", "b-a", "maximum", "test maximum",
+               "maximum value", "testtest"]
+    fast, overlapping = 0, 0
+    for _ in range(4000):
         q = " ".join(rnd.sample(queries, rnd.randint(1, 3)))
         texts = ["".join(rnd.choice(pool) for _ in range(rnd.randint(0, 40))) for _ in range(rnd.randint(1, 4))]
         query = sesame.Query(q)
@@ -9456,9 +9460,10 @@ def test_the_matchers_one_scan_per_needle_finds_what_its_scans_per_kind_find():
         m = sesame.Matcher(query)
         got = m.words_in_each(texts)
         fast += m.scans is not None
+        overlapping += m.scans is not None and any(sesame._overlaps_itself(w) for _, w in m.joined)
         m.scans = None   # the scans per kind
         assert got == m.words_in_each(texts), (q, texts)
-    assert fast > 1500
+    assert fast > 2400 and overlapping > 400
 
 
 def test_the_matcher_finds_each_token_that_starts_with_a_needle_and_none_inside_a_token():
