@@ -13665,6 +13665,19 @@ class Query:
         nearest words) is written as each of its corrections in turn, the phrases ORed (at most
         PHRASE_VARIANTS): "parse json resposne" is "parse json response" (parseJSONResponse) or
         "parse json responses" or ..."""
+        typed = self._phrase_words()
+        if typed is None:
+            return None
+        corrections = {w.text.lower(): [t for kind, t in w.expansions if kind == "spelling"]
+                       for w in self.words if w.df == 0 and not w.dropped}
+        variants = [[]]
+        for t in typed:
+            variants = [v + [c] for v in variants for c in corrections.get(t.lower()) or [t]][:PHRASE_VARIANTS]
+        phrases = [fts_phrase(written_together(v)) for v in variants]
+        return phrases[0] if len(phrases) == 1 else "(%s)" % " OR ".join(phrases)
+
+    def _phrase_words(self):
+        """The words of the phrase, in the order typed (see phrase), or None."""
         dropped = {w.text.lower() for w in self.words if w.dropped}
         typed = [t for i, t in enumerate(self.typed[:MAX_QUERY_TERMS]) if t.lower() not in dropped and i not in self.meta]
         # Function words around the words that matter are how the question is asked ("where did we
@@ -13675,13 +13688,30 @@ class Query:
             typed.pop()
         if not 2 <= len(typed) <= 8 or any(w.prefix for w in self.words):
             return None
-        corrections = {w.text.lower(): [t for kind, t in w.expansions if kind == "spelling"]
-                       for w in self.words if w.df == 0 and not w.dropped}
-        variants = [[]]
-        for t in typed:
-            variants = [v + [c] for v in variants for c in corrections.get(t.lower()) or [t]][:PHRASE_VARIANTS]
-        phrases = [fts_phrase(written_together(v)) for v in variants]
-        return phrases[0] if len(phrases) == 1 else "(%s)" % " OR ".join(phrases)
+        return typed
+
+    def phrase_pairs(self, min_docs):
+        """Two neighbouring words of the phrase as an FTS5 phrase, the pair likely cheapest to look
+        up (the rarest of those without a function word), when the phrase has three
+        words or more and each of its other words is in at least `min_docs` documents; else None.
+        Where that pair is in no document, neither is the phrase, and the words-together stage is
+        not run: FTS5 reads the position lists of every word of a phrase in each document holding
+        them all (8-16 ms at 1 GB when those are thousands), a pair's those of two words (1-4 ms).
+        (Counts are known once expand_query ran; a misspelt word's phrases are left as they are.)"""
+        typed = self._phrase_words()
+        if not typed or len(typed) < 3:
+            return None
+        by_text = {w.text.lower(): w for w in self.words}
+        found = [by_text.get(t.lower()) for t in typed]
+        if any(w is None or not w.df or w.cjk is not None for w in found):
+            return None
+        if not all(w.stop or w.df >= min_docs for w in found):
+            return None   # (a rare word makes the phrase cheap: FTS5 skips to the documents holding it)
+        cost = [None if w.stop else w.df for w in found]
+        pairs = [(cost[i] + cost[i + 1], i) for i in range(len(typed) - 1) if cost[i] is not None and cost[i + 1] is not None]
+        if not pairs:
+            return None   # (a pair with a function word is nearly always there, and costly to rule out)
+        return [fts_phrase(written_together(typed[i:i + 2])) for _, i in sorted(pairs)[:PHRASE_PAIRS]]
 
     def notes(self):
         """What was searched besides the words as typed: [{"word", "searched", "why"}]."""
@@ -13698,6 +13728,7 @@ class Query:
 
 
 NAME_STAGE_DOCS = 2000  # common words in at most this many documents in all: the name stage still runs
+PHRASE_PAIRS = 3
 PHRASE_VARIANTS = 9  # phrases of a query with misspelt words tried in the "words together" stage
 RARE_EXPANSION = 4  # an abbreviation's other form is searched unless it is 4 times rarer than the word
 
@@ -14396,6 +14427,7 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
               if name != "words in the name" or not (per_stage or filters.tools_only)]
     words = query.ranking_words()
     every = next((i for i, (name, _) in enumerate(stages) if name == "all words"), 0)
+    pairs = query.phrase_pairs(PREFETCH_MIN_DOCS)
     ahead = None  # a later stage's rows, fetched alongside: (stage, its expression as run, _Prefetch)
     try:
         if (prefetch and not per_stage and every and stages[0][0] == "words together"
@@ -14415,6 +14447,9 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
             limit = min(max(2 * want, 20), 1 << 62)
             deadline = time.monotonic() + STAGE_SECONDS
             fetched = None
+            if name == "words together" and pairs and any(store.doc_count(p, 1) == 0 for p in pairs):
+                stricter = expr   # (no row: as if it had run)
+                continue
             if ahead and ahead[0] == stage:
                 _, ahead_run, fetched = ahead
                 if ahead_run != run:   # (not as it runs: stopped, the core freed, and run here)

@@ -9582,6 +9582,40 @@ def test_the_next_stage_fetched_alongside_the_first_gives_the_same_results(vocab
     assert results() == alone
 
 
+def test_a_phrase_whose_words_are_never_side_by_side_is_not_looked_for_and_the_results_stay(vocab_corpus, capsys,
+                                                                                                  monkeypatch):
+    """When every word of a phrase of three or more is in thousands of documents, the words-together
+    stage first asks whether a pair of its neighbouring words is anywhere (Query.phrase_pairs): the
+    phrase is not run where one is not (FTS5 would read every word's positions in every document),
+    and is where they all are. Pages, their order and their stages are those of every stage run."""
+    ran = []
+    rows = sesame.RankingQuery.rows
+
+    def recording(self, expr, limit, deadline):
+        ran.append(expr)
+        return rows(self, expr, limit, deadline)
+    monkeypatch.setattr(sesame.RankingQuery, "rows", recording)
+    queries = ["node version problem", "service node docker", "error docker build test", "build docker error node",
+               "docker test error", "fix the test error", "test node version problem", "version node problem"]
+    pages = [("--limit", "3"), ("--limit", "3", "--offset", "3"), ("--limit", "20")]
+
+    def results():
+        return [search_json(capsys, q, *page)["results"] for q in queries for page in pages]
+    monkeypatch.setattr(sesame, "PREFETCH_MIN_DOCS", 10 ** 9)
+    every_stage = results()
+    assert '"service node docker"' in ran and '"node version problem"' in ran
+    monkeypatch.setattr(sesame, "PREFETCH_MIN_DOCS", 1)
+    del ran[:]
+    assert results() == every_stage
+    # "node docker" is in no session: that phrase is not looked for; "docker test error" is (its
+    # pairs are all there), and it ranks its session first, as a phrase
+    assert '"service node docker"' not in ran and '"version node problem"' not in ran
+    assert '"node version problem"' in ran and '"docker test error"' in ran
+    top = search_json(capsys, "docker test error")["results"][0]
+    assert (top["sessionId"], top["stage"]) == ("target-common", "words together")
+    assert all(r["stage"] != "words together" for r in search_json(capsys, "service node docker")["results"])
+
+
 def test_a_long_questions_last_stage_fetched_alongside_the_others_gives_the_same_results(env, capsys, monkeypatch):
     """A long question runs every stage; its last (any word) is fetched on a second connection
     while the others run, as it runs when a stage before it was cut (its LIMIT left rows out). Its
