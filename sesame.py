@@ -654,7 +654,9 @@ def iso(dt):
     """The one stored and printed form: ISO 8601 UTC with milliseconds and Z (sorts as text)."""
     if dt is None:
         return None
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (dt.microsecond // 1000)
+    # (not strftime: its %Y writes the year 1 as "1" on Linux, which sorts as no other year does)
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" % (dt.year, dt.month, dt.day, dt.hour, dt.minute, dt.second,
+                                                   dt.microsecond // 1000)
 
 
 _CANONICAL_TS = LazyPattern(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
@@ -11844,6 +11846,12 @@ class Prepared:
         if redact_secrets:  # a name, summary or folder can hold a secret as well as the text
             s.cwd, s.name, s.summary = (redact(v)[0] if isinstance(v, str) else v for v in (s.cwd, s.name, s.summary))
             s.labels = [redact(t)[0] for t in s.labels]
+        # A time after tomorrow (a clock set wrong, a damaged or made-up record: 2099, 9999-12-31)
+        # would put the session after every other for ever, and through every --after: a session's
+        # times are at most a day after it was read.
+        latest = "%04d-%02d-%02dT%02d:%02d:%02d.000Z" % time.gmtime(time.time() + 86400)[:6]
+        s.created, s.modified = (latest if isinstance(t, str) and t > latest and _CANONICAL_TS.match(t) else t
+                                 for t in (s.created, s.modified))
         self.meta = SessionMeta(s.agent, s.session_id, s.path, s.cwd, s.name, s.created, s.modified, s.parent,
                                 s.summary, label_text(s))
         self.rows = [(c.kind, c.role, c.tool, c.path, c.ts, pack(c.text)) for c in s.chunks]

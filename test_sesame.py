@@ -9754,6 +9754,26 @@ def test_cwd_filter_on_a_windows_folder_matches_either_slash_and_any_case(env, c
     assert search_ids(capsys, "agents manage", "--cwd", "D:\\Users\\linhl") == []
 
 
+def test_a_session_dated_in_the_far_future_is_taken_as_read_now_not_as_newer_than_every_other(env, capsys):
+    """A record dated 2099 or 2500 (a clock set wrong, a damaged or made-up time) would make its
+    session the newest for ever and pass every --after: its times are at most a day after it was
+    indexed. A real date stays as written; a year before 1000 is written with four digits, as it
+    sorts among the others."""
+    import datetime
+    PiWriter(env, "future", start="2500-06-01T23:00:00.000Z").user("the quokka migration plan").save()
+    PiWriter(env, "soon", start="2099-01-01T10:00:00.000Z").user("the quokka migration notes").save()
+    PiWriter(env, "past", start="2026-03-10T09:00:00.000Z").user("the quokka migration review").save()
+    data = search_json(capsys, "quokka migration", "--limit", "10")
+    when = {r["sessionId"]: r["modified"] for r in data["results"]}
+    tomorrow = sesame.iso(datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1, minutes=5))
+    assert set(when) == {"future", "soon", "past"}
+    assert when["future"] <= tomorrow and when["soon"] <= tomorrow and when["future"] > when["past"]
+    assert when["past"].startswith("2026-03-10T09:")
+    assert search_ids(capsys, "quokka migration", "--after", "2090-01-01") == []
+    assert set(search_ids(capsys, "quokka migration", "--before", "2090-01-01")) == {"future", "soon", "past"}
+    assert sesame.norm_time("0001-01-01T09:00:00Z") == "0001-01-01T09:00:00.000Z" < when["past"]
+
+
 def test_date_filters_compare_last_activity(corpus, capsys):
     ids = search_ids(capsys, "the", "--after", "2026-04-01", "--limit", "50")
     assert "aaaa1111-nix" not in ids and "cdcd8888-k8s" in ids
