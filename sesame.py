@@ -13699,12 +13699,13 @@ class Query:
         return typed
 
     def phrase_pairs(self, min_docs):
-        """Two neighbouring words of the phrase as an FTS5 phrase, the pair likely cheapest to look
-        up (the rarest of those without a function word), when the phrase has three
-        words or more and each of its other words is in at least `min_docs` documents; else None.
-        Where that pair is in no document, neither is the phrase, and the words-together stage is
-        not run: FTS5 reads the position lists of every word of a phrase in each document holding
-        them all (8-16 ms at 1 GB when those are thousands), a pair's those of two words (1-4 ms).
+        """Pairs of neighbouring words of the phrase as FTS5 phrases, those likely cheapest to look
+        up first (the rarest; none with a function word, at most PHRASE_PAIRS), when the phrase has
+        three words or more and each of its other words is in at least `min_docs` documents; else
+        None. Where one of those pairs is in no document, neither is the phrase, and the
+        words-together stage is not run: FTS5 reads the position lists of every word of a phrase in
+        each document holding them all (8-16 ms at 1 GB when those are thousands), a pair's lookup
+        those of two words, and it stops at the first document holding them (0.1-4 ms).
         (Counts are known once expand_query ran; a misspelt word's phrases are left as they are.)"""
         typed = self._phrase_words()
         if not typed or len(typed) < 3:
@@ -13736,7 +13737,7 @@ class Query:
 
 
 NAME_STAGE_DOCS = 2000  # common words in at most this many documents in all: the name stage still runs
-PHRASE_PAIRS = 3
+PHRASE_PAIRS = 3  # pairs of a costly phrase's neighbouring words looked up before it (Query.phrase_pairs)
 PHRASE_VARIANTS = 9  # phrases of a query with misspelt words tried in the "words together" stage
 RARE_EXPANSION = 4  # an abbreviation's other form is searched unless it is 4 times rarer than the word
 
