@@ -10238,6 +10238,18 @@ def _cjk_bytes(raw):
     return any(b in raw for b in _CJK_LEADS) or any(lead in raw and pair.search(raw) for lead, pair in _CJK_LEAD_PAIRS)
 
 
+def cjk_and_accents(text):
+    """(whether text holds a CJK letter, whether it holds an accent that unicode61 keeps inside a
+    token): one look at its UTF-8 bytes for both. An accent (U+0300-U+0331) is there only after
+    the byte 0xCC, looked for with memchr: a regular expression of them went through every
+    character, 2 ms of a warm search over the ten parts of real sessions it looks at."""
+    if text.isascii():
+        return False, False
+    raw = text.encode("utf-8", "surrogatepass")
+    return (_cjk_bytes(raw) and _CJK_CHAR.search(text) is not None,
+            b"\xcc" in raw and _ACCENT_RE.search(text) is not None)
+
+
 def has_cjk(text):
     """Whether text holds a CJK letter (as _CJK counts them)."""
     if text.isascii():
@@ -10246,8 +10258,7 @@ def has_cjk(text):
         text.encode("latin-1")   # every letter below U+0100 (é, ß, ©): a copy, no CJK; 0.5 ms less per 160 KB
         return False
     except UnicodeEncodeError:
-        pass
-    return _cjk_bytes(text.encode("utf-8", "surrogatepass")) and _CJK_CHAR.search(text) is not None
+        return cjk_and_accents(text)[0]
 
 
 def _bigrams(run):
@@ -10289,18 +10300,6 @@ def cjk_blanked(text, cjk=None):
     if not (has_cjk(text) if cjk is None else cjk):
         return text
     return _CJK_RUN.sub(lambda m: " " * len(m.group()), text)
-
-
-def cjk_and_accents(text):
-    """(whether text holds a CJK letter, whether it holds an accent that unicode61 keeps inside a
-    token): one look at its UTF-8 bytes for both. An accent (U+0300-U+0331) is there only after
-    the byte \xcc, looked for with memchr: a regular expression of them went through every
-    character, 2 ms of a warm search over the ten parts of real sessions it looks at."""
-    if text.isascii():
-        return False, False
-    raw = text.encode("utf-8", "surrogatepass")
-    return (_cjk_bytes(raw) and _CJK_CHAR.search(text) is not None,
-            b"\xcc" in raw and _ACCENT_RE.search(text) is not None)
 
 
 def cjk_pattern(text):
