@@ -176,6 +176,7 @@ PENDING_CALL_LINES = 2000
 DEFAULT_LIMIT = 10
 DEFAULT_MAX_CHARS = 4000  # a default search fits an agent's context cheaply
 MATCHES_PER_SESSION = 3
+PART_CACHE_CHARS = 3 * 2 ** 19   # the chunk text of parts a server keeps for its next call (Store.part_chunks)
 SNIPPET_CHARS = 200
 # Snippets mark matched words **like this** (readable as text and as Markdown); a terminal gets colour.
 HL_OPEN = HL_CLOSE = "**"
@@ -10780,13 +10781,15 @@ class Store:
     def __init__(self, con, path):
         self.con, self.path = con, path
         # A process that keeps the index open (the MCP server) keeps the second connection a
-        # ranking's prefetch runs on, too: a new one costs ~1.5 ms (opening, and an empty page cache).
-        self.keep_spare, self._spare = False, None
+        # ranking's prefetch runs on, too: a new one costs ~1.5 ms (opening, and an empty page cache);
+        # and the parts its searches read (part_chunks).
+        self.long_lived, self._spare = False, None
         self._counts, self._counts_state, self._counts_key, self._counts_new = {}, None, None, False
+        self._parts, self._parts_state, self._parts_chars = collections.OrderedDict(), None, 0   # see part_chunks
 
     def spare(self):
         """The kept second connection, or None when this process does not keep one (see _Prefetch)."""
-        if self.keep_spare and self._spare is None:
+        if self.long_lived and self._spare is None:
             con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
             con.execute("PRAGMA cache_size=-32768")
             self._spare = con
@@ -11590,6 +11593,38 @@ class Store:
             params += list(part)
         return [(seq, kind, role, tool, ts, unpack(text))
                 for seq, kind, role, tool, ts, text in self.con.execute(sql + " ORDER BY seq", params)]
+
+    def part_chunks(self, sid, part, tools_only=False, tools=()):
+        """match_chunks' rows and their texts as the matcher reads them (PartText), kept for the next
+        search while the full-text index stays as it is (the word counts' key: every commit that
+        writes a chunk, here or in another process, changes it; a folder listed anew does not): an agent's next
+        question shares half its ten best parts with the one before (a word changed, added or left
+        out), and reading a part (decompressing its chunks) and making it ready (lower case, CJK
+        letters blanked) was 40% of a warm call on real sessions. At most PART_CACHE_CHARS of chunk
+        text are kept (three times that in memory, with the part joined and in lower case), by a
+        process that keeps the index open (long_lived) only."""
+        if not self.long_lived:   # (a command's one search: nothing to keep for)
+            rows = self.match_chunks(sid, part, tools_only, tools)
+            return rows, PartText([r[5] for r in rows])
+        self._kept_counts()   # (its key changes with the full-text index: with every chunk written)
+        if self._counts_key != self._parts_state:
+            self._parts.clear()
+            self._parts_state, self._parts_chars = self._counts_key, 0
+        key = (sid, tuple(part), tools_only, tuple(tools))
+        got = self._parts.get(key)
+        if got is not None:
+            self._parts.move_to_end(key)
+            return got
+        rows = self.match_chunks(sid, part, tools_only, tools)
+        got = (rows, PartText([r[5] for r in rows]))
+        size = sum(len(r[5]) for r in rows)
+        if size <= PART_CACHE_CHARS // 4:
+            self._parts[key] = got
+            self._parts_chars += size
+            while self._parts_chars > PART_CACHE_CHARS:
+                _, (old_rows, _) = self._parts.popitem(last=False)
+                self._parts_chars -= sum(len(r[5]) for r in old_rows)
+        return got
 
     def first_user_text(self, sid):
         """The text of a session's first user chunk, "" when it has none."""
@@ -13921,6 +13956,43 @@ def _class_chars(body):
 _ACCENT_CHARS = _class_chars(_ACCENTS)
 
 
+class PartText:
+    """The chunks of a part as Matcher.words_in_each reads them: their texts, and, made at the first
+    look, the texts joined in lower case (a line break between chunks: no token, part or name runs
+    across it; CJK letters blanked), where each chunk ends, whether all is ASCII, and whether a
+    chunk holds an accent that unicode61 keeps inside a token. Nothing of it depends on the query:
+    a server keeps them for its next call (Store.part_chunks)."""
+
+    __slots__ = ("texts", "_ready")
+
+    def __init__(self, texts):
+        self.texts, self._ready = texts, None
+
+    def ready(self):
+        """(text, low, ends, ascii, accents); a part with a letter outside ASCII is blanked and
+        lowered chunk by chunk: one such letter would put the whole part (100-300 KB) on the slow
+        paths of both (1 ms of a ranked part's 3 to 5)."""
+        if self._ready is None:
+            texts = self.texts
+            text = "\n".join(texts)
+            ascii, accents, blanked = text.isascii(), False, None
+            if ascii:
+                low = text.lower()
+            else:
+                marks = [cjk_and_accents(t) for t in texts]
+                chunks = texts
+                if any(cjk for cjk, _ in marks):
+                    chunks = [cjk_blanked(t, cjk) for t, (cjk, _) in zip(texts, marks)]
+                    text = blanked = "\n".join(chunks)
+                low = "\n".join([lower_in_place(t) for t in chunks])
+                accents = any(accent for _, accent in marks)
+            # (the texts joined are joined again when asked for: kept, they would be a third copy)
+            self._ready = (blanked, low, list(itertools.accumulate(len(t) + 1 for t in texts)), ascii, accents)
+            return (text,) + self._ready[1:]
+        blanked, *rest = self._ready
+        return (blanked if blanked is not None else "\n".join(self.texts),) + tuple(rest)
+
+
 class Matcher:
     """Finds the query's words in chunk text the way the index matched them: tokens as unicode61
     finds them, compared by their porter stems, so `simplify` finds "simplified", `parser.py` finds
@@ -14113,25 +14185,15 @@ class Matcher:
         ~100 chunks: the scans cost less than a hundred calls). A common word can match hundreds of
         times in a chunk; each distinct token of a chunk is looked at once. A word of several tokens
         (a phrase, `node-v20`) needs positions: spans() then, for that chunk."""
+        part = texts if isinstance(texts, PartText) else PartText(texts)
+        texts = part.texts
         found = [{i for i, rx in self.cjk if rx.search(t)} for t in texts]
         if not self.needles:
             return found
-        # A line break between chunks: no token, part or name runs across it. A part with a letter
-        # outside ASCII is blanked and lowered chunk by chunk: one such letter would put the whole
-        # part (100-300 KB) on the slow paths of both (1 ms of a ranked part's 3 to 5).
-        text = "\n".join(texts)
-        ascii = text.isascii()
-        if ascii:
-            low = text.lower()
-        else:
-            marks = [cjk_and_accents(t) for t in texts]
-            blanked = [cjk_blanked(t, cjk) for t, (cjk, _) in zip(texts, marks)]
-            text = "\n".join(blanked)
-            low = "\n".join([lower_in_place(t) for t in blanked])
-        ends = list(itertools.accumulate(len(t) + 1 for t in texts))
+        text, low, ends, ascii, accents = part.ready()
         where = bisect.bisect_right  # the chunk of a position: the first whose end is after it
         tokens = set()   # (chunk, token) of the tokens that start with a needle
-        if self.scans is not None and (ascii or not any(accent for _, accent in marks)):
+        if self.scans is not None and not accents:
             self._scan(text, low, ends, found, tokens, _ASCII_TOKEN_TAIL if ascii else _TOKEN_TAIL)
         else:   # (accents that unicode61 keeps inside a token: _token_spans sees to them)
             if self.joined:
@@ -14512,8 +14574,8 @@ def best_chunks(store, session, part, matcher, filters, limit=MATCHES_PER_SESSIO
     words found close together, and how many were found as typed (the re-ranking's key: see
     _in_order). -> ([(score, seq, spans, kind, role, tool, timestamp, text)], coverage); match_dicts
     makes them the matches shown."""
-    rows = store.match_chunks(session["id"], part, filters.tools_only, filters.tool)
-    found = [(words, *row) for words, row in zip(matcher.words_in_each([r[5] for r in rows]), rows) if words]
+    rows, texts = store.part_chunks(session["id"], part, filters.tools_only, filters.tool)
+    found = [(words, *row) for words, row in zip(matcher.words_in_each(texts), rows) if words]
     # A word found in few chunks of the part says more than one found in all of them: each word
     # weighs by its rarity here, a chunk by the words it has and by its kind. Where the words are
     # (spans, for snippets and proximity) is worked out for the chunks shown only.
@@ -17040,7 +17102,7 @@ class WarmIndex:
         if ident != self.ident:
             self.close()
             self.store = Store.open(ctx.index_path)
-            self.store.keep_spare = True
+            self.store.long_lived = True
             self.ident = ident
         ctx.kept = _KeptStore(self.store, self.memo)
 

@@ -10814,6 +10814,47 @@ def test_word_counts_kept_for_the_next_search_are_dropped_once_the_index_changes
         warm.close()
 
 
+def test_the_server_keeps_the_parts_it_read_until_the_index_changes(env, monkeypatch):
+    """A server keeps the chunks of the parts its searches read (Store.part_chunks) for the next
+    call, which often shares them (a word of the question changed): they are not read again. A
+    session rewritten since, by the server's own refresh or by another process's `index`, is read
+    anew: its matches show what it says now."""
+    def write(word):
+        w = PiWriter(env, "kept-1")
+        w.user("the quokkafig orchard needs %s before the frost" % word).assistant("noted, %s it is" % word)
+        w.save()
+    write("pruning")
+    PiWriter(env, "other-1", cwd="/home/dev/other").user("the orchard frost came early this year").save()
+    read = []
+    original = sesame.Store.match_chunks
+
+    def counting(self, sid, part, *a):
+        read.append(sid)
+        return original(self, sid, part, *a)
+    monkeypatch.setattr(sesame.Store, "match_chunks", counting)
+    warm = sesame.WarmIndex()
+    try:
+        def mcp(q, **kw):
+            reply = sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "search", "arguments": dict({"query": q, "max_chars": 0, "fields": "full"}, **kw)}}, warm)
+            top = reply["result"]["structuredContent"]["results"][0]
+            return top["sessionId"], " ".join(m["snippet"] for m in top["matches"])
+        assert mcp("quokkafig orchard pruning") == ("kept-1", mcp("quokkafig orchard pruning")[1])
+        assert "pruning" in mcp("quokkafig orchard pruning")[1]
+        del read[:]
+        assert mcp("quokkafig orchard frost")[0] == "kept-1" and read == []   # kept from the call before
+        write("grafting")
+        assert mcp("quokkafig grafting") == ("kept-1", mcp("quokkafig grafting")[1])
+        assert "grafting" in mcp("quokkafig grafting")[1] and read   # the server's refresh wrote: read anew
+        write("watering")
+        subprocess.run([sys.executable, os.path.join(HERE, "sesame.py"), "index"], check=True, capture_output=True)
+        del read[:]
+        got = mcp("quokkafig watering", no_refresh=True)
+        assert got[0] == "kept-1" and "watering" in got[1] and "grafting" not in got[1] and read
+    finally:
+        warm.close()
+
+
 def test_mcp_search_before_any_index_exists_builds_it_and_finds_the_session(env):
     # The first call of a server started before the first index (an agent wired in by `sesame setup`
     # on a new machine) found no index to keep open and was given none: "'NoneType' object has no
