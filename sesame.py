@@ -11597,12 +11597,12 @@ class Store:
     def part_chunks(self, sid, part, tools_only=False, tools=()):
         """match_chunks' rows and their texts as the matcher reads them (PartText), kept for the next
         search while the full-text index stays as it is (the word counts' key: every commit that
-        writes a chunk, here or in another process, changes it; a folder listed anew does not): an agent's next
-        question shares half its ten best parts with the one before (a word changed, added or left
-        out), and reading a part (decompressing its chunks) and making it ready (lower case, CJK
-        letters blanked) was 40% of a warm call on real sessions. At most PART_CACHE_CHARS of chunk
-        text are kept (three times that in memory, with the part joined and in lower case), by a
-        process that keeps the index open (long_lived) only."""
+        writes a chunk, here or in another process, changes it; a folder listed anew does not). An
+        agent's next question shares half its ten best parts with the one before (a word changed,
+        added or left out), and reading a part (decompressing its chunks) and making it ready (lower
+        case, CJK letters blanked) was 40% of a warm call on real sessions. At most PART_CACHE_CHARS
+        of chunk text are kept (about twice that in memory, with their lower case), by a process
+        that keeps the index open (long_lived) only."""
         if not self.long_lived:   # (a command's one search: nothing to keep for)
             rows = self.match_chunks(sid, part, tools_only, tools)
             return rows, PartText([r[5] for r in rows])
