@@ -11611,20 +11611,18 @@ class Store:
             self._parts.clear()
             self._parts_state, self._parts_chars = self._counts_key, 0
         key = (sid, tuple(part), tools_only, tuple(tools))
-        got = self._parts.get(key)
-        if got is not None:
+        kept = self._parts.get(key)   # (rows, PartText, characters)
+        if kept is not None:
             self._parts.move_to_end(key)
-            return got
+            return kept[:2]
         rows = self.match_chunks(sid, part, tools_only, tools)
-        got = (rows, PartText([r[5] for r in rows]))
-        size = sum(len(r[5]) for r in rows)
-        if size <= PART_CACHE_CHARS // 4:
-            self._parts[key] = got
-            self._parts_chars += size
+        kept = (rows, PartText([r[5] for r in rows]), sum(len(r[5]) for r in rows))
+        if kept[2] <= PART_CACHE_CHARS // 4:
+            self._parts[key] = kept
+            self._parts_chars += kept[2]
             while self._parts_chars > PART_CACHE_CHARS:
-                _, (old_rows, _) = self._parts.popitem(last=False)
-                self._parts_chars -= sum(len(r[5]) for r in old_rows)
-        return got
+                self._parts_chars -= self._parts.popitem(last=False)[1][2]
+        return kept[:2]
 
     def first_user_text(self, sid):
         """The text of a session's first user chunk, "" when it has none."""
@@ -11896,7 +11894,7 @@ class Prepared:
         # A time after tomorrow (a clock set wrong, a damaged or made-up record: 2099, 9999-12-31)
         # would put the session after every other for ever, and through every --after: a session's
         # times are at most a day after it was read.
-        latest = "%04d-%02d-%02dT%02d:%02d:%02d.000Z" % time.gmtime(time.time() + 86400)[:6]
+        latest = iso(now_utc() + datetime.timedelta(days=1))
         s.created, s.modified = (latest if isinstance(t, str) and t > latest and _CANONICAL_TS.match(t) else t
                                  for t in (s.created, s.modified))
         self.meta = SessionMeta(s.agent, s.session_id, s.path, s.cwd, s.name, s.created, s.modified, s.parent,
