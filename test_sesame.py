@@ -461,6 +461,39 @@ def test_the_installed_command_does_not_import_modules_from_the_current_folder(t
     assert r.returncode == 0 and "imported" not in r.stderr, r.stderr
 
 
+def test_the_installed_command_turns_sqlites_memory_statistics_off_and_a_program_importing_it_does_not(
+        tmp_path, capsys):
+    """SQLite's memory statistics take a lock at every allocation (see SQLITE_TUNE): the command,
+    run as installed, turns them off before its first connection, where the ABI lets ctypes call
+    sqlite3_config; a program that imports the file (and may hold connections of its own) keeps
+    SQLite as it is."""
+    sesame_cmd = install(tmp_path)
+    PiWriter(tmp_path / ".pi" / "agent" / "sessions", "stats-0001", cwd="/home/dev/app").user(
+        "the okapi migration").assistant("done").save()
+    r = sesame_cmd("search", "okapi", "--json")
+    assert r.returncode == 0 and [x["sessionId"] for x in json.loads(r.stdout)["results"]] == ["stats-0001"], r.stderr
+    supported = sys.platform.startswith("linux") and os.uname().machine.lower() in ("x86_64", "amd64", "aarch64", "arm64")
+    r = sesame_cmd("status", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["sqliteMemoryStatistics"] is not supported, r.stdout
+    assert ("memory statistics off" in sesame_cmd("status").stdout) is supported
+    # What turning them off does: SQLite then counts nothing (a process of its own: it cannot be
+    # turned on again while connections are open)
+    probe = ("import sys, ctypes; sys.path.insert(0, %r); import sesame\n"
+             "sesame.SQLITE_TUNE['pending'] = True\n"
+             "con = sesame.sqlite_connect(':memory:'); con.execute('CREATE TABLE t(x)')\n"
+             "con.executemany('INSERT INTO t VALUES (?)', [('x' * 1000,)] * 1000)\n"
+             "lib = ctypes.CDLL(sesame.sqlite3.__file__); lib.sqlite3_memory_used.restype = ctypes.c_int64\n"
+             "print(sesame.SQLITE_TUNE['memoryStatistics'], lib.sqlite3_memory_used())" % HERE)
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    statistics, used = r.stdout.split()
+    assert (statistics, used == "0") == (str(not supported), supported), r.stdout
+    # in-process: untouched
+    code, out, _ = run(capsys, "status", "--json")
+    assert code == 0 and json.loads(out)["sqliteMemoryStatistics"] is True
+    assert sesame.SQLITE_TUNE["memoryStatistics"] is None
+
+
 def test_script_module_and_import_forms_still_work(tmp_path):
     env = dict(os.environ, SESAME_DATA_DIR=str(tmp_path / "d"), SESAME_CONFIG_DIR=str(tmp_path / "c"))
     for argv in ([sys.executable, os.path.join(HERE, "sesame.py"), "--version"],
