@@ -11583,6 +11583,19 @@ class Store:
             self._counts_new = True
         return counts["parts"]
 
+    def middle_part(self):
+        """The id that cuts the ranking documents in two halves (kept as doc_count's counts are: it
+        changes with the full-text index), for a stage ranked in halves (RankingQuery.tasks); 0 for
+        an index of fewer than SPLIT_MIN_PARTS."""
+        counts = self._kept_counts()
+        if "middle" not in counts:
+            n = self.part_count()
+            row = self.con.execute("SELECT id FROM docs ORDER BY id LIMIT 1 OFFSET ?", (n // 2,)).fetchone() \
+                if n >= SPLIT_MIN_PARTS else None
+            counts["middle"] = row[0] if row else 0
+            self._counts_new = True
+        return counts["middle"]
+
     # The counts a search asks before ranking depend on the full-text index alone: they are kept,
     # in this Store (an MCP server's calls share words: "the error", a project's names) and beside
     # the index in `counts` for the next command, while the index holds what they were counted on.
@@ -11777,15 +11790,22 @@ class RankingQuery:
                        "WHERE docs_fts MATCH ?)")
             params = params + [" OR ".join(excluded)]
         weights = ", ".join(str(DOC_WEIGHTS[c]) for c in DOC_COLUMNS)
+        self.halves = None   # (see tasks)
         if where or exclude:
-            self.sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id, "
-                        "s.path FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON s.id = d.session "
-                        "WHERE docs_fts MATCH ?%s%s ORDER BY score, d.id LIMIT ?") % (weights, where, exclude)
+            self.sql = ("SELECT d.session, bm25(docs_fts, %s) AS score, d.first_seq, d.last_seq, s.agent, s.session_id, "
+                        "d.id, s.path FROM docs_fts JOIN docs d ON d.id = docs_fts.rowid JOIN sessions s ON "
+                        "s.id = d.session WHERE docs_fts MATCH ?%s%s ORDER BY score, d.id LIMIT ?") % (weights, where, exclude)
         else:  # nothing to filter on: the joins are made for the rows kept only (10-20% of a stage at 1 GB)
-            self.sql = ("SELECT d.session, f.score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id, s.path FROM "
-                        "(SELECT rowid, bm25(docs_fts, %s) AS score FROM docs_fts WHERE docs_fts MATCH ? "
-                        "ORDER BY score, rowid LIMIT ?) f JOIN docs d ON d.id = f.rowid JOIN sessions s ON s.id = d.session "
-                        "ORDER BY f.score, d.id") % weights
+            join = (") f JOIN docs d ON d.id = f.rowid JOIN sessions s ON s.id = d.session ORDER BY f.score, d.id")
+            head = "SELECT d.session, f.score, d.first_seq, d.last_seq, s.agent, s.session_id, d.id, s.path FROM ("
+            ranked = "SELECT rowid, bm25(docs_fts, %s) AS score FROM docs_fts WHERE docs_fts MATCH ?" % weights
+            self.sql = head + ranked + " ORDER BY score, rowid LIMIT ?" + join
+            # The parts up to a cut, and those after it. FTS5 scans a phrase on past a range's end
+            # until its next match: each half is scanned towards the end of the index it is open to,
+            # the first from the cut down (the inner LIMIT keeps SQLite from folding that order away).
+            self.halves = (head + "SELECT rowid, score FROM (" + ranked + " AND rowid <= ? ORDER BY rowid DESC LIMIT -1) "
+                           "ORDER BY score, rowid LIMIT ?" + join,
+                           head + ranked + " AND rowid > ? ORDER BY score, rowid LIMIT ?" + join)
         self.params = params
 
     @staticmethod
@@ -11829,65 +11849,128 @@ class RankingQuery:
         """(session row id, bm25 score, first seq, last seq, agent, session id, part id, file path) of the best
         `limit` parts matching the FTS5 expression; OperationalError "interrupted" once the
         time.monotonic() `deadline` has passed."""
+        return self.run(self.sql, [expr] + self.params + [limit], deadline)
+
+    def run(self, sql, params, deadline):
+        """One of this ranking's statements (rows', or a task's) on the store's connection."""
         con = self.store.con
         con.set_progress_handler(lambda: time.monotonic() > deadline, 20000)
         try:
-            return con.execute(self.sql, [expr] + self.params + [limit]).fetchall()
+            return con.execute(sql, params).fetchall()
         finally:
             con.set_progress_handler(None, 0)
 
-    def prefetch(self, expr, limit):
-        """rows(expr, limit) fetched on a second connection, in a thread, while the caller goes on."""
-        return _Prefetch(self.store.path, self.sql, [expr] + self.params, limit, self.store.spare())
+    def tasks(self, stage, expr, limit, halves=False):
+        """rows(expr, limit) as _Prefetch tasks [(stage, sql, parameters, limit)]: one, or with
+        `halves` (nothing filtered, and an index of SPLIT_MIN_PARTS), one per half of the parts. The
+        best `limit` rows of each half hold the best `limit` of all: BM25 weighs a word (or a phrase)
+        by the whole index whatever half is ranked, so a part scores the same in either, and ties
+        go by part id in both."""
+        cut = self.store.middle_part() if halves and self.halves else 0
+        if not cut:
+            return [(stage, self.sql, [expr] + self.params + [limit], limit)]
+        return [(stage, sql, [expr, cut, limit], limit) for sql in self.halves]
+
+    def prefetch(self, tasks):
+        """The tasks run on a second connection, in a thread, while the caller goes on (_Prefetch)."""
+        return _Prefetch(self.store.path, tasks, self.store.spare())
 
 
 STAGE_SECONDS = 0.4  # a stage query running longer is given up (the next, looser stage goes on)
+SPLIT_MIN_PARTS = 1000  # an index of fewer parts ranks a stage fetched alongside whole (RankingQuery.tasks)
 
 
 class _Prefetch:
-    """The rows of one ranking query, fetched on a second connection in a thread while the caller
-    runs another: SQLite lets go of the GIL while it works, so a second core does it meanwhile.
+    """Ranking queries run on a second connection in a thread while the caller runs others: SQLite
+    lets go of the GIL while it works, so the second core does them meanwhile (see SQLITE_TUNE).
     (_thread, not threading: importing threading costs ~1 ms, as much as this saves at times. No
     progress handler on that connection: a Python callback in the thread would contend for the GIL;
-    the caller interrupts it instead.)"""
+    the caller interrupts it instead.)
 
-    def __init__(self, path, sql, params, limit, con=None):
+    Tasks (RankingQuery.tasks) are taken in order, each once: the thread takes the next one not
+    taken, and the caller, when it comes for a stage's rows (take), runs those of that stage's tasks
+    the thread has not begun, on its own connection, then waits for the rest. A stage in two halves
+    is so ranked by both cores at once; a stage the caller never asks for (the page was full before
+    it) was only ever run by the thread, while the caller did its own."""
+
+    def __init__(self, path, tasks, con=None):
         import _thread
-        self.limit, self.rows, self.own = limit, None, con is None   # `con`: a kept one (Store.spare)
+        self.tasks, self.own, self.stopped = tasks, con is None, False
+        self.results, self.taken = [None] * len(tasks), [False] * len(tasks)
+        self.done = [_thread.allocate_lock() for _ in tasks]   # each released once its task ran (or failed)
+        for lock in self.done:
+            lock.acquire()
+        self.lock, self.idle = _thread.allocate_lock(), _thread.allocate_lock()
+        self.idle.acquire()   # released when the thread ends
         self.con = con or sqlite_connect(path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
-        self.done = _thread.allocate_lock()
-        self.done.acquire()
-        _thread.start_new_thread(self._fetch, (sql, params + [limit]))
+        _thread.start_new_thread(self._work, ())
 
-    def _fetch(self, sql, params):
+    def _take_next(self, stage=None):
+        """The index of the next task not taken (of `stage`: the caller's), now taken; or None."""
+        with self.lock:
+            for k, t in enumerate(self.tasks):
+                if not self.taken[k] and (t[0] == stage if stage is not None else not self.stopped):
+                    self.taken[k] = True
+                    return k
+        return None
+
+    def _work(self):
         try:
-            self.rows = self.con.execute(sql, params).fetchall()
+            k = self._take_next()
+            while k is not None:
+                try:
+                    self.results[k] = self.con.execute(self.tasks[k][1], self.tasks[k][2]).fetchall()
+                finally:
+                    self.done[k].release()
+                k = self._take_next()
         except sqlite3.Error:
-            pass  # (interrupted, or anything else: the caller runs the query itself)
-        finally:
-            self.done.release()
+            pass  # (interrupted, or anything else: the caller runs the stage itself)
+        finally:   # (tasks never begun are left to the caller's take)
+            self.idle.release()
 
-    def take(self, limit):
-        """What the query gives with LIMIT `limit` (rows are in one total order, so a shorter
-        LIMIT is a prefix), or None when it must run anew. Like a stage the caller runs, it is
-        given up (OperationalError "interrupted") when it has not finished within STAGE_SECONDS."""
-        if not self.done.acquire(timeout=STAGE_SECONDS):
-            self.close()
-            raise sqlite3.OperationalError("interrupted")
-        self.done.release()
-        if self.rows is None or (limit > self.limit and len(self.rows) >= self.limit):
+    def take(self, stage, limit, run):
+        """What a stage gives with LIMIT `limit` (rows are in one total order, so a shorter LIMIT
+        is a prefix), or None when it must run anew (not a stage fetched here, or it failed). Its
+        tasks not begun are run by `run(sql, params)`, the caller's. Like a stage the caller runs,
+        it is given up (OperationalError "interrupted") when the thread has not finished its part
+        within STAGE_SECONDS."""
+        mine = [k for k, t in enumerate(self.tasks) if t[0] == stage]
+        if not mine:
             return None
-        return self.rows[:limit]
+        k = self._take_next(stage)
+        while k is not None:
+            try:
+                self.results[k] = run(self.tasks[k][1], self.tasks[k][2])
+            finally:
+                self.done[k].release()
+            k = self._take_next(stage)
+        deadline = time.monotonic() + STAGE_SECONDS
+        for k in mine:
+            if not self.done[k].acquire(timeout=max(0.0, deadline - time.monotonic())):
+                self.close()
+                raise sqlite3.OperationalError("interrupted")
+            self.done[k].release()
+        if any(self.results[k] is None for k in mine):
+            return None
+        fetched = self.tasks[mine[0]][3]
+        rows = self.results[mine[0]] if len(mine) == 1 else \
+            sorted(itertools.chain(*(self.results[k] for k in mine)), key=lambda r: (r[1], r[6]))[:fetched]
+        if limit > fetched and len(rows) >= fetched:
+            return None
+        return rows[:limit]
 
     def close(self):
-        if self.con is not None:
-            if not self.done.acquire(False):   # still running: stopped (an interrupt of an idle
-                self.con.interrupt()           # connection is forgotten by its next statement)
-                self.done.acquire()
-            self.done.release()
-            if self.own:
-                self.con.close()
-            self.con = None
+        """Stop the thread (its task under way interrupted) and let go of what it holds."""
+        if self.con is None:
+            return
+        with self.lock:
+            self.stopped = True
+        while not self.idle.acquire(timeout=0.001):
+            self.con.interrupt()   # (an interrupt of an idle connection is forgotten by its next statement)
+        self.idle.release()
+        if self.own:
+            self.con.close()
+        self.con = None
 
 
 def now_utc():
@@ -14565,14 +14648,21 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
     words = query.ranking_words()
     every = next((i for i, (name, _) in enumerate(stages) if name == "all words"), 0)
     pairs = query.phrase_pairs(PREFETCH_MIN_DOCS)
-    ahead = None  # a later stage's rows, fetched alongside: (stage, its expression as run, _Prefetch)
+    # (no row where a pair of the phrase's neighbouring words is nowhere: as if it had run)
+    no_phrase = bool(stages) and stages[0][0] == "words together" and bool(pairs) and \
+        any(store.doc_count(p, 1) == 0 for p in pairs)
+    ahead = None  # stages fetched alongside (_Prefetch)
     try:
         if (prefetch and not per_stage and every and stages[0][0] == "words together"
                 and all((w.df or 0) >= PREFETCH_MIN_DOCS for w in words)):
-            ahead = (every, stages[every][1], ranking.prefetch(stages[every][1], min(max(2 * need, 20), 1 << 62)))
+            # (in halves by a server, whose second connection is kept: a command's is new, its page
+            # cache empty, and two connections reading the same words' pages cold cost it more)
+            limit, halves = min(max(2 * need, 20), 1 << 62), store.long_lived
+            ahead = ranking.prefetch(([] if no_phrase else ranking.tasks(0, stages[0][1], limit, halves))
+                                     + ranking.tasks(every, stages[every][1], limit, halves))
         elif prefetch and per_stage and len(stages) > 1 and sum(w.df or 0 for w in words) >= PREFETCH_MIN_DOCS:
             final = "(%s) NOT (%s)" % (stages[-1][1], stages[-2][1])
-            ahead = (len(stages) - 1, final, ranking.prefetch(final, min(max(2 * max(need, per_stage), 20), 1 << 62)))
+            ahead = ranking.prefetch(ranking.tasks(len(stages) - 1, final, min(max(2 * max(need, per_stage), 20), 1 << 62)))
     except (sqlite3.Error, RuntimeError):  # no second connection or thread here: one after the other
         ahead = None
     out, seen, keys = [], set(), set()
@@ -14583,18 +14673,17 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
             want = max(need - len(out), per_stage)
             limit = min(max(2 * want, 20), 1 << 62)
             deadline = time.monotonic() + STAGE_SECONDS
-            fetched = None
-            if name == "words together" and pairs and any(store.doc_count(p, 1) == 0 for p in pairs):
-                stricter = expr   # (no row: as if it had run)
+            if stage == 0 and no_phrase:
+                stricter = expr
                 continue
-            if ahead and ahead[0] == stage:
-                _, ahead_run, fetched = ahead
-                if ahead_run != run:   # (not as it runs: stopped, the core freed, and run here)
-                    fetched.close()
-                    fetched = None
+            fetched = ahead is not None and any(t[0] == stage for t in ahead.tasks)
+            if fetched and any(t[0] == stage and t[2][0] != run for t in ahead.tasks):
+                ahead.close()   # (not as it runs: stopped, the core freed, and run here)
+                ahead, fetched = None, False
             try:
                 while True:
-                    rows = fetched.take(limit) if fetched else None
+                    rows = ahead.take(stage, limit, lambda sql, params: ranking.run(sql, params, deadline)) \
+                        if fetched else None
                     if rows is None:
                         rows = ranking.rows(run, limit, deadline)
                     fresh = {r[0] for r in rows if r[0] not in seen and filters.key(*r[4:6], r[7]) not in keys}
@@ -14616,7 +14705,7 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
                 break
     finally:
         if ahead:
-            ahead[2].close()
+            ahead.close()
     return out
 
 

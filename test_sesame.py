@@ -9615,6 +9615,53 @@ def test_the_next_stage_fetched_alongside_the_first_gives_the_same_results(vocab
     assert results() == alone
 
 
+def test_a_server_ranks_the_stages_fetched_alongside_in_halves_on_both_connections_and_the_results_stay(
+        vocab_corpus, capsys, monkeypatch):
+    """A server (its second connection kept) ranks the words-together and every-word stages in two
+    halves of the parts (RankingQuery.tasks): the thread takes the next half nobody took, the
+    caller runs those left when it comes for a stage. Each half's best rows hold the best of all:
+    pages, their order and paging stay those of stage after stage; a command (no kept connection)
+    ranks each stage whole."""
+    queries = ["fix the docker error", "test error docker", "docker build node", "the node service error", "fix test",
+               "docker test error", "node version problem"]
+    monkeypatch.setattr(sesame, "PREFETCH_MIN_DOCS", 10 ** 9)
+    alone = [search_json(capsys, q, "--limit", "20")["results"] for q in queries]
+    made, here = [], []
+    original, run = sesame._Prefetch, sesame.RankingQuery.run
+
+    objects = []
+
+    def recording(path, tasks, con=None):
+        made.append([(stage, params[1:-1]) for stage, _, params, _ in tasks])
+        objects.append(original(path, tasks, con))
+        return objects[-1]
+
+    def running(self, sql, params, deadline):   # (what the caller runs itself)
+        here.append(sql)
+        return run(self, sql, params, deadline)
+    monkeypatch.setattr(sesame, "_Prefetch", recording)
+    monkeypatch.setattr(sesame.RankingQuery, "run", running)
+    monkeypatch.setattr(sesame, "PREFETCH_MIN_DOCS", 1)
+    monkeypatch.setattr(sesame, "SPLIT_MIN_PARTS", 1)
+    warm = sesame.WarmIndex()
+    try:
+        for q, page in zip(queries, alone):
+            reply = sesame.call_tool({"name": "search", "arguments": {"query": q, "limit": 20, "max_chars": 0}}, warm)
+            assert [r["sessionId"] for r in reply["structuredContent"]["results"]] == [r["sessionId"] for r in page], q
+    finally:
+        warm.close()
+    halves = [t for tasks in made for t in tasks if t[1]]
+    assert halves and all(len(tasks) % 2 == 0 for tasks in made)
+    cut = halves[0][1][0]
+    assert all(t[1] == [cut] for t in halves)   # (one cut: the middle part)
+    # both connections ranked halves: the caller some, the thread the others it ran
+    by_caller = sum("rowid <= ?" in sql or "rowid > ?" in sql for sql in here)
+    assert 0 < by_caller < sum(r is not None for p in objects for r in p.results)
+    del made[:]
+    assert [search_json(capsys, q, "--limit", "20")["results"] for q in queries] == alone
+    assert made and all(not params for tasks in made for _, params in tasks)   # a command: each stage whole
+
+
 def test_a_phrase_whose_words_are_never_side_by_side_is_not_looked_for_and_the_results_stay(vocab_corpus, capsys,
                                                                                                   monkeypatch):
     """When every word of a phrase of three or more is in thousands of documents, the words-together
@@ -9622,12 +9669,17 @@ def test_a_phrase_whose_words_are_never_side_by_side_is_not_looked_for_and_the_r
     phrase is not run where one is not (FTS5 would read every word's positions in every document),
     and is where they all are. Pages, their order and their stages are those of every stage run."""
     ran = []
-    rows = sesame.RankingQuery.rows
+    rows, tasks = sesame.RankingQuery.rows, sesame.RankingQuery.tasks
 
     def recording(self, expr, limit, deadline):
         ran.append(expr)
         return rows(self, expr, limit, deadline)
+
+    def fetching(self, stage, expr, *a, **kw):   # (a stage fetched alongside: run by either connection)
+        ran.append(expr)
+        return tasks(self, stage, expr, *a, **kw)
     monkeypatch.setattr(sesame.RankingQuery, "rows", recording)
+    monkeypatch.setattr(sesame.RankingQuery, "tasks", fetching)
     queries = ["node version problem", "service node docker", "error docker build test", "build docker error node",
                "docker test error", "fix the test error", "test node version problem", "version node problem"]
     pages = [("--limit", "3"), ("--limit", "3", "--offset", "3"), ("--limit", "20")]
@@ -9665,9 +9717,9 @@ def test_a_long_questions_last_stage_fetched_alongside_the_others_gives_the_same
     made, ran = [], []
     original, rows = sesame._Prefetch, sesame.RankingQuery.rows
 
-    def counting(*a):
-        made.append(a[2][0])   # (its parameters: the stage's expression first)
-        return original(*a)
+    def counting(path, tasks, con=None):
+        made.extend(params[0] for _, _, params, _ in tasks)   # (a task's parameters: the stage's expression first)
+        return original(path, tasks, con)
 
     def running(self, expr, limit, deadline):
         ran.append(expr)
