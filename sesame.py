@@ -14010,8 +14010,10 @@ def near_words(store, word, min_count=1):
     for first in dict.fromkeys(word[:2]):
         for term in store.vocab_terms(first, len(word) - limit, len(word) + limit):
             # An edit adds at most one letter and removes at most one: a cheap test before the real one.
-            if len(letters ^ set(term)) <= 2 * limit and edit_distance(word, term, limit) <= limit:
-                found.add((edit_distance(word, term, limit), term))
+            if len(letters ^ set(term)) <= 2 * limit:
+                d = edit_distance(word, term, limit)
+                if d <= limit:
+                    found.add((d, term))
     ranked = []
     for d, term in sorted(found)[:12]:
         n = store.doc_count('"%s"' % term, 200)
@@ -14021,21 +14023,38 @@ def near_words(store, word, min_count=1):
 
 
 def edit_distance(a, b, limit):
-    """Damerau-Levenshtein distance (adjacent transpositions count 1), or limit+1 once it is more."""
+    """Damerau-Levenshtein distance (adjacent transpositions count 1) when it is at most `limit`,
+    else limit+1. What the two words begin and end with alike is left out first, and only the cells
+    within `limit` of the diagonal are worked out (any other is over it): a misspelt word is
+    compared with hundreds of vocabulary words of its length and first letter (a family of ids,
+    `build-1234`..., had each cost 60-85 us, ~20 ms of a search; 6 us now)."""
     if abs(len(a) - len(b)) > limit:
         return limit + 1
-    prev2, prev = None, list(range(len(b) + 1))
-    for i in range(1, len(a) + 1):
-        cur = [i] + [0] * len(b)
-        for j in range(1, len(b) + 1):
-            cost = a[i - 1] != b[j - 1]
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-            if prev2 is not None and i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
-                cur[j] = min(cur[j], prev2[j - 2] + 1)
-        if min(cur) > limit:
-            return limit + 1
+    n, start, end = min(len(a), len(b)), 0, 0
+    while start < n and a[start] == b[start]:
+        start += 1
+    while end < n - start and a[-1 - end] == b[-1 - end]:
+        end += 1
+    a, b = a[start:len(a) - end], b[start:len(b) - end]
+    over, la, lb = limit + 1, len(a), len(b)
+    if not la or not lb:
+        return min(la + lb, over)
+    prev2, prev = None, [j if j <= limit else over for j in range(lb + 1)]
+    for i in range(1, la + 1):
+        lo, hi = max(1, i - limit), min(lb, i + limit)
+        cur = [over] * (lb + 1)
+        if i <= limit:
+            cur[0] = i
+        c = a[i - 1]
+        for j in range(lo, hi + 1):
+            v = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (c != b[j - 1]))
+            if prev2 is not None and j > 1 and c == b[j - 2] and a[i - 2] == b[j - 1]:
+                v = min(v, prev2[j - 2] + 1)
+            cur[j] = min(v, over)
+        if min(cur[lo - 1:hi + 1]) > limit:
+            return over
         prev2, prev = prev, cur
-    return prev[-1]
+    return prev[lb]
 
 
 _LOWER_RUN = LazyPattern(r"[a-z0-9]+")

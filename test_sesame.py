@@ -9350,6 +9350,55 @@ def test_a_misspelt_word_among_common_words_is_corrected_not_zero_results(vocab_
     assert "kubernetes" in out and "kuberntes" in out   # the human output says what was searched
 
 
+def _osa_distance(a, b):
+    """The restricted Damerau-Levenshtein distance, the textbook way (the reference edit_distance
+    is checked against)."""
+    d = [[i + j if not i * j else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[-1][-1]
+
+
+def test_edit_distance_is_the_textbook_one_up_to_its_limit():
+    """edit_distance leaves out what two words begin and end with alike and works out only the
+    cells near the diagonal: it is the textbook distance wherever that is within the limit, and
+    says "over" (limit + 1) otherwise; on random words of small alphabets (repeats and
+    transpositions everywhere), edits of a word, and ids of one family."""
+    rnd = random.Random(11)
+    pairs = []
+    for k in range(30000):
+        alphabet = ("ab", "abc", "aab", "abcdefghij")[k % 4]
+        a = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 9)))
+        if k % 3:
+            b = list(a)
+            for _ in range(rnd.randint(0, 3)):
+                at = rnd.randint(0, max(0, len(b) - 1))
+                op = rnd.randint(0, 3)
+                if op == 0 and b:
+                    b[at] = rnd.choice(alphabet)
+                elif op == 1:
+                    b.insert(at, rnd.choice(alphabet))
+                elif op == 2 and b:
+                    del b[at]
+                elif op == 3 and at + 1 < len(b):
+                    b[at], b[at + 1] = b[at + 1], b[at]
+            b = "".join(b)
+        else:
+            b = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 9)))
+        pairs.append((a, b))
+    pairs += [("buildword%04d" % rnd.randint(0, 9999), "buildword%04d" % rnd.randint(0, 9999)) for _ in range(2000)]
+    within = 0
+    for a, b in pairs:
+        for limit in (1, 2, 3):
+            truth = _osa_distance(a, b)
+            assert sesame.edit_distance(a, b, limit) == (truth if truth <= limit else limit + 1), (a, b, limit)
+            within += truth <= limit
+    assert within > 30000   # (most pairs are edits within the limit: the exact path is exercised)
+
+
 def test_an_absent_word_never_empties_the_results(vocab_corpus, capsys):
     data = search_json(capsys, "docker zyxwvutsrq")
     assert data["results"] and data["results"][0]["matchedAllTerms"] is False
