@@ -14667,17 +14667,16 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
     words = query.ranking_words()
     every = next((i for i, (name, _) in enumerate(stages) if name == "all words"), 0)
     pairs = query.phrase_pairs(PREFETCH_MIN_DOCS)
-    # (no row where a pair of the phrase's neighbouring words is nowhere: as if it had run)
-    no_phrase = bool(stages) and stages[0][0] == "words together" and bool(pairs) and \
-        any(store.doc_count(p, 1) == 0 for p in pairs)
     ahead = None  # stages fetched alongside (_Prefetch)
     try:
         if (prefetch and not per_stage and every and stages[0][0] == "words together"
                 and all((w.df or 0) >= PREFETCH_MIN_DOCS for w in words)):
-            # (in halves by a server, whose second connection is kept: a command's is new, its page
-            # cache empty, and two connections reading the same words' pages cold cost it more)
+            # In halves by a server, whose second connection is kept: a command's is new, its page
+            # cache empty, and two connections reading the same words' pages cold cost it more. A
+            # phrase whose pairs are looked up first (below) is the caller's: the thread begins the
+            # next stage meanwhile.
             limit, halves = min(max(2 * need, 20), 1 << 62), store.long_lived
-            ahead = ranking.prefetch(([] if no_phrase else ranking.tasks(0, stages[0][1], limit, halves))
+            ahead = ranking.prefetch((ranking.tasks(0, stages[0][1], limit, halves) if not pairs else [])
                                      + ranking.tasks(every, stages[every][1], limit, halves))
         elif prefetch and per_stage and len(stages) > 1 and sum(w.df or 0 for w in words) >= PREFETCH_MIN_DOCS:
             final = "(%s) NOT (%s)" % (stages[-1][1], stages[-2][1])
@@ -14692,8 +14691,8 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
             want = max(need - len(out), per_stage)
             limit = min(max(2 * want, 20), 1 << 62)
             deadline = time.monotonic() + STAGE_SECONDS
-            if stage == 0 and no_phrase:
-                stricter = expr
+            if name == "words together" and pairs and any(store.doc_count(p, 1) == 0 for p in pairs):
+                stricter = expr   # (no row: as if it had run)
                 continue
             fetched = ahead is not None and any(t[0] == stage for t in ahead.tasks)
             if fetched and any(t[0] == stage and t[2][0] != run for t in ahead.tasks):
