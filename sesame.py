@@ -10657,6 +10657,17 @@ FTS_HASHSIZE = 32 * 1024 * 1024  # bigger in-memory batches before a flush: fast
 # COMPACT_WATCH_SECONDS a round, and a search that reads something anyway COMPACT_SEARCH_SECONDS
 # (after an upgrade, those that read old files again): one that only reads pays nothing, since a
 # process that wrote to the index checkpoints its log when it ends (~20 ms at 1 GB).
+#
+# Every transaction that writes adds a segment (an append indexed by a search is one), and FTS5
+# merges segments of like size as they come, but a merge of the large segments a bulk index left
+# goes on only as fast as new text is written: behind it the small ones pile up (47 and 82 segments
+# in the 1 GB indexes the benchmarks kept appending to, 8 in a fresh one). Each word a search looks
+# up for the first time on a connection is then looked for in every segment: at 47, 1.26 ms for a
+# common word, 0.10 in one segment (24 words of a fresh connection: 51.6 against 4.4 ms), and a
+# command-line search at 1 GB ~3.4 ms slower (common and concept words alike). So more than
+# FTS_SEGMENTS_MAX segments are merged into one too, as dead entries are (the file keeps the pages the
+# old segments held, and later writes reuse them).
+FTS_SEGMENTS_MAX = 24
 COMPACT_PAGES = 16               # FTS pages one merge step writes (~2 ms)
 COMPACT_MIN_TOKENS = 500000      # fewer dead tokens than this cost nothing worth a merge
 COMPACT_SEARCH_SECONDS = 0.01
@@ -11104,11 +11115,18 @@ class Store:
         if dead:   # (an index from before the count keeps no count: it is merged once, see merge_due)
             con.execute("UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key='fts_dead'", (dead,))
 
+    def fts_segments(self):
+        """How many segments the full-text index is in (from FTS5's structure record: a 4-byte
+        cookie, then the number of levels and of segments)."""
+        row = self.con.execute("SELECT block FROM docs_fts_data WHERE id=10").fetchone()
+        counts = sqlite_varints(row[0][4:]) if row and isinstance(row[0], bytes) else []
+        return counts[1] if len(counts) > 1 else 0
+
     def merge_due(self):
         """Whether the full-text index holds at least half as many dead tokens as live ones (and enough
-        to matter), or a merge of it is under way (see COMPACT_PAGES). An index that kept no count is
-        merged once."""
-        if self.meta("fts_merging") is not None:
+        to matter), or is in more than FTS_SEGMENTS_MAX segments, or a merge of it is under way (see
+        COMPACT_PAGES). An index that kept no count is merged once."""
+        if self.meta("fts_merging") is not None or self.fts_segments() > FTS_SEGMENTS_MAX:
             return True
         row = self.con.execute("SELECT block FROM docs_fts_data WHERE id=1").fetchone()   # FTS5's totals:
         live = sum(sqlite_varints(row[0])[1:]) if row and isinstance(row[0], bytes) else 0   # rows, each column's tokens
@@ -12073,7 +12091,7 @@ class IndexSummary:
         self.sessions = self.chunks = self.skipped_lines = 0
         self.problems = []   # {"path", "reason"}: files not indexed (not a session file, unreadable, ...)
         self.seconds = 0.0
-        self.merged, self.merge_seconds = False, 0.0   # the full-text index's dead entries merged out (merge_index)
+        self.merged, self.merge_seconds = False, 0.0   # the full-text index merged (merge_index)
 
     def then(self, later):
         """One summary of this run and a later one that compared every file again (after project
@@ -12107,7 +12125,7 @@ class IndexSummary:
                    if self.folders_unread else "")
                 + ("; %d %s lost from damaged files kept as indexed" % (self.chunks_kept, _plural(self.chunks_kept, "chunk"))
                    if self.chunks_kept else "")
-                + ("; replaced text merged out of the full-text index (%.2fs)" % self.merge_seconds if self.merged else ""))
+                + ("; the full-text index merged into one segment (%.2fs)" % self.merge_seconds if self.merged else ""))
 
 
 class FileStat:
@@ -13142,7 +13160,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
 
 
 def merge_index(store, summary, seconds=None, progress=None, yield_to=None):
-    """Merge the full-text index's segments when it holds many dead entries (see COMPACT_PAGES), a
+    """Merge the full-text index's segments when it holds many dead entries or segments (see COMPACT_PAGES), a
     step (one transaction) at a time, for at most `seconds` (None: until done). On a terminal,
     `progress` (as run_index's) shows that it is at work.
 
@@ -15150,8 +15168,8 @@ def status_text(info):
             out.append("upgrade:  %d session %s indexed by an earlier version of Sesame, read again a few at each search "
                        "(sesame index: all now)" % (info["readAgain"], _plural(info["readAgain"], "file")))
         if info.get("mergeDue"):
-            out.append("merge:    the full-text index holds text it replaced, merged out a step at a time "
-                       "(sesame index: all now)")
+            out.append("merge:    the full-text index holds text it replaced, or is in %d segments: merged a step at "
+                       "a time (sesame index: all now)" % info.get("ftsSegments", 0))
         for p in info["perAgent"]:
             unknown = p.get("unrecognizedRecords")
             if unknown:
@@ -15488,7 +15506,7 @@ def _progress_printer(stream):
         stream.flush()
 
     def merging(elapsed):   # (merge_index: seconds at 1 GB after an upgrade)
-        stream.write("\rmerging replaced text out of the full-text index: %ds   " % elapsed)
+        stream.write("\rmerging the full-text index into one segment: %ds   " % elapsed)
         stream.flush()
     show.merging = merging
     return show
@@ -16353,7 +16371,8 @@ def status_request(ctx, params=None):
                 "changedSinceLastIndex": _changed_count(plan_full(store, ctx.sources, IndexSummary(), ctx.policy)),
                 # (of those, the files a new parser version reads again, a share at each search: REREAD_BYTES)
                 "readAgain": store.version_stale_rows(parser_versions()),
-                "mergeDue": store.merge_due(),   # (replaced text to merge out: see COMPACT_PAGES)
+                "mergeDue": store.merge_due(),   # (replaced text to merge out, or many segments: see COMPACT_PAGES)
+                "ftsSegments": store.fts_segments(),
             })
         finally:
             store.close()

@@ -7196,12 +7196,41 @@ def test_sessions_read_again_leave_no_replaced_text_in_the_full_text_index(env, 
     for _ in range(4):
         monkeypatch.setattr(sesame.PiParser, "version", sesame.PiParser.version + 1)
         code, out, err = run(capsys, "index")
-        assert code == 0 and "60 indexed" in err and "replaced text merged out of the full-text index" in err
+        assert code == 0 and "60 indexed" in err and "the full-text index merged into one segment" in err
         assert _fts_bytes(tmp_path) <= 1.1 * fresh
         assert _index_meta(tmp_path, "fts_dead") == "0"
         assert [search_ids(capsys, q, "--limit", "20") for q in queries] == found
     code, out, err = run(capsys, "index", "--json")
-    assert "merged out" not in err and json.loads(out)["merged"] is False   # nothing left to merge
+    assert "merged into" not in err and json.loads(out)["merged"] is False   # nothing left to merge
+
+
+def test_an_index_in_many_segments_is_merged_into_one_and_finds_what_it_found(env, capsys, monkeypatch, tmp_path):
+    """Each transaction that writes adds a segment to the full-text index, and a search looks a word
+    up in every one: more than FTS_SEGMENTS_MAX and `index` merges them into one (status says it is
+    due, and in how many segments the index is), with no dead text to speak of; every search finds
+    what it found before."""
+    monkeypatch.setattr(sesame, "FTS_SEGMENTS_MAX", 10 ** 6)
+    _wordy_sessions(env)
+    assert run(capsys, "index")[0] == 0
+    queries = ["w001b w017b", "w123d", "w599h w002c w300e"]
+    found = [search_ids(capsys, q, "--limit", "20") for q in queries]
+    assert all(found)
+    for i in range(6):   # appends, each indexed by a run of its own: a segment each
+        PiWriter(env, "seg-%d" % i, cwd="/home/dev/seg").user("w123d and w001b again, %d" % i).save()
+        assert run(capsys, "index")[0] == 0
+        found = [search_ids(capsys, q, "--limit", "20") for q in queries]
+    status = json.loads(run(capsys, "status", "--json")[1])
+    segments = status["ftsSegments"]
+    assert segments > 2 and status["mergeDue"] is False and _index_meta(tmp_path, "fts_dead") in ("0", None)
+    monkeypatch.setattr(sesame, "FTS_SEGMENTS_MAX", 2)
+    status = json.loads(run(capsys, "status", "--json")[1])
+    assert status["mergeDue"] is True and status["ftsSegments"] == segments
+    assert "in %d segments" % segments in run(capsys, "status")[1]
+    code, out, err = run(capsys, "index", "--json")
+    assert code == 0 and json.loads(out)["merged"] is True
+    status = json.loads(run(capsys, "status", "--json")[1])
+    assert status["ftsSegments"] == 1 and status["mergeDue"] is False
+    assert [search_ids(capsys, q, "--limit", "20") for q in queries] == found
 
 
 def test_an_index_from_before_the_count_is_merged_once(env, capsys, monkeypatch, tmp_path):
@@ -7246,7 +7275,7 @@ def test_watch_merges_the_replaced_text_out_a_share_at_each_round(env, capsys, m
     assert code == 0 and rounds[-1] <= 1.1 * fresh and 3 <= len(rounds) < 200
     per_round = collections.Counter(steps)
     assert max(per_round.values()) <= 7   # 50 ms of 10 ms steps a round
-    assert "replaced text merged out of the full-text index" in err
+    assert "the full-text index merged into one segment" in err
 
 
 def test_index_on_a_terminal_shows_that_it_merges(env, capsys, monkeypatch, tmp_path):
@@ -7261,7 +7290,7 @@ def test_index_on_a_terminal_shows_that_it_merges(env, capsys, monkeypatch, tmp_
         summary = sesame.run_index(store, ctx.sources, progress=sesame._progress_printer(shown), policy=ctx.policy)
     finally:
         store.close()
-    assert summary.merged and "\rmerging replaced text out of the full-text index: 0s" in shown.getvalue()
+    assert summary.merged and "\rmerging the full-text index into one segment: 0s" in shown.getvalue()
 
 
 def test_the_index_log_is_cut_back_after_a_big_write(env, capsys, monkeypatch, tmp_path):
@@ -7320,7 +7349,7 @@ def test_a_search_merges_only_when_it_writes_anyway_and_for_a_bounded_time(env, 
     assert 1 <= len(steps) <= 6 and steps[-1] - t < 0.1
     assert _fts_bytes(tmp_path) != bloated   # it began
     # `sesame index` ends it.
-    assert "replaced text merged out" in run(capsys, "index")[2]
+    assert "merged into one segment" in run(capsys, "index")[2]
     assert _fts_bytes(tmp_path) <= 1.1 * fresh
     assert search_ids(capsys, "echidna") == ["active"]
 
