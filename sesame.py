@@ -11122,11 +11122,15 @@ class Store:
         counts = sqlite_varints(row[0][4:]) if row and isinstance(row[0], bytes) else []
         return counts[1] if len(counts) > 1 else 0
 
-    def merge_due(self):
+    def merge_due(self, segments=True):
         """Whether the full-text index holds at least half as many dead tokens as live ones (and enough
-        to matter), or is in more than FTS_SEGMENTS_MAX segments, or a merge of it is under way (see
-        COMPACT_PAGES). An index that kept no count is merged once."""
-        if self.meta("fts_merging") is not None or self.fts_segments() > FTS_SEGMENTS_MAX:
+        to matter), or (with `segments`) is in more than FTS_SEGMENTS_MAX segments, or a merge of it
+        begun for such a reason is under way (see COMPACT_PAGES). An index that kept no count is
+        merged once."""
+        merging = self.meta("fts_merging")
+        if merging is not None and (segments or merging != "segments"):
+            return True
+        if segments and self.fts_segments() > FTS_SEGMENTS_MAX:
             return True
         row = self.con.execute("SELECT block FROM docs_fts_data WHERE id=1").fetchone()   # FTS5's totals:
         live = sum(sqlite_varints(row[0])[1:]) if row and isinstance(row[0], bytes) else 0   # rows, each column's tokens
@@ -11160,8 +11164,8 @@ class Store:
         if self.con.total_changes - before < 2:   # (FTS5's documented sign of a merge that did nothing)
             self._fts_merged()
             return True
-        if start:
-            self.set_meta("fts_merging", 1)
+        if start:   # (why: a search goes on with a merge of dead text only, see merge_index)
+            self.set_meta("fts_merging", "dead" if self.merge_due(segments=False) else "segments")
         return False
 
     def insert_parts(self, sid, parts):
@@ -13081,7 +13085,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
                 _save_sweep(store, plan)
                 _save_journals(store, plan)
                 if not quick:   # (a search merges only when it writes anyway: see COMPACT_SEARCH_SECONDS)
-                    merge_index(store, summary, merge_seconds, progress)
+                    merge_index(store, summary, merge_seconds, progress, segments=not quick)
             summary.seconds = time.monotonic() - t0
             return summary
     if look_only:
@@ -13154,22 +13158,24 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
             results.close()  # stops the worker processes, also when interrupted
     _save_sweep(store, plan)
     _save_journals(store, plan)
-    merge_index(store, summary, merge_seconds, progress)
+    merge_index(store, summary, merge_seconds, progress, segments=not quick)
     summary.seconds = time.monotonic() - t0
     return summary
 
 
-def merge_index(store, summary, seconds=None, progress=None, yield_to=None):
-    """Merge the full-text index's segments when it holds many dead entries or segments (see COMPACT_PAGES), a
-    step (one transaction) at a time, for at most `seconds` (None: until done). On a terminal,
-    `progress` (as run_index's) shows that it is at work.
+def merge_index(store, summary, seconds=None, progress=None, yield_to=None, segments=True):
+    """Merge the full-text index's segments when it holds many dead entries or segments (see
+    COMPACT_PAGES), a step (one transaction) at a time, for at most `seconds` (None: until done). On a
+    terminal, `progress` (as run_index's) shows that it is at work. `segments`: false for a search,
+    which leaves a merge for many segments alone (FTS_SEGMENTS_MAX: one at 1 GB takes seconds, a
+    search's share of it was 10 ms of each that wrote, and it only makes reading faster).
 
     A background run lends its turn between steps (_RunGuard), and copies the log into the index
     (SQLite's checkpoint, which a commit makes every 1,000 pages written: 20 ms, up to 0.3 s, at 1
     GB) every few steps with its turn lent: a checkpoint needs neither the turn nor the write lock,
     and a call should not wait for it. `yield_to`: the index lock, not held by this run: between two
     steps it lets another indexer that holds it write first (COMPACT_YIELD_SECONDS)."""
-    if seconds == 0 or not store.merge_due():
+    if seconds == 0 or not store.merge_due(segments):
         return
     guard, t0 = _lending(), time.monotonic()
     done, steps = False, 0
