@@ -13085,7 +13085,7 @@ def run_index(store, sources, full=False, progress=None, policy=None, quick=Fals
                 _save_sweep(store, plan)
                 _save_journals(store, plan)
                 if not quick:   # (a search merges only when it writes anyway: see COMPACT_SEARCH_SECONDS)
-                    merge_index(store, summary, merge_seconds, progress, segments=not quick)
+                    merge_index(store, summary, merge_seconds, progress)
             summary.seconds = time.monotonic() - t0
             return summary
     if look_only:
