@@ -9362,6 +9362,25 @@ def test_a_session_whose_name_holds_the_query_words_together_ranks_first(env, ca
     assert search_ids(capsys, "AI agents autonomy scaling")[0] == "titled"
 
 
+def test_the_stages_keep_the_rarest_of_the_common_words_not_the_first_typed(env, capsys):
+    """Words in more than half the sessions are left out of the stages but the two rarest; counted
+    only up to half, they tied and the first typed were kept. Here "widget" is in every session,
+    "gadget" in 8 and "sprocket" in 7 of 10: the every-word stage needs gadget and sprocket, so a
+    session without "sprocket" does not count as holding every word (and BM25 no longer reads
+    "widget", the most frequent, in every session)."""
+    for i in range(10):
+        w = PiWriter(env, "s%d" % i, cwd="/home/dev/shop%d" % i)
+        w.user("The widget order %d needs a review." % i)
+        if i < 8:
+            w.assistant("The gadget list for order %d is ready." % i)
+        if i < 7:
+            w.user("Add a sprocket to order %d." % i)
+        w.assistant("Done with order %d." % i).save()
+    data = search_json(capsys, "widget gadget sprocket")
+    stages = {r["sessionId"]: r["stage"] for r in data["results"]}
+    assert stages["s7"] != "all words" and all(stages["s%d" % i] == "all words" for i in range(7)), stages
+
+
 def test_a_common_word_still_orders_the_sessions_holding_the_telling_ones(env, capsys):
     for i in range(6):
         w = PiWriter(env, "tests-%d" % i, cwd="/home/dev/sync")
