@@ -14711,13 +14711,11 @@ def ranked_sessions(store, query, filters, need, per_stage=0, prefetch=False):
     try:
         if (prefetch and not per_stage and every and stages[0][0] == "words together"
                 and all((w.df or 0) >= PREFETCH_MIN_DOCS for w in words)):
-            # In halves by a server, whose second connection is kept: a command's is new, its page
-            # cache empty, and two connections reading the same words' pages cold cost it more. A
-            # phrase whose pairs are looked up first (below) is the caller's: the thread begins the
-            # next stage meanwhile.
-            limit, halves = min(max(2 * need, 20), 1 << 62), store.long_lived
-            ahead = ranking.prefetch((ranking.tasks(0, stages[0][1], limit, halves) if not pairs else [])
-                                     + ranking.tasks(every, stages[every][1], limit, halves))
+            # In halves (each connection reads its half of the words' pages). A phrase whose pairs
+            # are looked up first (below) is the caller's: the thread begins the next stage meanwhile.
+            limit = min(max(2 * need, 20), 1 << 62)
+            ahead = ranking.prefetch((ranking.tasks(0, stages[0][1], limit, True) if not pairs else [])
+                                     + ranking.tasks(every, stages[every][1], limit, True))
         elif prefetch and per_stage and len(stages) > 1 and sum(w.df or 0 for w in words) >= PREFETCH_MIN_DOCS:
             final = "(%s) NOT (%s)" % (stages[-1][1], stages[-2][1])
             ahead = ranking.prefetch(ranking.tasks(len(stages) - 1, final, min(max(2 * max(need, per_stage), 20), 1 << 62)))

@@ -9719,13 +9719,12 @@ def test_the_next_stage_fetched_alongside_the_first_gives_the_same_results(vocab
     assert results() == alone
 
 
-def test_a_server_ranks_the_stages_fetched_alongside_in_halves_on_both_connections_and_the_results_stay(
+def test_the_stages_fetched_alongside_are_ranked_in_halves_on_both_connections_and_the_results_stay(
         vocab_corpus, capsys, monkeypatch):
-    """A server (its second connection kept) ranks the words-together and every-word stages in two
-    halves of the parts (RankingQuery.tasks): the thread takes the next half nobody took, the
-    caller runs those left when it comes for a stage. Each half's best rows hold the best of all:
-    pages, their order and paging stay those of stage after stage; a command (no kept connection)
-    ranks each stage whole."""
+    """A server (its second connection kept) and a command rank the words-together and every-word
+    stages in two halves of the parts (RankingQuery.tasks): the thread takes the next half nobody
+    took, the caller runs those left when it comes for a stage. Each half's best rows hold the best
+    of all: pages, their order and paging stay those of stage after stage."""
     queries = ["fix the docker error", "test error docker", "docker build node", "the node service error", "fix test",
                "docker test error", "node version problem"]
     monkeypatch.setattr(sesame, "PREFETCH_MIN_DOCS", 10 ** 9)
@@ -9763,7 +9762,7 @@ def test_a_server_ranks_the_stages_fetched_alongside_in_halves_on_both_connectio
     assert 0 < by_caller < sum(r is not None for p in objects for r in p.results)
     del made[:]
     assert [search_json(capsys, q, "--limit", "20")["results"] for q in queries] == alone
-    assert made and all(not params for tasks in made for _, params in tasks)   # a command: each stage whole
+    assert made and all(params == [cut] for tasks in made for _, params in tasks)   # a command: in halves too
 
 
 def test_a_phrase_whose_words_are_never_side_by_side_is_not_looked_for_and_the_results_stay(vocab_corpus, capsys,
