@@ -14024,7 +14024,7 @@ def expand_query(store, query):
     # and "found", in 1,500 fewer documents, 14). Where the stages choose among them, they are
     # counted in full (0.1-0.4 ms each at 1 GB, kept as every count is): the rarest are kept.
     for w in query.common_choice():
-        w.df = store.doc_count(w.group(False) if w.expansions else w.fts(), 2 * half + 2)
+        w.df = store.doc_count(w.group(False) if w.expansions else w.fts(), store.part_count() + 1)
     if all(w.dropped for w in query.words):  # nothing close to any word: search them as given (no result)
         for w in query.words:
             w.dropped, w.expansions = False, []
@@ -15188,8 +15188,9 @@ def status_text(info):
             out.append("upgrade:  %d session %s indexed by an earlier version of Sesame, read again a few at each search "
                        "(sesame index: all now)" % (info["readAgain"], _plural(info["readAgain"], "file")))
         if info.get("mergeDue"):
-            out.append("merge:    the full-text index holds text it replaced, or is in %d segments: merged a step at "
-                       "a time (sesame index: all now)" % info.get("ftsSegments", 0))
+            segments = info.get("ftsSegments", 0)
+            out.append("merge:    the full-text index %s: merged a step at a time (sesame index: all now)"
+                       % ("is in %d segments" % segments if segments > FTS_SEGMENTS_MAX else "holds text it replaced"))
         for p in info["perAgent"]:
             unknown = p.get("unrecognizedRecords")
             if unknown:
