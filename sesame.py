@@ -10850,6 +10850,7 @@ class Store:
         # ranking's prefetch runs on, too: a new one costs ~1.5 ms (opening, and an empty page cache);
         # and the parts its searches read (part_chunks).
         self.long_lived, self._spare = False, None
+        self.helper = None   # the MCP server's second process (_PoolHelper), lent to its calls
         self._counts, self._counts_state, self._counts_key, self._counts_new = {}, None, None, False
         self._parts, self._parts_state, self._parts_chars = collections.OrderedDict(), None, 0   # see part_chunks
 
@@ -14851,6 +14852,14 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
     be in a call of that tool: each candidate is checked, from the first, to count the offset right.)
     """
     expand_query(store, query)
+    # In the MCP server, what its second process needs to read the candidates re-ranked alongside
+    # (_PoolHelper, _read_pool), sent now: it makes its matcher while this one ranks. (Not for one
+    # or two words: no candidate is re-ranked, and reading the few shown two at a time, the second
+    # in the helper, cost more than it saved, 0.4 ms of a 4 ms rare-word call.)
+    job = store.helper.job(store.path, query, filters, matches) \
+        if store.helper and len(query.ranking_words()) >= PROXIMITY_WORDS else None
+    if job:
+        store.helper.prepare(job)
     matcher = Matcher(query)
     need = offset + limit + 1
     verify = filters.tools_only
@@ -14861,7 +14870,7 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
         if page is not None:
             page["size"] = min(limit, max(0, len(candidates) - offset))
         shown = 0
-        order = _in_order(store, candidates, query, matcher, filters, matches)
+        order = _in_order(store, candidates, query, matcher, filters, matches, job)
         for c, s in itertools.islice(order, 0 if verify else min(offset, len(candidates)), None):
             if s is None:
                 continue  # removed since it was ranked: another process (a server's background) wrote between
@@ -14882,7 +14891,7 @@ def search(store, query, filters, limit=DEFAULT_LIMIT, offset=0, matches=MATCHES
         raise SesameError("search failed: %s" % e, hint="report this query; it should have been made safe")
 
 
-def _in_order(store, candidates, query, matcher, filters, matches):
+def _in_order(store, candidates, query, matcher, filters, matches, job=None):
     """The candidates in the order shown, each with its session row (None: removed since it was
     ranked), as the caller takes them: the first ones re-ranked by where their words are, which
     BM25 does not see: by how many different query words their best chunks hold close together (a
@@ -14897,12 +14906,6 @@ def _in_order(store, candidates, query, matcher, filters, matches):
     - A long question (LONG_QUESTION words or more) is rarely answered by a session holding every
       one of its words: long sessions hold them all, scattered. So the first LONG_RERANK candidates
       of each stage are re-ranked across stages, and come first."""
-    def read(c):
-        s = store.session(c.sid)
-        if c.chunks is None:
-            c.chunks, c.coverage = best_chunks(store, s, c.part, matcher, filters, limit=matches) if s else ([], (0, 0))
-        return s
-
     def ranked():
         n_words = len(query.ranking_words())
         if n_words >= LONG_QUESTION:
@@ -14918,7 +14921,8 @@ def _in_order(store, candidates, query, matcher, filters, matches):
             key = lambda c: (c.stage, -c.coverage[0], -c.coverage[1], -c.score)
         else:
             pool, key = [], None
-        rows = {id(c): read(c) for c in pool}
+        rows = {id(c): store.session(c.sid) for c in pool}
+        _read_pool(store, pool, rows, matcher, filters, matches, job)
         yield from ((c, rows[id(c)]) for c in sorted(pool, key=key))
         yield from ((c, store.session(c.sid)) for c in candidates if id(c) not in rows)
 
@@ -14929,6 +14933,20 @@ def _in_order(store, candidates, query, matcher, filters, matches):
         else:
             yield c, s
     yield from last
+
+
+def _read_pool(store, pool, rows, matcher, filters, matches, job):
+    """The best chunks of the candidates re-ranked (_in_order), each read by best_chunks; in the MCP
+    server (`job`: see search) shared with its second process (_PoolHelper.share)."""
+    for c in pool:
+        if rows[id(c)] is None:
+            c.chunks, c.coverage = [], (0, 0)
+    todo = [c for c in pool if c.chunks is None]
+    read = lambda c: best_chunks(store, rows[id(c)], c.part, matcher, filters, limit=matches)
+    got = store.helper.share(job, [(rows[id(c)], c.part) for c in todo], todo, read) \
+        if job and len(todo) > 1 else map(read, todo)
+    for c, (chunks, coverage) in zip(todo, got):
+        c.chunks, c.coverage = chunks, coverage
 
 
 TITLE_CHARS = 80
@@ -17277,6 +17295,190 @@ class _KeptStore:
         pass
 
 
+class _PoolHelper:
+    """The MCP server's second process, which reads some of a search's candidates (best_chunks)
+    while the call reads the others (share): reading a part and scanning it is Python work that
+    holds the GIL, so a thread cannot share it (measured); a process can, on the core the ranking's
+    second connection used a moment before. Forked when the server starts (before any thread or
+    open index), it opens the index itself, keeps its own part cache, and reads as the call would.
+    Requests and answers are pickled over two pipes; where each side has got to is in a page of
+    shared memory. It ends when the server closes its pipe, or dies with it. Whatever happens to it
+    (an answer late or lost), the call reads the rest itself: results never depend on it."""
+
+    WAIT = 1.0   # seconds a call waits for an answer the helper owes before reading the item itself
+
+    def __init__(self):
+        import mmap
+        import pickle
+        self.pickle, self.serial, self.busy, self.gone = pickle, 0, False, False
+        # [0:8] how many items the call has taken (from the first), [8:16] the first item the
+        # helper has taken (it takes them from the last back): each takes the next item only
+        # while the other has not, so that each item is read once, nearly always.
+        self.shared = mmap.mmap(-1, 16)
+        ask_r, self.ask_w = os.pipe()
+        self.answer_r, answer_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(self.ask_w)
+            os.close(self.answer_r)
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, 0)   # (the client's pipes are the server's alone: its end is their end)
+            os.dup2(null, 1)
+            code = 0
+            try:
+                self._serve(ask_r, answer_w)
+            except BaseException:  # noqa: BLE001  (it ends; the server reads alone)
+                code = 1
+            os._exit(code)
+        os.close(ask_r)
+        os.close(answer_w)
+
+    # ---- both sides: one message is its length (4 bytes) and its pickle
+
+    def _send(self, fd, obj):
+        data = self.pickle.dumps(obj, protocol=self.pickle.HIGHEST_PROTOCOL)
+        data = memoryview(len(data).to_bytes(4, "little") + data)
+        while data:
+            data = data[os.write(fd, data):]
+
+    def _receive(self, fd):
+        def exactly(n):
+            out = b""
+            while len(out) < n:
+                more = os.read(fd, n - len(out))
+                if not more:
+                    raise EOFError
+                out += more
+            return out
+        return self.pickle.loads(exactly(int.from_bytes(exactly(4), "little")))
+
+    def _mark(self, at, value):
+        self.shared[at:at + 8] = value.to_bytes(8, "little")
+
+    def _seen(self, at):
+        return int.from_bytes(self.shared[at:at + 8], "little")
+
+    # ---- the helper
+
+    def _serve(self, asks, answers):
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # (a ^C to the server's group: the server ends it)
+        store = ident = job = matcher = None
+        filters = Filters()
+        while True:
+            try:
+                serial, new_job, items = self._receive(asks)
+            except EOFError:
+                return
+            try:
+                path, query, filters.tools_only, filters.tool, matches = self.pickle.loads(new_job)
+                st = os.stat(path)
+                if (st.st_dev, st.st_ino) != ident:
+                    if store is not None:
+                        store.close()
+                    store, ident = Store.open(path, create=False), (st.st_dev, st.st_ino)
+                    store.long_lived = True
+                if new_job != job:   # (made once a search, while the call ranks: see prepare)
+                    job, matcher = new_job, Matcher(query)
+                if items is None:
+                    continue   # (prepare: nothing to answer)
+                k = len(items)
+                while k > 0:
+                    k -= 1
+                    self._mark(8, k)
+                    if self._seen(0) > k:
+                        break   # the call has taken it
+                    self._send(answers, (serial, k, best_chunks(store, items[k][0], items[k][1], matcher, filters,
+                                                                limit=matches)))
+            except Exception:  # noqa: BLE001  (the call reads them itself)
+                job = None
+            self._send(answers, (serial, None, None))   # the end of its answers
+
+    # ---- the call
+
+    def job(self, path, query, filters, matches):
+        """What the helper needs to read for one search (sent with each share), or None."""
+        if self.gone:
+            return None
+        try:
+            return self.pickle.dumps((path, query, filters.tools_only, filters.tool, matches),
+                                     protocol=self.pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001  (not picklable: the call reads alone)
+            return None
+
+    def prepare(self, job):
+        """Send the helper a search's job before it has anything to read, so that it makes the
+        matcher (~0.5 ms) while the call ranks."""
+        if job is not None and not self.gone:
+            try:
+                self._send(self.ask_w, (self.serial, job, None))
+            except OSError:
+                self.gone = True
+
+    def _collect(self, got, timeout):
+        """Read the answers that have come (waiting up to `timeout` for one) into `got`; False
+        when the helper has ended this share's answers (or is gone)."""
+        import select
+        while True:
+            try:
+                ready = select.select([self.answer_r], [], [], timeout)[0]
+            except (OSError, ValueError):
+                ready = []
+            if not ready:
+                return True
+            try:
+                serial, k, answer = self._receive(self.answer_r)
+            except Exception:  # noqa: BLE001  (gone: never asked again)
+                self.gone = True
+                return False
+            if serial == self.serial:
+                if k is None:
+                    return False
+                got[k] = answer
+            timeout = 0
+
+    def share(self, job, items, local, read):
+        """read(local[k]) for each k in order, as a generator, while the helper reads items[k]
+        (what it needs of them) from the last one back: the call reads from the first on and
+        takes the helper's answers as it goes. Run alone when the helper is still busy with a
+        share no call waited for to its end, or gone."""
+        if self.busy:   # (its answers to the last share, which a call left before their end)
+            self.busy = self._collect({}, 0) and not self.gone
+        if self.gone or self.busy or job is None:
+            yield from map(read, local)
+            return
+        self.serial += 1
+        self._mark(0, 0)
+        self._mark(8, len(items))
+        try:
+            self._send(self.ask_w, (self.serial, job, items))
+        except (OSError, ValueError, self.pickle.PicklingError):
+            self.gone = True
+            yield from map(read, local)
+            return
+        got, going = {}, True
+        try:
+            for k, x in enumerate(local):
+                going = going and self._collect(got, 0)
+                if k not in got:
+                    self._mark(0, k + 1)
+                    deadline = time.monotonic() + self.WAIT
+                    while going and k not in got and self._seen(8) <= k and time.monotonic() < deadline:
+                        going = self._collect(got, max(0.0, deadline - time.monotonic()))
+                yield got.pop(k) if k in got else read(x)
+        finally:
+            self._mark(0, len(items))   # (the helper stops at its next item)
+            self.busy = going
+
+    def close(self):
+        try:
+            os.close(self.ask_w)
+            os.close(self.answer_r)
+            os.waitpid(self.pid, 0)
+        except OSError:
+            pass
+
+
 class WarmIndex:
     """What the MCP server keeps from call to call: the index open, so that a call pays neither for
     opening it (~0.4 ms) nor for an empty page cache (SQLite's cache belongs to the connection: a
@@ -17288,6 +17490,7 @@ class WarmIndex:
     def __init__(self):
         self.store = self.ident = None
         self.memo = {}   # see _KeptStore
+        self.helper = None   # (_PoolHelper: serve_mcp starts it)
 
     def lend(self, ctx):
         """Make `ctx` use the kept index (opened when there is one to open and it is not yet)."""
@@ -17304,6 +17507,7 @@ class WarmIndex:
             self.close()
             self.store = Store.open(ctx.index_path)
             self.store.long_lived = True
+            self.store.helper = self.helper
             self.ident = ident
         ctx.kept = _KeptStore(self.store, self.memo)
 
@@ -17439,8 +17643,14 @@ def serve_mcp(inp=None, out=None):
         Context()  # says once, in the server's log, what the config gets wrong (calls report errors themselves)
     except SesameError:
         pass
+    warm = WarmIndex()
+    if hasattr(os, "fork") and (os.cpu_count() or 1) > 1:
+        try:
+            warm.helper = _PoolHelper()   # (before any thread: a fork copies only the thread forking)
+        except OSError:
+            pass
     import threading
-    stop, warm = threading.Event(), WarmIndex()
+    stop = threading.Event()
     threading.Thread(target=_keep_fresh, args=(stop, MCP_REFRESH_SECONDS), daemon=True).start()
     warmed = False
     try:
@@ -17463,6 +17673,8 @@ def serve_mcp(inp=None, out=None):
     finally:
         stop.set()
         warm.close()
+        if warm.helper is not None:
+            warm.helper.close()
         sys.stdout = real_stdout
     return EXIT_OK
 

@@ -11002,6 +11002,104 @@ def test_word_counts_kept_for_the_next_search_are_dropped_once_the_index_changes
         warm.close()
 
 
+def test_the_servers_second_process_reads_some_candidates_and_changes_no_result(env, monkeypatch):
+    """`sesame mcp` forks a helper that reads some of a search's candidates (best chunks) while the
+    call reads the others (_PoolHelper). Every result, match and snippet is what the call alone
+    gives, whether the helper answers, is gone, or was left busy by a call that stopped early."""
+    for n in range(14):   # more sessions holding all three words than a page re-ranks (PROXIMITY_TOP)
+        w = PiWriter(env, "pool-%02d" % n, cwd="/home/dev/p%d" % (n % 3))
+        for k in range(n % 4 + 1):
+            w.user("the %s marmoset %s lantern %s" % ("quiet" * k, "deck " * n, "harbour " * (k + 1)))
+            w.assistant("the marmoset is far from the lantern and the harbour is %d miles away" % (n + k))
+        w.save()
+    sesame.main(["index"])
+
+    def results(warm, q):
+        reply = sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "search", "arguments": {"query": q, "max_chars": 0, "fields": "full"}}}, warm)
+        return reply["result"]["structuredContent"]["results"]
+
+    queries = ["marmoset lantern harbour", "harbour marmoset", "quiet lantern deck", "marmoset"]
+    alone = sesame.WarmIndex()
+    try:
+        expected = {q: results(alone, q) for q in queries}
+    finally:
+        alone.close()
+    assert len(expected[queries[0]]) >= 10 and expected[queries[0]][0]["matches"]
+    warm = sesame.WarmIndex()
+    warm.helper = sesame._PoolHelper()   # (forked before the call's reads are slowed below)
+    read_here = []
+    original = sesame.best_chunks
+
+    def slow(store, session, *a, **kw):   # the call reads slowly: the helper surely takes some
+        read_here.append(session["id"])
+        time.sleep(0.02)
+        return original(store, session, *a, **kw)
+    monkeypatch.setattr(sesame, "best_chunks", slow)
+    try:
+        for q in queries:
+            del read_here[:]
+            assert results(warm, q) == expected[q], q
+            if len(q.split()) >= sesame.PROXIMITY_WORDS:   # ten candidates re-ranked: the helper read most
+                assert len(read_here) <= 5, q
+            else:   # (one or two words: nothing re-ranked, the call reads what it shows)
+                assert len(read_here) >= len(expected[q]), q
+        # A call whose page is one result, then others: each as the call alone gives it.
+        sesame.handle_message({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "search", "arguments": {"query": queries[0], "limit": 1}}}, warm)
+        assert results(warm, queries[2]) == expected[queries[2]]
+        assert results(warm, queries[1]) == expected[queries[1]]
+        # The helper killed: the call reads every candidate itself, with the same results.
+        os.kill(warm.helper.pid, signal.SIGKILL)
+        os.waitpid(warm.helper.pid, 0)
+        del read_here[:]
+        assert results(warm, queries[0]) == expected[queries[0]]
+        assert len(read_here) >= 10 and warm.helper.gone
+    finally:
+        warm.close()
+        warm.helper.close()
+
+
+def test_the_servers_helper_ends_with_the_server(sessions, tmp_path):
+    """No process outlives `sesame mcp`: its helper ends when the client closes the server's input,
+    and when the server is killed."""
+    if not os.path.isdir("/proc/self/task"):
+        pytest.skip("needs /proc to list a process's children")
+
+    def children(pid):
+        return [int(c) for t in os.listdir("/proc/%d/task" % pid)
+                for c in open("/proc/%d/task/%s/children" % (pid, t)).read().split()]
+
+    def alive(pid):
+        try:
+            return open("/proc/%d/stat" % pid).read().split(") ")[1][0] != "Z"
+        except OSError:
+            return False
+    for end in ("close", "kill"):
+        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sesame.py"), "mcp"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=str(tmp_path))
+        try:
+            proc.stdin.write(b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "search", '
+                             b'"arguments": {"query": "carousel landing"}}}\n')
+            proc.stdin.flush()
+            assert "cccc1111-carousel" in proc.stdout.readline().decode()
+            helpers = children(proc.pid)
+            assert len(helpers) == 1 and alive(helpers[0])
+            if end == "close":
+                proc.stdin.close()
+                assert proc.wait(timeout=60) == 0
+            else:
+                proc.kill()
+                proc.wait(timeout=60)
+            deadline = time.time() + 10
+            while alive(helpers[0]) and time.time() < deadline:
+                time.sleep(0.05)
+            assert not alive(helpers[0]), end
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
 def test_the_server_keeps_the_parts_it_read_until_the_index_changes(env, monkeypatch):
     """A server keeps the chunks of the parts its searches read (Store.part_chunks) for the next
     call, which often shares them (a word of the question changed): they are not read again. A
