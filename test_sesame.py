@@ -7533,6 +7533,81 @@ def test_past_days_codex_folders_are_compared_a_slice_at_a_time_and_todays_at_ev
     assert ["restored-01"] in found and found.count([]) >= 1
 
 
+def test_a_servers_call_compares_no_past_days_folder_and_still_finds_todays_and_resumed_sessions(
+        env, capsys, monkeypatch, tmp_path):
+    """An MCP server's call leaves a past day's Codex folder to the server's background (which
+    compares every file every 30 s, as it does the sweep): it stats none of them (a long history has
+    ~1,000), while a new day's folder, a file added to today's or yesterday's, a resumed session and
+    a folder whose time was not settled are found by the next call, as by a search."""
+    root = tmp_path / "home" / ".codex" / "sessions"
+    today = datetime.date.today()
+
+    def rollout(day, sid, text):
+        return write_jsonl(root / day.strftime("%Y/%m/%d") / ("rollout-%sT10-00-00-%s.jsonl" % (day.isoformat(), sid)), [
+            cc_cx_meta(sid, "%sT10:00:00.000Z" % day.isoformat(), cwd="/home/dev/a"),
+            cc_cx_msg("%sT10:00:01.000Z" % day.isoformat(), "user", text)])
+    days = [today - datetime.timedelta(days=100 + n) for n in range(48)]
+    for n, day in enumerate(days):
+        rollout(day, "%08d-2222-4333-8444-555555555555" % n, "routine question %d" % n)
+    write_config({"sources": [{"parser": "codex", "path": str(root)}]}, tmp_path)
+    age(tmp_path / "home")
+    assert run(capsys, "index")[0] == 0
+    day_folders = {str(root / d.strftime("%Y/%m/%d")) for d in days}
+    stats, real_stat = [], os.stat
+    monkeypatch.setattr(sesame.os, "stat", lambda p, *a, **k: stats.append(os.fspath(p)) or real_stat(p, *a, **k))
+    monkeypatch.chdir(tmp_path)   # a folder of no session
+    warm = sesame.WarmIndex()
+
+    def call(q):
+        reply = sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "search", "arguments": {"query": q}}}, warm)
+        return [r["sessionId"] for r in reply["result"]["structuredContent"]["results"]]
+    try:
+        for _ in range(3):
+            del stats[:]
+            assert call("routine") != []
+            assert not day_folders & set(stats)   # (a search compares a slice of them: see the test above)
+            assert {str(root), str(root / days[0].strftime("%Y/%m"))} <= set(stats)
+        rollout(today, "new-0001", "the quokka census")     # a new day: its folder is new
+        assert call("quokka") == ["new-0001"]
+        rollout(today, "new-0002", "the tapir census")      # today's folder, written lately
+        assert call("tapir") == ["new-0002"]
+        yesterday = today - datetime.timedelta(days=1)
+        rollout(yesterday, "new-0003", "the margay census")
+        assert call("margay") == ["new-0003"]
+        old = root / days[4].strftime("%Y/%m/%d")
+        with open(str(next(old.iterdir())), "a") as f:        # resumed: its file grows, its journal says so
+            f.write(line(cc_cx_msg("%sT10:00:00.000Z" % today.isoformat(), "user", "resumed: the okapi plan")))
+        with open(str(tmp_path / "home" / ".codex" / "history.jsonl"), "a") as f:
+            f.write(line({"session_id": "00000004-2222-4333-8444-555555555555", "ts": int(time.time()), "text": "x"}))
+        assert call("okapi") == ["00000004-2222-4333-8444-555555555555"]
+        # a folder listed while it changed (its time not settled: recorded as 0) is compared every time
+        late = root / days[20].strftime("%Y/%m/%d")
+        con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
+        with con:
+            assert con.execute("UPDATE dirs SET mtime_ns = 0 WHERE path = ?", (str(late),)).rowcount == 1
+        con.close()
+        rollout(days[20], "late-01", "the serval notes")
+        age(late)
+        assert call("serval") == ["late-01"]
+        # A file restored into a past day's folder: the server's background round finds it.
+        age(tmp_path / "home")   # (days later: every folder's time settled, and so recorded)
+        assert run(capsys, "index")[0] == 0
+        assert call("routine") != []
+        rollout(days[30], "restored-01", "restored: the zorilla notes")
+        del stats[:]
+        assert call("zorilla") == [] and not day_folders & set(stats)
+        ctx = sesame.Context()
+        store = ctx.store()
+        try:
+            sesame.refresh_index(ctx, store, wait_seconds=0, lend=True, every=30)   # (what _keep_fresh runs)
+        finally:
+            store.close()
+        assert call("zorilla") == ["restored-01"]
+    finally:
+        warm.close()
+
+
 def test_a_new_sub_agent_of_an_old_session_of_the_callers_folder_is_found_among_hundreds(env, capsys, monkeypatch,
                                                                                           tmp_path):
     """Searching from a project of many sessions compares all their own folders (read at once):
