@@ -7456,15 +7456,9 @@ def test_the_folders_of_an_old_claude_session_are_compared_with_its_session_not_
     assert ["agent-restored"] in found
 
 
-def test_past_days_codex_folders_are_compared_a_slice_at_a_time_and_todays_at_every_search(
-        env, capsys, monkeypatch, tmp_path):
-    """Codex writes each session in sessions/YYYY/MM/DD, the day it started, and a resumed one into
-    its own file: a past day's folder gets no new file. Every search compared every one (~1,000 in
-    a long history: 2.5 ms of each). Now a past day's folder, quiet or named so, is compared a slice
-    at a time; a new day's folder (its month's folder changes), a file added to today's or
-    yesterday's and a resumed session are found by the next search, and a file put in a past day's
-    folder (a restore) within the slices. A restored history (every folder's time recent) is still
-    compared a slice at a time: its folders' names say they are past."""
+def _codex_past_days(tmp_path, capsys, monkeypatch):
+    """A Codex history of 48 past days' folders, a session each, indexed and aged, every stat
+    recorded: (root, today, rollout(day, sid, text), days, their folders, the stats)."""
     root = tmp_path / "home" / ".codex" / "sessions"
     today = datetime.date.today()
 
@@ -7478,9 +7472,55 @@ def test_past_days_codex_folders_are_compared_a_slice_at_a_time_and_todays_at_ev
     write_config({"sources": [{"parser": "codex", "path": str(root)}]}, tmp_path)
     age(tmp_path / "home")
     assert run(capsys, "index")[0] == 0
-    day_folders = {str(root / d.strftime("%Y/%m/%d")) for d in days}
     stats, real_stat = [], os.stat
     monkeypatch.setattr(sesame.os, "stat", lambda p, *a, **k: stats.append(os.fspath(p)) or real_stat(p, *a, **k))
+    return root, today, rollout, days, {str(root / d.strftime("%Y/%m/%d")) for d in days}, stats
+
+
+def _codex_new_days_and_resumed(tmp_path, root, today, rollout, days, find):
+    """What the next search (`find`) finds at once in a Codex history of past days' folders: a new
+    day's folder, files added to today's and yesterday's (or another time zone's today), and an old
+    session resumed (its file grows, its journal says so)."""
+    rollout(today, "new-0001", "the quokka census")     # a new day: its folder is new
+    assert find("quokka") == ["new-0001"]
+    rollout(today, "new-0002", "the tapir census")      # today's folder, written lately
+    assert find("tapir") == ["new-0002"]
+    yesterday = today - datetime.timedelta(days=1)
+    rollout(yesterday, "new-0003", "the margay census")
+    assert find("margay") == ["new-0003"]
+    rollout(yesterday, "new-0004", "the kinkajou census")
+    assert find("kinkajou") == ["new-0004"]
+    old = root / days[4].strftime("%Y/%m/%d")
+    with open(str(next(old.iterdir())), "a") as f:
+        f.write(line(cc_cx_msg("%sT10:00:00.000Z" % today.isoformat(), "user", "resumed: the okapi plan")))
+    with open(str(tmp_path / "home" / ".codex" / "history.jsonl"), "a") as f:
+        f.write(line({"session_id": "00000004-2222-4333-8444-555555555555", "ts": int(time.time()), "text": "x"}))
+    assert find("okapi") == ["00000004-2222-4333-8444-555555555555"]
+
+
+def _codex_unsettled_folder(tmp_path, root, rollout, days, find):
+    """A past day's folder listed while it changed (its time not settled: recorded as 0) is
+    compared at every search: a file added to it is found by the next (`find`)."""
+    late = root / days[20].strftime("%Y/%m/%d")
+    con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
+    with con:
+        assert con.execute("UPDATE dirs SET mtime_ns = 0 WHERE path = ?", (str(late),)).rowcount == 1
+    con.close()
+    rollout(days[20], "late-01", "the serval notes")
+    age(late)
+    assert find("serval") == ["late-01"]
+
+
+def test_past_days_codex_folders_are_compared_a_slice_at_a_time_and_todays_at_every_search(
+        env, capsys, monkeypatch, tmp_path):
+    """Codex writes each session in sessions/YYYY/MM/DD, the day it started, and a resumed one into
+    its own file: a past day's folder gets no new file. Every search compared every one (~1,000 in
+    a long history: 2.5 ms of each). Now a past day's folder, quiet or named so, is compared a slice
+    at a time; a new day's folder (its month's folder changes), a file added to today's or
+    yesterday's and a resumed session are found by the next search, and a file put in a past day's
+    folder (a restore) within the slices. A restored history (every folder's time recent) is still
+    compared a slice at a time: its folders' names say they are past."""
+    root, today, rollout, days, day_folders, stats = _codex_past_days(tmp_path, capsys, monkeypatch)
     monkeypatch.setattr(sesame, "_sweep", lambda *args, **kw: None)
     monkeypatch.chdir(tmp_path)   # a folder of no session
 
@@ -7498,32 +7538,11 @@ def test_past_days_codex_folders_are_compared_a_slice_at_a_time_and_todays_at_ev
     assert run(capsys, "index")[0] == 0
     searches_compare_a_slice()
     monkeypatch.setattr(sesame, "FOLDER_SHARE", 10 ** 6)   # (no slice in turn reaches them by chance)
-    rollout(today, "new-0001", "the quokka census")     # a new day: its folder is new
-    assert search_ids(capsys, "quokka") == ["new-0001"]
-    rollout(today, "new-0002", "the tapir census")      # today's folder, written lately
-    assert search_ids(capsys, "tapir") == ["new-0002"]
-    yesterday = today - datetime.timedelta(days=1)
-    rollout(yesterday, "new-0003", "the margay census")  # yesterday's (or another time zone's today)
-    assert search_ids(capsys, "margay") == ["new-0003"]
-    rollout(yesterday, "new-0004", "the kinkajou census")
-    assert search_ids(capsys, "kinkajou") == ["new-0004"]
-    old = root / days[4].strftime("%Y/%m/%d")
-    with open(str(next(old.iterdir())), "a") as f:        # resumed: its file grows, its journal says so
-        f.write(line(cc_cx_msg("%sT10:00:00.000Z" % today.isoformat(), "user", "resumed: the okapi plan")))
-    with open(str(tmp_path / "home" / ".codex" / "history.jsonl"), "a") as f:
-        f.write(line({"session_id": "00000004-2222-4333-8444-555555555555", "ts": int(time.time()), "text": "x"}))
-    assert search_ids(capsys, "okapi") == ["00000004-2222-4333-8444-555555555555"]
+    find = lambda q: search_ids(capsys, q)
+    _codex_new_days_and_resumed(tmp_path, root, today, rollout, days, find)
     age(tmp_path / "home")   # (days later: the folders written today are quiet too)
     assert search_ids(capsys, "routine") != []
-    # a folder listed while it changed (its time not settled: recorded as 0) is compared every time
-    late = root / days[20].strftime("%Y/%m/%d")
-    con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
-    with con:
-        assert con.execute("UPDATE dirs SET mtime_ns = 0 WHERE path = ?", (str(late),)).rowcount == 1
-    con.close()
-    rollout(days[20], "late-01", "the serval notes")
-    age(late)
-    assert search_ids(capsys, "serval") == ["late-01"]
+    _codex_unsettled_folder(tmp_path, root, rollout, days, find)
     rollout(days[30], "restored-01", "restored: the zorilla notes")   # a past day's folder, changed
     monkeypatch.setattr(sesame, "FOLDER_SHARE", 16)
     found = []
@@ -7539,22 +7558,7 @@ def test_a_servers_call_compares_no_past_days_folder_and_still_finds_todays_and_
     compares every file every 30 s, as it does the sweep): it stats none of them (a long history has
     ~1,000), while a new day's folder, a file added to today's or yesterday's, a resumed session and
     a folder whose time was not settled are found by the next call, as by a search."""
-    root = tmp_path / "home" / ".codex" / "sessions"
-    today = datetime.date.today()
-
-    def rollout(day, sid, text):
-        return write_jsonl(root / day.strftime("%Y/%m/%d") / ("rollout-%sT10-00-00-%s.jsonl" % (day.isoformat(), sid)), [
-            cc_cx_meta(sid, "%sT10:00:00.000Z" % day.isoformat(), cwd="/home/dev/a"),
-            cc_cx_msg("%sT10:00:01.000Z" % day.isoformat(), "user", text)])
-    days = [today - datetime.timedelta(days=100 + n) for n in range(48)]
-    for n, day in enumerate(days):
-        rollout(day, "%08d-2222-4333-8444-555555555555" % n, "routine question %d" % n)
-    write_config({"sources": [{"parser": "codex", "path": str(root)}]}, tmp_path)
-    age(tmp_path / "home")
-    assert run(capsys, "index")[0] == 0
-    day_folders = {str(root / d.strftime("%Y/%m/%d")) for d in days}
-    stats, real_stat = [], os.stat
-    monkeypatch.setattr(sesame.os, "stat", lambda p, *a, **k: stats.append(os.fspath(p)) or real_stat(p, *a, **k))
+    root, today, rollout, days, day_folders, stats = _codex_past_days(tmp_path, capsys, monkeypatch)
     monkeypatch.chdir(tmp_path)   # a folder of no session
     warm = sesame.WarmIndex()
 
@@ -7568,28 +7572,8 @@ def test_a_servers_call_compares_no_past_days_folder_and_still_finds_todays_and_
             assert call("routine") != []
             assert not day_folders & set(stats)   # (a search compares a slice of them: see the test above)
             assert {str(root), str(root / days[0].strftime("%Y/%m"))} <= set(stats)
-        rollout(today, "new-0001", "the quokka census")     # a new day: its folder is new
-        assert call("quokka") == ["new-0001"]
-        rollout(today, "new-0002", "the tapir census")      # today's folder, written lately
-        assert call("tapir") == ["new-0002"]
-        yesterday = today - datetime.timedelta(days=1)
-        rollout(yesterday, "new-0003", "the margay census")
-        assert call("margay") == ["new-0003"]
-        old = root / days[4].strftime("%Y/%m/%d")
-        with open(str(next(old.iterdir())), "a") as f:        # resumed: its file grows, its journal says so
-            f.write(line(cc_cx_msg("%sT10:00:00.000Z" % today.isoformat(), "user", "resumed: the okapi plan")))
-        with open(str(tmp_path / "home" / ".codex" / "history.jsonl"), "a") as f:
-            f.write(line({"session_id": "00000004-2222-4333-8444-555555555555", "ts": int(time.time()), "text": "x"}))
-        assert call("okapi") == ["00000004-2222-4333-8444-555555555555"]
-        # a folder listed while it changed (its time not settled: recorded as 0) is compared every time
-        late = root / days[20].strftime("%Y/%m/%d")
-        con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
-        with con:
-            assert con.execute("UPDATE dirs SET mtime_ns = 0 WHERE path = ?", (str(late),)).rowcount == 1
-        con.close()
-        rollout(days[20], "late-01", "the serval notes")
-        age(late)
-        assert call("serval") == ["late-01"]
+        _codex_new_days_and_resumed(tmp_path, root, today, rollout, days, call)
+        _codex_unsettled_folder(tmp_path, root, rollout, days, call)
         # A file restored into a past day's folder: the server's background round finds it.
         age(tmp_path / "home")   # (days later: every folder's time settled, and so recorded)
         assert run(capsys, "index")[0] == 0
