@@ -10853,6 +10853,11 @@ class Store:
         self.helper = None   # the MCP server's second process (_PoolHelper), lent to its calls
         self._counts, self._counts_state, self._counts_key, self._counts_new = {}, None, None, False
         self._parts, self._parts_state, self._parts_chars = collections.OrderedDict(), None, 0   # see part_chunks
+        # The sessions whose chunks this connection wrote since part_chunks last looked (None: all of
+        # them, the index emptied), and SQLite's count of other connections' commits then; the same
+        # since the MCP server's helper was last told (changes_for_helper).
+        self._written, self._parts_version = set(), None
+        self._helper_written, self._helper_version = set(), None
 
     def spare(self):
         """The kept second connection, or None when this process does not keep one (see _Prefetch)."""
@@ -11182,10 +11187,46 @@ class Store:
             "SELECT seq, kind, text FROM chunks WHERE session=? AND seq >= ? ORDER BY seq", (sid, from_seq)))
         self.insert_parts(sid, [(f, l, doc_columns(name, p)) for f, l, p in cut_parts(rows, from_seq)])
 
+    def _wrote(self, sid):
+        """Note that the chunks of session `sid` change (see part_chunks)."""
+        for written in (self._written, self._helper_written):
+            if written is not None:
+                written.add(sid)
+
+    def changes_for_helper(self):
+        """(whether only this connection committed since the last call, the sessions it wrote):
+        what the MCP server's helper, whose connection sees every commit as another's, needs to keep
+        the other parts it holds (sync_parts)."""
+        version = self.con.execute("PRAGMA data_version").fetchone()[0]
+        own = version == self._helper_version and self._helper_written is not None
+        changes = (own, sorted(self._helper_written) if own else [])
+        self._helper_written, self._helper_version = set(), version
+        return changes
+
+    def sync_parts(self, own, written):
+        """The helper's look before it reads parts, told by the server what changed since the last
+        (changes_for_helper): when the full-text index changed, by the server alone, the parts of the
+        sessions it wrote go; else all of them."""
+        self._kept_counts()
+        if self._counts_key != self._parts_state:
+            self._drop_parts(set(written) if own and self._parts_state is not None else None)
+
+    def _drop_parts(self, sessions):
+        """Forget the kept parts of these sessions (None: all), the full-text index being as it is now."""
+        if sessions is None:
+            self._parts.clear()
+            self._parts_chars = 0
+        else:
+            for key in [key for key in self._parts if key[0] in sessions]:
+                self._parts_chars -= self._parts.pop(key)[2]
+        self._written, self._parts_state = set(), self._counts_key
+        self._parts_version = self.con.execute("PRAGMA data_version").fetchone()[0]
+
     def _delete_sessions(self, where, params=()):
         """Remove the sessions matching a condition on `sessions`, with their chunks and ranking rows."""
         con = self.con
         for sid, labels in con.execute("SELECT id, labels FROM sessions WHERE %s" % where, params).fetchall():
+            self._wrote(sid)
             self.delete_parts(sid, labels)
             for table, col in (("chunks", "session"), ("touched", "session"), ("sessions", "id")):
                 con.execute("DELETE FROM %s WHERE %s=?" % (table, col), (sid,))
@@ -11243,6 +11284,7 @@ class Store:
             con.execute("DELETE FROM chunks WHERE session=? AND seq >= ?", (sid, from_seq))
             con.execute("UPDATE sessions SET agent=?, session_id=?, path=?, cwd=?, name=?, created=?, modified=?, parent=?, "
                         "summary=?, labels=? WHERE id=?", meta + (sid,))
+        self._wrote(sid)
         con.executemany("INSERT INTO chunks(session, seq, kind, role, tool, path, ts, text) VALUES(?,?,?,?,?,?,?,?)",
                         [(sid, from_seq + i) + r for i, r in enumerate(prep.rows)])
         con.execute("UPDATE sessions SET chunk_count=? WHERE id=?", (from_seq + len(prep.rows), sid))
@@ -11346,6 +11388,7 @@ class Store:
         """Empty the index for a rebuild, except the sessions kept from files that are gone: they cannot
         be read again, so they stay (unless the policy now excludes them), their ranking rows rebuilt."""
         con = self.con
+        self._written = self._helper_written = None   # (every session's chunks: see part_chunks)
         kept = con.execute("SELECT id, labels, agent, session_id, cwd FROM sessions WHERE deleted IS NOT NULL").fetchall()
         con.execute("INSERT INTO docs_fts(docs_fts) VALUES('delete-all')")
         self._fts_merged()
@@ -11710,8 +11753,11 @@ class Store:
             return rows, PartText([r[5] for r in rows])
         self._kept_counts()   # (its key changes with the full-text index: with every chunk written)
         if self._counts_key != self._parts_state:
-            self._parts.clear()
-            self._parts_state, self._parts_chars = self._counts_key, 0
+            # Written since: by this connection alone (a server's call refreshing, most often the
+            # caller's own session appended to), the parts of the sessions it wrote go; by another
+            # (the server's background, another process), which is not known: all of them.
+            version = self.con.execute("PRAGMA data_version").fetchone()[0]
+            self._drop_parts(self._written if version == self._parts_version else None)
         key = (sid, tuple(part), tools_only, tuple(tools))
         kept = self._parts.get(key)   # (rows, PartText, characters)
         if kept is not None:
@@ -14960,7 +15006,7 @@ def _read_pool(store, pool, rows, matcher, filters, matches, job):
             c.chunks, c.coverage = [], (0, 0)
     todo = [c for c in pool if c.chunks is None]
     read = lambda c: best_chunks(store, rows[id(c)], c.part, matcher, filters, limit=matches)
-    got = store.helper.share(job, [(rows[id(c)], c.part) for c in todo], todo, read) \
+    got = store.helper.share(job, [(rows[id(c)], c.part) for c in todo], todo, read, store.changes_for_helper) \
         if job and len(todo) > 1 else map(read, todo)
     for c, (chunks, coverage) in zip(todo, got):
         c.chunks, c.coverage = chunks, coverage
@@ -17391,7 +17437,7 @@ class _PoolHelper:
         filters = Filters()
         while True:
             try:
-                serial, new_job, items = self._receive(asks)
+                serial, new_job, items, changes = self._receive(asks)
             except EOFError:
                 return
             try:
@@ -17406,6 +17452,7 @@ class _PoolHelper:
                     job, matcher = new_job, Matcher(query)
                 if items is None:
                     continue   # (prepare: nothing to answer)
+                store.sync_parts(*changes)
                 k = len(items)
                 while k > 0:
                     k -= 1
@@ -17435,7 +17482,7 @@ class _PoolHelper:
         matcher (~0.5 ms) while the call ranks."""
         if job is not None and not self.gone:
             try:
-                self._send(self.ask_w, (self.serial, job, None))
+                self._send(self.ask_w, (self.serial, job, None, None))
             except OSError:
                 self.gone = True
 
@@ -17461,7 +17508,7 @@ class _PoolHelper:
                 got[k] = answer
             timeout = 0
 
-    def share(self, job, items, local, read):
+    def share(self, job, items, local, read, changes=(False, [])):
         """read(local[k]) for each k in order, as a generator, while the helper reads items[k]
         (what it needs of them) from the last one back: the call reads from the first on and
         takes the helper's answers as it goes. Run alone when the helper is still busy with a
@@ -17475,7 +17522,7 @@ class _PoolHelper:
         self._mark(0, 0)
         self._mark(8, len(items))
         try:
-            self._send(self.ask_w, (self.serial, job, items))
+            self._send(self.ask_w, (self.serial, job, items, changes() if callable(changes) else changes))
         except (OSError, ValueError, self.pickle.PicklingError):
             self.gone = True
             yield from map(read, local)

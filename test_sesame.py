@@ -11065,12 +11065,15 @@ def test_the_servers_second_process_reads_some_candidates_and_changes_no_result(
     """`sesame mcp` forks a helper that reads some of a search's candidates (best chunks) while the
     call reads the others (_PoolHelper). Every result, match and snippet is what the call alone
     gives, whether the helper answers, is gone, or was left busy by a call that stopped early."""
-    for n in range(14):   # more sessions holding all three words than a page re-ranks (PROXIMITY_TOP)
+    def write(n, last=None):   # (`last`: the last answer says that instead: as many chunks, other text)
         w = PiWriter(env, "pool-%02d" % n, cwd="/home/dev/p%d" % (n % 3))
         for k in range(n % 4 + 1):
             w.user("the %s marmoset %s lantern %s" % ("quiet" * k, "deck " * n, "harbour " * (k + 1)))
-            w.assistant("the marmoset is far from the lantern and the harbour is %d miles away" % (n + k))
+            w.assistant(last if last and k == n % 4 else
+                        "the marmoset is far from the lantern and the harbour is %d miles away" % (n + k))
         w.save()
+    for n in range(14):   # more sessions holding all three words than a page re-ranks (PROXIMITY_TOP)
+        write(n)
     sesame.main(["index"])
 
     def results(warm, q):
@@ -11108,6 +11111,19 @@ def test_the_servers_second_process_reads_some_candidates_and_changes_no_result(
             "name": "search", "arguments": {"query": queries[0], "limit": 1}}}, warm)
         assert results(warm, queries[2]) == expected[queries[2]]
         assert results(warm, queries[1]) == expected[queries[1]]
+        # A session written by the server's own refresh: both processes keep the other sessions'
+        # parts (the helper is told which the server wrote) and read that one anew.
+        write(7, "the marmoset swam to the lantern by the harbour: a lanternfish")   # (its parts' ranges as before)
+        del read_here[:]
+        got = results(warm, queries[0])
+        assert len(read_here) <= 5   # (the helper read most of them, the session written among them)
+        alone = sesame.WarmIndex()
+        try:
+            assert got == results(alone, queries[0])
+        finally:
+            alone.close()
+        assert any("lanternfish" in m["snippet"] for r in got if r["sessionId"] == "pool-07" for m in r["matches"])
+        expected[queries[0]] = got
         # The helper killed: the call reads every candidate itself, with the same results.
         os.kill(warm.helper.pid, signal.SIGKILL)
         os.waitpid(warm.helper.pid, 0)
@@ -11184,20 +11200,80 @@ def test_the_server_keeps_the_parts_it_read_until_the_index_changes(env, monkeyp
                 "name": "search", "arguments": dict({"query": q, "max_chars": 0, "fields": "full"}, **kw)}}, warm)
             top = reply["result"]["structuredContent"]["results"][0]
             return top["sessionId"], " ".join(m["snippet"] for m in top["matches"])
+
+        def mcp_all(q):
+            reply = sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "search", "arguments": {"query": q, "max_chars": 0, "fields": "full"}}}, warm)
+            return [(r["sessionId"], " ".join(m["snippet"] for m in r["matches"]))
+                    for r in reply["result"]["structuredContent"]["results"]]
+
+        def row_id(session_id):
+            con = sqlite3.connect(os.path.join(os.environ["SESAME_DATA_DIR"], "index.sqlite"))
+            try:
+                return con.execute("SELECT id FROM sessions WHERE session_id = ?", (session_id,)).fetchone()[0]
+            finally:
+                con.close()
         assert mcp("quokkafig orchard pruning") == ("kept-1", mcp("quokkafig orchard pruning")[1])
         assert "pruning" in mcp("quokkafig orchard pruning")[1]
         del read[:]
         assert mcp("quokkafig orchard frost")[0] == "kept-1" and read == []   # kept from the call before
+        assert {s for s, _ in mcp_all("orchard frost")} == {"kept-1", "other-1"}
         write("grafting")
         assert mcp("quokkafig grafting") == ("kept-1", mcp("quokkafig grafting")[1])
         assert "grafting" in mcp("quokkafig grafting")[1] and read   # the server's refresh wrote: read anew
+        del read[:]   # (the server wrote kept-1 alone, read anew above: other-1's part is still kept)
+        assert "grafting" in dict(mcp_all("orchard frost"))["kept-1"] and read == []
         write("watering")
         subprocess.run([sys.executable, os.path.join(HERE, "sesame.py"), "index"], check=True, capture_output=True)
         del read[:]
         got = mcp("quokkafig watering", no_refresh=True)
         assert got[0] == "kept-1" and "watering" in got[1] and "grafting" not in got[1] and read
+        del read[:]   # (another process wrote: which sessions, the server cannot tell: all read anew)
+        mcp_all("orchard frost")
+        assert row_id("other-1") in read
     finally:
         warm.close()
+
+
+def test_the_servers_helper_keeps_the_parts_of_sessions_the_server_did_not_write(env, monkeypatch):
+    """The server's helper has a connection of its own, to which every commit is another's: it is
+    told which sessions the server wrote (changes_for_helper, sent with each share) and keeps the
+    parts of the others; when anyone else wrote, it reads every part anew."""
+    for sid, word in (("help-x", "pruning"), ("help-y", "grafting")):
+        PiWriter(env, sid).user("the quokkafig orchard needs %s" % word).assistant("noted").save()
+    sesame.main(["index"])
+    path = os.path.join(os.environ["SESAME_DATA_DIR"], "index.sqlite")
+    server, helper = sesame.Store.open(path), sesame.Store.open(path)
+    helper.long_lived = True
+    read = []
+    original = sesame.Store.match_chunks
+    monkeypatch.setattr(sesame.Store, "match_chunks", lambda self, sid, part, *a: read.append(sid) or original(self, sid, part, *a))
+    try:
+        def row(session_id):
+            return helper.con.execute("SELECT id FROM sessions WHERE session_id=?", (session_id,)).fetchone()[0]
+
+        def look(session_id):
+            sid = row(session_id)
+            first, last = helper.con.execute("SELECT first_seq, last_seq FROM docs WHERE session=?", (sid,)).fetchone()
+            return " ".join(helper.part_chunks(sid, (first, last))[1].texts)
+        helper.sync_parts(*server.changes_for_helper())
+        assert "pruning" in look("help-x") and "grafting" in look("help-y") and len(read) == 2
+        # The server's own refresh writes help-x: the helper reads it anew, keeps help-y.
+        PiWriter(env, "help-x").user("the quokkafig orchard needs watering").assistant("noted").save()
+        ctx = sesame.Context()
+        assert sesame.refresh_index(ctx, server, wait_seconds=0) is not None
+        del read[:]
+        helper.sync_parts(*server.changes_for_helper())
+        assert "watering" in look("help-x") and "grafting" in look("help-y") and read == [row("help-x")]
+        # Another process writes: which sessions, the server cannot tell: every part is read anew.
+        PiWriter(env, "help-x").user("the quokkafig orchard needs mulching").assistant("noted").save()
+        subprocess.run([sys.executable, os.path.join(HERE, "sesame.py"), "index"], check=True, capture_output=True)
+        del read[:]
+        helper.sync_parts(*server.changes_for_helper())
+        assert "mulching" in look("help-x") and "grafting" in look("help-y") and row("help-y") in read
+    finally:
+        server.close()
+        helper.close()
 
 
 def test_mcp_search_before_any_index_exists_builds_it_and_finds_the_session(env):
