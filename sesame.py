@@ -11211,8 +11211,9 @@ class Store:
         if self._counts_key != self._parts_state:
             self._drop_parts(set(written) if own and self._parts_state is not None else None)
 
-    def _drop_parts(self, sessions):
-        """Forget the kept parts of these sessions (None: all), the full-text index being as it is now."""
+    def _drop_parts(self, sessions, version=None):
+        """Forget the kept parts of these sessions (None: all), the full-text index being as it is now
+        (`version`: SQLite's data_version now, when the caller has it)."""
         if sessions is None:
             self._parts.clear()
             self._parts_chars = 0
@@ -11220,7 +11221,7 @@ class Store:
             for key in [key for key in self._parts if key[0] in sessions]:
                 self._parts_chars -= self._parts.pop(key)[2]
         self._written, self._parts_state = set(), self._counts_key
-        self._parts_version = self.con.execute("PRAGMA data_version").fetchone()[0]
+        self._parts_version = version if version is not None else self.con.execute("PRAGMA data_version").fetchone()[0]
 
     def _delete_sessions(self, where, params=()):
         """Remove the sessions matching a condition on `sessions`, with their chunks and ranking rows."""
@@ -11757,7 +11758,7 @@ class Store:
             # caller's own session appended to), the parts of the sessions it wrote go; by another
             # (the server's background, another process), which is not known: all of them.
             version = self.con.execute("PRAGMA data_version").fetchone()[0]
-            self._drop_parts(self._written if version == self._parts_version else None)
+            self._drop_parts(self._written if version == self._parts_version else None, version)
         key = (sid, tuple(part), tools_only, tuple(tools))
         kept = self._parts.get(key)   # (rows, PartText, characters)
         if kept is not None:
@@ -17508,10 +17509,11 @@ class _PoolHelper:
                 got[k] = answer
             timeout = 0
 
-    def share(self, job, items, local, read, changes=(False, [])):
+    def share(self, job, items, local, read, changes):
         """read(local[k]) for each k in order, as a generator, while the helper reads items[k]
         (what it needs of them) from the last one back: the call reads from the first on and
-        takes the helper's answers as it goes. Run alone when the helper is still busy with a
+        takes the helper's answers as it goes; changes() tells it what the index went through since
+        the last share (Store.changes_for_helper), asked only when the helper is sent this one. Run alone when the helper is still busy with a
         share no call waited for to its end, or gone."""
         if self.busy:   # (its answers to the last share, which a call left before their end)
             self.busy = self._collect({}, 0) and not self.gone
@@ -17522,7 +17524,7 @@ class _PoolHelper:
         self._mark(0, 0)
         self._mark(8, len(items))
         try:
-            self._send(self.ask_w, (self.serial, job, items, changes() if callable(changes) else changes))
+            self._send(self.ask_w, (self.serial, job, items, changes()))
         except (OSError, ValueError, self.pickle.PicklingError):
             self.gone = True
             yield from map(read, local)
