@@ -7552,6 +7552,42 @@ def test_past_days_codex_folders_are_compared_a_slice_at_a_time_and_todays_at_ev
     assert ["restored-01"] in found and found.count([]) >= 1
 
 
+def test_a_servers_calls_reading_appends_leave_the_full_text_index_as_a_rebuild_would(env, capsys, monkeypatch, tmp_path):
+    """Each append makes the server's call delete the session's last part from the full-text index
+    (by giving FTS5 its exact old text, rebuilt from the chunks) and index it again; the camelCase
+    parts of those texts are kept from one call to the next (_PartsMemo). A wrong old text would
+    leave its words behind: after 12 appends, the index holds every word as often as a rebuild's."""
+    monkeypatch.chdir(tmp_path)
+    w = PiWriter(env, "grow-1", cwd="/home/dev/grow")
+    w.user("Set up the WebSocketServer relay.").assistant("The HttpClient pool is configured.")
+    w.save()
+    run(capsys, "index")
+    warm = sesame.WarmIndex()
+
+    def vocabulary():
+        con = sqlite3.connect(str(tmp_path / "data" / "index.sqlite"))
+        con.execute("CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, docs_fts, 'row')")
+        try:
+            return con.execute("SELECT term, doc, cnt FROM temp.v ORDER BY term").fetchall()
+        finally:
+            con.close()
+    try:
+        for n in range(12):
+            w.user("Wire the PaymentIntent%dHandler to OAuth2Client number %d." % (n, n))
+            w.tool("bash", {"command": "grep -rn StreamWriter%d src/" % n}, "src/app.py: StreamWriter%d" % n)
+            w.assistant("Done with the ReconnectTimer%d." % n)
+            w.save()
+            reply = sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "search", "arguments": {"query": "ReconnectTimer%d" % n}}}, warm)
+            assert [r["sessionId"] for r in reply["result"]["structuredContent"]["results"]] == ["grow-1"]
+    finally:
+        warm.close()
+    served = vocabulary()
+    assert ("payment", 1, 12) in served   # (a part of every PaymentIntentNHandler)
+    run(capsys, "index", "--full")
+    assert vocabulary() == served
+
+
 def test_a_servers_call_compares_no_past_days_folder_and_still_finds_todays_and_resumed_sessions(
         env, capsys, monkeypatch, tmp_path):
     """An MCP server's call leaves a past day's Codex folder to the server's background (which
@@ -15868,6 +15904,9 @@ def _bench_lines(layout, sid, turns, first=0, header=True):
                          "output": json.dumps({"output": output, "metadata": {"exit_code": 0}})},
                         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": reply}]}]
             recs += [{"timestamp": ts(i + j), "type": "response_item", "payload": p} for j, p in enumerate(payloads)]
+            # (the prompt's second copy, as Codex writes it, and the generated corpus)
+            recs.insert(len(recs) - 3, {"timestamp": ts(i), "type": "event_msg",
+                                        "payload": {"type": "user_message", "message": prompt}})
     return recs
 
 
