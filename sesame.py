@@ -10881,6 +10881,7 @@ class Store:
         self._written, self._parts_version = set(), None
         self._helper_written, self._helper_version = set(), None
         self._parts_of = _PartsMemo()   # (doc_columns of the parts an append rebuilds)
+        self.dirs_written = 0   # how many times this connection wrote the folders' table (see _KeptStore)
 
     def spare(self):
         """The kept second connection, or None when this process does not keep one (see _Prefetch)."""
@@ -11367,6 +11368,7 @@ class Store:
         self._delete_sessions("file_id IN (SELECT id FROM files WHERE %s)" % where, (len(prefix), prefix))
         self.con.execute("DELETE FROM files WHERE " + where, (len(prefix), prefix))
         self.con.execute("DELETE FROM dirs WHERE substr(source, 1, ?) = ?", (len(prefix), prefix))
+        self.dirs_written += 1
 
     def child_sessions(self, session_id):
         """[(session id, name)] of the sessions whose parent is `session_id` (its sub-agents), oldest first."""
@@ -11426,6 +11428,7 @@ class Store:
         con.execute("DELETE FROM sessions WHERE deleted IS NULL")
         con.execute("DELETE FROM files WHERE status != 'deleted'")
         con.execute("DELETE FROM dirs")
+        self.dirs_written += 1
         for sid, labels, agent, session_id, cwd in kept:
             if policy.redact:  # the rules may have changed since it was indexed
                 con.executemany("UPDATE chunks SET text=? WHERE id=?", [
@@ -11504,6 +11507,7 @@ class Store:
         are recorded under source + SESSION_DIRS: a search compares those with their session's file
         (session_folders), not all of them (listings(sources) leaves them out by the key alone)."""
         for source, dirs in listings.items():
+            self.dirs_written += 1
             self.con.execute("DELETE FROM dirs WHERE source IN (?, ?)", (source, source + SESSION_DIRS))
             own, cut = source + SESSION_DIRS, len(source.rstrip(os.sep)) + 1
             deep = source in session_roots
@@ -17344,7 +17348,9 @@ class _KeptStore:
     Store._kept_counts). What else a search asks of the index before ranking (the vocabulary near a
     misspelt word) is kept from call to call in `memo` while the index is unchanged, since an
     agent's searches share words ("the error", a project's names); so are the folders and the newest
-    files the call's refresh compares (read-only: plan_quick only looks them up)."""
+    files the call's refresh compares (read-only: plan_quick only looks them up). The folders are
+    kept while their table is: the call's refresh most often writes only the caller's own session,
+    grown since its last call, and reading ~1,000 folders again cost 1.4 ms of such a call (Codex)."""
 
     def __init__(self, store, memo):
         self._store, self._memo = store, memo
@@ -17352,17 +17358,18 @@ class _KeptStore:
     def __getattr__(self, name):
         return getattr(self._store, name)
 
-    def _kept(self, key, compute):
-        memo, con = self._memo, self._store.con
+    def _kept(self, key, compute, folders=False):
+        memo, store = self._memo, self._store
         # Another connection's commit (the background refresh) moves data_version; this one's own
-        # (the call's refresh) moves total_changes. Either makes every kept count stale.
-        state = (con.execute("PRAGMA data_version").fetchone()[0], con.total_changes)
-        if memo.get(None) != state or len(memo) > 4096:
+        # (the call's refresh) moves total_changes, and dirs_written when it wrote the folders.
+        state = (store.con.execute("PRAGMA data_version").fetchone()[0],
+                 store.dirs_written if folders else store.con.total_changes)
+        if len(memo) > 4096:
             memo.clear()
-            memo[None] = state
-        if key not in memo:
-            memo[key] = compute()
-        return memo[key]
+        kept = memo.get(key)
+        if kept is None or kept[0] != state:
+            kept = memo[key] = (state, compute())
+        return kept[1]
 
     def vocab_terms(self, first, shortest, longest):
         return self._kept(("vocab", first, shortest, longest), lambda: self._store.vocab_terms(first, shortest, longest))
@@ -17370,17 +17377,17 @@ class _KeptStore:
     def listings(self, sources=None):
         # (the folders every search compares: ~1,000 rows for a Codex history of dated folders)
         key = ("listings", None if sources is None else tuple(sources))
-        return self._kept(key, lambda: self._store.listings(sources))
+        return self._kept(key, lambda: self._store.listings(sources), folders=True)
 
     def session_folder_count(self, source):
-        return self._kept(("session folders", source), lambda: self._store.session_folder_count(source))
+        return self._kept(("session folders", source), lambda: self._store.session_folder_count(source), folders=True)
 
     def current_folders(self, source, dirs, since_ns, past_days):
         # (kept with `since` a minute earlier at most: a folder that has grown quiet since is compared
         # a minute longer)
         minute = since_ns - since_ns % (60 * 10 ** 9)
         return self._kept(("current folders", source, past_days, minute),
-                          lambda: Store.current_folders(source, dirs, minute, past_days))
+                          lambda: Store.current_folders(source, dirs, minute, past_days), folders=True)
 
     def active_file_rows(self, since_ns, limit):
         # (the files every search compares: 200 rows, 0.3 ms. Kept while the index is unchanged,

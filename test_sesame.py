@@ -7588,6 +7588,40 @@ def test_a_servers_calls_reading_appends_leave_the_full_text_index_as_a_rebuild_
     assert vocabulary() == served
 
 
+def test_a_servers_calls_keep_the_folders_while_they_write_only_the_callers_session(env, capsys, monkeypatch, tmp_path):
+    """An agent's session grows between two of its calls, so each call's refresh writes it: the
+    folders the call compares are kept all the same (their table unchanged), and a new folder is
+    found by the next call, as by a search."""
+    monkeypatch.chdir(tmp_path)
+    w = PiWriter(env, "grow-1", cwd="/home/dev/grow")
+    w.user("Set up the webhook relay.").assistant("Relay configured.")
+    w.save()
+    age(env)   # (folders whose time has settled: one changed in the last seconds is listed again)
+    os.utime(w.path)   # (the caller's session, being written)
+    run(capsys, "index")
+    reads = []
+    listings = sesame.Store.listings
+    monkeypatch.setattr(sesame.Store, "listings", lambda self, sources=None: reads.append(1) or listings(self, sources))
+    warm = sesame.WarmIndex()
+
+    def call(q):
+        reply = sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "search", "arguments": {"query": q}}}, warm)
+        return [r["sessionId"] for r in reply["result"]["structuredContent"]["results"]]
+    try:
+        assert call("webhook") == ["grow-1"]
+        first = len(reads)
+        for n in range(3):
+            w.user("and the capybara%d step" % n).save()
+            assert call("capybara%d" % n) == ["grow-1"]
+        assert len(reads) == first
+        PiWriter(env, "new-1", cwd="/home/dev/other").user("the okapi question").save()
+        assert call("okapi") == ["new-1"]
+        assert call("okapi") == ["new-1"] and len(reads) == first + 1   # (the folders written: read again once)
+    finally:
+        warm.close()
+
+
 def test_a_servers_call_compares_no_past_days_folder_and_still_finds_todays_and_resumed_sessions(
         env, capsys, monkeypatch, tmp_path):
     """An MCP server's call leaves a past day's Codex folder to the server's background (which
