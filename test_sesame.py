@@ -7,6 +7,7 @@ there are indexed too. Run: python3 -m pytest -q
 import collections
 import datetime
 import errno
+import functools
 import glob
 import hashlib
 import io
@@ -7552,6 +7553,13 @@ def test_past_days_codex_folders_are_compared_a_slice_at_a_time_and_todays_at_ev
     assert ["restored-01"] in found and found.count([]) >= 1
 
 
+def warm_search_ids(warm, query):
+    """The session ids an MCP server's `search` call (its WarmIndex) answers, best first."""
+    reply = sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "search", "arguments": {"query": query}}}, warm)
+    return [r["sessionId"] for r in reply["result"]["structuredContent"]["results"]]
+
+
 def test_a_servers_calls_reading_appends_leave_the_full_text_index_as_a_rebuild_would(env, capsys, monkeypatch, tmp_path):
     """Each append makes the server's call delete the session's last part from the full-text index
     (by giving FTS5 its exact old text, rebuilt from the chunks) and index it again; the camelCase
@@ -7577,9 +7585,7 @@ def test_a_servers_calls_reading_appends_leave_the_full_text_index_as_a_rebuild_
             w.tool("bash", {"command": "grep -rn StreamWriter%d src/" % n}, "src/app.py: StreamWriter%d" % n)
             w.assistant("Done with the ReconnectTimer%d." % n)
             w.save()
-            reply = sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-                "name": "search", "arguments": {"query": "ReconnectTimer%d" % n}}}, warm)
-            assert [r["sessionId"] for r in reply["result"]["structuredContent"]["results"]] == ["grow-1"]
+            assert warm_search_ids(warm, "ReconnectTimer%d" % n) == ["grow-1"]
     finally:
         warm.close()
     served = vocabulary()
@@ -7604,10 +7610,7 @@ def test_a_servers_calls_keep_the_folders_while_they_write_only_the_callers_sess
     monkeypatch.setattr(sesame.Store, "listings", lambda self, sources=None: reads.append(1) or listings(self, sources))
     warm = sesame.WarmIndex()
 
-    def call(q):
-        reply = sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": "search", "arguments": {"query": q}}}, warm)
-        return [r["sessionId"] for r in reply["result"]["structuredContent"]["results"]]
+    call = functools.partial(warm_search_ids, warm)
     try:
         assert call("webhook") == ["grow-1"]
         first = len(reads)
@@ -7632,10 +7635,7 @@ def test_a_servers_call_compares_no_past_days_folder_and_still_finds_todays_and_
     monkeypatch.chdir(tmp_path)   # a folder of no session
     warm = sesame.WarmIndex()
 
-    def call(q):
-        reply = sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": "search", "arguments": {"query": q}}}, warm)
-        return [r["sessionId"] for r in reply["result"]["structuredContent"]["results"]]
+    call = functools.partial(warm_search_ids, warm)
     try:
         for _ in range(3):
             del stats[:]
