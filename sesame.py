@@ -11127,23 +11127,27 @@ class Store:
         self.con.executemany("INSERT OR IGNORE INTO vocab(term) VALUES(?)", ((w,) for w in sorted(words)))
 
     def _part_rows(self, sid, first, last):
-        return [(k, unpack(t, strict=True)) for k, t in self.con.execute(
-            "SELECT kind, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? ORDER BY seq", (sid, first, last))]
+        return [(seq, k, unpack(t, strict=True)) for seq, k, t in self.con.execute(
+            "SELECT seq, kind, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? ORDER BY seq", (sid, first, last))]
 
     def delete_parts(self, sid, name, from_seq=0):
-        """Delete the session's parts that hold chunks from seq `from_seq` on (all parts by default)."""
+        """Delete the session's parts that hold chunks from seq `from_seq` on (all parts by default).
+        Returns the (seq, kind, text) chunks of those parts, in order (build_parts' rows)."""
         con = self.con
-        dead = 0
+        dead, read = 0, []
         for doc_id, first, last, size in con.execute(
                 "SELECT d.id, first_seq, last_seq, z.sz FROM docs d LEFT JOIN docs_fts_docsize z ON z.id = d.id "
                 "WHERE session=? AND (last_seq >= ? OR first_seq >= ?)", (sid, from_seq, from_seq)).fetchall():
+            rows = self._part_rows(sid, first, last)
             con.execute("INSERT INTO docs_fts(docs_fts, rowid, name, talk, tools, aside, parts) "
                         "VALUES('delete', ?, ?, ?, ?, ?, ?)",
-                        (doc_id,) + doc_columns(name, self._part_rows(sid, first, last), self._parts_of))
+                        (doc_id,) + doc_columns(name, [r[1:] for r in rows], self._parts_of))
             con.execute("DELETE FROM docs WHERE id=?", (doc_id,))
             dead += sum(sqlite_varints(size)) if isinstance(size, bytes) else 0
+            read += rows
         if dead:   # (an index from before the count keeps no count: it is merged once, see merge_due)
             con.execute("UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key='fts_dead'", (dead,))
+        return sorted(read)
 
     def fts_segments(self):
         """How many segments the full-text index is in (from FTS5's structure record: a 4-byte
@@ -11205,10 +11209,12 @@ class Store:
             doc = con.execute("INSERT INTO docs(session, first_seq, last_seq) VALUES(?,?,?)", (sid, first, last)).lastrowid
             con.execute("INSERT INTO docs_fts(rowid, name, talk, tools, aside, parts) VALUES(?,?,?,?,?,?)", (doc,) + cols)
 
-    def build_parts(self, sid, name, from_seq):
-        """Re-cut and index the session's parts from chunk `from_seq` (a part start) on, from the index."""
-        rows = ((seq, kind, unpack(text, strict=True)) for seq, kind, text in self.con.execute(
-            "SELECT seq, kind, text FROM chunks WHERE session=? AND seq >= ? ORDER BY seq", (sid, from_seq)))
+    def build_parts(self, sid, name, from_seq, rows=None):
+        """Re-cut and index the session's parts from chunk `from_seq` (a part start) on, from the index
+        (or from `rows`, its (seq, kind, text) chunks from there on)."""
+        if rows is None:
+            rows = ((seq, kind, unpack(text, strict=True)) for seq, kind, text in self.con.execute(
+                "SELECT seq, kind, text FROM chunks WHERE session=? AND seq >= ? ORDER BY seq", (sid, from_seq)))
         self.insert_parts(sid, [(f, l, doc_columns(name, p, self._parts_of)) for f, l, p in cut_parts(rows, from_seq)])
 
     def _wrote(self, sid):
@@ -11305,7 +11311,9 @@ class Store:
                 return sid
             row = con.execute("SELECT max(first_seq) FROM docs WHERE session=? AND first_seq <= ?", (sid, from_seq)).fetchone()
             part_from = 0 if old_labels != labels or row[0] is None else row[0]
-            self.delete_parts(sid, old_labels, part_from)
+            # (the chunks before from_seq of the parts rebuilt: kept for build_parts, which read
+            # them again from the index, ~1,000 of them for a long session's last part)
+            before = [r for r in self.delete_parts(sid, old_labels, part_from) if r[0] < from_seq]
             con.execute("DELETE FROM chunks WHERE session=? AND seq >= ?", (sid, from_seq))
             con.execute("UPDATE sessions SET agent=?, session_id=?, path=?, cwd=?, name=?, created=?, modified=?, parent=?, "
                         "summary=?, labels=? WHERE id=?", meta + (sid,))
@@ -11315,7 +11323,10 @@ class Store:
         con.execute("UPDATE sessions SET chunk_count=? WHERE id=?", (from_seq + len(prep.rows), sid))
         if existing is None and prep.parts is not None:
             self.insert_parts(sid, prep.parts)
-        else:
+        elif existing is not None and [r[0] for r in before] == list(range(part_from, from_seq)):
+            self.build_parts(sid, labels, part_from, before + [(from_seq + i, r[0], unpack(r[5], strict=True))
+                                                               for i, r in enumerate(prep.rows)])
+        else:   # (a session without parts until now: nobody had worked in it, see cut_parts)
             self.build_parts(sid, labels, part_from)
         self._add_touched(sid, prep.touched, existing is not None)
         return sid
