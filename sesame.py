@@ -10795,7 +10795,7 @@ def doc_columns(name, chunk_rows, parts_of=identifier_parts):
 class _PartsMemo:
     """identifier_parts of the texts a store rebuilt a part from lately, up to `chars` of them. An
     append rebuilds the session's last part twice, its old text to delete it and its new one, and
-    the next append the same part again: 40% of an agent's call that read its own session's new
+    the next append the same part again: 2.2 ms of a 13 ms call that read the caller's new
     messages was identifier_parts over the same texts (a 1 GB Codex index, in a server)."""
 
     def __init__(self, chars=PART_CHARS * 8):
@@ -11147,7 +11147,7 @@ class Store:
             read += rows
         if dead:   # (an index from before the count keeps no count: it is merged once, see merge_due)
             con.execute("UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key='fts_dead'", (dead,))
-        return sorted(read)
+        return sorted(read, key=lambda r: r[0])
 
     def fts_segments(self):
         """How many segments the full-text index is in (from FTS5's structure record: a 4-byte
