@@ -11130,9 +11130,10 @@ class Store:
         return [(seq, k, unpack(t, strict=True)) for seq, k, t in self.con.execute(
             "SELECT seq, kind, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? ORDER BY seq", (sid, first, last))]
 
-    def delete_parts(self, sid, name, from_seq=0):
+    def delete_parts(self, sid, name, from_seq=0, keep_before=0):
         """Delete the session's parts that hold chunks from seq `from_seq` on (all parts by default).
-        Returns the (seq, kind, text) chunks of those parts, in order (build_parts' rows)."""
+        Returns the (seq, kind, text) chunks of those parts before seq `keep_before`, in order (the
+        rows build_parts goes on from: write_session)."""
         con = self.con
         dead, read = 0, []
         for doc_id, first, last, size in con.execute(
@@ -11144,7 +11145,7 @@ class Store:
                         (doc_id,) + doc_columns(name, [r[1:] for r in rows], self._parts_of))
             con.execute("DELETE FROM docs WHERE id=?", (doc_id,))
             dead += sum(sqlite_varints(size)) if isinstance(size, bytes) else 0
-            read += rows
+            read += [r for r in rows if r[0] < keep_before]
         if dead:   # (an index from before the count keeps no count: it is merged once, see merge_due)
             con.execute("UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key='fts_dead'", (dead,))
         return sorted(read, key=lambda r: r[0])
@@ -11313,7 +11314,7 @@ class Store:
             part_from = 0 if old_labels != labels or row[0] is None else row[0]
             # (the chunks before from_seq of the parts rebuilt: kept for build_parts, which read
             # them again from the index, ~1,000 of them for a long session's last part)
-            before = [r for r in self.delete_parts(sid, old_labels, part_from) if r[0] < from_seq]
+            before = self.delete_parts(sid, old_labels, part_from, keep_before=from_seq)
             con.execute("DELETE FROM chunks WHERE session=? AND seq >= ?", (sid, from_seq))
             con.execute("UPDATE sessions SET agent=?, session_id=?, path=?, cwd=?, name=?, created=?, modified=?, parent=?, "
                         "summary=?, labels=? WHERE id=?", meta + (sid,))
