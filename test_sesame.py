@@ -9819,6 +9819,40 @@ def test_a_function_word_is_counted_through_only_when_it_ranks(vocab_corpus, cap
     assert '"the"' in counted
 
 
+def test_a_servers_words_counted_two_at_a_time_rank_as_when_counted_one_by_one(vocab_corpus, capsys, monkeypatch):
+    """An MCP server counts a question's words on its two connections at once (Store.count_ahead),
+    each in full, once: its pages are those of the command line, which counts them one after the
+    other, up to half the documents (the stages keep the rarest common words, a misspelt word is
+    corrected, a function word is counted only when it ranks)."""
+    queries = ["fix the docker test error", "docker node service build", "kuberntes ingres timeout",
+               "test error docker node build the", "simplified flake overlays", "the"]
+    counts = os.path.join(os.environ["SESAME_DATA_DIR"], "counts")
+    made = []
+    original = sesame._Prefetch
+
+    def recording(path, tasks, con=None):
+        made.extend(t[2][0] for t in tasks if "count(*)" in t[1])
+        return original(path, tasks, con)
+    monkeypatch.setattr(sesame, "_Prefetch", recording)
+    cli = []
+    for q in queries:
+        if os.path.exists(counts):
+            os.remove(counts)
+        cli.append(search_ids(capsys, q, "--limit", "20"))
+    assert not made   # (a command keeps no second connection)
+    os.remove(counts)
+    warm = sesame.WarmIndex()
+    try:
+        for q, expected in zip(queries, cli):
+            reply = sesame.handle_message({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "search", "arguments": {"query": q, "limit": 20, "max_chars": 0}}}, warm)
+            assert [r["sessionId"] for r in reply["result"]["structuredContent"]["results"]] == expected, q
+        assert sorted(made) == sorted(set(made)) and {'"docker"', '"node"', '"service"', '"build"'} <= set(made)
+        assert '"the"' not in made   # (a function word, counted by itself only when it alone ranks)
+    finally:
+        warm.close()
+
+
 def test_the_next_stage_fetched_alongside_the_first_gives_the_same_results(vocab_corpus, capsys, monkeypatch):
     """When every word is in thousands of documents the second stage is fetched on a second
     connection while the first runs (_Prefetch): pages, their order and paging stay exactly those of
