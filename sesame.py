@@ -16424,7 +16424,7 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
     store = ctx.store()
     data = {"query": query.text, "resultCount": 0, "offset": offset, "limit": limit, "hasMore": False,
             "nextOffset": None, "alsoSearched": [], "results": []}
-    results, page = data["results"], {}
+    results, page, smallest = data["results"], {}, []
     try:
         if refresh:
             refresh_before_reading(ctx, store, first_use)
@@ -16438,7 +16438,7 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
                 store, *hit, every_word_known=not any(w.dropped for w in query.words)))
             r["current"] = not r["host"] and (r["agent"], r["sessionId"]) in filters.current
             results.append(shape_result(r, fields, full))
-            if max_chars and render and len(results) > 1 and _smallest_size(data, render) > max_chars:
+            if max_chars and render and len(results) > 1 and _smallest_size(data, render, smallest) > max_chars:
                 results.pop()  # it cannot fit (fit_budget would drop it): the next page starts with it
                 data["hasMore"] = True
                 data["truncated"] = {"maxChars": max_chars, "droppedResults": max(1, page.get("size", limit) - len(results)),
@@ -16452,10 +16452,13 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
     return data
 
 
-def _smallest_size(data, render):
+def _smallest_size(data, render, kept):
     """How long render(search_json(data)) is with every snippet as short as fit_budget cuts it for a
-    page of several results."""
-    return len(render(_shortened(search_json(data), SNIPPET_WIDTHS[-1])))
+    page of several results. `kept`: the results so far as they are rendered then (marked, cut),
+    each made once (the page is measured again at each result it gains)."""
+    for r in data["results"][len(kept):]:
+        kept += _shortened(search_json({"results": [r]}), SNIPPET_WIDTHS[-1])["results"]
+    return len(render(dict(data, results=kept)))
 
 
 def search_budget(params):
