@@ -14272,6 +14272,7 @@ def _needle(stem, prefix=False):
 _NON_SPACE = LazyPattern(r"\S+")
 _TOKEN_TAIL = LazyPattern("(?:[^\\W_]|[%s])*" % _ACCENTS)  # the rest of a token: letters, digits, accents
 _ASCII_TOKEN_TAIL = LazyPattern("[a-z0-9]*")   # the same in ASCII text in lower case
+_WORD_TAIL = LazyPattern("[^\\W_]*")   # letters and digits (the rest of a token without accents)
 _ACCENT_RE = LazyPattern("[%s]" % _ACCENTS)
 
 
@@ -14294,7 +14295,7 @@ def _class_chars(body):
 
 
 # The accents unicode61 keeps inside a token (a needle after one is inside a token), as a set: a
-# class of them costs 0.1 ms to compile in each of a query's expressions (see Matcher.starts).
+# class of them costs 0.1 ms to compile in each of a query's expressions (see Matcher.literals).
 _ACCENT_CHARS = _class_chars(_ACCENTS)
 
 
@@ -14342,7 +14343,7 @@ class Matcher:
 
     Each form of a word is a sequence of stems (a phrase, or a word the tokenizer cuts in several,
     like `node-v20`), the last possibly a prefix. The tokens that begin like some form's first stem
-    are found at C speed (a regular expression per beginning, see Matcher.starts); only those are
+    are found at C speed (a regular expression per beginning, see Matcher.literals); only those are
     stemmed and compared.
     """
 
@@ -14367,14 +14368,17 @@ class Matcher:
         # Capitalised or in capitals, where such a part starts (_part_spans).
         self.capitals = sorted({v for n in self.part_needles for v in (n[:1].upper() + n[1:], n.upper())},
                                key=lambda n: (-len(n), n))
-        # Each needle where a token starts (not after a letter or digit), with the letters and digits
-        # after it: one regular expression per needle, its literal first, so that the scan runs at C
-        # speed (an alternation is tried at every position, 2-3 times slower) and each match is a
-        # token start (the checks per match were most of a search's Python time). Accents are seen
-        # to in Python (_token_spans): rare, and a class of them is slow to compile.
+        # Each needle and each of those capitals as a literal, one regular expression each, so that
+        # the scans run at C speed (an alternation is tried at every position, 2-3 times slower);
+        # whether a match starts a token or a part is told from the character before it (_token_spans,
+        # _part_spans). A pattern that looked behind itself for that was 30-50 µs to compile, per
+        # needle and form, in every search: 0.3 ms of a four-word call at 1 GB, more than its scans.
+        # (A capital form that can overlap itself, "SS", keeps that pattern: the scan of a literal
+        # steps over an occurrence overlapping one it found, which may be the part's start.)
         self.needles = needles
-        self.starts = [re.compile("%s(?<![^\\W_]%s)[^\\W_]*" % (re.escape(n), re.escape(n))) for n in needles]
-        self.part_starts = [re.compile("%s(?<=[A-Za-z0-9]%s)" % (re.escape(n), re.escape(n))) for n in self.capitals]
+        self.literals = {n: re.compile(re.escape(n)) for n in needles}
+        self.part_starts = [re.compile("%s(?<=[A-Za-z0-9]%s)" % (re.escape(n), re.escape(n))) if _overlaps_itself(n)
+                            else re.compile(re.escape(n)) for n in self.capitals]
         # Forms by their first stem (one dict lookup per candidate token); one-word prefixes apart.
         self.by_stem, self.prefixes = {}, []
         self._stems = {}  # token -> its stem: the same words come back in every chunk
@@ -14397,7 +14401,7 @@ class Matcher:
         for i, w in self.joined:
             n = max((n for n in needles if w.startswith(n)), key=len, default=None)
             joined_by.setdefault(n, []).append((i, w))
-        self.scans = [(n, re.compile(re.escape(n)), (n[:1].upper() + n[1:], n.upper()) if n in parts else (),
+        self.scans = [(n, self.literals[n], (n[:1].upper() + n[1:], n.upper()) if n in parts else (),
                        joined_by.get(n, ())) for n in needles]
         # (A joined word that can overlap itself, "maximum", "test", is found at every start of its
         # needle all the same: only a needle that can overlap itself hides a start from the scan.)
@@ -14440,14 +14444,15 @@ class Matcher:
 
     def _token_spans(self, low):
         """[(start, end)] of the tokens of `low` (text in lower case) that start with a needle, once
-        per needle that starts them (Matcher.starts): one after an accent that unicode61 keeps in a
+        per needle that starts them (Matcher.literals): one after an accent that unicode61 keeps in a
         token is inside a token, and one followed by such an accent goes on over it."""
-        out, n = [], len(low)
-        for rx in self.starts:
-            for m in rx.finditer(low):
-                at, end = m.span()
-                if at and low[at - 1] in _ACCENT_CHARS:
-                    continue
+        out, n, tail = [], len(low), _WORD_TAIL.match
+        for needle in self.needles:
+            for m in self.literals[needle].finditer(low):
+                at = m.start()
+                if at and (low[at - 1].isalnum() or low[at - 1] in _ACCENT_CHARS):
+                    continue   # (inside a token: an occurrence the scan stepped over is too)
+                end = tail(low, m.end()).end()
                 if end < n and low[end] in _ACCENT_CHARS:
                     end = _TOKEN_TAIL.match(low, end).end()
                 out.append((at, end))
@@ -14475,7 +14480,9 @@ class Matcher:
         an ASCII letter or digit. A name's first part is found with the name (_first_part)."""
         out = []
         for at in {m.start() for rx in self.part_starts for m in rx.finditer(text)}:  # (`A` and `And` start one)
-            prev = text[at - 1]  # (an ASCII letter or digit)
+            prev = text[at - 1] if at else ""
+            if not (prev.isascii() and prev.isalnum()):
+                continue
             if prev.islower() or prev.isdigit() or prev.isupper() and text[at + 1:at + 2].islower():
                 out += self._part_match(text, at)
         return out
