@@ -15342,6 +15342,11 @@ def to_json(obj):
     return _JSON_UNSAFE.sub(lambda m: "\\u%04x" % ord(m.group()), text) if _JSON_UNSAFE.search(text) else text
 
 
+def json_line(obj):
+    """to_json as one line of output: what the JSON of a page is measured by (fit_budget)."""
+    return to_json(obj) + "\n"
+
+
 def emit_json(obj, out=None):
     (out or sys.stdout).write(to_json(obj) + "\n")
 
@@ -16462,10 +16467,14 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
 def _smallest_size(data, render, kept):
     """How long render(search_json(data)) is with every snippet as short as fit_budget cuts it for a
     page of several results. `kept`: the results so far as they are rendered then (marked, cut),
-    each made once (the page is measured again at each result it gains)."""
+    with their JSON's length, each made once (the page is measured again at each result it gains).
+    A page's JSON is its results' JSON, comma-separated, in the rest of it (json_line)."""
     for r in data["results"][len(kept):]:
-        kept += _shortened(search_json({"results": [r]}), SNIPPET_WIDTHS[-1])["results"]
-    return len(render(dict(data, results=kept)))
+        short = _shortened(search_json({"results": [r]}), SNIPPET_WIDTHS[-1])["results"][0]
+        kept.append((short, len(to_json(short)) if render is json_line else 0))
+    if render is json_line:
+        return len(json_line(dict(data, results=[]))) + sum(n for _, n in kept) + len(kept) - 1
+    return len(render(dict(data, results=[r for r, _ in kept])))
 
 
 def search_budget(params):
@@ -17373,7 +17382,7 @@ STATUS_TOOL = ("What the session index covers: sessions per agent, sources, fres
 
 
 def _mcp_search(ctx, params):
-    render = lambda d: to_json(d) + "\n"  # noqa: E731  (the model is given the JSON's size of it)
+    render = json_line  # (the model is given the JSON's size of it)
     data = search_json(search_request(ctx, params, render))
     fit_budget(data, search_budget(params), render)
     out = io.StringIO()
@@ -19572,7 +19581,7 @@ def cmd_search(args, ctx):
     if args.fields and not args.json:
         raise UsageError("--fields chooses the fields of the JSON output: add --json")
     if args.json:
-        render = lambda d: to_json(d) + "\n"  # noqa: E731
+        render = json_line
     else:
         color = use_color(sys.stdout, ctx.env)
         render = lambda d: render_results(d, color)  # noqa: E731

@@ -10383,6 +10383,21 @@ def test_a_page_cut_to_the_budget_keeps_snippets_that_show_the_match(env, capsys
     assert data["results"] and all("**widget**" in r["matchedSnippet"] for r in data["results"])
 
 
+def test_a_page_measured_result_by_result_is_as_long_as_the_page_printed(env, capsys):
+    """Whether the next result can still fit the budget is told from each result's JSON, measured
+    once (_smallest_size): the sum is the length of the page printed, escapes and all."""
+    for i in range(6):
+        PiWriter(env, "gizmo-%d" % i).user("the gizmo \u202e控制 \x01 \"quoted\" \\ café " * (i + 1) + "gizmo end").save()
+    assert run(capsys, "index")[0] == 0
+    ctx = sesame.Context()
+    data = sesame.search_sessions(ctx, "gizmo")
+    assert len(data["results"]) == 6
+    page = sesame.json_line(sesame._shortened(sesame.search_json(data), sesame.SNIPPET_WIDTHS[-1]))
+    assert sesame._smallest_size(data, sesame.json_line, []) == len(page)
+    text = lambda d: sesame.render_results(d, False)   # noqa: E731  (the text output: measured whole)
+    assert sesame._smallest_size(data, text, []) == len(text(sesame._shortened(sesame.search_json(data), sesame.SNIPPET_WIDTHS[-1])))
+
+
 def test_default_search_output_stays_under_4000_characters(corpus, capsys):
     for i in range(20):
         PiWriter(corpus, "pad-%02d" % i).user("the same long words " * 40).save()
