@@ -10395,7 +10395,8 @@ def test_a_page_measured_result_by_result_is_as_long_as_the_page_printed(env, ca
     page = sesame.json_line(sesame._shortened(sesame.search_json(data), sesame.SNIPPET_WIDTHS[-1]))
     assert sesame._smallest_size(data, sesame.json_line, []) == len(page)
     text = lambda d: sesame.render_results(d, False)   # noqa: E731  (the text output: measured whole)
-    assert sesame._smallest_size(data, text, []) == len(text(sesame._shortened(sesame.search_json(data), sesame.SNIPPET_WIDTHS[-1])))
+    shortest = sesame._shortened(sesame.search_json(data), sesame.SNIPPET_WIDTHS[-1])
+    assert sesame._smallest_size(data, text, []) == len(text(shortest))
 
 
 def test_default_search_output_stays_under_4000_characters(corpus, capsys):
