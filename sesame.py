@@ -15718,6 +15718,8 @@ def refresh_before_reading(ctx, store, first_use):
 
     The first use says it is building the index (with progress on a terminal); a busy indexer or an
     index that cannot be written (full disk, read-only) leaves the index as it is, with a note.
+    Returns what to say once the read is done, or None: an index damaged where the refresh went may
+    still answer the read; a read that fails on it says so itself, in one line, and this is not said.
     """
     if not ctx.sources:   # (someone who uses only Aider, say: its history is in the project searched from)
         find_projects(ctx, store, everywhere=first_use)
@@ -15739,6 +15741,9 @@ def refresh_before_reading(ctx, store, first_use):
             more = refresh_index(ctx, store, wait_seconds=0, quick=True)   # (see find_projects)
             summary = summary.then(more) if more is not None else summary
     except sqlite3.DatabaseError as e:  # full disk, read-only or damaged index: what is there still answers
+        if _is_corrupt(e):
+            return ("sesame: the index is damaged (%s) and was not brought up to date; `sesame index --full` "
+                    "rebuilds it" % e)
         _stderr("sesame: cannot update the index (%s); using it as it is" % e)
         return
     except StoreError as e:  # the lock file cannot be created (a read-only data directory)
@@ -16436,10 +16441,10 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
     store = ctx.store()
     data = {"query": query.text, "resultCount": 0, "offset": offset, "limit": limit, "hasMore": False,
             "nextOffset": None, "alsoSearched": [], "results": []}
-    results, page, smallest = data["results"], {}, []
+    results, page, smallest, note = data["results"], {}, [], None
     try:
         if refresh:
-            refresh_before_reading(ctx, store, first_use)
+            note = refresh_before_reading(ctx, store, first_use)
         for hit in search(store, query, filters, limit=limit, offset=offset,
                           matches=FULL_MATCHES if full else MATCHES_PER_SESSION, page=page):
             if hit is None:
@@ -16459,6 +16464,8 @@ def search_sessions(ctx, text, limit=DEFAULT_LIMIT, offset=0, refresh=True, cwd=
         data["alsoSearched"] = query.notes()
     finally:
         store.close()
+    if note:
+        _stderr(note)
     data["resultCount"] = len(results)
     data["nextOffset"] = offset + len(results) if data["hasMore"] else None
     return data
@@ -16504,10 +16511,10 @@ def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, every
         raise UsageError("--context must be at least 0")
     expand = set(COLLAPSIBLE) if everything else {"tool"} if tools else set()
     first_use = not os.path.exists(ctx.index_path)
-    store = ctx.store()
+    store, note = ctx.store(), None
     try:
         if refresh:
-            refresh_before_reading(ctx, store, first_use)
+            note = refresh_before_reading(ctx, store, first_use)
         s = resolve_session(store, ref)
         s["short_id"] = short_id(store, s["session_id"], s["id"])
         s["title"] = session_title(store, s)
@@ -16524,6 +16531,8 @@ def show_session(ctx, ref, around=None, context=SHOW_CONTEXT, tools=False, every
                            "text": collapse(kind, text) if short else text, "collapsed": short})
     finally:
         store.close()
+    if note:
+        _stderr(note)
     return {"session": place_session(ctx.env, ctx.remotes, s, session_header(s)), "around": around, "chunks": chunks, "truncated": False,
             "omitted": {"before": lo, "after": last - hi, "cutSeq": None}}
 
@@ -18429,9 +18438,11 @@ def serve_page(ctx, port=0, open_query=None):
     first_use = not os.path.exists(ctx.index_path)
     store = ctx.store()
     try:
-        refresh_before_reading(ctx, store, first_use)
+        note = refresh_before_reading(ctx, store, first_use)
     finally:
         store.close()
+    if note:
+        _stderr(note)
     try:
         server = PageServer(port, ctx.env)
     except OSError as e:
