@@ -11683,7 +11683,8 @@ class Store:
     def doc_count(self, fts, limit=3):
         """In how many ranking documents an FTS5 string occurs, counted up to `limit` (FTS5 only walks
         the word's list of documents, and stops there: yet 2-4 ms of a command-line search of common
-        words at 1 GB, counted up to half the documents), kept (see _kept_counts)."""
+        words at 1 GB, counted up to half the documents), kept (see _kept_counts). A limit past every
+        document is a count in full, which answers any limit after it (count_ahead makes those)."""
         counts = self._kept_counts()
         whole = counts.get(self._count_key(fts, 0))   # (counted in full: count_ahead, or a limit past every document)
         if whole is not None:
@@ -11693,9 +11694,9 @@ class Store:
         key = self._count_key(fts, limit)
         n = counts.get(key)
         if n is None:
-            n = counts[key] = self.con.execute(
-                "SELECT count(*) FROM (SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT ?)" if limit else
-                "SELECT count(*) FROM docs_fts WHERE docs_fts MATCH ? LIMIT ?", (fts, limit or -1)).fetchone()[0]
+            sql, args = ("SELECT count(*) FROM (SELECT 1 FROM docs_fts WHERE docs_fts MATCH ? LIMIT ?)", (fts, limit)) \
+                if limit else ("SELECT count(*) FROM docs_fts WHERE docs_fts MATCH ?", (fts,))
+            n = counts[key] = self.con.execute(sql, args).fetchone()[0]
             self._counts_new = True
         return n
 
@@ -15348,7 +15349,7 @@ def json_line(obj):
 
 
 def emit_json(obj, out=None):
-    (out or sys.stdout).write(to_json(obj) + "\n")
+    (out or sys.stdout).write(json_line(obj))
 
 
 def status_text(info):
