@@ -11711,14 +11711,19 @@ class Store:
         second connection (see spare; none: left to doc_count): a search's words are counted before
         it ranks, 0.2-0.3 ms each for a common word at 1 GB. The thread counts from the first, the
         caller from the last, until they meet."""
-        counts, spare = self._kept_counts(), self.spare()
+        if self.readonly or not self.long_lived:
+            return   # (no second connection kept, or none to be had: see ranked_sessions' prefetch)
+        counts = self._kept_counts()
         half = self.part_count() // 2 + 1   # (a count up to half the documents, expand_query's, serves too)
         todo = [t for t in dict.fromkeys(texts)
                 if self._count_key(t, 0) not in counts and self._count_key(t, half) not in counts]
-        if spare is None or len(todo) < 2:
+        if len(todo) < 2:
             return
-        ahead = _Prefetch(self.path, [(k, "SELECT count(*) FROM docs_fts WHERE docs_fts MATCH ?", [t], 1)
-                                      for k, t in enumerate(todo)], spare)
+        try:
+            ahead = _Prefetch(self.path, [(k, "SELECT count(*) FROM docs_fts WHERE docs_fts MATCH ?", [t], 1)
+                                          for k, t in enumerate(todo)], self.spare())
+        except (sqlite3.Error, RuntimeError):
+            return   # (no second connection or thread here: doc_count counts them one after the other)
         try:
             for k in reversed(range(len(todo))):
                 rows = ahead.take(k, 1, lambda sql, params: self.con.execute(sql, params).fetchall())

@@ -14086,6 +14086,33 @@ def test_a_read_only_index_still_answers_search_and_show_and_says_why_it_is_not_
             undo()
 
 
+def test_a_read_only_index_still_answers_an_mcp_servers_calls(env, tmp_path, capsys):
+    """The server keeps a second connection for a call's counts and ranking: on an index it cannot
+    write, a call of several words still answers from the index as it is."""
+    PiWriter(env, "ro-2").user("the ibex climbs the read-only cliff").save()
+    PiWriter(env, "ro-3").user("the markhor climbs elsewhere").save()
+    assert run(capsys, "index")[0] == 0
+    layouts = _read_only_layouts(str(tmp_path / "data"))
+    if not layouts:
+        pytest.skip("running as root without a way to mount the index folder read-only")
+    for layout, prefix, apply, undo in layouts:
+        apply()
+        try:
+            p = subprocess.Popen(prefix + [sys.executable, os.path.join(HERE, "sesame.py"), "mcp"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            asks = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+                     "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}] + \
+                   [{"jsonrpc": "2.0", "id": 2 + k, "method": "tools/call", "params": {"name": "search", "arguments": {
+                       "query": q}}} for k, q in enumerate(["ibex climbs cliff", "climbs", "markhor climbs elsewhere"])]
+            out, err = p.communicate("".join(json.dumps(a) + "\n" for a in asks).encode(), timeout=120)
+            replies = [json.loads(line) for line in out.decode().splitlines()]
+            assert b"Traceback" not in err, (layout, err)
+            found = [[r["sessionId"] for r in reply["result"]["structuredContent"]["results"]] for reply in replies[1:]]
+            assert found[0][0] == "ro-2" and set(found[1]) == {"ro-2", "ro-3"} and found[2][0] == "ro-3", (layout, found)
+        finally:
+            undo()
+
+
 def test_the_fts5_message_is_only_for_a_missing_fts5_module():
     class Con:
         def __init__(self, message):
