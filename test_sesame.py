@@ -366,7 +366,7 @@ def test_every_flag_and_json_field_the_skill_names_exists(corpus, capsys):
     with open(os.path.join(HERE, "SKILL.md"), encoding="utf-8") as f:
         skill = f.read()
     known = set()
-    for command in ("search", "show"):
+    for command in ("search", "show", "index"):
         parser = sesame.build_parser(command)
         for action in parser._subparsers._group_actions[0].choices[command]._actions:
             known.update(action.option_strings)
