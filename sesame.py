@@ -11128,7 +11128,8 @@ class Store:
 
     def _part_rows(self, sid, first, last):
         return [(seq, k, unpack(t, strict=True)) for seq, k, t in self.con.execute(
-            "SELECT seq, kind, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? ORDER BY seq", (sid, first, last))]
+            "SELECT seq, kind, text FROM chunks WHERE session=? AND seq BETWEEN ? AND ? ORDER BY seq",
+            (sid, first, last))]
 
     def delete_parts(self, sid, name, from_seq=0, keep_before=0):
         """Delete the session's parts that hold chunks from seq `from_seq` on (all parts by default).
@@ -17633,8 +17634,8 @@ class _PoolHelper:
         """read(local[k]) for each k in order, as a generator, while the helper reads items[k]
         (what it needs of them) from the last one back: the call reads from the first on and
         takes the helper's answers as it goes; changes() tells it what the index went through since
-        the last share (Store.changes_for_helper), asked only when the helper is sent this one. Run alone when the helper is still busy with a
-        share no call waited for to its end, or gone."""
+        the last share (Store.changes_for_helper), asked only when the helper is sent this one. Run
+        alone when the helper is still busy with a share no call waited for to its end, or gone."""
         if self.busy:   # (its answers to the last share, which a call left before their end)
             self.busy = self._collect({}, 0) and not self.gone
         if self.gone or self.busy or job is None:
