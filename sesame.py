@@ -168,7 +168,8 @@ PART_CHARS = 256 * 1024
 TOOL_OUTPUT_CAP = 8000
 FIELD_CAP = 8000
 CHUNK_CAP = 64000
-# A line longer than this is skipped and counted rather than read into memory.
+# A line longer than this is read without its base64 runs (read_long_line), and skipped and counted
+# when it is longer than this even without them.
 MAX_LINE_BYTES = 32 * 1024 * 1024
 # A tool call still without its result this many lines later is kept without output.
 PENDING_CALL_LINES = 2000
@@ -1538,12 +1539,72 @@ def json_text(line):
     return json_bytes(line).decode("utf-8", "replace")
 
 
+# A JSON line longer than MAX_LINE_BYTES is nearly always images: a screenshot pasted or read by a
+# tool is 1-5 MB of base64 in the line, and a message holding a dozen of them passes the limit with
+# a few lines of text around them (the words the user wrote, the tool's output). Runs of BLOB_RUN
+# characters or more of base64's alphabet (no space in them: no word to search) are left out as the
+# line is read on in blocks, never held whole; what remains is read as any line would be.
+BLOB_RUN = 4096
+_BLOB_CHARS = b"A-Za-z0-9+/=_-"
+_BLOB_RE = re.compile(rb"(?<![%s])[%s]{%d,}" % (_BLOB_CHARS, _BLOB_CHARS, BLOB_RUN))
+_BLOB_TAIL_RE = re.compile(rb"(?<![%s])[%s]+\Z" % (_BLOB_CHARS, _BLOB_CHARS))   # (tried at run starts only: linear)
+_BLOB_ALPHABET = bytes(c for c in range(256) if re.match(rb"[%s]" % _BLOB_CHARS, bytes([c])))
+
+
+def read_long_line(f, head):
+    """The line that starts with `head` (MAX_LINE_BYTES read, no newline yet), read on from `f` to
+    its newline or the file's end, its base64 runs left out: (bytes read in all, the line without
+    them, or None when it is longer than MAX_LINE_BYTES even so). Memory: `head`, and what is kept
+    (of `head`, where: a head without runs is not copied before the line is known to fit)."""
+    kept, size, total = [], 0, 0   # kept: each piece of the line kept, bytes or (head, start, end)
+    carry, blob, block = b"", False, head
+    while True:
+        size += len(block)
+        last = not block or block.endswith(b"\n")
+        buf = carry + block if carry else block
+        at = 0
+        if blob:   # (a run that began in a block before: what is left of it)
+            at = len(buf) - len(buf.lstrip(_BLOB_ALPHABET))
+            blob = at == len(buf) and not last
+        end, carry = len(buf), b""
+        tail = None if last else _BLOB_TAIL_RE.search(buf, at)
+        if tail:   # (a run at the end may go on in the next block)
+            end = tail.start()
+            if len(buf) - end >= BLOB_RUN:
+                blob = True
+            else:
+                carry = buf[end:]
+        if kept is not None:
+            for i, j in _pieces(buf, at, end):
+                kept.append((buf, i, j) if buf is head else buf[i:j])
+                total += j - i
+            if total > MAX_LINE_BYTES:
+                kept = None   # (too long even so: read on to its end only)
+        if last:
+            break
+        block = f.readline(1 << 20)
+    if kept is None:
+        return size, None
+    return size, b"".join(k if isinstance(k, bytes) else k[0][k[1]:k[2]] for k in kept)
+
+
+def _pieces(buf, at, end):
+    """(start, end) of what lies between the base64 runs of buf[at:end], empty pieces left out."""
+    for m in _BLOB_RE.finditer(buf, at, end):
+        if m.start() > at:
+            yield at, m.start()
+        at = m.end()
+    if end > at:
+        yield at, end
+
+
 def iter_jsonl(path, report, start=0):
     """Yield (offset_after_line, object) for each JSON object line of a file, from byte `start`.
 
     Never loads the file whole. Blank lines are ignored; lines that are not JSON objects, over
-    MAX_LINE_BYTES, or an unfinished last line (an agent still writing) are skipped and counted in
-    `report`, never fatal. Invalid UTF-8 is read with replacement characters (see json_text).
+    MAX_LINE_BYTES without their base64 runs (read_long_line), or an unfinished last line (an agent
+    still writing) are skipped and counted in `report`, never fatal. Invalid UTF-8 is read with
+    replacement characters (see json_text).
 
     A last line without its newline is read when it is a whole JSON object (see last_record): Cursor
     never ends its agent transcripts with one, and an agent may write a record and its newline apart.
@@ -1557,21 +1618,21 @@ def iter_jsonl(path, report, start=0):
             line = f.readline(MAX_LINE_BYTES)
             if not line:
                 return
-            if len(line) == MAX_LINE_BYTES and not line.endswith(b"\n"):
-                while line and not line.endswith(b"\n"):  # skip the rest of the huge line
-                    offset += len(line)
-                    line = f.readline(1 << 20)
-                offset += len(line)
-                report.skip("line too long")
-                continue
+            size = len(line)
+            if size == MAX_LINE_BYTES and not line.endswith(b"\n"):
+                size, line = read_long_line(f, line)
+                if line is None:
+                    offset += size
+                    report.skip("line too long")
+                    continue
             if not line.endswith(b"\n"):
                 obj = last_record(line)
                 if obj is None:
                     report.skip("unfinished last line")
                 else:
-                    yield offset + len(line), obj
+                    yield offset + size, obj
                 return
-            offset += len(line)
+            offset += size
             if not line.strip():
                 continue
             try:  # (a line of NULs alone is what is left of a lost record: it counts as malformed)
@@ -7439,15 +7500,15 @@ def _iter_glued_jsonl(path, report, start=0):
             raw = f.readline(MAX_LINE_BYTES)
             if not raw:
                 return
-            line_start = offset
-            offset += len(raw)
-            if not raw.endswith(b"\n"):
-                if len(raw) == MAX_LINE_BYTES:
-                    while raw and not raw.endswith(b"\n"):
-                        raw = f.readline(1 << 20)
-                        offset += len(raw)
+            line_start, size = offset, len(raw)
+            if size == MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                size, raw = read_long_line(f, raw)
+                if raw is None:
+                    offset += size
                     report.skip("line too long")
                     continue
+            offset += size
+            if not raw.endswith(b"\n"):
                 values, whole = _glued_values(dec, json_text(raw))
                 if values and whole and all(isinstance(v, dict) for v in values):
                     for obj in values:   # whole records, not a line still being written (see last_record)

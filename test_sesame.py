@@ -4,6 +4,7 @@ what a user would see.
 Inputs are small literal sessions written here; when ../shared/samples exists the real sessions
 there are indexed too. Run: python3 -m pytest -q
 """
+import base64
 import collections
 import datetime
 import errno
@@ -13331,6 +13332,61 @@ def test_lone_surrogate_escape_in_a_line_does_not_stop_the_run(env, capsys):
     assert json.loads(out)["sessions"] == 2
     assert search_ids(capsys, "aardvark") == ["surrogate"]
     assert search_ids(capsys, "pangolin") == ["good-1"]
+
+
+def test_a_line_too_long_for_its_images_is_read_without_them_and_appends_go_on_after_it(tmp_path, monkeypatch, capsys):
+    """A message with a dozen screenshots is longer than MAX_LINE_BYTES: its words are found (the
+    base64 left out, read in blocks), and the next append is read from just after it. A line as long
+    in words is still skipped and counted, the rest of its file read."""
+    home = bare_home(tmp_path, monkeypatch)
+    monkeypatch.setattr(sesame, "MAX_LINE_BYTES", 256 * 1024)
+    folder = home / ".claude" / "projects" / "-tmp-zoo"
+    rnd = random.Random(3)
+    image = lambda: {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                 "data": base64.b64encode(rnd.randbytes(90 * 1024)).decode()}}
+    shots = write_jsonl(folder / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:01Z", "why do the zebrafish screenshots differ?", cwd="/tmp/zoo"),
+        cc_cl_asst("a1", "2026-01-01T00:00:02Z", "msg_1", [{"type": "tool_use", "id": "t1", "name": "Read",
+                                                             "input": {"file_path": "/tmp/zoo/shots"}}], cwd="/tmp/zoo"),
+        cc_cl_user("u2", "2026-01-01T00:00:03Z", [{"type": "tool_result", "tool_use_id": "t1", "content": [
+            image(), {"type": "text", "text": "the capybara pixels moved"}, image(), image(), image(), image()]}],
+            cwd="/tmp/zoo")])
+    assert os.path.getsize(shots) > 2 * sesame.MAX_LINE_BYTES
+    other = "22222222-3333-4444-8555-666666666666"
+    words = " ".join(rnd.choice(["wombat", "quokka", "dingo"]) for _ in range(80000))
+    write_jsonl(folder / (other + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:01Z", "a log pasted whole", sessionId=other, cwd="/tmp/zoo"),
+        cc_cl_user("u2", "2026-01-01T00:00:02Z", words, sessionId=other, cwd="/tmp/zoo"),
+        cc_cl_user("u3", "2026-01-01T00:00:03Z", "after the pasted log: platypus", sessionId=other, cwd="/tmp/zoo")])
+    s = index_json(capsys)
+    assert (s["sessions"], s["linesSkipped"], s["filesSkipped"]) == (2, 1, 0), s
+    assert search_ids(capsys, "capybara pixels") == [cc_SID]
+    assert search_ids(capsys, "platypus") == [other]
+    assert search_ids(capsys, "quokka") == []   # (the line too long in words)
+    with open(shots, "a") as f:
+        f.write(json.dumps(cc_cl_asst("a2", "2026-01-01T00:00:04Z", "msg_2", [
+            {"type": "text", "text": "the axolotl frame is the odd one"}], cwd="/tmp/zoo")) + "\n")
+    s = index_json(capsys)
+    assert (s["filesIndexed"], s["linesSkipped"]) == (1, 0), s   # (read from after the long line: no half line)
+    assert search_ids(capsys, "axolotl frame") == search_ids(capsys, "capybara zebrafish") == [cc_SID]
+
+
+def test_both_line_readers_leave_out_base64_runs_across_blocks_and_count_offsets_in_the_file(tmp_path, monkeypatch):
+    """A long line's base64 runs are cut wherever its blocks end (a run over several blocks and
+    across the first one's end, a short run kept); offsets are the file's, the line's text whole."""
+    monkeypatch.setattr(sesame, "MAX_LINE_BYTES", 64 * 1024)
+    rnd = random.Random(5)
+    blob = lambda n: base64.urlsafe_b64encode(rnd.randbytes(n)).decode()
+    text = ["short %s kept" % blob(30), blob(3 * 1024 * 1024), "pika", blob(64 * 1024 - 20), "chu", blob(200 * 1024)]
+    first = json.dumps({"n": 1, "parts": text}) + "\n"
+    path = write_file(tmp_path / "long.jsonl", first + json.dumps({"n": 2}) + "\n")
+    report = ParseReport()
+    got = list(sesame.iter_jsonl(str(path), report))
+    assert [o for _, o in got] == [{"n": 1, "parts": [text[0], "", "pika", "", "chu", ""]}, {"n": 2}]
+    assert [at for at, _ in got] == [len(first), os.path.getsize(path)]
+    glued = list(sesame._iter_glued_jsonl(str(path), report))
+    assert [(a, b, o["n"]) for a, b, o in glued] == [(0, len(first), 1), (len(first), os.path.getsize(path), 2)]
+    assert report.skipped == {}
 
 
 def test_a_bad_timestamp_costs_at_most_its_date_not_the_whole_session(env, capsys):
