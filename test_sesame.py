@@ -16200,12 +16200,12 @@ def _stats(times):
     return statistics.median(times), times[int(0.95 * (len(times) - 1))]
 
 
-def _ms(times):
-    return "median %.0f ms, p95 %.0f ms" % tuple(1000 * t for t in _stats(times))
+def _ms(times, digits=0):
+    return "median %.*f ms, p95 %.*f ms" % (digits, 1000 * _stats(times)[0], digits, 1000 * _stats(times)[1])
 
 
-def _bench_queries(data_dir, rnd):
-    """Five classes of queries drawn from what the index holds (20 each)."""
+def _bench_queries(data_dir, rnd, n=20):
+    """Six classes of queries drawn from what the index holds (n each)."""
     con = sqlite3.connect(os.path.join(data_dir, "index.sqlite"))
     fts = con.execute("SELECT name FROM sqlite_master WHERE sql LIKE '%USING fts5%' ORDER BY name").fetchone()[0]
     con.execute("CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, %s, 'row')" % fts)
@@ -16215,19 +16215,19 @@ def _bench_queries(data_dir, rnd):
                                                        "ORDER BY id LIMIT 4000")]
     con.close()
     concept = [" ".join(rnd.sample(ws, min(len(ws), rnd.randint(2, 5))))
-               for ws in ([w for w in re.findall(r"[a-z]{5,}", u.lower())] for u in rnd.sample(users, 40))
-               if len(ws) >= 2][:20]
+               for ws in ([w for w in re.findall(r"[a-z]{5,}", u.lower())] for u in rnd.sample(users, 2 * n))
+               if len(ws) >= 2][:n]
     # what an agent asks: the start of something a user wrote, 8-12 words as written
-    long = [" ".join(ws[:rnd.randint(8, 12)]) for ws in (u.split() for u in rnd.sample(users, min(60, len(users))))
-            if len(ws) >= 12][:20]
+    long = [" ".join(ws[:rnd.randint(8, 12)]) for ws in (u.split() for u in rnd.sample(users, min(3 * n, len(users))))
+            if len(ws) >= 12][:n]
     return {
-        "rare word": rnd.sample(rare, min(20, len(rare))),
+        "rare word": rnd.sample(rare, min(n, len(rare))),
         "concept, 2-5 words": concept,
         "relaxed (no session has all)": [c + " zyxwvutsrq" for c in concept],
         "filtered (--cwd --after)": concept,
         "long question, 8-12 words": long,
         "common words": ["fix the error in the test", "how do I use this function", "the file is not found",
-                         "return the value of the object", "what is the default for this"] * 4,
+                         "return the value of the object", "what is the default for this"] * (n // 5),
     }
 
 
@@ -16245,17 +16245,18 @@ def _bench_searches(sesame_cmd, label, rows, rnd, classes=None, extra=()):
 
 
 def _bench_mcp(cmd, label, rows, rnd):
-    """Warm searches: the same classes as tool calls to one `sesame mcp` server."""
+    """Warm searches: the same classes as tool calls to one `sesame mcp` server, 60 each (a call
+    costs a tenth of a command's: 20 made the median of a class move by 2 ms from run to run)."""
     client = _McpClient(cmd)
     try:
-        for name, queries in _bench_queries(cmd.env["SESAME_DATA_DIR"], rnd).items():
+        for name, queries in _bench_queries(cmd.env["SESAME_DATA_DIR"], rnd, n=60).items():
             args = {"cwd": "/home/dev/code/api", "after": "2000-01-01"} if name.startswith("filtered") else {}
             times = []
             for q in queries:
                 secs, reply = client.ask("tools/call", {"name": "search", "arguments": dict(args, query=q)})
                 assert not reply["result"]["isError"], reply
                 times.append(secs)
-            rows.append(("MCP tool call, %s: %s" % (label, name), _ms(times)))
+            rows.append(("MCP tool call, %s: %s" % (label, name), _ms(times, 1)))   # (targets of 10 ms: a tenth counts)
     finally:
         client.close()
 
