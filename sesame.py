@@ -3190,6 +3190,9 @@ class ClaudeCodeParser(Parser):
                 state["conv"] = True
                 if replay and self._is_prompt(rec):
                     own_from, state["first"], state["last"] = len(entries.items), ts, ts
+                if had_calls and self._ends_wait(rec, is_subagent):
+                    entries.calls.clear()   # (kept without output, as after PENDING_CALL_LINES)
+                    entries.unnamed_calls.clear()
                 self._user(rec, ts, entries, path, is_subagent, report)
             elif rtype == "attachment":
                 self._attachment(rec, ts, entries)
@@ -3438,6 +3441,25 @@ class ClaudeCodeParser(Parser):
         content = rec["message"].get("content")
         return isinstance(content, str) or (isinstance(content, list) and any(
             isinstance(b, dict) and b.get("type") == "text" for b in content))
+
+    @classmethod
+    def _ends_wait(cls, rec, is_subagent):
+        """Whether a user record ends the wait of the tool calls still without a result: a prompt of the
+        conversation's own (not a sub-agent's inlined in it, not injected, not a task notification)
+        with no result in it. Claude Code writes every call's result before the next prompt (the
+        API takes no prompt after a call without its result): a call still waiting then was left
+        (a turn interrupted, or a plan the user went back before: the prompt continues from the
+        message before the call's). Its wait would otherwise hold every later read back to it, for
+        PENDING_CALL_LINES: 3 of the real-world corpus's 265 sessions, 0.5-2.8 MB read again at
+        each append (0.35 s an append for the largest)."""
+        if not cls._is_prompt(rec) or (rec.get("isSidechain") and not is_subagent):
+            return False
+        origin = rec.get("origin")
+        if isinstance(origin, dict) and origin.get("kind") == "task-notification":
+            return False
+        content = rec["message"].get("content")
+        return not (isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result"
+                                                      for b in content))
 
     content_on_record = False   # oh-my-opencode writes a record's content on the record itself
 

@@ -1884,6 +1884,43 @@ def test_claude_appends_are_read_from_the_last_stop_and_match_a_full_rebuild_a_r
     assert search_ids(capsys, "puma") == [cc_SID]
 
 
+def test_a_claude_call_left_without_its_result_holds_back_appends_only_until_the_next_prompt(
+        env, tmp_path, capsys, monkeypatch):
+    """A plan the user went back before (its ExitPlanMode call never answered, the next prompt
+    continuing from the message before it, as in real sessions): a later append is read from the
+    last line, not from the call; an inlined sub-agent's prompt does not end its Task call's wait."""
+    root = tmp_path / "claude-projects"
+    plan = cc_cl_asst("a2", "2026-01-01T00:00:02Z", "m2", [{"type": "tool_use", "id": "t1", "name": "ExitPlanMode",
+                                                           "input": {"plan": "migrate the narwhal tables"}}],
+                      parentUuid="a1")
+    path = write_jsonl(root / "-proj" / (cc_SID + ".jsonl"), [
+        cc_cl_user("u1", "2026-01-01T00:00:00Z", "plan the narwhal migration"),
+        cc_cl_asst("a1", "2026-01-01T00:00:01Z", "m1", [{"type": "text", "text": "Let me look."}], parentUuid="u1"),
+        plan,
+        cc_cl_user("u2", "2026-01-01T00:00:03Z", "no, keep the walrus tables first", parentUuid="a1"),
+        cc_cl_asst("a3", "2026-01-01T00:00:04Z", "m3", [{"type": "tool_use", "id": "t2", "name": "Task",
+                                                       "input": {"prompt": "survey the walrus tables"}}], parentUuid="u2"),
+        cc_cl_user("s1", "2026-01-01T00:00:05Z", "survey the walrus tables", isSidechain=True),
+        cc_cl_asst("s2", "2026-01-01T00:00:06Z", "s", [{"type": "text", "text": "Surveyed."}], isSidechain=True),
+        cc_cl_user("u3", "2026-01-01T00:00:07Z", [{"type": "tool_result", "tool_use_id": "t2",
+                                                   "content": "the walrus tables hold 12 columns"}], parentUuid="a3")])
+    write_config({"sources": [{"parser": "claude", "path": str(root)}]}, tmp_path)
+    run(capsys, "index")
+    starts = read_starts(monkeypatch)
+    clean = os.path.getsize(path)
+    with open(path, "a") as f:
+        f.write(json.dumps(cc_cl_asst("a4", "2026-01-01T00:00:08Z", "m4", [{"type": "text", "text": "The beluga view is next."}],
+                                      parentUuid="u3")) + "\n")
+    run(capsys, "index")
+    assert starts == [(os.path.basename(path), clean)]   # (not from the plan's call: 0 before)
+    assert search_ids(capsys, "beluga") == search_ids(capsys, "narwhal tables", "--tool", "ExitPlanMode") == [cc_SID]
+    assert search_ids(capsys, "12 columns", "--tool", "task") == [cc_SID]   # (the Task call got its result)
+    queries = ("narwhal", "walrus columns", "beluga", "survey")
+    appended = index_snapshot(capsys, queries)
+    run(capsys, "index", "--full")
+    assert index_snapshot(capsys, queries) == appended
+
+
 def test_claude_spilled_tool_output_is_read_from_tool_results(tmp_path):
     proj = tmp_path / "-proj"
     spill = proj / cc_SID / "tool-results" / "toolu_big.txt"
