@@ -2868,6 +2868,12 @@ class PiParser(Parser):
                     if mts is not None and (state["last"] is None or mts > state["last"]):
                         state["last"] = mts
                 had_calls = bool(tools.waiting)
+                if had_calls and role == "user":
+                    # pi writes a call's result before the next prompt: a call still waiting then
+                    # was aborted (Esc), and waiting on would read the file again from it at every
+                    # append, for PENDING_CALL_LINES (8 such prompts in the samples, no result after).
+                    tools.give_up()
+                    had_calls = False
                 read_pi_message(s, m, role, ts, tools, report)
                 if tools.waiting and not had_calls:
                     pending_since = line_no

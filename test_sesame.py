@@ -8506,6 +8506,28 @@ def test_appended_lines_are_read_from_where_the_last_run_stopped_and_match_a_ful
     assert index_snapshot(capsys) == appended
 
 
+def test_a_pi_call_aborted_before_the_next_prompt_holds_back_appends_no_longer(env, capsys, monkeypatch):
+    """pi writes no result for calls the user aborted (Esc) before typing again: the next append is
+    read from the last line, not from the aborted calls, and the index is what a full read gives."""
+    w = PiWriter(env, "aborted")
+    w.user("tidy the marmot module").assistant("Reading it.", calls=[("c1", "read", {"path": "marmot.py"}),
+                                                                    ("c2", "bash", {"command": "ls marmot"})])
+    w.user("stop, rename it to the stoat module first").tool("bash", {"command": "git mv marmot.py stoat.py"}, "renamed")
+    path = w.save()
+    run(capsys, "index")
+    starts = read_starts(monkeypatch)
+    clean = os.path.getsize(path)
+    with open(path, "a") as f:
+        f.write(line(w.entry("message", message={"role": "assistant", "content": [{"type": "text", "text": "The ermine tests pass."}]}).lines[-1]))
+    run(capsys, "index")
+    assert starts == [(os.path.basename(path), clean)]
+    assert search_ids(capsys, "ermine") == search_ids(capsys, "marmot.py", "--tool", "read") == ["aborted"]
+    queries = ("marmot", "stoat", "ermine", "renamed")
+    appended = index_snapshot(capsys, queries)
+    run(capsys, "index", "--full")
+    assert index_snapshot(capsys, queries) == appended
+
+
 def test_each_append_is_read_from_the_last_stop_and_a_later_rewrite_is_still_noticed(env, capsys, monkeypatch):
     # The checkpoint's checksum of what was read is carried on over the appended bytes only (not
     # re-read from the start of a 20 MB file): it must still equal the checksum of the whole prefix,
