@@ -4877,8 +4877,44 @@ class GeminiParser(Parser):
             calls = {}
             for m in messages:
                 self._message(s, m, report, first_user, calls)
+        if s.cwd is None:
+            s.cwd = self._root_by_hash(s, meta.get("projectHash"))
         self._finish(s, path, meta, first_user, (s.created, s.modified))
         return [s]
+
+    # An absolute path in a session's text: a Windows one (a drive letter) or a POSIX one.
+    _ABS_PATH_RE = LazyPattern(r"[A-Za-z]:\\[^\s\"'`<>|*?]+|/[^\s\"'`<>|*?:]+")
+
+    @classmethod
+    def _root_by_hash(cls, s, project_hash):
+        """The project folder of a session whose records do not name it: Gemini CLI before 0.29 named
+        the folder of a project's sessions after the SHA-256 of the project's path, and wrote the
+        path nowhere (no .project_root, projects.json since emptied). The folders above the absolute
+        paths the session's own text names (its tools' arguments and output, a prompt) are hashed in
+        turn; the one whose hash is the session's projectHash is the project, exactly. (36 of the 46
+        such sessions in the real-world corpus; the others name no path in it.) A JSONL recording
+        carries what was found in its checkpoint."""
+        if not isinstance(project_hash, str) or len(project_hash) != 64:
+            return None
+        import hashlib
+        import ntpath
+        import posixpath
+        tried = set()
+        for c in s.chunks:
+            for m in cls._ABS_PATH_RE.finditer(c.text):
+                path = m.group(0).rstrip(".,;:)]}")
+                folder = ntpath if path[1:2] == ":" else posixpath
+                while path not in tried and len(tried) < 20000:
+                    tried.add(path)
+                    # (the drive letter as the shell wrote it, and as another may have: c: or C:)
+                    for form in (path, path[0].swapcase() + path[1:]) if folder is ntpath else (path,):
+                        if hashlib.sha256(form.encode("utf-8")).hexdigest() == project_hash:
+                            return form
+                    parent = folder.dirname(path)
+                    if parent == path or not parent:
+                        break
+                    path = parent
+        return None
 
     def _session(self, path, sid, meta):
         s = Session(self.id, sid, path)
@@ -4946,8 +4982,13 @@ class GeminiParser(Parser):
             self._message(s, m, report, first_user, calls)
         if last is None and at is not None:
             checkpoint = self._checkpoint(s, at, calls, first_user, seen, real, messages, None)
+        root = None
+        if s.cwd is None:   # (found once, carried on: a later read may not see the path it was found by)
+            root = s.cwd = state.get("root") or self._root_by_hash(s, meta.get("projectHash"))
         if checkpoint is not None and at[0] >= changed_at:
             checkpoint["seq"] += resume["seq"] if resume else 0
+            if root:
+                checkpoint["state"]["root"] = root
             s.checkpoint = checkpoint
         if not real and not any(c.kind != "context" for c in s.chunks):
             if resume:

@@ -3004,6 +3004,31 @@ def test_gemini_cwd_from_projects_registry_by_project_hash(tmp_path):
     assert parse_file("gemini", f)[0].cwd == path
 
 
+def test_gemini_cwd_of_an_old_hashed_project_folder_from_the_paths_its_session_names(tmp_path, monkeypatch, capsys):
+    """Gemini CLI before 0.29 named the folder after the project path's SHA-256 and wrote the path
+    nowhere: the folder above a path the session's tools name whose hash is the projectHash is the
+    cwd (a Windows drive letter in either case), and `--cwd` finds the session; a session that names
+    no such path has none, and is still found."""
+    home = bare_home(tmp_path, monkeypatch)
+    for sid, root, said in (("g-posix", "/home/dev/otter-app", "/home/dev/otter-app/src/main.py"),
+                            ("g-win", "c:\\Users\\dev\\Otter", "C:\\Users\\dev\\Otter\\notes\\todo.md"),
+                            ("g-none", "/home/dev/elsewhere", "main.py")):
+        digest = hashlib.sha256(root.encode()).hexdigest()
+        write_file(ogc_gemini_chats(home, slug=digest) / ("session-2025-01-01T00-00-%s.json" % sid), json.dumps(dict(
+            ogc_GEMINI_META, sessionId=sid, projectHash=digest,
+            messages=[{"id": "m1", "type": "user", "content": "read the otter notes"},
+                      {"id": "m2", "type": "gemini", "content": "reading",
+                       "toolCalls": [{"id": "t1", "name": "read_file", "args": {"absolute_path": said}, "status": "success",
+                                      "result": [{"functionResponse": {"id": "t1", "response": {"output": "otter"}}}]}]}]),
+            indent=2 if sid != "g-posix" else None))   # (as Gemini CLI wrote them; one line is read as JSONL)
+    write_file(home / ".gemini" / "projects.json", {"projects": {}})
+    run(capsys, "index")
+    code, out, _ = run(capsys, "search", "otter notes", "--json", "--max-chars", "0")
+    assert {r["sessionId"]: r["cwd"] for r in json.loads(out)["results"]} == {
+        "g-posix": "/home/dev/otter-app", "g-win": "c:\\Users\\dev\\Otter", "g-none": None}
+    assert search_ids(capsys, "otter", "--cwd", "/home/dev/otter-app") == ["g-posix"]
+
+
 def test_gemini_legacy_json_and_list_files_prefers_migrated_jsonl(tmp_path):
     chats = ogc_gemini_chats(tmp_path)
     legacy = write_file(chats / "session-2025-01-01T00-00-aaaa.json", json.dumps(dict(
