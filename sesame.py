@@ -2287,6 +2287,12 @@ class _Entries:
             self.unnamed_calls.append(e)
         return e
 
+    def give_up(self):
+        """Stop waiting for the results of the open calls: they keep their entry without output, and a
+        result that comes later is an entry of its own (as ToolCalls.give_up)."""
+        self.calls.clear()
+        self.unnamed_calls.clear()
+
     def result(self, call_id, output, is_error=False, ts=None, name=None):
         """Attach a tool result to its call; a result without a known call becomes its own chunk."""
         call_id = _id_key(call_id)
@@ -3197,8 +3203,7 @@ class ClaudeCodeParser(Parser):
                 if replay and self._is_prompt(rec):
                     own_from, state["first"], state["last"] = len(entries.items), ts, ts
                 if had_calls and self._ends_wait(rec, is_subagent):
-                    entries.calls.clear()   # (kept without output, as after PENDING_CALL_LINES)
-                    entries.unnamed_calls.clear()
+                    entries.give_up()   # (as after PENDING_CALL_LINES)
                 self._user(rec, ts, entries, path, is_subagent, report)
             elif rtype == "attachment":
                 self._attachment(rec, ts, entries)
@@ -3240,8 +3245,7 @@ class ClaudeCodeParser(Parser):
                     pending_since = line_no
                 if line_no - pending_since <= PENDING_CALL_LINES:
                     continue
-                entries.calls.clear()   # a call whose result never came: kept without output
-                entries.unnamed_calls.clear()
+                entries.give_up()   # a call whose result never came
             # A clean line: what was read is final.
             entries.into(s)
             entries.items.clear()
@@ -4164,8 +4168,7 @@ class _CodexState:
                 self.waiting_since = line_no
             if line_no - self.waiting_since <= PENDING_CALL_LINES:
                 return False
-            entries.calls.clear()   # a call whose output never came: kept without it
-            entries.unnamed_calls.clear()
+            entries.give_up()   # a call whose output never came
         self.waiting_since = None
         if self.in_replay(rec.get("timestamp")):
             return False
